@@ -1,0 +1,307 @@
+// ckpt: definitions for shard_writer.hpp (spec/FORMAT.md 2-6, 7 for the write protocol).
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckpt {
+
+namespace detail {
+// Checks a tensor or metadata name: non-empty, bounded, valid UTF-8 (spec 5.2).
+[[nodiscard]] inline Status check_name(std::string_view what, std::string_view name) {
+  if (name.empty() || name.size() > format::kMaxNameLength)
+    return make_error(Code::invalid_argument, std::string(what) + " name must be 1 to 65535 bytes, got " + std::to_string(name.size()));
+  if (!valid_utf8(name)) return make_error(Code::invalid_argument, std::string(what) + " name is not valid UTF-8");
+  return Status();
+}
+}  // namespace detail
+
+template <class Fs>
+Result<std::unique_ptr<ShardWriter<Fs>>> ShardWriter<Fs>::create(Fs& fs, std::string path, WriterOptions options) {
+  if (options.alignment_log2 < format::kMinAlignmentLog2 || options.alignment_log2 > format::kMaxAlignmentLog2)
+    return make_error(Code::invalid_argument, "alignment_log2 must be in [6, 21]");
+  if (options.chunk_size_log2 < format::kMinChunkSizeLog2 || options.chunk_size_log2 > format::kMaxChunkSizeLog2)
+    return make_error(Code::invalid_argument, "chunk_size_log2 must be in [12, 30]");
+  if (options.buffer_size < 4096) options.buffer_size = 4096;
+  const Uuid uuid = options.uuid ? *options.uuid : random_uuid();
+  std::string write_path = options.atomic_rename ? path + ".tmp-" + uuid_string(uuid) : path;
+  auto file = fs.open(write_path, OpenMode::create_new);
+  if (!file.ok()) return file.status().with_context("cannot create shard file");
+  std::unique_ptr<ShardWriter> w(new ShardWriter(fs, std::move(path), std::move(write_path), *file, options));
+  w->superblock_.uuid = uuid;
+  w->superblock_.alignment_log2 = options.alignment_log2;
+  w->superblock_.chunk_size_log2 = options.chunk_size_log2;
+  w->superblock_.data_offset = align_up(format::kSuperblockSize, w->superblock_.alignment());
+  const auto sb = encode_superblock(w->superblock_);
+  CKPT_TRY(w->append(sb.data(), sb.size()));
+  CKPT_TRY(w->pad_to(w->superblock_.data_offset));
+  return w;
+}
+
+template <class Fs>
+ShardWriter<Fs>::ShardWriter(Fs& fs, std::string path, std::string write_path, FileHandle file, WriterOptions options)
+    : fs_(fs), path_(std::move(path)), write_path_(std::move(write_path)), file_(file), options_(options) {
+  buffer_.reserve(options_.buffer_size);
+}
+
+template <class Fs>
+ShardWriter<Fs>::~ShardWriter() {
+  if (finished_) return;
+  if (file_.valid()) fs_.close(file_).ignore_error();       // abandoning: the file is removed next
+  fs_.unlink(write_path_).ignore_error();                    // best effort; a store's recovery also removes it
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::fail(Status s) {
+  if (failure_.ok()) failure_ = s.with_context(write_path_);
+  return failure_;
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::flush() {
+  if (buffer_.empty()) return Status();
+  Status s = fs_.pwrite(file_, buffer_.data(), buffer_.size(), buffer_start_);
+  if (!s.ok()) return fail(s);
+  buffer_start_ += buffer_.size();
+  buffer_.clear();
+  return Status();
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::append(const void* data, std::size_t size) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  // Large appends with an empty buffer go straight from the caller's memory to the kernel.
+  if (buffer_.empty() && size >= options_.buffer_size / 2) {
+    Status s = fs_.pwrite(file_, p, size, position_);
+    if (!s.ok()) return fail(s);
+    position_ += size;
+    buffer_start_ = position_;
+    return Status();
+  }
+  while (size > 0) {
+    const std::size_t room = options_.buffer_size - buffer_.size();
+    const std::size_t n = std::min(room, size);
+    buffer_.insert(buffer_.end(), p, p + n);
+    p += n;
+    size -= n;
+    position_ += n;
+    if (buffer_.size() == options_.buffer_size) CKPT_TRY(flush());
+  }
+  return Status();
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::pad_to(std::uint64_t offset) {
+  static const unsigned char zeros[4096] = {};
+  while (position_ < offset) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(offset - position_, sizeof zeros));
+    CKPT_TRY(append(zeros, n));
+  }
+  return Status();
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+                                   std::size_t size) {
+  CKPT_TRY(begin_piece(name, dtype, shape, Shape(shape.size(), 0), shape));
+  CKPT_TRY(write(data, size));
+  return end_piece();
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::begin_piece(std::string_view name, DType dtype, const Shape& global_shape,
+                                    const Shape& offsets, const Shape& local_shape) {
+  if (!failure_.ok()) return failure_;
+  if (finished_) return make_error(Code::invalid_argument, path_ + ": writer already finished");
+  if (open_) return make_error(Code::invalid_argument, "tensor '" + tensors_[open_->tensor].name + "': piece still open at begin_piece()");
+  CKPT_TRY(detail::check_name("tensor", name));
+  if (format::dtype_info(dtype) == nullptr)
+    return make_error(Code::invalid_argument, "tensor '" + std::string(name) + "': unknown dtype code " + std::to_string(static_cast<int>(dtype)));
+  if (global_shape.size() > format::kMaxRank || offsets.size() != global_shape.size() || local_shape.size() != global_shape.size())
+    return make_error(Code::invalid_argument, "tensor '" + std::string(name) + "': rank over 64 or offsets/shape of the wrong rank");
+  std::uint64_t total = 0, piece_bytes = 0;
+  if (!shape_bytes(global_shape, dtype, total))
+    return make_error(Code::invalid_argument, "tensor '" + std::string(name) + "': shape " + shape_string(global_shape) + " overflows 64 bits");
+  for (std::size_t d = 0; d < global_shape.size(); ++d)
+    if (offsets[d] > global_shape[d] || local_shape[d] > global_shape[d] - offsets[d])
+      return make_error(Code::invalid_argument, "tensor '" + std::string(name) + "': piece at " + shape_string(offsets) + " of shape " + shape_string(local_shape) + " exceeds " + shape_string(global_shape));
+  (void)shape_bytes(local_shape, dtype, piece_bytes);  // cannot overflow: bounded by the global size
+
+  std::size_t tensor_index;
+  const auto it = tensor_by_name_.find(std::string(name));
+  if (it == tensor_by_name_.end()) {
+    tensor_index = tensors_.size();
+    TensorRecord t;
+    t.name = std::string(name);
+    t.dtype = dtype;
+    t.shape = global_shape;
+    tensors_.push_back(std::move(t));
+    tensor_by_name_.emplace(std::string(name), tensor_index);
+  } else {
+    tensor_index = it->second;
+    const auto& t = tensors_[tensor_index];
+    if (t.dtype != dtype || t.shape != global_shape)
+      return make_error(Code::conflict, "tensor '" + t.name + "': piece dtype or global shape differs from an earlier piece");
+    std::uint64_t piece_count = 0;
+    std::uint64_t elements = 0;
+    (void)shape_elements(local_shape, elements);
+    for (const auto& p : pieces_) {
+      if (p.tensor != tensor_index) continue;
+      ++piece_count;
+      std::uint64_t other = 0;
+      (void)shape_elements(p.record.shape, other);
+      bool overlap = elements > 0 && other > 0;
+      for (std::size_t d = 0; d < global_shape.size() && overlap; ++d)
+        overlap = offsets[d] < p.record.offsets[d] + p.record.shape[d] && p.record.offsets[d] < offsets[d] + local_shape[d];
+      if (overlap)
+        return make_error(Code::conflict, "tensor '" + t.name + "': piece at " + shape_string(offsets) + " overlaps an earlier piece at " + shape_string(p.record.offsets));
+    }
+    if (piece_count >= format::kMaxPiecesPerTensor)
+      return make_error(Code::invalid_argument, "tensor '" + t.name + "': more than 4096 pieces in one file");
+  }
+  // Each piece starts aligned so a reader can map it and hand it to a device without copying (spec 4.2).
+  CKPT_TRY(pad_to(align_up(position_, superblock_.alignment())));
+  OpenPiece piece;
+  piece.tensor = tensor_index;
+  piece.record.offsets = offsets;
+  piece.record.shape = local_shape;
+  piece.record.data_offset = position_;
+  piece.record.data_length = piece_bytes;
+  open_ = std::move(piece);
+  hasher_.reset();
+  return Status();
+}
+
+template <class Fs>
+void ShardWriter<Fs>::close_chunk() {
+  auto& p = *open_;
+  const std::uint64_t chunk_index = p.chunks.size();
+  p.chunks.push_back(ChunkRecord{p.record.data_offset + chunk_index * superblock_.chunk_size(), p.chunk_filled, hasher_.digest()});
+  p.chunk_filled = 0;
+  hasher_.reset();
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
+  if (!failure_.ok()) return failure_;
+  if (!open_) return make_error(Code::invalid_argument, path_ + ": write() without begin_piece()");
+  auto& p = *open_;
+  if (size > p.record.data_length - p.written)
+    return make_error(Code::invalid_argument, "tensor '" + tensors_[p.tensor].name + "': write of " + std::to_string(size) + " bytes exceeds the piece's remaining " + std::to_string(p.record.data_length - p.written));
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  const std::uint64_t chunk_size = superblock_.chunk_size();
+  // Hash a cache-sized slice, then hand the same slice on while it is still in cache (one pass over DRAM).
+  constexpr std::size_t kSlice = std::size_t{256} << 10;
+  while (size > 0) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>({size, kSlice, chunk_size - p.chunk_filled}));
+    hasher_.update(bytes, n);
+    CKPT_TRY(append(bytes, n));
+    bytes += n;
+    size -= n;
+    p.written += n;
+    p.chunk_filled += n;
+    data_bytes_ += n;
+    if (p.chunk_filled == chunk_size) close_chunk();
+  }
+  return Status();
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::end_piece() {
+  if (!failure_.ok()) return failure_;
+  if (!open_) return make_error(Code::invalid_argument, path_ + ": end_piece() without begin_piece()");
+  auto& p = *open_;
+  if (p.written != p.record.data_length)
+    return make_error(Code::invalid_argument, "tensor '" + tensors_[p.tensor].name + "': piece ended after " + std::to_string(p.written) + " of " + std::to_string(p.record.data_length) + " bytes");
+  if (p.chunk_filled > 0) close_chunk();
+  pieces_.push_back(std::move(p));
+  open_.reset();
+  return Status();
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::set_metadata(std::string key, Value value) {
+  if (!failure_.ok()) return failure_;
+  CKPT_TRY(detail::check_name("metadata", key));
+  if (value.is_string() && !valid_utf8(value.as_string()))
+    return make_error(Code::invalid_argument, "metadata '" + key + "': string value is not valid UTF-8 (store it as bytes)");
+  if (meta_by_key_.count(key) != 0) return make_error(Code::conflict, "metadata key '" + key + "' set twice");
+  meta_by_key_.emplace(key, metadata_.size());
+  metadata_.push_back(MetaEntry{std::move(key), std::move(value)});
+  return Status();
+}
+
+template <class Fs>
+Result<ShardSummary> ShardWriter<Fs>::finish() {
+  if (!failure_.ok()) return failure_;
+  if (finished_) return make_error(Code::invalid_argument, path_ + ": finish() called twice");
+  if (open_) return make_error(Code::invalid_argument, "tensor '" + tensors_[open_->tensor].name + "': piece still open at finish()");
+
+  // Regroup pieces by tensor, in first-appearance order (the canonical index layout, spec 5.3).
+  Index index;
+  index.tensors = tensors_;
+  std::vector<std::vector<std::size_t>> by_tensor(tensors_.size());
+  for (std::size_t k = 0; k < pieces_.size(); ++k) by_tensor[pieces_[k].tensor].push_back(k);
+  std::uint64_t data_end = superblock_.data_offset;
+  for (std::size_t t = 0; t < tensors_.size(); ++t) {
+    index.tensors[t].piece_first = index.pieces.size();
+    index.tensors[t].piece_count = by_tensor[t].size();
+    for (const auto k : by_tensor[t]) {
+      PieceRecord rec = pieces_[k].record;
+      rec.tensor = t;
+      rec.chunk_first = index.chunks.size();
+      rec.chunk_count = pieces_[k].chunks.size();
+      index.chunks.insert(index.chunks.end(), pieces_[k].chunks.begin(), pieces_[k].chunks.end());
+      data_end = std::max(data_end, rec.data_offset + rec.data_length);
+      index.pieces.push_back(std::move(rec));
+    }
+  }
+  index.metadata = metadata_;
+  const std::string index_bytes = encode_index(index);
+  if (index_bytes.size() > format::kMaxIndexLength)
+    return fail(make_error(Code::invalid_argument, "index of " + std::to_string(index_bytes.size()) + " bytes exceeds the 4 GiB decoder limit"));
+
+  // The index starts at the first multiple of 8 after the furthest piece (spec 5.1).
+  CKPT_TRY(pad_to(align_up(data_end, 8)));
+  Footer footer;
+  footer.index_offset = position_;
+  footer.index_length = index_bytes.size();
+  footer.index_digest = xxh3_64(index_bytes.data(), index_bytes.size());
+  footer.uuid = superblock_.uuid;
+  CKPT_TRY(append(index_bytes.data(), index_bytes.size()));
+  const auto footer_bytes = encode_footer(footer);
+  CKPT_TRY(append(footer_bytes.data(), footer_bytes.size()));
+  CKPT_TRY(flush());
+  // fsync before rename: a rename may reach disk before the data it names (spec 7.1).
+  if (options_.durable) {
+    Status s = fs_.sync(file_);
+    if (!s.ok()) return fail(s);
+  }
+  {
+    Status s = fs_.close(file_);
+    file_ = FileHandle{};
+    if (!s.ok()) return fail(s);
+  }
+  if (options_.atomic_rename) {
+    Status s = fs_.rename(write_path_, path_);
+    if (!s.ok()) return fail(s);
+  }
+  // fsync the directory: a create or rename is durable only once its directory is (spec 7.1).
+  if (options_.durable) {
+    Status s = fs_.sync_dir(parent_path(path_));
+    if (!s.ok()) return fail(s);
+  }
+  finished_ = true;
+  ShardSummary summary;
+  summary.path = path_;
+  summary.uuid = superblock_.uuid;
+  summary.file_size = position_;
+  summary.data_bytes = data_bytes_;
+  summary.index_digest = footer.index_digest;
+  summary.tensor_count = index.tensors.size();
+  summary.piece_count = index.pieces.size();
+  summary.chunk_count = index.chunks.size();
+  return summary;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,269 @@
+// ckpt: definitions for verify.hpp.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace ckpt {
+
+namespace detail {
+
+[[nodiscard]] inline Problem make_problem(Code code, std::string region, std::uint64_t offset, std::uint64_t length,
+                                          std::string message) {
+  Problem p;
+  p.code = code;
+  p.region = std::move(region);
+  p.offset = offset;
+  p.length = length;
+  p.message = std::move(message);
+  return p;
+}
+
+// Reads the fields of a superblock whose digest failed, when they are still in range, so the rest
+// of the file can be checked (the damage is reported either way).
+[[nodiscard]] inline bool salvage_superblock(const unsigned char* b, Superblock& sb) {
+  namespace f = format::sb;
+  if (std::memcmp(b, format::kSuperblockMagic, 8) != 0) return false;
+  sb.alignment_log2 = get_u32(b + f::kAlignmentLog2);
+  sb.chunk_size_log2 = get_u32(b + f::kChunkSizeLog2);
+  if (sb.alignment_log2 < format::kMinAlignmentLog2 || sb.alignment_log2 > format::kMaxAlignmentLog2) return false;
+  if (sb.chunk_size_log2 < format::kMinChunkSizeLog2 || sb.chunk_size_log2 > format::kMaxChunkSizeLog2) return false;
+  std::memcpy(sb.uuid.data(), b + f::kUuid, 16);
+  sb.data_offset = align_up(format::kSuperblockSize, sb.alignment());
+  return true;
+}
+
+}  // namespace detail
+
+template <class Fs>
+Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOptions& options) {
+  using detail::make_problem;
+  VerifyReport report;
+  report.path = path;
+  auto opened = fs.open(path, OpenMode::read);
+  if (!opened.ok()) return opened.status();
+  ScopedFile<Fs> file(fs, *opened);
+  auto size = fs.file_size(file.get());
+  if (!size.ok()) return size.status().with_context(path);
+  report.file_size = *size;
+  std::uint64_t file_size = *size;
+  auto problem = [&](Problem p) {
+    if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
+    report.problems.push_back(std::move(p));
+  };
+  auto read_status = [&](const Status& s, const char* region, std::uint64_t off, std::uint64_t len) {
+    problem(make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, region, off, len, s.message()));
+  };
+
+  if (file_size < format::kSuperblockSize + format::kFooterSize) {
+    problem(make_problem(Code::incomplete, "file", 0, file_size,
+                         "file is " + std::to_string(file_size) + " bytes, smaller than a superblock and a footer (192): incomplete"));
+    return report;
+  }
+  // Superblock (spec 3).
+  unsigned char sb_bytes[format::kSuperblockSize];
+  if (Status s = read_exact(fs, file.get(), path, sb_bytes, sizeof sb_bytes, 0); !s.ok()) {
+    read_status(s, "superblock", 0, format::kSuperblockSize);
+    return report;
+  }
+  Superblock sb;
+  if (auto decoded = decode_superblock(sb_bytes, path); decoded.ok()) {
+    sb = *decoded;
+  } else {
+    Problem p = make_problem(decoded.status().code(), "superblock", 0, format::kSuperblockSize, decoded.status().message());
+    p.expected = hex64(get_u64(sb_bytes + format::sb::kDigest));
+    p.found = hex64(xxh3_64(sb_bytes, format::sb::kDigest));
+    problem(std::move(p));
+    if (!detail::salvage_superblock(sb_bytes, sb)) return report;
+  }
+
+  // Footer (spec 6); bytes after a valid footer are named as trailing data.
+  unsigned char ft_bytes[format::kFooterSize];
+  if (Status s = read_exact(fs, file.get(), path, ft_bytes, sizeof ft_bytes, file_size - format::kFooterSize); !s.ok()) {
+    read_status(s, "footer", file_size - format::kFooterSize, format::kFooterSize);
+    return report;
+  }
+  auto footer = decode_footer(ft_bytes, file_size, path);
+  if (!footer.ok()) {
+    problem(make_problem(footer.status().code(), "footer", file_size - format::kFooterSize, format::kFooterSize,
+                         footer.status().message()));
+    // Look back for a footer followed by extra bytes (a file appended to, or a copy padded).
+    const std::uint64_t window = std::min<std::uint64_t>(file_size, std::uint64_t{1} << 20);
+    std::vector<unsigned char> tail(static_cast<std::size_t>(window));
+    if (!read_exact(fs, file.get(), path, tail.data(), tail.size(), file_size - window).ok()) return report;
+    for (std::size_t q = tail.size() - 8; q >= format::ft::kMagic && q > 0; --q) {
+      if (std::memcmp(tail.data() + q, format::kFooterMagic, 8) != 0) continue;
+      const std::uint64_t end = file_size - window + q + 8;
+      auto candidate = decode_footer(tail.data() + q - format::ft::kMagic, end, path);
+      if (!candidate.ok()) continue;
+      problem(make_problem(Code::corrupt, "file", end, file_size - end,
+                           std::to_string(file_size - end) + " bytes of trailing data after the footer that ends at offset " + std::to_string(end)));
+      footer = candidate;
+      file_size = end;
+      break;
+    }
+    if (!footer.ok()) return report;
+  }
+  if (footer->uuid != sb.uuid) {
+    Problem p = make_problem(Code::corrupt, "footer", file_size - format::kFooterSize + format::ft::kUuid, 16,
+                             "footer uuid does not match the superblock: the footer belongs to another file");
+    p.expected = uuid_string(sb.uuid);
+    p.found = uuid_string(footer->uuid);
+    problem(std::move(p));
+  }
+  if (footer->index_offset < sb.data_offset) {
+    problem(make_problem(Code::corrupt, "footer", file_size - format::kFooterSize, format::kFooterSize,
+                         "index offset " + std::to_string(footer->index_offset) + " lies inside the superblock area"));
+    return report;
+  }
+
+  // Index (spec 5).
+  std::vector<unsigned char> index_bytes(static_cast<std::size_t>(footer->index_length));
+  if (Status s = read_exact(fs, file.get(), path, index_bytes.data(), index_bytes.size(), footer->index_offset); !s.ok()) {
+    read_status(s, "index", footer->index_offset, footer->index_length);
+    return report;
+  }
+  const std::uint64_t index_digest = xxh3_64(index_bytes.data(), index_bytes.size());
+  if (index_digest != footer->index_digest) {
+    Problem p = make_problem(Code::corrupt, "index", footer->index_offset, footer->index_length,
+                             "index [" + std::to_string(footer->index_offset) + ", " + std::to_string(footer->index_offset + footer->index_length) +
+                                 "): digest expected " + hex64(footer->index_digest) + ", found " + hex64(index_digest));
+    p.expected = hex64(footer->index_digest);
+    p.found = hex64(index_digest);
+    problem(std::move(p));
+    return report;
+  }
+  auto decoded_index = decode_index(index_bytes.data(), index_bytes.size(), sb, footer->index_offset, path);
+  if (!decoded_index.ok()) {
+    problem(make_problem(decoded_index.status().code(), "index", footer->index_offset, footer->index_length,
+                         decoded_index.status().message()));
+    return report;
+  }
+  index_bytes = {};
+  const Index& index = *decoded_index;
+  report.chunks_total = index.chunks.size();
+
+  // Padding must be zero (spec 4.2): superblock tail, gaps between pieces, gap before the index.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps;
+  {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+    for (const auto& p : index.pieces) spans.emplace_back(p.data_offset, p.data_offset + p.data_length);
+    std::sort(spans.begin(), spans.end());
+    std::uint64_t at = format::kSuperblockSize;
+    for (const auto& s : spans) {
+      if (s.first > at) gaps.emplace_back(at, s.first - at);
+      at = std::max(at, s.second);
+    }
+    if (footer->index_offset > at) gaps.emplace_back(at, footer->index_offset - at);
+  }
+  {
+    std::vector<unsigned char> buf;
+    for (const auto& g : gaps) {
+      buf.resize(static_cast<std::size_t>(g.second));
+      if (Status s = read_exact(fs, file.get(), path, buf.data(), buf.size(), g.first); !s.ok()) {
+        read_status(s, "padding", g.first, g.second);
+        continue;
+      }
+      for (std::size_t i = 0; i < buf.size(); ++i) {
+        if (buf[i] == 0) continue;
+        Problem p = make_problem(Code::corrupt, "padding", g.first + i, 1,
+                                 "padding [" + std::to_string(g.first) + ", " + std::to_string(g.first + g.second) +
+                                     ") must be zero, found byte 0x" + hex64(buf[i]).substr(14) + " at offset " + std::to_string(g.first + i));
+        p.expected = "00";
+        p.found = hex64(buf[i]).substr(14);
+        problem(std::move(p));
+        break;
+      }
+    }
+  }
+
+  // Chunks: grouped into work items of up to 4 MiB of one piece, handed to threads as they free up.
+  struct Item { std::size_t piece; std::uint64_t first, count, offset, length; };
+  std::vector<Item> items;
+  constexpr std::uint64_t kItemBytes = std::uint64_t{4} << 20;
+  std::uint64_t total_bytes = 0;
+  for (std::size_t k = 0; k < index.pieces.size(); ++k) {
+    const auto& p = index.pieces[k];
+    for (std::uint64_t c = 0; c < p.chunk_count;) {
+      Item item{k, c, 0, index.chunks[p.chunk_first + c].offset, 0};
+      while (c < p.chunk_count && (item.count == 0 || item.length + index.chunks[p.chunk_first + c].length <= kItemBytes)) {
+        item.length += index.chunks[p.chunk_first + c].length;
+        ++item.count;
+        ++c;
+      }
+      total_bytes += item.length;
+      items.push_back(item);
+    }
+  }
+  Mapping mapping;
+  if constexpr (std::is_same_v<Fs, PosixFs>) {
+    if (options.use_mmap && footer->index_offset > sb.data_offset) {
+      auto m = fs.map(file.get(), sb.data_offset, static_cast<std::size_t>(footer->index_offset - sb.data_offset));
+      if (m.ok()) mapping = std::move(m).value();
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::uint64_t> bytes_done{0}, chunks_done{0};
+  std::mutex mutex;
+  auto worker = [&](bool reports_progress) {
+    std::vector<unsigned char> buf;
+    for (std::size_t i = next++; i < items.size(); i = next++) {
+      const Item& item = items[i];
+      const auto& p = index.pieces[item.piece];
+      const auto& t = index.tensors[p.tensor];
+      const unsigned char* data;
+      if (mapping.data() != nullptr) {
+        data = mapping.data() + (item.offset - sb.data_offset);
+      } else {
+        buf.resize(static_cast<std::size_t>(item.length));
+        Status s = read_exact(fs, file.get(), path, buf.data(), buf.size(), item.offset);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mutex);
+          Problem pr = make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, "data", item.offset, item.length,
+                                    "tensor '" + t.name + "' piece " + std::to_string(item.piece - t.piece_first) + ": " + s.message());
+          pr.tensor = t.name;
+          pr.piece = static_cast<std::int64_t>(item.piece - t.piece_first);
+          pr.chunk = static_cast<std::int64_t>(item.first);
+          problem(std::move(pr));
+          continue;
+        }
+        data = buf.data();
+      }
+      for (std::uint64_t c = item.first; c < item.first + item.count; ++c) {
+        const auto& rec = index.chunks[p.chunk_first + c];
+        const std::uint64_t found = xxh3_64(data + (rec.offset - item.offset), static_cast<std::size_t>(rec.length));
+        if (found == rec.digest) continue;
+        Problem pr = make_problem(Code::corrupt, "data", rec.offset, rec.length,
+                                  "tensor '" + t.name + "' piece " + std::to_string(item.piece - t.piece_first) + " chunk " +
+                                      std::to_string(c) + " bytes [" + std::to_string(rec.offset) + ", " +
+                                      std::to_string(rec.offset + rec.length) + "): digest expected " + hex64(rec.digest) +
+                                      ", found " + hex64(found));
+        pr.tensor = t.name;
+        pr.piece = static_cast<std::int64_t>(item.piece - t.piece_first);
+        pr.chunk = static_cast<std::int64_t>(c);
+        pr.expected = hex64(rec.digest);
+        pr.found = hex64(found);
+        std::lock_guard<std::mutex> lock(mutex);
+        problem(std::move(pr));
+      }
+      chunks_done += item.count;
+      const std::uint64_t done = bytes_done += item.length;
+      if (reports_progress && options.progress) options.progress(done, total_bytes);
+    }
+  };
+  const unsigned threads = std::max(1u, std::min<unsigned>(options.threads, static_cast<unsigned>(std::max<std::size_t>(items.size(), 1))));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker, false);
+  worker(true);
+  for (auto& th : pool) th.join();
+  report.chunks_checked = chunks_done;
+  report.bytes_checked = bytes_done;
+  std::sort(report.problems.begin(), report.problems.end(),
+            [](const Problem& a, const Problem& b) { return a.offset < b.offset; });
+  return report;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,72 @@
+// ckpt: opens a shard file, validates superblock, footer and index, and reads tensors or any
+// hyper-rectangular slice of them, verifying the chunks each read touches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "error.hpp"
+#include "hash.hpp"
+#include "index.hpp"
+#include "io/posix_fs.hpp"
+
+namespace ckpt {
+
+// Whether a read checks the digests of the chunks it touches.
+enum class Verify : std::uint8_t { none, touched };
+
+template <class Fs = PosixFs>
+class ShardReader {
+ public:
+  // Reads and validates superblock, footer and index; data is not read.
+  [[nodiscard]] static Result<std::unique_ptr<ShardReader>> open(Fs& fs, std::string path);
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+  ~ShardReader();
+
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] const Superblock& superblock() const noexcept { return superblock_; }
+  [[nodiscard]] const Footer& footer() const noexcept { return footer_; }
+  [[nodiscard]] const Index& index() const noexcept { return index_; }
+  [[nodiscard]] std::uint64_t file_size() const noexcept { return file_size_; }
+  [[nodiscard]] Fs& fs() noexcept { return fs_; }
+  [[nodiscard]] FileHandle file() const noexcept { return file_; }
+
+  // Reads a whole tensor; its pieces in this file must cover it. dst_size must equal its byte size.
+  [[nodiscard]] Status read_tensor(std::string_view name, void* dst, std::size_t dst_size,
+                                   Verify verify = Verify::touched);
+  // Reads the region [offsets, offsets + shape) of a tensor, row-major, into dst.
+  [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+                                  std::size_t dst_size, Verify verify = Verify::touched);
+  // Copies the part of the region that this file's pieces hold; returns the element count copied.
+  // Multi-file readers (a sharded step) add the counts to prove full coverage.
+  [[nodiscard]] Result<std::uint64_t> read_slice_partial(const TensorRecord& tensor, const Shape& offsets,
+                                                         const Shape& shape, void* dst, Verify verify);
+  // Reads one piece's bytes (piece is an index into index().pieces).
+  [[nodiscard]] Status read_piece(std::size_t piece, void* dst, std::size_t dst_size, Verify verify = Verify::touched);
+  // Checks the digests of chunks [first, first + count) of a piece.
+  [[nodiscard]] Status verify_piece_chunks(std::size_t piece, std::uint64_t first, std::uint64_t count);
+  // Zero-copy view of a piece's bytes, verified first unless verify is none (PosixFs only).
+  [[nodiscard]] Result<Mapping> map_piece(std::size_t piece, Verify verify = Verify::touched);
+
+ private:
+  ShardReader(Fs& fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}
+  [[nodiscard]] Status load();
+  [[nodiscard]] Status chunk_mismatch(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const;
+  [[nodiscard]] Status check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const;
+
+  Fs& fs_;
+  std::string path_;
+  FileHandle file_;
+  std::uint64_t file_size_ = 0;
+  Superblock superblock_;
+  Footer footer_;
+  Index index_;
+};
+
+}  // namespace ckpt
+
+#include "impl/shard_reader_inl.hpp"
