@@ -1,0 +1,17 @@
+# Every tools/ckpt-*.cpp is a thin main over the library; shared CLI plumbing is tools/cli.hpp.
+file(GLOB CKPT_TOOL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tools/ckpt-*.cpp)
+set(CKPT_TOOLS "")
+foreach(src ${CKPT_TOOL_SOURCES})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE ckpt::ckpt CLI11::CLI11 nlohmann_json::nlohmann_json)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tools)
+  target_compile_options(${name} PRIVATE ${CKPT_WARNINGS})
+  list(APPEND CKPT_TOOLS ${name})
+  install(TARGETS ${name} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endforeach()
+# Tool-specific additions (GPU back end, MPI) live in their own files here.
+file(GLOB CKPT_TOOL_EXTRAS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/tools-*.cmake)
+foreach(extra ${CKPT_TOOL_EXTRAS})
+  include(${extra})
+endforeach()

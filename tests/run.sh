@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: installs what it needs, builds, runs the suite, then runs it again under ASan+UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/install-deps.sh
+jobs=$(nproc)
+echo "== build (Release) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+echo "== tests (Release) =="
+(cd build && ctest --output-on-failure -j"$jobs")
+echo "== build (ASan+UBSan) =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=ON -DCKPT_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+echo "== tests (ASan+UBSan) =="
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure -j"$jobs" -LE no_sanitize)

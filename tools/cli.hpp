@@ -1,0 +1,121 @@
+// ckpt tools: shared CLI plumbing. Exit codes, one-line errors, terminal progress, JSON output.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <new>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <ckpt/error.hpp>
+
+namespace ckpt::cli {
+
+// Stable exit codes every tool shares (README "Exit codes").
+enum Exit : int {
+  kOk = 0,         // nothing wrong
+  kIntegrity = 1,  // damage or an incomplete file was found
+  kUsage = 2,      // bad arguments, unreadable path, I/O error, unsupported request
+};
+
+// Damage found in data maps to 1; everything else that stops a tool maps to 2.
+[[nodiscard]] inline int exit_for(Code code) noexcept {
+  return (code == Code::corrupt || code == Code::incomplete) ? kIntegrity : kUsage;
+}
+
+// Prints "tool: message" on one line to stderr and returns the exit code for the status.
+inline int report(const char* tool, const Status& status) {
+  std::fprintf(stderr, "%s: %s\n", tool, status.message().c_str());
+  return exit_for(status.code());
+}
+
+[[nodiscard]] inline std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 5) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+// Progress on stderr for long work: bytes done, rate, time left. Silent unless stderr is a terminal.
+class Progress {
+ public:
+  Progress(std::string label, std::uint64_t total, bool enabled)
+      : label_(std::move(label)), total_(total), enabled_(enabled && ::isatty(2) == 1), start_(Clock::now()) {}
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  ~Progress() { finish(); }
+
+  void update(std::uint64_t done) {
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (now - last_ < std::chrono::milliseconds(100) && done < total_) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double rate = secs > 0 ? static_cast<double>(done) / secs : 0.0;
+    const double left = rate > 0 && total_ > done ? static_cast<double>(total_ - done) / rate : 0.0;
+    std::fprintf(stderr, "\r%s: %s / %s  %s/s  %d:%02d left   ", label_.c_str(), human_bytes(static_cast<double>(done)).c_str(),
+                 human_bytes(static_cast<double>(total_)).c_str(), human_bytes(rate).c_str(), static_cast<int>(left) / 60,
+                 static_cast<int>(left) % 60);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void finish() {
+    if (drawn_) std::fprintf(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::string label_;
+  std::uint64_t total_;
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point start_, last_{};
+};
+
+// Parses arguments; --help exits 0, any usage error exits 2 with CLI11's one-line message.
+// Returns -1 when the tool should go on.
+[[nodiscard]] inline int parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s\nRun with --help for usage.\n", app.get_name().c_str(), e.what());
+    return kUsage;
+  }
+  return -1;
+}
+
+// Runs a tool body; nothing escapes as a crash: out-of-memory and stray exceptions exit 2.
+inline int guarded(const char* tool, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: out of memory\n", tool);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+  }
+  return kUsage;
+}
+
+// JSON goes to stdout, one document, pretty-printed with a trailing newline.
+inline void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+
+}  // namespace ckpt::cli

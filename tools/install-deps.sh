@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything ckpt's build, tools and tests use: Debian packages and the Python oracles.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PKGS="cmake g++ make libcli11-dev libxxhash-dev catch2 nlohmann-json3-dev libopenmpi-dev openmpi-bin xxd"
+missing=""
+for p in $PKGS; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "ckpt: installing Debian packages:$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+# Independent implementations used as oracles by the interop tests (never by the library itself).
+if ! python3 -c "import safetensors, numpy, xxhash" >/dev/null 2>&1; then
+  echo "ckpt: installing Python oracles: safetensors numpy xxhash"
+  python3 -m pip install -q --disable-pip-version-check safetensors numpy xxhash 2>&1 | grep -v "Running pip as the 'root' user" || true
+  python3 -c "import safetensors, numpy, xxhash"
+fi
