@@ -1,0 +1,12 @@
+# Interop with independent implementations: the Python safetensors package against ckpt-convert.
+# The script exits 77 (skipped) when the Python oracles are not installed.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
+  add_test(NAME interop_safetensors
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/interop/test_safetensors_interop.py ${PROJECT_BINARY_DIR})
+  set_tests_properties(interop_safetensors PROPERTIES
+    LABELS interop
+    SKIP_RETURN_CODE 77
+    TIMEOUT 600
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endif()

@@ -1,0 +1,70 @@
+// ckpt: the communicator concept that multi-rank saves use to agree on one transaction
+// (spec/JOURNAL.md 8). The single-process LocalComm is the default; an MPI one is a separate header.
+//
+// A Comm is any class with these members:
+//   int rank() const;                       // 0 .. size()-1; rank 0 is the coordinator
+//   int size() const;                       // the world size, >= 1
+//   Status barrier();
+//   Result<std::vector<std::string>> gather(std::string bytes, int root);  // root: size() entries, rank order;
+//                                                                          // other ranks: empty
+//   Status broadcast(std::string& bytes, int root);                        // root's bytes land on every rank
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+
+namespace ckpt {
+
+// One process, one rank: every collective is a no-op or a copy.
+class LocalComm {
+ public:
+  [[nodiscard]] int rank() const noexcept { return 0; }
+  [[nodiscard]] int size() const noexcept { return 1; }
+  [[nodiscard]] Status barrier() { return Status(); }
+  [[nodiscard]] Result<std::vector<std::string>> gather(std::string bytes, int root) {
+    if (root != 0) return make_error(Code::invalid_argument, "gather root " + std::to_string(root) + " is not a rank of a world of 1");
+    std::vector<std::string> all;
+    all.push_back(std::move(bytes));
+    return all;
+  }
+  [[nodiscard]] Status broadcast(std::string& bytes, int root) {
+    (void)bytes;
+    if (root != 0) return make_error(Code::invalid_argument, "broadcast root " + std::to_string(root) + " is not a rank of a world of 1");
+    return Status();
+  }
+};
+
+// A non-owning, type-erased reference to any Comm, so a transaction can keep one without becoming a
+// template on it. The referenced communicator must outlive the CommRef.
+class CommRef {
+ public:
+  template <class Comm>
+  explicit CommRef(Comm& comm) noexcept
+      : comm_(&comm),
+        rank_([](void* c) { return static_cast<Comm*>(c)->rank(); }),
+        size_([](void* c) { return static_cast<Comm*>(c)->size(); }),
+        barrier_([](void* c) { return static_cast<Comm*>(c)->barrier(); }),
+        gather_([](void* c, std::string b, int root) { return static_cast<Comm*>(c)->gather(std::move(b), root); }),
+        broadcast_([](void* c, std::string& b, int root) { return static_cast<Comm*>(c)->broadcast(b, root); }) {}
+
+  [[nodiscard]] int rank() const { return rank_(comm_); }
+  [[nodiscard]] int size() const { return size_(comm_); }
+  [[nodiscard]] Status barrier() const { return barrier_(comm_); }
+  [[nodiscard]] Result<std::vector<std::string>> gather(std::string bytes, int root) const {
+    return gather_(comm_, std::move(bytes), root);
+  }
+  [[nodiscard]] Status broadcast(std::string& bytes, int root) const { return broadcast_(comm_, bytes, root); }
+
+ private:
+  void* comm_;
+  int (*rank_)(void*);
+  int (*size_)(void*);
+  Status (*barrier_)(void*);
+  Result<std::vector<std::string>> (*gather_)(void*, std::string, int);
+  Status (*broadcast_)(void*, std::string&, int);
+};
+
+}  // namespace ckpt

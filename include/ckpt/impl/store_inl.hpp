@@ -1,0 +1,642 @@
+// ckpt: definitions for store.hpp (spec/JOURNAL.md 5 commit protocol, 7 manifest, 10 retention).
+#pragma once
+
+#include <algorithm>
+#include <set>
+
+namespace ckpt {
+
+// --- StepReader -----------------------------------------------------------------------------------
+
+template <class Fs>
+Result<std::unique_ptr<StepReader<Fs>>> StepReader<Fs>::open(Fs& fs, const std::string& store_path, const StepInfo& info,
+                                                             const Uuid& store_uuid) {
+  const std::string where = store_path + ": step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ")";
+  const std::string dir = join_path(store_path, info.dir);
+  const std::string manifest_path = join_path(dir, std::string(journal::kManifestName));
+  // The size comes from a COMMIT record: bound it before allocating (spec 9).
+  if (info.manifest_size > manifest::kMaxSize)
+    return make_error(Code::corrupt, where + ": COMMIT names a manifest of " + std::to_string(info.manifest_size) +
+                                         " bytes, over the 256 MiB limit");
+  auto file = fs.open(manifest_path, OpenMode::read);
+  if (!file.ok()) return file.status().with_context(where + ": cannot open its MANIFEST");
+  ScopedFile<Fs> scoped(fs, *file);
+  auto size = fs.file_size(scoped.get());
+  if (!size.ok()) return size.status().with_context(manifest_path);
+  if (*size != info.manifest_size)
+    return make_error(*size < info.manifest_size ? Code::incomplete : Code::corrupt,
+                      manifest_path + ": " + std::to_string(*size) + " bytes, its COMMIT record says " +
+                          std::to_string(info.manifest_size));
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(info.manifest_size));
+  CKPT_TRY(read_exact(fs, scoped.get(), manifest_path, bytes.data(), bytes.size(), 0));
+  const std::uint64_t digest = manifest_digest(bytes.data(), bytes.size());
+  if (digest != info.manifest_digest)
+    return make_error(Code::corrupt, manifest_path + ": digest expected " + hex64(info.manifest_digest) +
+                                         " (from its COMMIT record), found " + hex64(digest));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, decode_manifest(bytes.data(), bytes.size(), manifest_path));
+  if (m.txn != info.txn || m.step != info.step || m.world_size != info.world_size)
+    return make_error(Code::corrupt, manifest_path + ": says txn " + std::to_string(m.txn) + " step " + std::to_string(m.step) +
+                                         " world " + std::to_string(m.world_size) + ", the journal says txn " +
+                                         std::to_string(info.txn) + " step " + std::to_string(info.step) + " world " +
+                                         std::to_string(info.world_size));
+  if (m.store_uuid != store_uuid)
+    return make_error(Code::corrupt, manifest_path + ": store uuid " + uuid_string(m.store_uuid) +
+                                         " is not this store's " + uuid_string(store_uuid));
+  bool same_files = m.shards.size() == info.files.size();
+  for (std::size_t i = 0; same_files && i < m.shards.size(); ++i)
+    same_files = m.shards[i].rank == info.files[i].rank && m.shards[i].name == info.files[i].name;
+  if (!same_files)
+    return make_error(Code::corrupt, manifest_path + ": its shard list differs from the files BEGIN named");
+
+  std::unique_ptr<StepReader> reader(new StepReader(info));
+  for (const auto& s : m.shards) {
+    const std::string shard_path = join_path(dir, s.name);
+    auto shard = ShardReader<Fs>::open(fs, shard_path);
+    if (!shard.ok()) return shard.status().with_context(where);
+    const auto& r = **shard;
+    if (r.file_size() != s.file_size)
+      return make_error(r.file_size() < s.file_size ? Code::incomplete : Code::corrupt,
+                        shard_path + ": " + std::to_string(r.file_size()) + " bytes, the manifest says " + std::to_string(s.file_size));
+    if (r.footer().uuid != s.uuid)
+      return make_error(Code::corrupt, shard_path + ": uuid " + uuid_string(r.footer().uuid) + ", the manifest says " + uuid_string(s.uuid));
+    // The index digest covers every chunk digest, so this pins every byte cheaply (spec 7.5).
+    if (r.footer().index_digest != s.index_digest)
+      return make_error(Code::corrupt, shard_path + ": index digest " + hex64(r.footer().index_digest) +
+                                           ", the manifest says " + hex64(s.index_digest));
+    reader->shards_.push_back(std::move(shard).value());
+  }
+  reader->manifest_ = std::move(m);
+  return reader;
+}
+
+template <class Fs>
+std::vector<std::string> StepReader<Fs>::tensor_names() const {
+  std::set<std::string> names;
+  for (const auto& s : shards_)
+    for (const auto& t : s->index().tensors) names.insert(t.name);
+  return std::vector<std::string>(names.begin(), names.end());
+}
+
+template <class Fs>
+const TensorRecord* StepReader<Fs>::find_tensor(std::string_view name) const {
+  for (const auto& s : shards_)
+    if (const TensorRecord* t = s->index().find_tensor(name)) return t;
+  return nullptr;
+}
+
+template <class Fs>
+Status StepReader<Fs>::read_tensor(std::string_view name, void* dst, std::size_t dst_size, Verify verify) {
+  const TensorRecord* t = find_tensor(name);
+  if (t == nullptr)
+    return make_error(Code::not_found, "step " + std::to_string(info_.step) + ": no tensor '" + std::string(name) + "'");
+  const Shape shape = t->shape;
+  return read_slice(name, Shape(shape.size(), 0), shape, dst, dst_size, verify);
+}
+
+template <class Fs>
+Status StepReader<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+                                  std::size_t dst_size, Verify verify) {
+  const TensorRecord* first = find_tensor(name);
+  if (first == nullptr)
+    return make_error(Code::not_found, "step " + std::to_string(info_.step) + ": no tensor '" + std::string(name) + "'");
+  if (offsets.size() != first->shape.size() || shape.size() != first->shape.size())
+    return make_error(Code::invalid_argument, "tensor '" + first->name + "': slice rank " + std::to_string(shape.size()) +
+                                                  ", tensor rank " + std::to_string(first->shape.size()));
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (offsets[d] > first->shape[d] || shape[d] > first->shape[d] - offsets[d])
+      return make_error(Code::invalid_argument, "tensor '" + first->name + "': slice at " + shape_string(offsets) +
+                                                    " of shape " + shape_string(shape) + " exceeds " + shape_string(first->shape));
+  std::uint64_t bytes = 0, elements = 0;
+  (void)shape_bytes(shape, first->dtype, bytes);
+  (void)shape_elements(shape, elements);
+  if (bytes != dst_size)
+    return make_error(Code::invalid_argument, "tensor '" + first->name + "': slice is " + std::to_string(bytes) +
+                                                  " bytes, buffer is " + std::to_string(dst_size));
+  std::uint64_t copied = 0;
+  for (const auto& s : shards_) {
+    const TensorRecord* t = s->index().find_tensor(name);
+    if (t == nullptr) continue;
+    if (t->dtype != first->dtype || t->shape != first->shape)
+      return make_error(Code::corrupt, s->path() + ": tensor '" + t->name + "' is " + shape_string(t->shape) +
+                                           " here but " + shape_string(first->shape) + " in another shard of the step");
+    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->read_slice_partial(*t, offsets, shape, dst, verify));
+    copied += n;
+  }
+  if (copied != elements)
+    return make_error(Code::corrupt, "step " + std::to_string(info_.step) + ": tensor '" + first->name + "': its shards hold " +
+                                         std::to_string(copied) + " of the " + std::to_string(elements) + " requested elements");
+  return Status();
+}
+
+inline bool StepVerifyReport::ok() const noexcept {
+  if (!problems.empty()) return false;
+  for (const auto& s : shards)
+    if (!s.ok()) return false;
+  return true;
+}
+
+// --- Transaction ----------------------------------------------------------------------------------
+
+template <class Fs>
+Transaction<Fs>::Transaction(Store<Fs>* store, CommRef comm, std::uint64_t txn, std::uint64_t step, std::string dir_path,
+                             std::string shard_name, std::unique_ptr<ShardWriter<Fs>> writer)
+    : store_(store), comm_(comm), txn_(txn), step_(step), dir_path_(std::move(dir_path)),
+      shard_name_(std::move(shard_name)), writer_(std::move(writer)) {
+  state_.step = step;
+}
+
+template <class Fs>
+Transaction<Fs>::~Transaction() {
+  if (active()) abort().ignore_error();  // not committed: abandoned; recovery finishes what this cannot
+}
+
+template <class Fs>
+Status Transaction<Fs>::check_active() const {
+  if (store_ == nullptr) return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + ": its store is closed");
+  if (finished_)
+    return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + " for step " + std::to_string(step_) +
+                                                  " is already committed or abandoned");
+  return Status();
+}
+
+template <class Fs>
+Status Transaction<Fs>::fail(const Status& s) {
+  writer_.reset();  // closes and unlinks an unfinished shard file
+  Status removed = store_->abandon(txn_, AbortReason::writer_error);
+  finished_ = true;
+  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
+  std::string msg = "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) +
+                    ") abandoned, the previous step is untouched";
+  if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
+  return s.with_context(msg);
+}
+
+template <class Fs>
+Status Transaction<Fs>::add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data, std::size_t size) {
+  CKPT_TRY(check_active());
+  Status s = writer_->add_tensor(name, dtype, shape, data, size);
+  // An I/O error leaves the shard unusable: abandon now (spec 5.5). Caller mistakes leave it open.
+  if (s.code() == Code::io) return fail(s);
+  return s;
+}
+
+template <class Fs>
+Status Transaction<Fs>::add_optimizer_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+                                             std::size_t size) {
+  CKPT_TRY(add_tensor(name, dtype, shape, data, size));
+  state_.optimizer_tensors.emplace_back(name);
+  return Status();
+}
+
+template <class Fs>
+Status Transaction<Fs>::begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
+                                    const Shape& local_shape) {
+  CKPT_TRY(check_active());
+  Status s = writer_->begin_piece(name, dtype, global_shape, offsets, local_shape);
+  if (s.code() == Code::io) return fail(s);
+  return s;
+}
+
+template <class Fs>
+Status Transaction<Fs>::write(const void* data, std::size_t size) {
+  CKPT_TRY(check_active());
+  Status s = writer_->write(data, size);
+  if (s.code() == Code::io) return fail(s);
+  return s;
+}
+
+template <class Fs>
+Status Transaction<Fs>::end_piece() {
+  CKPT_TRY(check_active());
+  Status s = writer_->end_piece();
+  if (s.code() == Code::io) return fail(s);
+  return s;
+}
+
+template <class Fs>
+Status Transaction<Fs>::abort() {
+  CKPT_TRY(check_active());
+  writer_.reset();
+  Status s = store_->abandon(txn_, AbortReason::user);
+  finished_ = true;
+  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
+  return s;
+}
+
+template <class Fs>
+Result<CommitResult> Transaction<Fs>::commit() {
+  CKPT_TRY(check_active());
+  Fs& fs = store_->fs_;
+  state_.step = step_;
+  // What the caller can still fix is checked before anything becomes final.
+  CKPT_TRY(check_training_state(state_));
+
+  // 1. Finish the shard: data, index, footer, fsync file, fsync step directory (spec 5.3 step 3).
+  auto summary = writer_->finish();
+  if (!summary.ok()) return fail(summary.status());
+  writer_.reset();
+
+  // 2. The coordinator gathers every rank's shard entry (spec 8).
+  Encoder mine;
+  encode_manifest_shard(mine, manifest_shard(static_cast<std::uint32_t>(comm_.rank()), shard_name_, *summary));
+  auto gathered = comm_.gather(std::move(mine.str()), 0);
+  if (!gathered.ok()) return fail(gathered.status());
+  Manifest m;
+  m.txn = txn_;
+  m.step = step_;
+  m.world_size = static_cast<std::uint32_t>(comm_.size());
+  m.store_uuid = store_->uuid_;
+  m.state = state_;
+  for (std::size_t r = 0; r < gathered->size(); ++r) {
+    const std::string& bytes = (*gathered)[r];
+    Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+    ManifestShard s;
+    Status decoded = decode_manifest_shard(in, s, "rank " + std::to_string(r) + " shard entry");
+    if (decoded.ok() && (in.remaining() != 0 || s.rank != r || s.name != shard_file_name(s.rank, m.world_size)))
+      decoded = make_error(Code::corrupt, "rank " + std::to_string(r) + " sent an entry for rank " + std::to_string(s.rank) +
+                                              " file '" + s.name + "'");
+    if (!decoded.ok()) return fail(decoded);
+    m.shards.push_back(std::move(s));
+  }
+  Status valid = check_manifest(m);
+  if (!valid.ok()) return fail(valid);
+
+  // 3. MANIFEST under its final name (the journal names it, no rename), fsynced (spec 5.3 step 4).
+  const std::string bytes = encode_manifest(m);
+  const std::string manifest_path = join_path(dir_path_, std::string(journal::kManifestName));
+  {
+    auto file = fs.open(manifest_path, OpenMode::create_new);
+    if (!file.ok()) return fail(file.status().with_context(manifest_path));
+    ScopedFile<Fs> scoped(fs, *file);
+    Status s = fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0);
+    if (s.ok()) s = fs.sync(scoped.get());
+    if (s.ok()) s = scoped.close();
+    if (!s.ok()) return fail(s.with_context(manifest_path));
+  }
+  // 4. fsync the step directory: the MANIFEST entry must be durable before COMMIT refers to it (R3).
+  {
+    Status s = fs.sync_dir(dir_path_);
+    if (!s.ok()) return fail(s.with_context(dir_path_));
+  }
+
+  // 5. COMMIT + fdatasync: the step exists once this returns (spec 5.3 step 6).
+  CommitRecord c{txn_, step_, bytes.size(), manifest_digest(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size())};
+  Status s = store_->journal_->append_group({commit_record(c)});
+  finished_ = true;
+  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
+  if (!s.ok()) {
+    // The COMMIT may or may not be on disk: removing files now could break a committed step. Leave
+    // everything for the recovery of the next writable open to decide (spec 5.4).
+    return s.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) +
+                          "): the COMMIT record could not be made durable, so it may or may not have committed; "
+                          "the store refuses writes until it is reopened, and its recovery decides");
+  }
+  TxnInfo* t = store_->find_txn(txn_);
+  t->state = TxnState::committed;
+  t->commit = c;
+  t->end_offset = store_->journal_->last_offsets().front();
+  CommitResult result;
+  result.step = store_->step_info(*t);
+  if (store_->options_.retention.enabled()) {
+    auto retired = store_->apply_retention(store_->options_.retention);
+    if (retired.ok()) result.retired = std::move(retired).value();
+    else result.retention = retired.status();
+  }
+  return result;
+}
+
+// --- Store ----------------------------------------------------------------------------------------
+
+template <class Fs>
+Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Access access, StoreOptions options) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options));
+  CKPT_TRY(access == Access::read_only ? store->open_read_only() : store->open_writable());
+  return store;
+}
+
+template <class Fs>
+Store<Fs>::~Store() {
+  if (open_txn_ != nullptr) open_txn_->abort().ignore_error();  // a transaction cannot outlive its store
+  journal_.reset();
+  if (lock_.valid()) fs_.close(lock_).ignore_error();  // releases the writer lock
+}
+
+template <class Fs>
+void Store<Fs>::adopt(RecoveryReport report) {
+  txns_ = report.transactions;
+  by_txn_.clear();
+  for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.emplace(txns_[i].txn, i);
+  next_txn_ = std::max(next_txn_, report.next_txn);
+  uuid_ = report.journal.header.store_uuid;
+  report_ = std::move(report);
+}
+
+template <class Fs>
+Status Store<Fs>::open_read_only() {
+  // Reads only: no lock, no recovery; an open transaction or a torn tail is simply not a step (spec 6.5).
+  CKPT_ASSIGN_OR_RETURN(RecoveryReport report, check_store(fs_, path_));
+  if (report.corrupt() && !options_.allow_corrupt_journal) return report.corruption_status();
+  adopt(std::move(report));
+  return Status();
+}
+
+template <class Fs>
+Status Store<Fs>::open_writable() {
+  auto info = fs_.stat(path_);
+  if (!info.ok()) {
+    if (info.status().code() != Code::not_found || !options_.create_if_missing) return info.status().with_context("store");
+    Status s = fs_.mkdir(path_);
+    if (!s.ok() && s.code() != Code::conflict) return s;
+    // The new directory's entry must be durable before anything inside it matters (R3).
+    CKPT_TRY(fs_.sync_dir(parent_path(path_)));
+  } else if (!info->is_dir) {
+    return make_error(Code::invalid_argument, path_ + ": not a directory");
+  }
+  auto lock = fs_.lock(join_path(path_, std::string(journal::kLockName)));
+  if (!lock.ok()) {
+    if (lock.status().code() == Code::conflict)
+      return make_error(Code::conflict, path_ + ": another writer has this store open (LOCK is held); open it read-only to read");
+    return lock.status();
+  }
+  lock_ = *lock;
+
+  const std::string journal_path = join_path(path_, std::string(journal::kJournalName));
+  auto journal_info = fs_.stat(journal_path);
+  if (!journal_info.ok()) {
+    if (journal_info.status().code() != Code::not_found) return journal_info.status();
+    if (!options_.create_if_missing)
+      return make_error(Code::not_found, path_ + ": not a ckpt store (no JOURNAL); pass create_if_missing to make one");
+    // Only an empty directory (or one left by an interrupted creation) becomes a store.
+    CKPT_ASSIGN_OR_RETURN(auto entries, fs_.list_dir(path_));
+    for (const auto& e : entries)
+      if (e != journal::kLockName && e.rfind(std::string(journal::kJournalName) + ".tmp-", 0) != 0)
+        return make_error(Code::conflict, path_ + ": holds '" + e + "' but no JOURNAL; refusing to make a store over other files");
+    JournalHeader header;
+    header.store_uuid = random_uuid();
+    CKPT_TRY(JournalWriter<Fs>::create(fs_, journal_path, header));
+  }
+
+  auto file = fs_.open(journal_path, OpenMode::read_write);
+  if (!file.ok()) return file.status();
+  auto report = detail::scan_and_plan(fs_, path_, *file);
+  journal_.emplace(fs_, journal_path, *file, report.ok() ? report->journal.end : 0);  // owns the handle now
+  if (!report.ok()) return report.status();
+  if (report->corrupt()) return report->corruption_status();
+  CKPT_TRY(detail::apply_recovery(fs_, *journal_, *report));
+  adopt(std::move(report).value());
+  return Status();
+}
+
+template <class Fs>
+Status Store<Fs>::refresh() {
+  if (access_ == Access::read_write) return Status();
+  CKPT_ASSIGN_OR_RETURN(RecoveryReport report, check_store(fs_, path_));
+  if (report.corrupt() && !options_.allow_corrupt_journal) return report.corruption_status();
+  adopt(std::move(report));
+  return Status();
+}
+
+template <class Fs>
+TxnInfo* Store<Fs>::find_txn(std::uint64_t txn) {
+  const auto it = by_txn_.find(txn);
+  return it == by_txn_.end() ? nullptr : &txns_[it->second];
+}
+
+template <class Fs>
+StepInfo Store<Fs>::step_info(const TxnInfo& t) const {
+  StepInfo s;
+  s.step = t.step;
+  s.txn = t.txn;
+  s.world_size = t.world_size;
+  s.dir = t.dir();
+  s.files = t.files;
+  s.manifest_size = t.commit.manifest_size;
+  s.manifest_digest = t.commit.manifest_digest;
+  s.commit_offset = t.end_offset;
+  return s;
+}
+
+template <class Fs>
+std::vector<StepInfo> Store<Fs>::steps() const {
+  std::vector<StepInfo> out;
+  for (const auto& t : txns_)
+    if (t.state == TxnState::committed) out.push_back(step_info(t));
+  return out;
+}
+
+template <class Fs>
+std::optional<StepInfo> Store<Fs>::latest() const {
+  for (auto it = txns_.rbegin(); it != txns_.rend(); ++it)
+    if (it->state == TxnState::committed) return step_info(*it);
+  return std::nullopt;
+}
+
+template <class Fs>
+Result<StepInfo> Store<Fs>::find(std::uint64_t step) const {
+  for (auto it = txns_.rbegin(); it != txns_.rend(); ++it)
+    if (it->state == TxnState::committed && it->step == step) return step_info(*it);
+  return make_error(Code::not_found, path_ + ": no committed step " + std::to_string(step));
+}
+
+template <class Fs>
+Result<std::unique_ptr<StepReader<Fs>>> Store<Fs>::open_step(const StepInfo& info) {
+  return StepReader<Fs>::open(fs_, path_, info, uuid_);
+}
+
+template <class Fs>
+Result<std::unique_ptr<StepReader<Fs>>> Store<Fs>::open_step(std::uint64_t step) {
+  CKPT_ASSIGN_OR_RETURN(StepInfo info, find(step));
+  return open_step(info);
+}
+
+template <class Fs>
+Result<std::unique_ptr<StepReader<Fs>>> Store<Fs>::open_latest() {
+  auto info = latest();
+  if (!info) return make_error(Code::not_found, path_ + ": no committed step");
+  return open_step(*info);
+}
+
+template <class Fs>
+Result<StepVerifyReport> Store<Fs>::verify_step(std::uint64_t step, const VerifyOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(StepInfo info, find(step));
+  StepVerifyReport report;
+  report.step = info;
+  auto reader = StepReader<Fs>::open(fs_, path_, info, uuid_);
+  if (!reader.ok()) report.problems.push_back(reader.status().to_string());
+  for (const auto& f : info.files) {
+    const std::string file_path = join_path(join_path(path_, info.dir), f.name);
+    auto v = verify_file(fs_, file_path, options);
+    if (!v.ok()) report.problems.push_back(v.status().to_string());
+    else report.shards.push_back(std::move(v).value());
+  }
+  return report;
+}
+
+template <class Fs>
+Status Store<Fs>::check_writable() const {
+  if (access_ != Access::read_write) return make_error(Code::invalid_argument, path_ + ": store is open read-only");
+  if (journal_->failed())
+    return journal_->failure().with_context(path_ + ": the journal failed earlier; reopen the store so its recovery decides what is durable");
+  return Status();
+}
+
+template <class Fs>
+Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step) {
+  static LocalComm local;  // stateless
+  return begin_with(step, CommRef(local));
+}
+
+template <class Fs>
+template <class Comm>
+Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step, Comm& comm) {
+  return begin_with(step, CommRef(comm));
+}
+
+template <class Fs>
+Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_with(std::uint64_t step, CommRef comm) {
+  CKPT_TRY(check_writable());
+  if (open_txn_ != nullptr)
+    return make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
+                                          std::to_string(open_txn_->step()) + " is still open");
+  const int world = comm.size();
+  if (world != 1 || comm.rank() != 0)
+    return make_error(Code::unsupported, path_ + ": a save across " + std::to_string(world) +
+                                             " ranks needs the multi-rank protocol, which this build does not have yet (spec 8)");
+  // The id is spent even if BEGIN fails: ids are never reused (spec 5.6).
+  const std::uint64_t txn = next_txn_++;
+  BeginRecord b;
+  b.txn = txn;
+  b.step = step;
+  b.world_size = static_cast<std::uint32_t>(world);
+  for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
+  CKPT_ASSIGN_OR_RETURN(PendingRecord record, begin_record(b));
+  // 1. BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
+  CKPT_TRY(journal_->append_group({record}));
+  TxnInfo t;
+  t.txn = txn;
+  t.step = step;
+  t.world_size = b.world_size;
+  t.files = b.files;
+  t.begin_offset = journal_->last_offsets().front();
+  by_txn_.emplace(txn, txns_.size());
+  txns_.push_back(t);
+
+  // 2. The step directory, durable in the store directory before anything is written inside it.
+  const std::string dir_path = join_path(path_, t.dir());
+  const std::string shard_name = b.files[static_cast<std::size_t>(comm.rank())].name;
+  std::unique_ptr<ShardWriter<Fs>> writer;
+  Status s = fs_.mkdir(dir_path);
+  if (s.ok()) s = fs_.sync_dir(path_);
+  if (s.ok()) {
+    WriterOptions wo;
+    wo.alignment_log2 = options_.alignment_log2;
+    wo.chunk_size_log2 = options_.chunk_size_log2;
+    wo.buffer_size = options_.buffer_size;
+    wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
+    wo.durable = true;
+    auto w = ShardWriter<Fs>::create(fs_, join_path(dir_path, shard_name), wo);
+    if (w.ok()) writer = std::move(w).value();
+    else s = w.status();
+  }
+  if (!s.ok()) {
+    Status removed = abandon(txn, AbortReason::writer_error);
+    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(txn) + ") abandoned";
+    if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
+    return s.with_context(msg);
+  }
+  std::unique_ptr<Transaction<Fs>> tx(
+      new Transaction<Fs>(this, comm, txn, step, dir_path, shard_name, std::move(writer)));
+  open_txn_ = tx.get();
+  return tx;
+}
+
+template <class Fs>
+Status Store<Fs>::remove_txn_files(const TxnInfo& t) {
+  std::vector<RecoveryAction> actions;
+  std::vector<std::string> notes;
+  detail::plan_removal(fs_, path_, t, actions, notes);
+  if (actions.empty()) return Status();
+  RecoveryAction sync;
+  sync.kind = RecoveryActionKind::sync_dir;
+  sync.path = path_;
+  actions.push_back(sync);
+  detail::run_removals(fs_, actions, 0);
+  std::string errors;
+  for (const auto& a : actions)
+    if (!a.error.empty()) errors += (errors.empty() ? "" : "; ") + a.describe();
+  for (const auto& n : notes) errors += (errors.empty() ? "" : "; ") + n;
+  if (errors.empty()) return Status();
+  return make_error(Code::io, errors + " (the next writable open retries)");
+}
+
+template <class Fs>
+Status Store<Fs>::abandon(std::uint64_t txn, AbortReason reason) {
+  TxnInfo* t = find_txn(txn);
+  if (t == nullptr) return make_error(Code::invalid_argument, "no transaction " + std::to_string(txn));
+  Status result;
+  if (!journal_->failed()) {
+    Status s = journal_->append_group({abort_record(AbortRecord{txn, t->step, reason})});
+    if (s.ok()) {
+      t->state = TxnState::aborted;
+      t->abort_reason = reason;
+      t->end_offset = journal_->last_offsets().front();
+    } else {
+      result = s;
+    }
+  }
+  // No COMMIT was written for this transaction, so removing its files cannot break a step (spec 5.5).
+  Status removed = remove_txn_files(*t);
+  return result.ok() ? removed : result;
+}
+
+template <class Fs>
+Status Store<Fs>::retire_txns(const std::vector<std::uint64_t>& txns) {
+  std::vector<PendingRecord> records;
+  for (const auto id : txns) records.push_back(retire_record(RetireRecord{id, find_txn(id)->step}));
+  // RETIRE is durable before any file goes: a crash mid-removal leaves a retired step, never a broken live one (R8).
+  CKPT_TRY(journal_->append_group(records));
+  Status result;
+  for (std::size_t k = 0; k < txns.size(); ++k) {
+    TxnInfo* t = find_txn(txns[k]);
+    t->state = TxnState::retired;
+    t->retire_offset = journal_->last_offsets()[k];
+  }
+  for (const auto id : txns) {
+    Status s = remove_txn_files(*find_txn(id));
+    if (result.ok() && !s.ok()) result = s;
+  }
+  return result;
+}
+
+template <class Fs>
+Status Store<Fs>::retire(std::uint64_t step) {
+  CKPT_TRY(check_writable());
+  std::vector<std::uint64_t> victims;
+  for (const auto& t : txns_)
+    if (t.state == TxnState::committed && t.step == step) victims.push_back(t.txn);
+  if (victims.empty()) return make_error(Code::not_found, path_ + ": no committed step " + std::to_string(step));
+  return retire_txns(victims);
+}
+
+template <class Fs>
+Result<std::vector<StepInfo>> Store<Fs>::apply_retention(const RetentionPolicy& policy) {
+  CKPT_TRY(check_writable());
+  std::vector<StepInfo> retired;
+  if (!policy.enabled()) return retired;
+  const std::vector<StepInfo> live = steps();
+  std::vector<std::uint64_t> victims;
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const bool recent = live.size() - i <= policy.keep_last;
+    const bool milestone = policy.keep_every != 0 && live[i].step % policy.keep_every == 0;
+    if (!recent && !milestone) {
+      victims.push_back(live[i].txn);
+      retired.push_back(live[i]);
+    }
+  }
+  if (victims.empty()) return retired;
+  CKPT_TRY(retire_txns(victims));
+  return retired;
+}
+
+}  // namespace ckpt

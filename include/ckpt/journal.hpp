@@ -1,0 +1,247 @@
+// ckpt: the store's write-ahead journal (spec/JOURNAL.md): append-only framed records, written in
+// sync groups that each start on a fresh 4 KiB page, so no page that was ever synced is rewritten.
+//
+//   record = [u32 payload length][u16 type][u16 flags][payload][u64 XXH3-64, seed = record offset]
+//
+// This header holds the on-disk constants, the record codecs, the scanner that finds the end of the
+// log (a torn tail is end of log; damage followed by valid records is reported, never skipped) and
+// the writer that appends one durable group at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "coding.hpp"
+#include "error.hpp"
+#include "hash.hpp"
+#include "index.hpp"
+#include "io/fs.hpp"
+#include "io/posix_fs.hpp"
+
+namespace ckpt {
+
+namespace journal {
+
+// --- Store layout (spec/JOURNAL.md 2).
+inline constexpr std::string_view kJournalName = "JOURNAL";
+inline constexpr std::string_view kLockName = "LOCK";
+inline constexpr std::string_view kManifestName = "MANIFEST";
+inline constexpr std::string_view kStepDirPrefix = "step-";  // step-<step>-<txn>, decimal, no leading zeros
+
+// --- Framing (spec/JOURNAL.md 3).
+inline constexpr std::uint64_t kPageSize = 4096;
+inline constexpr std::uint32_t kPageSizeLog2 = 12;
+static_assert(std::uint64_t{1} << kPageSizeLog2 == kPageSize, "page size");
+inline constexpr std::size_t kFrameHeaderSize = 8;
+inline constexpr std::size_t kFrameDigestSize = 8;
+inline constexpr std::size_t kFrameOverhead = kFrameHeaderSize + kFrameDigestSize;
+namespace fr {
+inline constexpr std::size_t kLength = 0;   // u32, payload bytes
+inline constexpr std::size_t kType = 4;     // u16
+inline constexpr std::size_t kFlags = 6;    // u16
+inline constexpr std::size_t kPayload = 8;  // payload, then the u64 digest of [0, 8 + length)
+}  // namespace fr
+static_assert(fr::kPayload == kFrameHeaderSize, "payload follows the frame header");
+
+inline constexpr std::uint16_t kFlagFirst = 0x0001;  // first record of a sync group; starts on a page boundary
+inline constexpr std::uint16_t kFlagLast = 0x0002;   // last record of a sync group; ends on a page boundary
+inline constexpr std::uint16_t kKnownFlags = kFlagFirst | kFlagLast;
+// Types with this bit set may be skipped by a reader that does not know them; others must be understood.
+inline constexpr std::uint16_t kIgnorableType = 0x8000;
+
+enum class RecordType : std::uint16_t {
+  header = 1,  // first record of the log, at offset 0
+  pad = 2,     // zeros up to the next page boundary; ends a group
+  begin = 3,   // a transaction starts and names every file it may create
+  commit = 4,  // the transaction's step exists; carries the manifest digest
+  abort = 5,   // the transaction is abandoned; its files may be removed
+  retire = 6,  // a committed step leaves the store; its files may be removed
+};
+[[nodiscard]] const char* record_type_name(std::uint16_t type) noexcept;
+
+// --- Payloads (spec/JOURNAL.md 4). Fixed parts; every reserved field must be zero.
+inline constexpr unsigned char kMagic[8] = {'C', 'K', 'P', 'T', 'J', 'R', 'N', 'L'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::size_t kHeaderPayloadSize = 40;  // magic 8, version u32, page_size_log2 u32, store uuid 16, reserved 8
+inline constexpr std::size_t kBeginFixedSize = 24;     // txn u64, step u64, world_size u32, file_count u32
+inline constexpr std::size_t kBeginFileFixedSize = 8;  // rank u32, name_length u16, reserved u16, then the name
+inline constexpr std::size_t kCommitPayloadSize = 32;  // txn u64, step u64, manifest_size u64, manifest_digest u64
+inline constexpr std::size_t kAbortPayloadSize = 24;   // txn u64, step u64, reason u32, reserved u32
+inline constexpr std::size_t kRetirePayloadSize = 16;  // txn u64, step u64
+
+// --- Decoder limits (spec/JOURNAL.md 9): checked before anything is allocated.
+inline constexpr std::uint32_t kMaxPayload = std::uint32_t{64} << 20;
+inline constexpr std::uint32_t kMaxWorldSize = std::uint32_t{1} << 20;
+inline constexpr std::uint32_t kMaxFilesPerTxn = std::uint32_t{1} << 20;
+inline constexpr std::size_t kMaxFileName = 255;
+
+}  // namespace journal
+
+enum class AbortReason : std::uint32_t {
+  writer_error = 1,  // an I/O error (EIO, ENOSPC, a failed fsync) stopped the save
+  user = 2,          // the caller abandoned the transaction
+  recovery = 3,      // a writable open found BEGIN without COMMIT or ABORT
+};
+[[nodiscard]] const char* abort_reason_name(AbortReason r) noexcept;
+
+struct JournalHeader {
+  Uuid store_uuid{};
+};
+// A file a transaction may create inside its step directory, and the rank that writes it.
+struct TxnFile {
+  std::uint32_t rank = 0;
+  std::string name;
+  bool operator==(const TxnFile& o) const { return rank == o.rank && name == o.name; }
+};
+struct BeginRecord {
+  std::uint64_t txn = 0, step = 0;
+  std::uint32_t world_size = 1;
+  std::vector<TxnFile> files;  // shard files; MANIFEST is implied (spec/JOURNAL.md 4.3)
+};
+struct CommitRecord {
+  std::uint64_t txn = 0, step = 0;
+  std::uint64_t manifest_size = 0, manifest_digest = 0;
+};
+struct AbortRecord {
+  std::uint64_t txn = 0, step = 0;
+  AbortReason reason = AbortReason::user;
+};
+struct RetireRecord {
+  std::uint64_t txn = 0, step = 0;
+};
+
+// One decoded record and where it sits in the file.
+struct JournalRecord {
+  std::uint64_t offset = 0;  // of its frame header
+  std::uint64_t size = 0;    // framed bytes: header + payload + digest
+  std::uint16_t type = 0;
+  std::uint16_t flags = 0;
+  // monostate: pad or an ignorable type.
+  std::variant<std::monostate, JournalHeader, BeginRecord, CommitRecord, AbortRecord, RetireRecord> body;
+
+  [[nodiscard]] std::uint64_t end() const noexcept { return offset + size; }
+  [[nodiscard]] std::uint64_t txn() const noexcept;  // 0 for header and pad
+  [[nodiscard]] std::string describe() const;        // "COMMIT txn 7 step 300 at offset 12288"
+};
+
+// A record waiting to be framed into a group.
+struct PendingRecord {
+  std::uint16_t type = 0;
+  std::string payload;
+};
+
+// --- Names (spec/JOURNAL.md 2.2). Every name read from the journal or a manifest goes through these.
+// A file name inside a step directory: 1-255 bytes of [A-Za-z0-9._-], not starting with '.', not MANIFEST.
+[[nodiscard]] Status check_file_name(std::string_view name);
+[[nodiscard]] std::string step_dir_name(std::uint64_t step, std::uint64_t txn);
+// Parses "step-<step>-<txn>" exactly as step_dir_name writes it; false for anything else.
+[[nodiscard]] bool parse_step_dir_name(std::string_view name, std::uint64_t& step, std::uint64_t& txn) noexcept;
+// The shard file of one rank: "shard-<rank>-of-<world>.ckpt", both at least 5 digits.
+[[nodiscard]] std::string shard_file_name(std::uint32_t rank, std::uint32_t world_size);
+
+// --- Payload codecs. Decoders take untrusted bytes and check every field.
+[[nodiscard]] PendingRecord header_record(const JournalHeader& h);
+[[nodiscard]] Result<PendingRecord> begin_record(const BeginRecord& b);  // checks names and limits
+[[nodiscard]] PendingRecord commit_record(const CommitRecord& c);
+[[nodiscard]] PendingRecord abort_record(const AbortRecord& a);
+[[nodiscard]] PendingRecord retire_record(const RetireRecord& r);
+// Decodes a digest-valid record's payload; Code::corrupt names the field, Code::version an unknown type.
+[[nodiscard]] Status decode_payload(JournalRecord& rec, const unsigned char* payload, std::size_t length,
+                                    const std::string& path);
+
+// --- Framing.
+// The digest of a frame whose header starts at `offset` (spec/JOURNAL.md 3.2).
+[[nodiscard]] std::uint64_t frame_digest(const unsigned char* header_and_payload, std::size_t n, std::uint64_t offset) noexcept;
+// Appends one framed record for file offset `offset` to out.
+void frame_record(std::string& out, std::uint16_t type, std::uint16_t flags, std::string_view payload, std::uint64_t offset);
+// Frames records as one sync group starting at page-aligned `offset`: FIRST on the first record, LAST on
+// the last, and a PAD record filling to the next page boundary unless the last record ends exactly on one.
+// Each record's offset is appended to offsets when given. records must not be empty.
+[[nodiscard]] std::string encode_group(const std::vector<PendingRecord>& records, std::uint64_t offset,
+                                       std::vector<std::uint64_t>* offsets = nullptr);
+
+// --- Scanning (spec/JOURNAL.md 6).
+// Bytes the scanner could not accept, with the valid records it found inside them.
+struct JournalDamage {
+  std::uint64_t offset = 0, length = 0;  // [offset, offset + length): from the group start to the next group or EOF
+  std::uint64_t bad_offset = 0;          // the first record that failed
+  std::string reason;                    // what failed there, expected and found
+  std::vector<JournalRecord> unapplied;  // digest-valid records of the damaged group, not applied
+};
+
+struct JournalScan {
+  std::string path;
+  std::uint64_t file_size = 0;
+  std::uint64_t end = 0;  // end of the valid log: a page boundary, where the next group goes
+  bool has_header = false;
+  JournalHeader header;
+  std::vector<JournalRecord> records;  // applied records in log order, pads left out
+  std::optional<JournalDamage> torn_tail;  // end of log: an incomplete last group with nothing valid after it
+  std::vector<JournalDamage> corruption;   // damage followed by valid groups, or a digest-valid record that breaks a rule
+  std::uint64_t groups = 0;                // complete groups applied
+
+  [[nodiscard]] bool corrupt() const noexcept { return !corruption.empty() || !has_header; }
+  // One line per problem, for errors and reports.
+  [[nodiscard]] std::string corruption_summary() const;
+};
+
+// Reads the journal up to its size at the time of the call. Fails only when it cannot be read, or with
+// Code::version for a record this build must understand but does not; damage is reported in the scan.
+template <class Fs>
+[[nodiscard]] Result<JournalScan> scan_journal(Fs& fs, FileHandle file, const std::string& path);
+template <class Fs>
+[[nodiscard]] Result<JournalScan> scan_journal(Fs& fs, const std::string& path);
+// The same over bytes in memory (tests and tools).
+[[nodiscard]] Result<JournalScan> scan_journal_bytes(std::string_view bytes, const std::string& path = "JOURNAL");
+
+// --- Appending (spec/JOURNAL.md 5).
+// Appends whole sync groups at a page boundary and makes each durable with fdatasync before returning.
+// After any write or sync failure the writer refuses every later append: the state of the failed pages
+// is unknown (fsync errors are not retryable), so only a reopen and its recovery may decide it.
+template <class Fs = PosixFs>
+class JournalWriter {
+ public:
+  JournalWriter(Fs& fs, std::string path, FileHandle file, std::uint64_t end) noexcept
+      : fs_(&fs), path_(std::move(path)), file_(file), end_(end) {}
+  JournalWriter(const JournalWriter&) = delete;
+  JournalWriter& operator=(const JournalWriter&) = delete;
+  JournalWriter(JournalWriter&& o) noexcept;
+  JournalWriter& operator=(JournalWriter&& o) noexcept;
+  ~JournalWriter();
+
+  // Opens an existing journal for appending at `end` (a page boundary from scan_journal).
+  [[nodiscard]] static Result<JournalWriter> open(Fs& fs, std::string path, std::uint64_t end);
+  // Creates a journal holding only its header group, durably: temporary name, fsync, rename, fsync dir.
+  [[nodiscard]] static Status create(Fs& fs, const std::string& path, const JournalHeader& header);
+
+  // Cuts a torn tail off at `end` (a page boundary) and fsyncs, so the next group starts there.
+  [[nodiscard]] Status truncate_tail(std::uint64_t end);
+  // Writes one group and fdatasyncs it; the records are durable when this returns ok.
+  [[nodiscard]] Status append_group(const std::vector<PendingRecord>& records);
+  // Offset of each record of the last group appended (for reports).
+  [[nodiscard]] const std::vector<std::uint64_t>& last_offsets() const noexcept { return last_offsets_; }
+
+  [[nodiscard]] std::uint64_t end() const noexcept { return end_; }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] bool failed() const noexcept { return !failure_.ok(); }
+  [[nodiscard]] const Status& failure() const noexcept { return failure_; }
+
+ private:
+  [[nodiscard]] Status fail(const Status& s);
+
+  Fs* fs_;
+  std::string path_;
+  FileHandle file_;
+  std::uint64_t end_ = 0;
+  Status failure_;
+  std::vector<std::uint64_t> last_offsets_;
+};
+
+}  // namespace ckpt
+
+#include "impl/journal_inl.hpp"

@@ -1,0 +1,90 @@
+// ckpt: safetensors interop. Validates a safetensors file as hostile input and converts it to and
+// from a shard file in one streaming pass with bounded memory.
+//
+//   safetensors:  u64 header length (LE) | JSON header | data buffer (tensors tile it exactly)
+//
+// The header is parsed with nlohmann::json; every field, type, offset and size is checked.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+#include "index.hpp"
+#include "io/posix_fs.hpp"
+
+namespace ckpt {
+
+namespace safetensors {
+inline constexpr std::size_t kLengthFieldSize = 8;
+// The reference loader refuses larger headers; so do we, before allocating anything.
+inline constexpr std::uint64_t kMaxHeaderLength = std::uint64_t{100} << 20;
+inline constexpr std::string_view kMetadataKey = "__metadata__";
+}  // namespace safetensors
+
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype = DType::U8;
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;  // data_offsets, relative to the start of the data buffer
+};
+
+struct SafetensorsHeader {
+  std::uint64_t header_length = 0;  // JSON bytes after the length field, padding included
+  std::uint64_t data_offset = 0;    // file offset of the data buffer: 8 + header_length
+  std::uint64_t data_size = 0;      // data buffer bytes, up to the end of the file
+  std::vector<SafetensorsTensor> tensors;  // sorted by data offset (ties: empty tensors first, then name)
+  std::vector<std::pair<std::string, std::string>> metadata;  // __metadata__, sorted by key
+};
+
+// Validates the header text of a file whose data buffer is data_size bytes (path names it in errors).
+[[nodiscard]] Result<SafetensorsHeader> parse_safetensors_json(std::string_view json, std::uint64_t data_size,
+                                                               const std::string& path);
+// Reads and validates the length field and header of an open safetensors file of file_size bytes.
+template <class Fs = PosixFs>
+[[nodiscard]] Result<SafetensorsHeader> parse_safetensors_header(Fs& fs, FileHandle file, std::uint64_t file_size,
+                                                                 const std::string& path);
+template <class Fs = PosixFs>
+[[nodiscard]] Result<SafetensorsHeader> parse_safetensors_header(Fs& fs, const std::string& path);
+
+struct ConvertOptions {
+  // Shard layout for safetensors -> ckpt.
+  std::uint32_t alignment_log2 = format::kDefaultAlignmentLog2;
+  std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;
+  // Bytes moved per read; memory use is a small multiple of this, whatever the input size.
+  std::size_t block_size = std::size_t{8} << 20;
+  // Replace an existing output file (otherwise Code::conflict).
+  bool overwrite = false;
+  // ckpt -> safetensors: write int64/float64/bool/bytes metadata as text instead of refusing.
+  bool stringify_metadata = false;
+  // Called after each block with data bytes done and total.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+};
+
+struct ConvertSummary {
+  std::string output;
+  std::uint64_t tensors = 0;
+  std::uint64_t data_bytes = 0;
+  std::uint64_t metadata = 0;
+  std::uint64_t output_size = 0;
+  std::vector<std::string> warnings;  // one line each, e.g. metadata converted to text
+};
+
+// Streams every tensor, in data-offset order, into a new shard file; __metadata__ becomes string metadata.
+template <class Fs = PosixFs>
+[[nodiscard]] Result<ConvertSummary> safetensors_to_ckpt(Fs& fs, const std::string& in, const std::string& out,
+                                                         const ConvertOptions& options = {});
+// Writes a safetensors file from a shard file, verifying every chunk it reads; tensors must be whole
+// in the file. String metadata goes to __metadata__; other types are refused unless stringified.
+template <class Fs = PosixFs>
+[[nodiscard]] Result<ConvertSummary> ckpt_to_safetensors(Fs& fs, const std::string& in, const std::string& out,
+                                                         const ConvertOptions& options = {});
+
+}  // namespace ckpt
+
+#include "impl/safetensors_inl.hpp"

@@ -1,0 +1,310 @@
+// ckpt: a crash-consistent store of checkpoint steps (spec/JOURNAL.md).
+//
+//   STORE/JOURNAL                   write-ahead log: BEGIN, COMMIT, ABORT, RETIRE records
+//   STORE/LOCK                      held (Fs::lock) by the one writer
+//   STORE/step-<step>-<txn>/        shard files + MANIFEST of one transaction
+//
+// A step exists for readers if and only if its COMMIT record is durable and valid. Opening read-only
+// never writes and never blocks the writer; opening for writing takes the lock and runs recovery.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm.hpp"
+#include "error.hpp"
+#include "io/fs.hpp"
+#include "io/posix_fs.hpp"
+#include "journal.hpp"
+#include "manifest.hpp"
+#include "shard_reader.hpp"
+#include "shard_writer.hpp"
+#include "training_state.hpp"
+#include "verify.hpp"
+
+namespace ckpt {
+
+enum class Access : std::uint8_t { read_only, read_write };
+
+// Which committed steps to keep (spec/JOURNAL.md 10). The most recent commit is always kept.
+struct RetentionPolicy {
+  std::uint64_t keep_last = 0;   // keep the N most recent commits; 0 disables retention
+  std::uint64_t keep_every = 0;  // also keep every step whose number is a multiple of K; 0: none
+  [[nodiscard]] bool enabled() const noexcept { return keep_last > 0; }
+};
+
+struct StoreOptions {
+  bool create_if_missing = false;      // read_write: create the directory and an empty journal
+  bool allow_corrupt_journal = false;  // read_only: open despite mid-log damage and report it
+  RetentionPolicy retention;           // applied after each commit
+  // Shard files (spec/FORMAT.md): alignment and chunk size of what this store writes.
+  std::uint32_t alignment_log2 = format::kDefaultAlignmentLog2;
+  std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;
+  std::size_t buffer_size = std::size_t{4} << 20;
+};
+
+enum class TxnState : std::uint8_t {
+  open,       // BEGIN without COMMIT or ABORT: in progress, or left by a crash
+  committed,  // COMMIT durable: the step exists
+  aborted,    // ABORT durable: its files may be removed
+  retired,    // committed, then RETIRE durable: its files may be removed
+};
+[[nodiscard]] const char* txn_state_name(TxnState s) noexcept;
+
+// Everything the journal says about one transaction.
+struct TxnInfo {
+  std::uint64_t txn = 0, step = 0;
+  std::uint32_t world_size = 1;
+  std::vector<TxnFile> files;  // from BEGIN; MANIFEST is implied
+  TxnState state = TxnState::open;
+  std::uint64_t begin_offset = 0;
+  std::uint64_t end_offset = 0;     // COMMIT or ABORT record
+  std::uint64_t retire_offset = 0;  // RETIRE record
+  CommitRecord commit;              // when committed or retired
+  AbortReason abort_reason = AbortReason::user;
+  [[nodiscard]] std::string dir() const { return step_dir_name(step, txn); }
+};
+
+// A committed, not retired step.
+struct StepInfo {
+  std::uint64_t step = 0, txn = 0;
+  std::uint32_t world_size = 1;
+  std::string dir;             // name of its directory inside the store
+  std::vector<TxnFile> files;  // shard files, from BEGIN
+  std::uint64_t manifest_size = 0, manifest_digest = 0;
+  std::uint64_t commit_offset = 0;
+};
+
+enum class RecoveryActionKind : std::uint8_t {
+  truncate_journal,  // cut the torn tail at offset
+  append_abort,      // write ABORT for a transaction left open
+  remove_file,       // a file named by an aborted or retired transaction
+  remove_dir,        // its step directory, once empty
+  sync_dir,          // make the removals durable
+};
+[[nodiscard]] const char* recovery_action_name(RecoveryActionKind k) noexcept;
+
+struct RecoveryAction {
+  RecoveryActionKind kind = RecoveryActionKind::sync_dir;
+  std::string path;
+  std::uint64_t txn = 0;
+  std::uint64_t offset = 0, length = 0;  // truncate_journal: the torn bytes
+  bool done = false;
+  std::string error;  // set when the action was tried and failed
+  [[nodiscard]] std::string describe() const;
+};
+
+// What recovery found in a store and what it did (or, in a dry run, would do). Deterministic: the same
+// journal bytes and directory contents always give the same report and actions, in the same order.
+struct RecoveryReport {
+  std::string store;
+  JournalScan journal;                       // records, torn tail, corruption
+  std::vector<TxnInfo> transactions;         // every transaction the journal names, by txn id
+  std::vector<std::string> problems;         // valid records that break the protocol: blocks recovery
+  std::vector<std::string> unknown_entries;  // store entries no record explains: reported, never removed
+  std::vector<std::string> notes;            // e.g. files kept because no record names them
+  std::vector<RecoveryAction> actions;       // in execution order
+  std::uint64_t next_txn = 1;                // above every txn id in the journal and in any step-<s>-<t> name
+  bool dry_run = true;
+  bool applied = false;  // actions were carried out
+
+  // Mid-log damage or protocol problems: only ckpt-repair may change such a store.
+  [[nodiscard]] bool corrupt() const noexcept { return journal.corrupt() || !problems.empty(); }
+  // Nothing torn, nothing corrupt, nothing to clean up.
+  [[nodiscard]] bool clean() const noexcept { return !corrupt() && !journal.torn_tail && actions.empty(); }
+  // Code::corrupt naming every problem and telling the user to run ckpt-repair; ok when not corrupt.
+  [[nodiscard]] Status corruption_status() const;
+};
+
+// Reads a store and plans its recovery without writing or locking anything (a dry run).
+template <class Fs>
+[[nodiscard]] Result<RecoveryReport> check_store(Fs& fs, const std::string& path);
+// Takes the writer lock, then plans and (unless dry_run) runs recovery. A corrupt journal is reported,
+// not changed: the report comes back with corrupt() set and applied false.
+template <class Fs>
+[[nodiscard]] Result<RecoveryReport> recover_store(Fs& fs, const std::string& path, bool dry_run);
+
+// A committed step opened for reading: the manifest was checked against its COMMIT digest and every
+// shard's size, UUID and index digest against the manifest. Chunks are verified as reads touch them.
+template <class Fs = PosixFs>
+class StepReader {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<StepReader>> open(Fs& fs, const std::string& store_path, const StepInfo& info,
+                                                                const Uuid& store_uuid);
+  StepReader(const StepReader&) = delete;
+  StepReader& operator=(const StepReader&) = delete;
+
+  [[nodiscard]] const StepInfo& info() const noexcept { return info_; }
+  [[nodiscard]] const Manifest& manifest() const noexcept { return manifest_; }
+  [[nodiscard]] const TrainingState& state() const noexcept { return manifest_.state; }
+  [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
+  [[nodiscard]] ShardReader<Fs>& shard(std::size_t i) { return *shards_[i]; }
+  // Every tensor name of the step, sorted, each once.
+  [[nodiscard]] std::vector<std::string> tensor_names() const;
+  // The tensor's record in the first shard that holds a piece of it; nullptr when none does.
+  [[nodiscard]] const TensorRecord* find_tensor(std::string_view name) const;
+  // Reads a whole tensor, gathering its pieces from every shard file.
+  [[nodiscard]] Status read_tensor(std::string_view name, void* dst, std::size_t dst_size, Verify verify = Verify::touched);
+  [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+                                  std::size_t dst_size, Verify verify = Verify::touched);
+
+ private:
+  StepReader(StepInfo info) : info_(std::move(info)) {}
+  StepInfo info_;
+  Manifest manifest_;
+  std::vector<std::unique_ptr<ShardReader<Fs>>> shards_;
+};
+
+// Full verification of a step: manifest and cross-file checks, then every chunk of every shard.
+struct StepVerifyReport {
+  StepInfo step;
+  std::vector<std::string> problems;  // manifest, missing files, mismatches; one line each
+  std::vector<VerifyReport> shards;   // one per shard file that could be read
+  [[nodiscard]] bool ok() const noexcept;
+};
+
+template <class Fs>
+class Store;
+
+// The outcome of a commit: the new step, and what retention did afterwards.
+struct CommitResult {
+  StepInfo step;
+  std::vector<StepInfo> retired;
+  Status retention;  // a retention failure does not undo the commit; the next writable open finishes it
+};
+
+// One save in progress (spec/JOURNAL.md 5.3). Not committed when destroyed: aborted, its files removed.
+template <class Fs = PosixFs>
+class Transaction {
+ public:
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();
+
+  [[nodiscard]] std::uint64_t txn() const noexcept { return txn_; }
+  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  [[nodiscard]] const std::string& directory() const noexcept { return dir_path_; }  // the step directory
+  [[nodiscard]] bool active() const noexcept { return store_ != nullptr && !finished_; }
+  // Training state saved in the manifest; its step is the transaction's.
+  [[nodiscard]] TrainingState& state() noexcept { return state_; }
+
+  [[nodiscard]] Status add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data, std::size_t size);
+  // A tensor of optimizer state: written like any tensor and listed in state().optimizer_tensors.
+  [[nodiscard]] Status add_optimizer_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+                                            std::size_t size);
+  // Streaming writes of pieces, as ShardWriter.
+  [[nodiscard]] Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
+                                   const Shape& local_shape);
+  [[nodiscard]] Status write(const void* data, std::size_t size);
+  [[nodiscard]] Status end_piece();
+
+  // Finishes the shard, writes and syncs the manifest, fsyncs the step directory, appends COMMIT.
+  // On an I/O error the transaction is abandoned (ABORT, files removed) and the previous step is untouched;
+  // when the COMMIT record itself cannot be made durable the store refuses further writes until reopened.
+  [[nodiscard]] Result<CommitResult> commit();
+  // Writes ABORT and removes the files this transaction created.
+  [[nodiscard]] Status abort();
+
+ private:
+  friend class Store<Fs>;
+  Transaction(Store<Fs>* store, CommRef comm, std::uint64_t txn, std::uint64_t step, std::string dir_path,
+              std::string shard_name, std::unique_ptr<ShardWriter<Fs>> writer);
+  [[nodiscard]] Status check_active() const;
+  [[nodiscard]] Status fail(const Status& s);  // abandons, then returns s with context
+
+  Store<Fs>* store_;
+  CommRef comm_;
+  std::uint64_t txn_, step_;
+  std::string dir_path_, shard_name_;
+  std::unique_ptr<ShardWriter<Fs>> writer_;
+  TrainingState state_;
+  bool finished_ = false;
+};
+
+template <class Fs = PosixFs>
+class Store {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(Fs& fs, std::string path, Access access,
+                                                           StoreOptions options = {});
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  ~Store();  // aborts a transaction still open, then releases the lock
+
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] Access access() const noexcept { return access_; }
+  [[nodiscard]] const Uuid& uuid() const noexcept { return uuid_; }
+  [[nodiscard]] Fs& fs() noexcept { return fs_; }
+  // What open found and, when writable, did.
+  [[nodiscard]] const RecoveryReport& recovery_report() const noexcept { return report_; }
+  // Every transaction known now (open, committed, aborted, retired), by txn id.
+  [[nodiscard]] const std::vector<TxnInfo>& transactions() const noexcept { return txns_; }
+  // Committed, not retired steps in commit order.
+  [[nodiscard]] std::vector<StepInfo> steps() const;
+  // The last committed, not retired step.
+  [[nodiscard]] std::optional<StepInfo> latest() const;
+  // The most recent live commit of this step number (a step saved again after a rollback shadows the older).
+  [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const;
+  // Read-only: re-reads the journal to see steps committed since open. Writable: nothing to do.
+  [[nodiscard]] Status refresh();
+
+  [[nodiscard]] Result<std::unique_ptr<StepReader<Fs>>> open_step(std::uint64_t step);
+  [[nodiscard]] Result<std::unique_ptr<StepReader<Fs>>> open_step(const StepInfo& info);
+  [[nodiscard]] Result<std::unique_ptr<StepReader<Fs>>> open_latest();
+  // Every chunk of every shard file; damage is in the report, the Status fails only on misuse.
+  [[nodiscard]] Result<StepVerifyReport> verify_step(std::uint64_t step, const VerifyOptions& options = {});
+
+  // Starts a transaction for `step`; only one may be open at a time.
+  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin(std::uint64_t step);
+  template <class Comm>
+  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin(std::uint64_t step, Comm& comm);
+  // Writes RETIRE for every live commit of this step number, then removes their files.
+  [[nodiscard]] Status retire(std::uint64_t step);
+  // Retires what the policy does not keep; returns the retired steps.
+  [[nodiscard]] Result<std::vector<StepInfo>> apply_retention(const RetentionPolicy& policy);
+
+  // A journal write or sync failed: the store refuses writes until it is reopened (spec 5.4).
+  [[nodiscard]] bool failed() const noexcept { return journal_ && journal_->failed(); }
+  [[nodiscard]] Status failure() const { return journal_ ? journal_->failure() : Status(); }
+  [[nodiscard]] std::uint64_t next_txn() const noexcept { return next_txn_; }
+
+ private:
+  friend class Transaction<Fs>;
+  Store(Fs& fs, std::string path, Access access, StoreOptions options)
+      : fs_(fs), path_(std::move(path)), access_(access), options_(options) {}
+  [[nodiscard]] Status open_read_only();
+  [[nodiscard]] Status open_writable();
+  void adopt(RecoveryReport report);
+  [[nodiscard]] Status check_writable() const;
+  [[nodiscard]] TxnInfo* find_txn(std::uint64_t txn);
+  [[nodiscard]] StepInfo step_info(const TxnInfo& t) const;
+  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin_with(std::uint64_t step, CommRef comm);
+  // Removes the files of an aborted or retired transaction that exist; errors are collected, not fatal.
+  [[nodiscard]] Status remove_txn_files(const TxnInfo& t);
+  // ABORT (unless the journal has failed), then remove what the transaction created.
+  [[nodiscard]] Status abandon(std::uint64_t txn, AbortReason reason);
+  [[nodiscard]] Status retire_txns(const std::vector<std::uint64_t>& txns);
+
+  Fs& fs_;
+  std::string path_;
+  Access access_;
+  StoreOptions options_;
+  Uuid uuid_{};
+  RecoveryReport report_;
+  std::vector<TxnInfo> txns_;
+  std::map<std::uint64_t, std::size_t> by_txn_;
+  std::uint64_t next_txn_ = 1;
+  std::optional<JournalWriter<Fs>> journal_;
+  FileHandle lock_;
+  Transaction<Fs>* open_txn_ = nullptr;
+};
+
+}  // namespace ckpt
+
+#include "impl/recovery_inl.hpp"
+#include "impl/store_inl.hpp"

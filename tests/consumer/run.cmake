@@ -1,0 +1,54 @@
+# Drives the consumer test (cmake -P); registered by cmake/tests-build.cmake.
+#   -DCKPT_SOURCE_DIR=<ckpt tree> -DWORK_DIR=<scratch> -DMODE=install|subdirectory
+#   -DGENERATOR=<generator> -DCXX_COMPILER=<compiler>
+# install: configure ckpt headers-only, cmake --install it into WORK_DIR/prefix, then build the
+# consumer with find_package(ckpt). subdirectory: build the consumer with add_subdirectory(ckpt).
+cmake_minimum_required(VERSION 3.18)
+foreach(var CKPT_SOURCE_DIR WORK_DIR MODE)
+  if(NOT ${var})
+    message(FATAL_ERROR "run.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    string(REPLACE ";" " " cmd "${ARGN}")
+    message(FATAL_ERROR "consumer test: `${cmd}` failed (${rc})\n${out}\n${err}")
+  endif()
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(common -DCMAKE_BUILD_TYPE=Release)
+if(GENERATOR)
+  list(APPEND common -G ${GENERATOR})
+endif()
+if(CXX_COMPILER)
+  list(APPEND common -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+endif()
+
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR}/run)
+set(consumer_src ${CKPT_SOURCE_DIR}/tests/consumer)
+if(MODE STREQUAL "install")
+  step(${CMAKE_COMMAND} -S ${CKPT_SOURCE_DIR} -B ${WORK_DIR}/ckpt-build ${common}
+       -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_TESTS=OFF -DCKPT_CUDA=OFF -DCKPT_MPI=OFF
+       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+  step(${CMAKE_COMMAND} --install ${WORK_DIR}/ckpt-build)
+  foreach(installed include/ckpt/ckpt.hpp include/ckpt/impl/index_inl.hpp include/ckpt/io/posix_fs.hpp)
+    if(NOT EXISTS ${WORK_DIR}/prefix/${installed})
+      message(FATAL_ERROR "consumer test: ${installed} was not installed")
+    endif()
+  endforeach()
+  step(${CMAKE_COMMAND} -S ${consumer_src} -B ${WORK_DIR}/consumer-build ${common}
+       -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+elseif(MODE STREQUAL "subdirectory")
+  step(${CMAKE_COMMAND} -S ${consumer_src} -B ${WORK_DIR}/consumer-build ${common}
+       -DCKPT_CONSUMER_SOURCE_DIR=${CKPT_SOURCE_DIR})
+else()
+  message(FATAL_ERROR "run.cmake: MODE must be install or subdirectory, not '${MODE}'")
+endif()
+step(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
+step(${WORK_DIR}/consumer-build/consumer ${WORK_DIR}/run)
+message(STATUS "${step_output}")
+file(REMOVE_RECURSE ${WORK_DIR})

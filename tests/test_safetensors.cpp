@@ -1,0 +1,553 @@
+// Tests for include/ckpt/safetensors.hpp: hostile headers, and round trips in both directions.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/safetensors.hpp>
+#include <ckpt/shard_reader.hpp>
+#include <ckpt/shard_writer.hpp>
+
+#include <map>
+#include <random>
+
+#include "test_util.hpp"
+
+using namespace ckpt;
+
+namespace {
+
+// u64 little-endian header length, header text, data buffer.
+std::string st_bytes(std::uint64_t length, const std::string& json, const std::string& data) {
+  unsigned char field[8];
+  put_u64(field, length);
+  return std::string(reinterpret_cast<const char*>(field), 8) + json + data;
+}
+std::string st_bytes(const std::string& json, const std::string& data) { return st_bytes(json.size(), json, data); }
+
+// One well-formed entry: {"dtype":D,"shape":S,"data_offsets":[b,e]}.
+std::string entry(const std::string& dtype, const std::string& shape, std::uint64_t b, std::uint64_t e) {
+  return "{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":[" + std::to_string(b) + "," +
+         std::to_string(e) + "]}";
+}
+
+struct GenTensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::string bytes;
+};
+
+std::uint64_t byte_size(const Shape& shape, DType dtype) {
+  std::uint64_t n = 0;
+  REQUIRE(shape_bytes(shape, dtype, n));
+  return n;
+}
+
+// Writes a safetensors file whose data buffer holds the tensors in the given order (not name order),
+// so a converter that follows names instead of offsets would be caught. Layout as ckpt writes it:
+// __metadata__ first, entries in data order, fields dtype, shape, data_offsets, padded with spaces.
+std::string make_safetensors(const std::vector<GenTensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  std::string json = "{";
+  if (!metadata.empty()) json += "\"__metadata__\":" + nlohmann::json(metadata).dump();
+  std::string data;
+  for (const auto& t : tensors) {
+    if (json.size() > 1) json += ",";
+    json += nlohmann::json(t.name).dump() + ":{\"dtype\":\"" + std::string(format::dtype_info(t.dtype)->name) +
+            "\",\"shape\":" + nlohmann::json(t.shape).dump() + ",\"data_offsets\":[" + std::to_string(data.size()) + "," +
+            std::to_string(data.size() + t.bytes.size()) + "]}";
+    data += t.bytes;
+  }
+  json += "}";
+  json.append((8 - json.size() % 8) % 8, ' ');
+  return st_bytes(json, data);
+}
+
+std::vector<GenTensor> generated_tensors(std::uint64_t seed) {
+  std::vector<GenTensor> out;
+  std::uint64_t k = seed;
+  auto add = [&](std::string name, DType dtype, Shape shape) {
+    const auto n = static_cast<std::size_t>(byte_size(shape, dtype));
+    const auto bytes = ckpt_test::random_bytes(n, ++k);
+    out.push_back(GenTensor{std::move(name), dtype, std::move(shape), std::string(bytes.begin(), bytes.end())});
+  };
+  add("z.last.in.name.order", DType::F32, {3, 5000});  // spans several 4 KiB chunks and blocks
+  for (const auto& d : format::kDTypes) add(std::string("dtype.") + std::string(d.name), d.dtype, {3, 7});
+  add("scalar", DType::F64, {});
+  add("empty.cols", DType::I32, {5, 0});  // empty tensors sort by name at a shared offset
+  add("empty.rows", DType::F16, {0, 4});
+  add("odd", DType::U8, {13, 1, 7});
+  add("bool", DType::BOOL, {11});
+  add("caf\xc3\xa9.\xe5\x90\x8d\xe5\x89\x8d", DType::BF16, {2, 3});
+  add("a.first.in.name.order", DType::I64, {9001});
+  return out;
+}
+
+// Reads every tensor of a safetensors file through the library parser: name -> (dtype, shape, bytes).
+struct Loaded {
+  std::map<std::string, std::tuple<DType, Shape, std::string>> tensors;
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+Loaded load_safetensors(const std::string& path) {
+  PosixFs fs;
+  auto header = parse_safetensors_header(fs, path);
+  INFO(header.status().to_string());
+  REQUIRE(header.ok());
+  const std::string file = ckpt_test::read_file(path);
+  Loaded l;
+  for (const auto& t : header->tensors)
+    l.tensors[t.name] = {t.dtype, t.shape, file.substr(static_cast<std::size_t>(header->data_offset + t.begin),
+                                                      static_cast<std::size_t>(t.end - t.begin))};
+  l.metadata = header->metadata;
+  return l;
+}
+
+std::size_t files_in(const std::string& dir) {
+  PosixFs fs;
+  auto names = fs.list_dir(dir);
+  REQUIRE(names.ok());
+  return names->size();
+}
+
+}  // namespace
+
+TEST_CASE("hostile safetensors headers are errors that name file and cause, never crashes", "[safetensors]") {
+  const std::string f32x2 = entry("F32", "[2]", 0, 8);
+  const std::string ones65 = "[" + [] { std::string s = "1"; for (int i = 0; i < 64; ++i) s += ",1"; return s; }() + "]";
+  struct Case {
+    const char* label;
+    std::string bytes;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"shorter than the length field", "abc", "expected at least 8"},
+      {"header length zero", st_bytes(0, "", ""), "header length 0"},
+      {"header length one", st_bytes(1, "{", ""), "header length 1"},
+      {"header length huge", st_bytes(~std::uint64_t{0}, "{}", ""), "exceeds the limit"},
+      {"header length over 100 MiB", st_bytes((std::uint64_t{100} << 20) + 1, "{}", ""), "exceeds the limit"},
+      {"header length larger than the file", st_bytes(1000, "{}", "12345678"), "bytes after the length field"},
+      {"invalid JSON", st_bytes("{\"a\":", ""), "not valid JSON"},
+      {"garbage after the JSON object", st_bytes("{} x", ""), "not valid JSON"},
+      {"JSON comment", st_bytes("{/*c*/}", ""), "not valid JSON"},
+      {"NUL padding instead of spaces", st_bytes(std::string("{}\0\0", 4), ""), "offset 10: header is not valid JSON"},
+      {"NUL then garbage", st_bytes(std::string("{}\0{\"a\":", 8), "12"), "found a NUL byte"},
+      {"raw invalid UTF-8 in a name", st_bytes("{\"\xff\":" + f32x2 + "}", "12345678"), "not valid JSON"},
+      {"overlong UTF-8 in a name", st_bytes("{\"\xc0\xaf\":" + f32x2 + "}", "12345678"), "not valid JSON"},
+      {"lone high surrogate escape in a name", st_bytes("{\"\\ud800\":" + f32x2 + "}", "12345678"), "not valid JSON"},
+      {"lone low surrogate escape in a name", st_bytes("{\"\\udc00x\":" + f32x2 + "}", "12345678"), "not valid JSON"},
+      {"header is an array", st_bytes("[]", ""), "must be a JSON object, found an array"},
+      {"header is a number", st_bytes("5 ", ""), "must be a JSON object, found an integer 5"},
+      {"header is null", st_bytes("null", ""), "must be a JSON object, found null"},
+      {"entry is a number", st_bytes("{\"a\":5}", ""), "tensor 'a': expected an object, found an integer 5"},
+      {"entry is an array", st_bytes("{\"a\":[]}", ""), "tensor 'a': expected an object, found an array"},
+      {"entry is a string", st_bytes("{\"a\":\"x\"}", ""), "expected an object, found a string"},
+      {"missing dtype", st_bytes("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", "12345678"), "missing field 'dtype'"},
+      {"missing shape", st_bytes("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", "12345678"), "missing field 'shape'"},
+      {"missing data_offsets", st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", "12345678"), "missing field 'data_offsets'"},
+      {"extra field", st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"extra\":1}}", "12345678"),
+       "unknown field 'extra'"},
+      {"unknown dtype", st_bytes("{\"a\":" + entry("F4", "[2]", 0, 1) + "}", "1"), "dtype expected one of BOOL"},
+      {"lower-case dtype", st_bytes("{\"a\":" + entry("f32", "[2]", 0, 8) + "}", "12345678"), "found a string \"f32\""},
+      {"dtype not a string", st_bytes("{\"a\":{\"dtype\":5,\"shape\":[2],\"data_offsets\":[0,8]}}", "12345678"),
+       "dtype expected one of"},
+      {"negative shape", st_bytes("{\"a\":" + entry("F32", "[-1]", 0, 8) + "}", "12345678"),
+       "shape[0] expected a non-negative integer, found an integer -1"},
+      {"fractional shape", st_bytes("{\"a\":" + entry("F32", "[2.5]", 0, 8) + "}", "12345678"), "found a non-integer number 2.5"},
+      {"float-spelled shape", st_bytes("{\"a\":" + entry("F32", "[2.0]", 0, 8) + "}", "12345678"), "found a non-integer number"},
+      {"string shape element", st_bytes("{\"a\":" + entry("F32", "[\"2\"]", 0, 8) + "}", "12345678"), "found a string"},
+      {"shape element past 64 bits", st_bytes("{\"a\":" + entry("U8", "[18446744073709551616]", 0, 8) + "}", "12345678"),
+       "found a non-integer number"},
+      {"shape not an array", st_bytes("{\"a\":" + entry("F32", "2", 0, 8) + "}", "12345678"), "shape expected an array"},
+      {"nested shape", st_bytes("{\"a\":" + entry("F32", "[[2]]", 0, 8) + "}", "12345678"), "found a nested array"},
+      {"shape object", st_bytes("{\"a\":" + entry("F32", "{}", 0, 8) + "}", "12345678"), "field 'shape': expected an array"},
+      {"rank over 64", st_bytes("{\"a\":" + entry("U8", ones65, 0, 1) + "}", "1"), "at most 64 elements"},
+      {"element count overflows", st_bytes("{\"a\":" + entry("U8", "[4294967296,4294967296]", 0, 8) + "}", "12345678"),
+       "overflows 64 bits"},
+      {"byte count overflows", st_bytes("{\"a\":" + entry("F32", "[4611686018427387904]", 0, 8) + "}", "12345678"),
+       "overflows 64 bits"},
+      {"offsets beyond the data buffer", st_bytes("{\"a\":" + entry("F32", "[25]", 0, 100) + "}", "12345678"),
+       "expected within the data buffer of 8 bytes"},
+      {"offsets end before begin", st_bytes("{\"a\":" + entry("U8", "[0]", 8, 4) + "}", "12345678"), "end before they begin"},
+      {"one offset", st_bytes("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0]}}", ""), "data_offsets expected [begin, end]"},
+      {"three offsets", st_bytes("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0,0]}}", ""), "data_offsets expected"},
+      {"negative offset", st_bytes("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[-1,0]}}", ""), "data_offsets expected"},
+      {"size mismatch", st_bytes("{\"a\":" + entry("F32", "[2]", 0, 4) + "}", "1234"), "hold 4 bytes, expected 8"},
+      {"overlap", st_bytes("{\"a\":" + f32x2 + ",\"b\":" + entry("F32", "[2]", 4, 12) + "}", "123456789012"), "overlap tensor 'a'"},
+      {"empty tensor inside another", st_bytes("{\"a\":" + f32x2 + ",\"z\":" + entry("U8", "[0]", 4, 4) + "}", "12345678"),
+       "overlap tensor 'a'"},
+      {"hole between tensors", st_bytes("{\"a\":" + entry("F32", "[1]", 0, 4) + ",\"b\":" + entry("F32", "[1]", 8, 12) + "}", "123456789012"),
+       "hole before tensor 'b'"},
+      {"hole at the start", st_bytes("{\"b\":" + entry("F32", "[1]", 4, 8) + "}", "12345678"), "hole before tensor 'b'"},
+      {"trailing bytes after the data", st_bytes("{\"a\":" + entry("F32", "[1]", 0, 4) + "}", "123456"), "2 trailing bytes"},
+      {"data but no tensors", st_bytes("{}", "1234"), "4 trailing bytes"},
+      {"duplicate tensor key", st_bytes("{\"a\":" + entry("U8", "[0]", 0, 0) + ",\"a\":" + entry("U8", "[0]", 0, 0) + "}", ""),
+       "appears twice"},
+      {"duplicate field", st_bytes("{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", ""),
+       "appears twice"},
+      {"metadata with an integer value", st_bytes("{\"__metadata__\":{\"k\":1}}", ""), "__metadata__ key 'k': expected a string value, found an integer 1"},
+      {"metadata with null", st_bytes("{\"__metadata__\":{\"k\":null}}", ""), "found null"},
+      {"metadata with an object value", st_bytes("{\"__metadata__\":{\"k\":{}}}", ""), "expected a string, found an object"},
+      {"metadata with an array value", st_bytes("{\"__metadata__\":{\"k\":[\"v\"]}}", ""), "expected a string, found an array"},
+      {"metadata not an object", st_bytes("{\"__metadata__\":\"x\"}", ""), "__metadata__: expected an object, found a string"},
+      {"metadata key twice", st_bytes("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", ""), "appears twice"},
+      {"metadata twice", st_bytes("{\"__metadata__\":{},\"__metadata__\":{}}", ""), "appears twice"},
+      {"control character in a name is escaped in the message", st_bytes("{\"a\\nb\":5}", ""), "tensor 'a\\x0ab'"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.label) {
+      ckpt_test::TempDir dir;
+      const std::string path = dir.file("hostile.safetensors");
+      ckpt_test::write_file(path, c.bytes);
+      PosixFs fs;
+      auto header = parse_safetensors_header(fs, path);
+      REQUIRE_FALSE(header.ok());
+      const std::string message = header.status().message();
+      INFO(message);
+      CHECK(header.status().code() == Code::corrupt);
+      CHECK(message.find(path) != std::string::npos);
+      CHECK(message.find(c.expect) != std::string::npos);
+      CHECK(message.find('\n') == std::string::npos);
+      // The converter refuses it the same way and leaves nothing behind.
+      auto converted = safetensors_to_ckpt(fs, path, dir.file("out.ckpt"));
+      REQUIRE_FALSE(converted.ok());
+      CHECK(converted.status().message() == message);
+      CHECK(files_in(dir.path()) == 1);
+    }
+  }
+}
+
+TEST_CASE("edge cases that safetensors allows are accepted", "[safetensors]") {
+  struct Case {
+    const char* label;
+    std::string json;
+    std::string data;
+    std::size_t tensors;
+  };
+  const std::vector<Case> cases = {
+      {"empty header", "{}", "", 0},
+      {"padded with spaces", "{}      ", "", 0},
+      {"leading whitespace", " \n{}", "", 0},
+      {"scalar", "{\"s\":" + entry("F64", "[]", 0, 8) + "}", "12345678", 1},
+      {"empty tensors share an offset", "{\"a\":" + entry("U8", "[0]", 0, 0) + ",\"b\":" + entry("F32", "[0,3]", 0, 0) + "}", "", 2},
+      {"empty tensor at the end", "{\"a\":" + entry("U8", "[3]", 0, 3) + ",\"e\":" + entry("U8", "[0]", 3, 3) + "}", "123", 2},
+      {"escaped non-ASCII name", "{\"caf\\u00e9\":" + entry("U8", "[1]", 0, 1) + "}", "1", 1},
+      {"surrogate pair name", "{\"\\ud83d\\ude00\":" + entry("U8", "[1]", 0, 1) + "}", "1", 1},
+      {"empty metadata", "{\"__metadata__\":{}}", "", 0},
+      {"keys in any order", "{\"b\":" + entry("U8", "[1]", 1, 2) + ",\"a\":" + entry("U8", "[1]", 0, 1) + "}", "12", 2},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.label) {
+      ckpt_test::TempDir dir;
+      const std::string path = dir.file("edge.safetensors");
+      ckpt_test::write_file(path, st_bytes(c.json, c.data));
+      PosixFs fs;
+      auto header = parse_safetensors_header(fs, path);
+      INFO(header.status().to_string());
+      REQUIRE(header.ok());
+      CHECK(header->tensors.size() == c.tensors);
+      CHECK(header->data_size == c.data.size());
+      for (std::size_t i = 1; i < header->tensors.size(); ++i) CHECK(header->tensors[i - 1].end <= header->tensors[i].begin);
+    }
+  }
+  SECTION("a surrogate pair escape decodes to UTF-8") {
+    auto h = parse_safetensors_json("{\"\\ud83d\\ude00\":" + entry("U8", "[1]", 0, 1) + "}", 1, "x");
+    REQUIRE(h.ok());
+    CHECK(h->tensors[0].name == "\xf0\x9f\x98\x80");
+  }
+}
+
+TEST_CASE("mutated headers never crash the parser", "[safetensors]") {
+  const auto tensors = generated_tensors(7);
+  const std::string good = make_safetensors({tensors[0], tensors[3], tensors[20]}, {{"k", "v"}});
+  const std::uint64_t header_end = 8 + get_u64(reinterpret_cast<const unsigned char*>(good.data()));
+  std::mt19937_64 rng(42);
+  int accepted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes = good;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = static_cast<std::size_t>(rng() % header_end);
+      switch (rng() % 3) {
+        case 0: bytes[at] = static_cast<char>(rng()); break;
+        case 1: bytes[at] = "{}[],:\"0-9e.\\ "[rng() % 15]; break;
+        default: bytes[at] ^= static_cast<char>(1u << (rng() % 8)); break;
+      }
+    }
+    const std::string json = bytes.substr(8, static_cast<std::size_t>(header_end - 8));
+    std::uint64_t length = get_u64(reinterpret_cast<const unsigned char*>(bytes.data()));
+    auto h = parse_safetensors_json(json, bytes.size() - header_end, "mutant");
+    if (length == json.size() && h.ok()) ++accepted;
+    if (!h.ok()) CHECK(h.status().code() == Code::corrupt);
+  }
+  CHECK(accepted < 3000);  // most mutations are caught
+}
+
+TEST_CASE("safetensors to ckpt and back preserves names, dtypes, shapes, bytes and metadata", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const auto tensors = generated_tensors(1);
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"note", "caf\xc3\xa9 \"quoted\"\n"}, {"", "empty key"}};
+  std::map<std::string, std::string> ckpt_metadata = metadata;
+  ckpt_metadata.erase("");  // ckpt keys are never empty: tested separately below
+  const std::string in = dir.file("in.safetensors");
+  ckpt_test::write_file(in, make_safetensors(tensors, ckpt_metadata));
+
+  ConvertOptions options;
+  options.chunk_size_log2 = 12;
+  options.alignment_log2 = 6;
+  options.block_size = 5000;  // blocks that straddle chunk boundaries
+  std::uint64_t last_done = 0, last_total = 0;
+  options.progress = [&](std::uint64_t done, std::uint64_t total) {
+    CHECK(done >= last_done);
+    last_done = done;
+    last_total = total;
+  };
+  auto to_ckpt = safetensors_to_ckpt(fs, in, dir.file("mid.ckpt"), options);
+  INFO(to_ckpt.status().to_string());
+  REQUIRE(to_ckpt.ok());
+  CHECK(to_ckpt->tensors == tensors.size());
+  CHECK(last_done == last_total);
+
+  {
+    auto reader = ShardReader<>::open(fs, dir.file("mid.ckpt"));
+    REQUIRE(reader.ok());
+    CHECK((*reader)->superblock().chunk_size() == 4096);
+    const Index& index = (*reader)->index();
+    REQUIRE(index.tensors.size() == tensors.size());
+    // Written in data-offset order, which is the generator's order.
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = tensors[i];
+      CHECK(index.tensors[i].name == t.name);
+      CHECK(index.tensors[i].dtype == t.dtype);
+      CHECK(index.tensors[i].shape == t.shape);
+      std::string back(t.bytes.size(), '\0');
+      REQUIRE((*reader)->read_tensor(t.name, back.data(), back.size()).ok());
+      CHECK(back == t.bytes);
+    }
+    REQUIRE(index.metadata.size() == ckpt_metadata.size());
+    for (const auto& [key, value] : ckpt_metadata) {
+      const MetaEntry* m = index.find_metadata(key);
+      REQUIRE(m != nullptr);
+      CHECK(m->value == Value(value));
+    }
+  }
+
+  last_done = 0;
+  auto back = ckpt_to_safetensors(fs, dir.file("mid.ckpt"), dir.file("back.safetensors"), options);
+  INFO(back.status().to_string());
+  REQUIRE(back.ok());
+  CHECK(back->warnings.empty());
+  const Loaded loaded = load_safetensors(dir.file("back.safetensors"));
+  REQUIRE(loaded.tensors.size() == tensors.size());
+  for (const auto& t : tensors) {
+    const auto it = loaded.tensors.find(t.name);
+    REQUIRE(it != loaded.tensors.end());
+    CHECK(std::get<0>(it->second) == t.dtype);
+    CHECK(std::get<1>(it->second) == t.shape);
+    CHECK(std::get<2>(it->second) == t.bytes);
+  }
+  CHECK(loaded.metadata == std::vector<std::pair<std::string, std::string>>(ckpt_metadata.begin(), ckpt_metadata.end()));
+  // Same layout and header as the input: the round trip reproduces the file byte for byte.
+  CHECK(ckpt_test::read_file(dir.file("back.safetensors")) == ckpt_test::read_file(in));
+  // The header is padded to a multiple of 8 so the data buffer is aligned (reference layout).
+  const std::string written = ckpt_test::read_file(dir.file("back.safetensors"));
+  CHECK(get_u64(reinterpret_cast<const unsigned char*>(written.data())) % 8 == 0);
+  CHECK(files_in(dir.path()) == 3);  // no temporary files left
+}
+
+TEST_CASE("an empty metadata key cannot become a ckpt key", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors({}, {{"", "v"}}));
+  auto r = safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("out.ckpt"));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::invalid_argument);
+  CHECK(r.status().message().find("in.safetensors") != std::string::npos);
+  CHECK(files_in(dir.path()) == 1);
+}
+
+TEST_CASE("a tensor split into pieces is assembled in row-major order", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const Shape shape = {5, 6, 700};  // U16: 1400 bytes per [1, 1, 700] row
+  const auto full = ckpt_test::random_bytes(5 * 6 * 700 * 2, 3);
+  const Shape rows_shape = {7, 300};
+  const auto rows = ckpt_test::random_bytes(7 * 300 * 4, 4);
+  // Copies the region [offsets, offsets + extent) of a row-major tensor.
+  auto region = [](const std::vector<unsigned char>& src, const Shape& global, const Shape& offsets, const Shape& extent, std::size_t esize) {
+    std::vector<unsigned char> out;
+    std::vector<std::uint64_t> idx(global.size(), 0);
+    std::uint64_t count = 1;
+    for (auto e : extent) count *= e;
+    for (std::uint64_t n = 0; n < count; ++n) {
+      std::uint64_t flat = 0;
+      for (std::size_t d = 0; d < global.size(); ++d) flat = flat * global[d] + offsets[d] + idx[d];
+      out.insert(out.end(), src.begin() + static_cast<std::ptrdiff_t>(flat * esize), src.begin() + static_cast<std::ptrdiff_t>((flat + 1) * esize));
+      for (std::size_t d = global.size(); d-- > 0;) {
+        if (++idx[d] < extent[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return out;
+  };
+  {
+    WriterOptions o;
+    o.chunk_size_log2 = 12;
+    auto w = ShardWriter<>::create(fs, dir.file("pieces.ckpt"), o);
+    REQUIRE(w.ok());
+    // Column pieces along dimension 1, written in reverse order.
+    for (const auto& [off, ext] : std::vector<std::pair<Shape, Shape>>{{{0, 2, 0}, {5, 4, 700}}, {{0, 0, 0}, {5, 2, 700}}}) {
+      const auto bytes = region(full, shape, off, ext, 2);
+      REQUIRE((*w)->begin_piece("cols", DType::U16, shape, off, ext).ok());
+      REQUIRE((*w)->write(bytes.data(), bytes.size()).ok());
+      REQUIRE((*w)->end_piece().ok());
+    }
+    for (const auto& [off, ext] : std::vector<std::pair<Shape, Shape>>{{{3, 0}, {4, 300}}, {{0, 0}, {3, 300}}}) {
+      const auto bytes = region(rows, rows_shape, off, ext, 4);
+      REQUIRE((*w)->begin_piece("rows", DType::F32, rows_shape, off, ext).ok());
+      REQUIRE((*w)->write(bytes.data(), bytes.size()).ok());
+      REQUIRE((*w)->end_piece().ok());
+    }
+    REQUIRE((*w)->set_metadata("step", Value("12")).ok());
+    REQUIRE((*w)->finish().ok());
+  }
+  ConvertOptions options;
+  options.block_size = 4096;  // forces several reads per tensor, split below the leading dimension
+  auto r = ckpt_to_safetensors(fs, dir.file("pieces.ckpt"), dir.file("out.safetensors"), options);
+  INFO(r.status().to_string());
+  REQUIRE(r.ok());
+  const Loaded loaded = load_safetensors(dir.file("out.safetensors"));
+  CHECK(std::get<2>(loaded.tensors.at("cols")) == std::string(full.begin(), full.end()));
+  CHECK(std::get<1>(loaded.tensors.at("cols")) == shape);
+  CHECK(std::get<2>(loaded.tensors.at("rows")) == std::string(rows.begin(), rows.end()));
+  CHECK(loaded.metadata == std::vector<std::pair<std::string, std::string>>{{"step", "12"}});
+}
+
+TEST_CASE("metadata safetensors cannot hold is refused unless stringified", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  {
+    auto w = ShardWriter<>::create(fs, dir.file("m.ckpt"));
+    REQUIRE(w.ok());
+    const unsigned char one = 1;
+    REQUIRE((*w)->add_tensor("t", DType::U8, {1}, &one, 1).ok());
+    REQUIRE((*w)->set_metadata("step", Value(std::int64_t{-42})).ok());
+    REQUIRE((*w)->set_metadata("lr", Value(0.1)).ok());
+    REQUIRE((*w)->set_metadata("done", Value(true)).ok());
+    REQUIRE((*w)->set_metadata("rng", Value(Bytes{std::string("\x00\xff\x10", 3)})).ok());
+    REQUIRE((*w)->set_metadata("name", Value("run-1")).ok());
+    REQUIRE((*w)->finish().ok());
+  }
+  auto refused = ckpt_to_safetensors(fs, dir.file("m.ckpt"), dir.file("m.safetensors"));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::unsupported);
+  CHECK(refused.status().message().find("m.ckpt") != std::string::npos);
+  CHECK(refused.status().message().find("'step' is int64") != std::string::npos);
+  CHECK(files_in(dir.path()) == 1);
+
+  ConvertOptions options;
+  options.stringify_metadata = true;
+  auto converted = ckpt_to_safetensors(fs, dir.file("m.ckpt"), dir.file("m.safetensors"), options);
+  REQUIRE(converted.ok());
+  CHECK(converted->warnings.size() == 4);
+  const Loaded loaded = load_safetensors(dir.file("m.safetensors"));
+  const std::map<std::string, std::string> got(loaded.metadata.begin(), loaded.metadata.end());
+  CHECK(got == std::map<std::string, std::string>{{"step", "-42"}, {"lr", "0.1"}, {"done", "true"}, {"rng", "00ff10"}, {"name", "run-1"}});
+}
+
+TEST_CASE("a damaged chunk stops ckpt to safetensors and leaves no output", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const auto data = ckpt_test::random_bytes(20000, 9);
+  std::uint64_t second_chunk = 0;
+  {
+    WriterOptions o;
+    o.chunk_size_log2 = 12;
+    auto w = ShardWriter<>::create(fs, dir.file("d.ckpt"), o);
+    REQUIRE(w.ok());
+    REQUIRE((*w)->add_tensor("w", DType::U8, {20000}, data.data(), data.size()).ok());
+    REQUIRE((*w)->finish().ok());
+    auto r = ShardReader<>::open(fs, dir.file("d.ckpt"));
+    REQUIRE(r.ok());
+    second_chunk = (*r)->index().chunks[1].offset;
+  }
+  std::string bytes = ckpt_test::read_file(dir.file("d.ckpt"));
+  bytes[static_cast<std::size_t>(second_chunk + 17)] ^= 0x04;
+  ckpt_test::write_file(dir.file("d.ckpt"), bytes);
+  auto r = ckpt_to_safetensors(fs, dir.file("d.ckpt"), dir.file("d.safetensors"));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::corrupt);
+  const std::string message = r.status().message();
+  INFO(message);
+  CHECK(message.find("tensor 'w' chunk 1") != std::string::npos);
+  CHECK(message.find("digest expected") != std::string::npos);
+  CHECK(files_in(dir.path()) == 1);
+}
+
+TEST_CASE("ckpt files safetensors cannot express are refused", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const auto data = ckpt_test::random_bytes(64, 5);
+  SECTION("a tensor only partly in this file") {
+    auto w = ShardWriter<>::create(fs, dir.file("p.ckpt"));
+    REQUIRE(w.ok());
+    REQUIRE((*w)->begin_piece("half", DType::U8, {8, 8}, {0, 0}, {4, 8}).ok());
+    REQUIRE((*w)->write(data.data(), 32).ok());
+    REQUIRE((*w)->end_piece().ok());
+    REQUIRE((*w)->finish().ok());
+    auto r = ckpt_to_safetensors(fs, dir.file("p.ckpt"), dir.file("p.safetensors"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::not_found);
+    CHECK(r.status().message().find("hold 32 of its 64 elements") != std::string::npos);
+  }
+  SECTION("a tensor named __metadata__") {
+    auto w = ShardWriter<>::create(fs, dir.file("p.ckpt"));
+    REQUIRE(w.ok());
+    REQUIRE((*w)->add_tensor("__metadata__", DType::U8, {64}, data.data(), 64).ok());
+    REQUIRE((*w)->finish().ok());
+    auto r = ckpt_to_safetensors(fs, dir.file("p.ckpt"), dir.file("p.safetensors"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("reserved") != std::string::npos);
+  }
+  CHECK(files_in(dir.path()) == 1);
+}
+
+TEST_CASE("an existing output is replaced only when asked", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(generated_tensors(2), {}));
+  ckpt_test::write_file(dir.file("out.ckpt"), "old");
+  auto refused = safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("out.ckpt"));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::conflict);
+  CHECK(ckpt_test::read_file(dir.file("out.ckpt")) == "old");
+  ConvertOptions options;
+  options.overwrite = true;
+  REQUIRE(safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("out.ckpt"), options).ok());
+  CHECK(ShardReader<>::open(fs, dir.file("out.ckpt")).ok());
+  CHECK(files_in(dir.path()) == 2);
+}
+
+TEST_CASE("ckpt-convert maps outcomes to exit codes", "[safetensors][tool]") {
+  const std::string tool = std::string(CKPT_BINARY_DIR) + "/ckpt-convert";
+  PosixFs fs;
+  if (!fs.stat(tool).ok()) {
+    WARN("ckpt-convert is not built; skipping the tool checks");
+    return;
+  }
+  ckpt_test::TempDir dir;
+  ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(generated_tensors(3), {{"k", "v"}}));
+  ckpt_test::write_file(dir.file("bad.safetensors"), st_bytes("{\"a\":", ""));
+  const std::string q = " >/dev/null 2>&1";
+  auto run = [&](const std::string& args) { return ckpt_test::run_command(tool + " " + args + q); };
+  CHECK(run("--help") == 0);
+  CHECK(run("") == 2);
+  CHECK(run(dir.file("in.safetensors") + " " + dir.file("out.bin")) == 2);
+  CHECK(run(dir.file("in.safetensors") + " " + dir.file("out.ckpt") + " --chunk-size 3000") == 2);
+  CHECK(run(dir.file("bad.safetensors") + " " + dir.file("bad.ckpt")) == 2);
+  CHECK(run(dir.file("missing.safetensors") + " " + dir.file("m.ckpt")) == 2);
+  CHECK(run(dir.file("in.safetensors") + " " + dir.file("out.ckpt") + " --chunk-size 4KiB --json") == 0);
+  CHECK(run(dir.file("in.safetensors") + " " + dir.file("out.ckpt")) == 2);  // exists
+  CHECK(run(dir.file("in.safetensors") + " " + dir.file("out.ckpt") + " --force") == 0);
+  CHECK(run(dir.file("out.ckpt") + " " + dir.file("back.safetensors")) == 0);
+  CHECK(ckpt_test::read_file(dir.file("back.safetensors")) == ckpt_test::read_file(dir.file("in.safetensors")));
+}

@@ -1,0 +1,473 @@
+// ckpt-bench: measures this machine's own limits (memory read, memcpy, raw XXH3-64, raw write+fsync,
+// copy+fsync) and then ckpt's save, load, verify and safetensors conversion on the same random data,
+// in one run, and reports every ckpt path as a ratio to the limit it should approach (DESIGN
+// "How it is tested": benchmarks are ratios to the machine's own limits, measured in the same run).
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ckpt/hash.hpp>
+#include <ckpt/shard_reader.hpp>
+#include <ckpt/shard_writer.hpp>
+#include <ckpt/verify.hpp>
+
+#if __has_include(<ckpt/safetensors.hpp>)
+#include <ckpt/safetensors.hpp>
+#define CKPT_BENCH_HAVE_SAFETENSORS 1
+#else
+#define CKPT_BENCH_HAVE_SAFETENSORS 0
+#endif
+
+#include "bench_util.hpp"
+#include "cli.hpp"
+
+namespace {
+
+using namespace ckpt;
+using namespace ckpt::bench;
+
+constexpr const char* kTool = "ckpt-bench";
+
+// Wrong bytes read back or a verify report with problems: exit 1, like every other tool.
+struct IntegrityError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const Status& s, const std::string& what) {
+  if (!s.ok()) throw BenchError(what + ": " + s.to_string());
+}
+template <class T>
+void check(const Result<T>& r, const std::string& what) {
+  if (!r.ok()) check(r.status(), what);
+}
+
+struct Config {
+  std::uint64_t size = std::uint64_t{256} << 20;
+  std::string dir = ".";
+  std::vector<unsigned> threads;
+  unsigned repeat = 5;
+  std::uint64_t tensor_size = std::uint64_t{32} << 20;
+  std::uint64_t write_size = std::uint64_t{1} << 20;
+  bool json = false;
+};
+
+// One tensor of the synthetic model: a byte range of the data buffer, stored as 1-D BF16.
+struct TensorSpan {
+  std::string name;
+  std::size_t offset = 0, size = 0;
+};
+
+struct Measurement {
+  std::string id, label;
+  unsigned threads = 1;
+  std::uint64_t bytes = 0;        // bytes the throughput is counted over
+  std::function<void()> before;   // untimed preparation before every run
+  std::function<void()> body;     // the timed work
+  std::vector<double> secs;
+  Timing timing;
+  [[nodiscard]] double rate(double secs_taken) const { return static_cast<double>(bytes) / secs_taken; }
+};
+[[nodiscard]] Measurement measurement(std::string id, std::string label, unsigned threads, std::uint64_t bytes,
+                                      std::function<void()> before, std::function<void()> body) {
+  Measurement m;
+  m.id = std::move(id);
+  m.label = std::move(label);
+  m.threads = threads;
+  m.bytes = bytes;
+  m.before = std::move(before);
+  m.body = std::move(body);
+  return m;
+}
+
+// A ckpt path set against a limit: a time ratio (lower is better) or a throughput ratio (higher is better).
+struct Comparison {
+  std::string measure, limit;
+  bool time_ratio = false;
+  std::optional<double> target;
+  [[nodiscard]] bool meets(double ratio) const {
+    return !target || (time_ratio ? ratio <= *target : ratio >= *target);
+  }
+};
+
+// Runs each measurement of a group once per round, round after round, so that a burst of load from
+// other processes hits all of them alike instead of one measurement's every repetition.
+void run_rounds(const std::vector<Measurement*>& group, unsigned repeat) {
+  for (unsigned r = 0; r < repeat; ++r)
+    for (Measurement* m : group) {
+      if (m->before) m->before();
+      Stopwatch watch;
+      m->body();
+      m->secs.push_back(watch.seconds());
+    }
+  for (Measurement* m : group) m->timing = summarize(m->secs);
+}
+
+[[nodiscard]] const char* xxh3_vector_name() {
+  switch (XXH_VECTOR) {
+    case XXH_SCALAR: return "scalar";
+    case XXH_SSE2: return "SSE2";
+    case XXH_AVX2: return "AVX2";
+    case XXH_AVX512: return "AVX512";
+    default: return "other";
+  }
+}
+
+// The CPU model and whether it could run the wider XXH3 kernels a -mavx2 build would use.
+struct CpuInfo {
+  std::string model;
+  bool avx2 = false, avx512 = false;
+};
+[[nodiscard]] CpuInfo cpu_info() {
+  CpuInfo info;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (info.model.empty() && line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) info.model = line.substr(std::min(line.size(), colon + 2));
+    }
+    if (line.rfind("flags", 0) == 0) {
+      info.avx2 = line.find(" avx2") != std::string::npos;
+      info.avx512 = line.find(" avx512f") != std::string::npos;
+      break;
+    }
+  }
+  return info;
+}
+
+// Writes the data as a safetensors file (8-byte little-endian header length, JSON header padded
+// with spaces to 8 bytes, then the tensors back to back), fsynced, as the conversion's input.
+void write_safetensors(const std::string& path, const std::vector<TensorSpan>& tensors, const unsigned char* data,
+                       std::size_t size) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}, {"source", "ckpt-bench"}};
+  for (const auto& t : tensors)
+    header[t.name] = {{"dtype", "BF16"}, {"shape", {t.size / 2}}, {"data_offsets", {t.offset, t.offset + t.size}}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw_errno("create " + path);
+  write_all(fd, prefix, 8, 0, path);
+  write_all(fd, reinterpret_cast<const unsigned char*>(text.data()), text.size(), 8, path);
+  write_all(fd, data, size, 8 + text.size(), path);
+  fsync_or_throw(fd, path);
+  ::close(fd);
+}
+
+#if CKPT_BENCH_HAVE_SAFETENSORS
+[[maybe_unused]] const Status& status_of(const Status& s) { return s; }
+template <class T>
+[[nodiscard]] const Status& status_of(const Result<T>& r) { return r.status(); }
+#endif
+
+std::string format_rate(double bytes_per_sec) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%8.2f", bytes_per_sec / double(std::uint64_t{1} << 30));
+  return buf;
+}
+
+int run(const Config& cfg) {
+  const CpuInfo cpu = cpu_info();
+  const std::size_t size = static_cast<std::size_t>(cfg.size & ~std::uint64_t{4095});  // whole BF16 elements, page multiple
+  const std::uint64_t chunk_size = std::uint64_t{1} << format::kDefaultChunkSizeLog2;
+  PosixFs fs;
+  ScratchDir scratch(cfg.dir);
+
+  // The data: random, so no layer below (compression, dedup, zero pages) can make anything look faster.
+  Buffer data(size), dst(size);
+  fill_random(data.data(), size, 0x636b70742d62656eull);
+  std::vector<TensorSpan> tensors;
+  for (std::size_t off = 0, k = 0; off < size; ++k) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.tensor_size, size - off));
+    char name[48];
+    std::snprintf(name, sizeof name, "layers.%03zu.weight", k);
+    tensors.push_back({name, off, n});
+    off += n;
+  }
+
+  std::map<std::string, Measurement> all;
+  std::vector<std::string> limit_order, ckpt_order;
+  auto add = [&](bool is_limit, Measurement m) -> Measurement& {
+    (is_limit ? limit_order : ckpt_order).push_back(m.id);
+    return all[m.id] = std::move(m);
+  };
+  std::vector<Comparison> comparisons;
+  std::vector<std::string> notes;
+  const std::string raw_path = scratch.file("raw.bin");
+  const std::string ckpt_path = scratch.file("model.ckpt");
+  const std::string stream_path = scratch.file("stream.ckpt");
+  const std::string st_path = scratch.file("model.safetensors");
+  const std::string copy_path = scratch.file("copy.safetensors");
+  const std::string conv_path = scratch.file("converted.ckpt");
+  // A rename target keeps a writer's temporary name in the scratch directory; clear leftovers too.
+  auto fresh = [&](const std::string& path) {
+    remove_if_present(path);
+    settle(scratch.path());
+  };
+  constexpr std::size_t kRawBlock = std::size_t{8} << 20;
+
+  // --- Disk: raw write+fsync against ckpt saves, interleaved round by round.
+  Measurement& raw_write = add(true, measurement("raw_write_fsync", "write+fsync (pwrite 8 MiB blocks)", 1, size, [&] { fresh(raw_path); },
+                                      [&] { raw_write_file(raw_path, data.data(), size, kRawBlock); }));
+  WriterOptions wopts;
+  Measurement& save = add(false, measurement("save_add_tensor", "save: add_tensor + finish", 1, size, [&] { fresh(ckpt_path); }, [&] {
+    auto w = ShardWriter<PosixFs>::create(fs, ckpt_path, wopts);
+    check(w, "save");
+    for (const auto& t : tensors)
+      check((*w)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
+    check((*w)->finish(), "save finish");
+  }));
+  const std::size_t write_size = static_cast<std::size_t>(std::max<std::uint64_t>(cfg.write_size, 2));
+  Measurement& stream = add(false, measurement("save_streaming", "save: streaming " + cli::human_bytes(double(write_size)) + " writes", 1, size,
+                                    [&] { fresh(stream_path); }, [&] {
+    auto w = ShardWriter<PosixFs>::create(fs, stream_path, wopts);
+    check(w, "save");
+    for (const auto& t : tensors) {
+      const Shape shape{t.size / 2};
+      check((*w)->begin_piece(t.name, DType::BF16, shape, {0}, shape), "begin_piece " + t.name);
+      for (std::size_t off = 0; off < t.size; off += write_size)
+        check((*w)->write(data.data() + t.offset + off, std::min(write_size, t.size - off)), "write " + t.name);
+      check((*w)->end_piece(), "end_piece " + t.name);
+    }
+    check((*w)->finish(), "save finish");
+  }));
+  comparisons.push_back({save.id, raw_write.id, true, 1.10});
+  comparisons.push_back({stream.id, raw_write.id, true, 1.10});
+  run_rounds({&raw_write, &save, &stream}, cfg.repeat);
+  remove_if_present(raw_path);
+  remove_if_present(stream_path);
+
+  // --- Conversion from safetensors against a plain copy+fsync of the same file.
+  write_safetensors(st_path, tensors, data.data(), size);
+  Buffer copy_buffer(kRawBlock);
+  Measurement& copy = add(true, measurement("raw_copy_fsync", "copy+fsync (pread/pwrite 8 MiB)", 1, size, [&] { fresh(copy_path); },
+                                 [&] { raw_copy_file(st_path, copy_path, copy_buffer.data(), kRawBlock); }));
+#if CKPT_BENCH_HAVE_SAFETENSORS
+  Measurement& convert = add(false, measurement("convert_safetensors", "convert: safetensors_to_ckpt", 1, size, [&] { fresh(conv_path); }, [&] {
+    auto converted = ckpt::safetensors_to_ckpt(fs, st_path, conv_path, {});
+    check(status_of(converted), "convert " + st_path);
+  }));
+  comparisons.push_back({convert.id, copy.id, true, 1.20});
+  run_rounds({&copy, &convert}, cfg.repeat);
+  remove_if_present(conv_path);
+#else
+  // TODO(issue 2): include/ckpt/safetensors.hpp was not there when this was built: conversion is not measured.
+  notes.push_back("TODO: conversion not measured: this build has no include/ckpt/safetensors.hpp (safetensors_to_ckpt)");
+  run_rounds({&copy}, cfg.repeat);
+#endif
+  remove_if_present(copy_path);
+  remove_if_present(st_path);
+  settle(scratch.path());
+
+  // --- In memory: the model file is now in the page cache, as a load right after a save finds it.
+  std::vector<unsigned> threads = cfg.threads;
+  std::vector<Measurement*> memory_group;
+  const std::size_t items = (size + chunk_size - 1) / chunk_size;
+  auto item_span = [&](std::size_t i) {
+    const std::size_t off = i * chunk_size;
+    return std::make_pair(off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk_size, size - off)));
+  };
+  for (unsigned n : threads) {
+    const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
+    const std::string tag = "_t" + std::to_string(n);
+    memory_group.push_back(&add(true, measurement("memory_read" + tag, "memory read (sum), " + suffix, n, size, nullptr, [&, n] {
+      std::atomic<std::uint64_t> total{0};
+      parallel_items(n, items, [&](std::size_t i) {
+        const auto [off, len] = item_span(i);
+        total += sum_words(data.data() + off, len);
+      });
+      keep(total.load());
+    })));
+    memory_group.push_back(&add(true, measurement("xxh3" + tag, "XXH3-64 of 1 MiB blocks in memory, " + suffix, n, size, nullptr, [&, n] {
+      std::atomic<std::uint64_t> total{0};
+      parallel_items(n, items, [&](std::size_t i) {
+        const auto [off, len] = item_span(i);
+        total ^= xxh3_64(data.data() + off, len);
+      });
+      keep(total.load());
+    })));
+  }
+  memory_group.push_back(&add(true, measurement("memcpy", "memcpy (bytes read), 1 thread", 1, size, nullptr, [&] {
+    for (std::size_t i = 0; i < items; ++i) {
+      const auto [off, len] = item_span(i);
+      std::memcpy(dst.data() + off, data.data() + off, len);
+    }
+    keep(dst.data()[size - 1]);
+  })));
+  memory_group.push_back(&add(true, measurement("pread_cached", "pread of the cached file (8 MiB)", 1, size, nullptr, [&] {
+    keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
+  })));
+  auto load_all = [&](Verify verify) {
+    auto reader = ShardReader<PosixFs>::open(fs, ckpt_path);
+    check(reader, "open " + ckpt_path);
+    for (const auto& t : tensors) check((*reader)->read_tensor(t.name, dst.data() + t.offset, t.size, verify), "read_tensor " + t.name);
+  };
+  memory_group.push_back(&add(false, measurement("load_verified", "load: read_tensor, Verify::touched", 1, size, nullptr, [&] { load_all(Verify::touched); })));
+  memory_group.push_back(&add(false, measurement("load_unverified", "load: read_tensor, Verify::none", 1, size, nullptr, [&] { load_all(Verify::none); })));
+  comparisons.push_back({"load_verified", "xxh3_t1", false, std::nullopt});
+  comparisons.push_back({"load_verified", "memcpy", false, std::nullopt});
+  comparisons.push_back({"load_unverified", "pread_cached", false, std::nullopt});
+  for (unsigned n : threads) {
+    const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
+    for (bool use_mmap : {false, true}) {
+      const std::string id = std::string("verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(n);
+      memory_group.push_back(&add(false, measurement(id, std::string("verify_file, ") + (use_mmap ? "mmap, " : "pread, ") + suffix, n, size, nullptr,
+                                          [&, n, use_mmap] {
+        VerifyOptions vo;
+        vo.threads = n;
+        vo.use_mmap = use_mmap;
+        auto report = verify_file(fs, ckpt_path, vo);
+        check(report, "verify " + ckpt_path);
+        if (!report->ok()) throw IntegrityError(report->problems.front().message);
+        if (report->bytes_checked < size) throw IntegrityError(ckpt_path + ": verify checked fewer bytes than were written");
+      })));
+      comparisons.push_back({id, "xxh3_t" + std::to_string(n), false, 0.85});
+    }
+  }
+  run_rounds(memory_group, cfg.repeat);
+  load_all(Verify::touched);
+  if (std::memcmp(dst.data(), data.data(), size) != 0) throw IntegrityError(ckpt_path + ": loaded bytes differ from the saved ones");
+
+  // --- Report.
+  const std::string statistic = "best of " + std::to_string(cfg.repeat);
+  auto ratio_of = [&](const Comparison& c, bool median) {
+    const Measurement& m = all.at(c.measure);
+    const Measurement& l = all.at(c.limit);
+    const double ms = median ? m.timing.median : m.timing.best, ls = median ? l.timing.median : l.timing.best;
+    const double time_ratio = (ms / double(m.bytes)) / (ls / double(l.bytes));
+    return c.time_ratio ? time_ratio : 1.0 / time_ratio;
+  };
+  if (cfg.json) {
+    nlohmann::ordered_json j;
+    j["tool"] = kTool;
+    j["size_bytes"] = size;
+    j["tensor_count"] = tensors.size();
+    j["chunk_size"] = chunk_size;
+    j["dir"] = cfg.dir;
+    j["repeat"] = cfg.repeat;
+    j["statistic"] = "best";  // ratios use the best (shortest) run of each; medians are given beside them
+    j["threads"] = threads;
+    j["cpu"] = {{"model", cpu.model}, {"cores_online", std::thread::hardware_concurrency()}, {"avx2", cpu.avx2}, {"avx512f", cpu.avx512}};
+    j["xxh3_vector"] = xxh3_vector_name();
+    auto rows = [&](const std::vector<std::string>& order) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const auto& id : order) {
+        const Measurement& m = all.at(id);
+        out.push_back({{"id", m.id}, {"label", m.label}, {"threads", m.threads}, {"bytes", m.bytes},
+                       {"best_s", m.timing.best}, {"median_s", m.timing.median}, {"worst_s", m.timing.worst},
+                       {"best_gib_per_s", m.rate(m.timing.best) / double(1 << 30)},
+                       {"median_gib_per_s", m.rate(m.timing.median) / double(1 << 30)}, {"runs_s", m.secs}});
+      }
+      return out;
+    };
+    j["limits"] = rows(limit_order);
+    j["ckpt"] = rows(ckpt_order);
+    nlohmann::ordered_json ratios = nlohmann::ordered_json::array();
+    for (const auto& c : comparisons) {
+      nlohmann::ordered_json r = {{"measure", c.measure}, {"limit", c.limit}, {"kind", c.time_ratio ? "time" : "throughput"},
+                                  {"ratio", ratio_of(c, false)}, {"median_ratio", ratio_of(c, true)}};
+      if (c.target) {
+        r["target"] = *c.target;
+        r["target_rule"] = c.time_ratio ? "ratio <= target" : "ratio >= target";
+        r["meets_target"] = c.meets(ratio_of(c, false));
+      }
+      ratios.push_back(r);
+    }
+    j["ratios"] = ratios;
+    j["notes"] = notes;
+    cli::print_json(j);
+    return cli::kOk;
+  }
+  std::printf("ckpt-bench: %s of random data as %zu BF16 tensors, 1 MiB chunks, files in %s\n",
+              cli::human_bytes(double(size)).c_str(), tensors.size(), scratch.path().c_str());
+  std::printf("CPU: %s, %u cores online, AVX2 %s; XXH3 compiled for %s. Each figure: %s runs (median).\n\n",
+              cpu.model.c_str(), std::thread::hardware_concurrency(), cpu.avx2 ? "yes" : "no", xxh3_vector_name(),
+              statistic.c_str());
+  std::printf("%-46s %9s %10s\n", "machine limits", "GiB/s", "(median)");
+  for (const auto& id : limit_order) {
+    const Measurement& m = all.at(id);
+    std::printf("  %-44s %s  (%s)\n", m.label.c_str(), format_rate(m.rate(m.timing.best)).c_str(),
+                format_rate(m.rate(m.timing.median)).c_str());
+  }
+  std::printf("\n%-46s %9s %10s   %-40s %s\n", "through ckpt", "GiB/s", "(median)", "ratio to limit, best vs best (median)", "target");
+  for (const auto& id : ckpt_order) {
+    const Measurement& m = all.at(id);
+    std::printf("  %-44s %s  (%s)", m.label.c_str(), format_rate(m.rate(m.timing.best)).c_str(),
+                format_rate(m.rate(m.timing.median)).c_str());
+    bool first = true;
+    for (const auto& c : comparisons) {
+      if (c.measure != id) continue;
+      if (!first) std::printf("  %-44s %8s  %10s", "", "", "");
+      first = false;
+      char ratio[96];
+      std::snprintf(ratio, sizeof ratio, "%s %.2fx (%.2fx) %s", c.time_ratio ? "time" : "rate", ratio_of(c, false), ratio_of(c, true),
+                    all.at(c.limit).label.substr(0, all.at(c.limit).label.find(" (")).c_str());
+      std::printf("   %-40s", ratio);
+      if (c.target)
+        std::printf(" %s %.2f %s", c.time_ratio ? "<=" : ">=", *c.target, c.meets(ratio_of(c, false)) ? "ok" : "MISSED");
+      std::printf("\n");
+    }
+    if (first) std::printf("\n");
+  }
+  for (const auto& n : notes) std::printf("\nnote: %s\n", n.c_str());
+  return cli::kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Measures this machine's limits (memory, raw XXH3-64, raw write+fsync, copy+fsync) and ckpt's save, load, "
+               "verify and conversion paths on the same random data, and prints each ckpt path as a ratio to its limit.",
+               kTool};
+  Config cfg;
+  std::string size_text = "256MiB", tensor_text = "32MiB", write_text = "1MiB";
+  std::vector<unsigned> threads;
+  app.add_option("--size", size_text, "bytes of data, e.g. 268435456, 256MiB, 2G (default 256MiB)");
+  app.add_option("--dir", cfg.dir, "directory on the file system to measure; a scratch directory is made and removed in it (default .)");
+  app.add_option("--threads", threads, "thread counts for the multi-threaded measurements; 1 is always included (default: 1 and the core count)")
+      ->check(CLI::Range(1u, 1024u));
+  app.add_option("--repeat", cfg.repeat, "runs of each measurement; the best is reported (default 5)")->check(CLI::Range(1u, 1000u));
+  app.add_option("--tensor-size", tensor_text, "bytes per tensor (default 32MiB)");
+  app.add_option("--write-size", write_text, "bytes per ShardWriter::write() call in the streaming save (default 1MiB)");
+  app.add_flag("--json", cfg.json, "print one JSON document instead of the table");
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  const auto size = parse_size(size_text), tensor = parse_size(tensor_text), write = parse_size(write_text);
+  if (!size || *size < 4096 || *size > (std::uint64_t{1} << 40)) {
+    std::fprintf(stderr, "%s: --size '%s' is not a byte count between 4KiB and 1TiB\n", kTool, size_text.c_str());
+    return cli::kUsage;
+  }
+  if (!tensor || *tensor < 2 || *tensor % 2 != 0) {
+    std::fprintf(stderr, "%s: --tensor-size '%s' is not an even byte count (BF16 elements)\n", kTool, tensor_text.c_str());
+    return cli::kUsage;
+  }
+  if (!write || *write < 2 || *write % 2 != 0 || *write > (std::uint64_t{1} << 32)) {
+    std::fprintf(stderr, "%s: --write-size '%s' is not an even byte count up to 4GiB\n", kTool, write_text.c_str());
+    return cli::kUsage;
+  }
+  cfg.size = *size;
+  cfg.tensor_size = *tensor;
+  cfg.write_size = *write;
+  const bool threads_given = !threads.empty();
+  threads.push_back(1);
+  if (!threads_given) threads.push_back(std::max(1u, std::thread::hardware_concurrency()));
+  std::sort(threads.begin(), threads.end());
+  threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+  cfg.threads = threads;
+  return cli::guarded(kTool, [&] {
+    try {
+      return run(cfg);
+    } catch (const IntegrityError& e) {
+      std::fprintf(stderr, "%s: %s\n", kTool, e.what());
+      return int{cli::kIntegrity};
+    }
+  });
+}

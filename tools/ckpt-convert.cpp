@@ -1,0 +1,139 @@
+// ckpt-convert: converts between safetensors and ckpt shard files, streaming with bounded memory.
+// The direction follows the extensions: IN.safetensors -> OUT.ckpt, or IN.ckpt -> OUT.safetensors.
+// Exit status: 0 converted, 2 anything else (bad arguments, malformed or damaged input, I/O error).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <ckpt/safetensors.hpp>
+
+#include "cli.hpp"
+
+namespace {
+
+constexpr const char* kTool = "ckpt-convert";
+
+enum class Direction { to_ckpt, to_safetensors, unknown };
+
+[[nodiscard]] bool has_suffix(const std::string& path, const std::string& suffix) {
+  if (path.size() <= suffix.size()) return false;
+  std::string tail = path.substr(path.size() - suffix.size());
+  std::transform(tail.begin(), tail.end(), tail.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return tail == suffix;
+}
+
+[[nodiscard]] Direction direction_of(const std::string& in, const std::string& out) {
+  if (has_suffix(in, ".safetensors") && has_suffix(out, ".ckpt")) return Direction::to_ckpt;
+  if (has_suffix(in, ".ckpt") && has_suffix(out, ".safetensors")) return Direction::to_safetensors;
+  return Direction::unknown;
+}
+
+// log2 of a power of two within [lo, hi], or -1.
+[[nodiscard]] int power_of_two_log2(std::uint64_t v, std::uint32_t lo, std::uint32_t hi) {
+  for (std::uint32_t k = lo; k <= hi; ++k)
+    if (v == (std::uint64_t{1} << k)) return static_cast<int>(k);
+  return -1;
+}
+
+[[nodiscard]] int usage_error(const std::string& message) {
+  std::fprintf(stderr, "%s: %s\nRun with --help for usage.\n", kTool, message.c_str());
+  return static_cast<int>(ckpt::cli::kUsage);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ckpt::cli::guarded(kTool, [&] {
+    CLI::App app{"Converts a safetensors file to a ckpt shard file or back, in one streaming pass with bounded\n"
+                 "memory. The direction follows the extensions: IN.safetensors OUT.ckpt, or IN.ckpt OUT.safetensors.\n"
+                 "Names, dtypes, shapes, bytes and __metadata__ survive a round trip exactly. The output is written\n"
+                 "under a temporary name, fsynced and renamed, so it is complete or absent.\n"
+                 "Reading a .ckpt verifies every chunk digest; its tensors must be whole in that one file.\n"
+                 "safetensors metadata is string to string: other metadata types are refused unless\n"
+                 "--stringify-metadata converts them to text (with a warning each).\n\n"
+                 "Exit status: 0 converted, 2 bad arguments, malformed or damaged input, or an I/O error.",
+                 kTool};
+    std::string in, out;
+    std::uint64_t chunk_size = 0, alignment = 0;
+    bool stringify = false, as_json = false, force = false;
+    app.add_option("IN", in, "input file (.safetensors or .ckpt)")->required();
+    app.add_option("OUT", out, "output file (.ckpt or .safetensors)")->required();
+    app.add_option("--chunk-size", chunk_size, "ckpt output: bytes per checksummed chunk, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
+        ->transform(CLI::AsSizeValue(false));
+    app.add_option("--alignment", alignment, "ckpt output: alignment of each tensor's data, a power of two in [64, 2 MiB] (default 4096)")
+        ->transform(CLI::AsSizeValue(false));
+    app.add_flag("--stringify-metadata", stringify, "safetensors output: write int64/float64/bool/bytes metadata as text");
+    app.add_flag("--json", as_json, "print a JSON summary (tensors, bytes, output, seconds) and no progress");
+    app.add_flag("--force", force, "replace OUT if it exists");
+    if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
+
+    const Direction direction = direction_of(in, out);
+    if (direction == Direction::unknown)
+      return usage_error("cannot tell the direction from the extensions of '" + in + "' and '" + out +
+                         "': expected IN.safetensors OUT.ckpt or IN.ckpt OUT.safetensors");
+    ckpt::ConvertOptions options;
+    options.overwrite = force;
+    options.stringify_metadata = stringify;
+    if (direction == Direction::to_safetensors && (chunk_size != 0 || alignment != 0))
+      return usage_error("--chunk-size and --alignment apply only when writing a .ckpt file");
+    if (chunk_size != 0) {
+      const int k = power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
+      if (k < 0) return usage_error("--chunk-size " + std::to_string(chunk_size) + ": expected a power of two from 4096 to 1073741824");
+      options.chunk_size_log2 = static_cast<std::uint32_t>(k);
+    }
+    if (alignment != 0) {
+      const int k = power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
+      if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
+      options.alignment_log2 = static_cast<std::uint32_t>(k);
+    }
+    if (direction == Direction::to_ckpt && stringify)
+      return usage_error("--stringify-metadata applies only when writing a .safetensors file");
+
+    std::unique_ptr<ckpt::cli::Progress> bar;
+    if (!as_json)
+      options.progress = [&](std::uint64_t done, std::uint64_t total) {
+        if (!bar) bar = std::make_unique<ckpt::cli::Progress>(in, total, true);
+        bar->update(done);
+      };
+
+    ckpt::PosixFs fs;
+    const auto start = std::chrono::steady_clock::now();
+    auto result = direction == Direction::to_ckpt ? ckpt::safetensors_to_ckpt(fs, in, out, options)
+                                                  : ckpt::ckpt_to_safetensors(fs, in, out, options);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bar.reset();
+    if (!result.ok()) {
+      std::string message = result.status().message();
+      if (message.find(in) == std::string::npos && message.find(out) == std::string::npos) message = in + ": " + message;
+      if (result.status().code() == ckpt::Code::conflict && !force) message += " (pass --force to replace it)";
+      std::fprintf(stderr, "%s: %s\n", kTool, message.c_str());
+      // A converter's failure is always "not converted": malformed and damaged input exit 2 too.
+      return static_cast<int>(ckpt::cli::kUsage);
+    }
+    for (const auto& w : result->warnings) std::fprintf(stderr, "%s: warning: %s\n", kTool, w.c_str());
+    if (as_json) {
+      nlohmann::json j;
+      j["input"] = in;
+      j["output"] = result->output;
+      j["direction"] = direction == Direction::to_ckpt ? "safetensors-to-ckpt" : "ckpt-to-safetensors";
+      j["tensors"] = result->tensors;
+      j["bytes"] = result->data_bytes;
+      j["metadata"] = result->metadata;
+      j["output_size"] = result->output_size;
+      j["warnings"] = result->warnings;
+      j["seconds"] = seconds;
+      // Paths are bytes, not always UTF-8: replace what JSON cannot carry instead of failing after the work is done.
+      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else if (::isatty(1) == 1) {
+      std::printf("%s: %llu tensors, %s in %.2f s\n", out.c_str(), static_cast<unsigned long long>(result->tensors),
+                  ckpt::cli::human_bytes(static_cast<double>(result->data_bytes)).c_str(), seconds);
+    }
+    return static_cast<int>(ckpt::cli::kOk);
+  });
+}

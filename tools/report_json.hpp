@@ -1,0 +1,326 @@
+// ckpt tools: one data model for what ckpt-inspect and ckpt-verify print. A shard's index and a
+// VerifyReport are turned into JSON once; the human tables and the JUnit XML are rendered from that.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/index.hpp>
+#include <ckpt/shard_reader.hpp>
+#include <ckpt/verify.hpp>
+
+namespace ckpt::tools {
+
+using nlohmann::json;
+
+// Lower-case hex of raw bytes; at most max_bytes are shown.
+[[nodiscard]] inline std::string hex_bytes(std::string_view s, std::size_t max_bytes = std::string_view::npos) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  const std::size_t n = std::min(s.size(), max_bytes);
+  out.reserve(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+// Text safe for one terminal line: control bytes become \xNN, so a hostile name cannot break a table.
+[[nodiscard]] inline std::string printable(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// --- Shard index (ckpt-inspect) ----------------------------------------------------------------
+
+[[nodiscard]] inline json metadata_value_json(const Value& v) {
+  if (v.is_int()) return v.as_int();
+  if (v.is_bool()) return v.as_bool();
+  if (v.is_string()) return v.as_string();
+  if (v.is_bytes()) return hex_bytes(v.as_bytes());
+  // JSON has no NaN or infinity: those are spelled as strings so the document stays valid.
+  const double d = v.as_float();
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  return d;
+}
+
+[[nodiscard]] inline json shape_json(const Shape& s) {
+  json a = json::array();
+  for (const auto d : s) a.push_back(d);
+  return a;
+}
+
+// Everything the superblock, footer and index say about a shard; chunks only when asked (they can be millions).
+template <class Fs>
+[[nodiscard]] json shard_json(const ShardReader<Fs>& reader, bool with_chunks) {
+  const Superblock& sb = reader.superblock();
+  const Index& index = reader.index();
+  std::uint64_t data_bytes = 0;
+  for (const auto& p : index.pieces) data_bytes += p.data_length;
+  json doc;
+  doc["path"] = reader.path();
+  doc["format_version"] = sb.version;
+  doc["uuid"] = uuid_string(sb.uuid);
+  doc["alignment"] = sb.alignment();
+  doc["chunk_size"] = sb.chunk_size();
+  doc["hash"] = "xxh3-64";
+  doc["file_size"] = reader.file_size();
+  doc["data_offset"] = sb.data_offset;
+  doc["data_bytes"] = data_bytes;
+  doc["index_offset"] = reader.footer().index_offset;
+  doc["index_bytes"] = reader.footer().index_length;
+  doc["index_digest"] = hex64(reader.footer().index_digest);
+  doc["tensor_count"] = index.tensors.size();
+  doc["piece_count"] = index.pieces.size();
+  doc["chunk_count"] = index.chunks.size();
+  doc["metadata_count"] = index.metadata.size();
+  json tensors = json::array();
+  for (const auto& t : index.tensors) {
+    std::uint64_t bytes = 0;
+    for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) bytes += index.pieces[k].data_length;
+    std::uint64_t global_bytes = 0;
+    (void)shape_bytes(t.shape, t.dtype, global_bytes);  // cannot fail: the decoder checked it
+    json pieces = json::array();
+    for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) {
+      const auto& p = index.pieces[k];
+      pieces.push_back({{"piece", k - t.piece_first},
+                        {"offsets", shape_json(p.offsets)},
+                        {"shape", shape_json(p.shape)},
+                        {"data_offset", p.data_offset},
+                        {"bytes", p.data_length},
+                        {"chunk_count", p.chunk_count}});
+    }
+    tensors.push_back({{"name", t.name},
+                       {"dtype", std::string(format::dtype_info(t.dtype)->name)},
+                       {"shape", shape_json(t.shape)},
+                       {"piece_count", t.piece_count},
+                       {"bytes", bytes},
+                       {"global_bytes", global_bytes},
+                       {"pieces", std::move(pieces)}});
+  }
+  doc["tensors"] = std::move(tensors);
+  json metadata = json::array();
+  for (const auto& m : index.metadata) {
+    json e = {{"key", m.key}, {"type", value_type_name(m.value.type())}, {"value", metadata_value_json(m.value)}};
+    if (m.value.is_bytes() || m.value.is_string())
+      e["length"] = m.value.is_bytes() ? m.value.as_bytes().size() : m.value.as_string().size();
+    metadata.push_back(std::move(e));
+  }
+  doc["metadata"] = std::move(metadata);
+  if (with_chunks) {
+    json chunks = json::array();
+    for (const auto& t : index.tensors) {
+      for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) {
+        const auto& p = index.pieces[k];
+        for (std::uint64_t c = 0; c < p.chunk_count; ++c) {
+          const auto& rec = index.chunks[p.chunk_first + c];
+          chunks.push_back({{"tensor", t.name},
+                            {"piece", k - t.piece_first},
+                            {"chunk", c},
+                            {"offset", rec.offset},
+                            {"length", rec.length},
+                            {"digest", hex64(rec.digest)}});
+        }
+      }
+    }
+    doc["chunks"] = std::move(chunks);
+  }
+  return doc;
+}
+
+// --- Verify reports (ckpt-verify) --------------------------------------------------------------
+
+[[nodiscard]] inline json problem_json(const Problem& p) {
+  json j = {{"code", code_name(p.code)}, {"region", p.region}, {"offset", p.offset}, {"length", p.length}};
+  j["tensor"] = p.tensor.empty() ? json(nullptr) : json(p.tensor);
+  j["piece"] = p.piece < 0 ? json(nullptr) : json(p.piece);
+  j["chunk"] = p.chunk < 0 ? json(nullptr) : json(p.chunk);
+  j["expected"] = p.expected.empty() ? json(nullptr) : json(p.expected);
+  j["found"] = p.found.empty() ? json(nullptr) : json(p.found);
+  j["message"] = p.message;
+  return j;
+}
+
+// The outcome of checking one path: a report (intact or damaged), or an error that stopped the check.
+struct FileOutcome {
+  std::string path;
+  bool has_report = false;
+  VerifyReport report;
+  Status error;         // set when has_report is false
+  double seconds = 0;   // wall time, for the JUnit file only
+  std::string engine;   // "cpu" or "gpu"
+};
+
+// Exit status of one outcome: 0 intact, 1 damage, 2 error (cli.hpp codes, repeated here to stay light).
+[[nodiscard]] inline int outcome_exit(const FileOutcome& o) noexcept {
+  auto exit_for = [](Code c) { return (c == Code::corrupt || c == Code::incomplete) ? 1 : 2; };
+  if (!o.has_report) return exit_for(o.error.code());
+  int worst = 0;
+  for (const auto& p : o.report.problems) worst = std::max(worst, exit_for(p.code));
+  return worst;
+}
+
+[[nodiscard]] inline const char* outcome_status(const FileOutcome& o) noexcept {
+  if (!o.has_report) return "error";
+  return o.report.ok() ? "intact" : "damaged";
+}
+
+[[nodiscard]] inline json outcome_json(const FileOutcome& o) {
+  json j = {{"path", o.path}, {"status", outcome_status(o)}, {"ok", o.has_report && o.report.ok()}};
+  if (!o.has_report) {
+    j["error"] = {{"code", code_name(o.error.code())}, {"message", o.error.message()}};
+    return j;
+  }
+  const VerifyReport& r = o.report;
+  j["engine"] = o.engine;
+  j["file_size"] = r.file_size;
+  j["chunks_total"] = r.chunks_total;
+  j["chunks_checked"] = r.chunks_checked;
+  j["bytes_checked"] = r.bytes_checked;
+  json problems = json::array();
+  for (const auto& p : r.problems) problems.push_back(problem_json(p));
+  j["problems"] = std::move(problems);
+  return j;
+}
+
+[[nodiscard]] inline json outcomes_json(const std::vector<FileOutcome>& outcomes) {
+  json files = json::array();
+  std::size_t intact = 0, damaged = 0, errors = 0, problems = 0;
+  for (const auto& o : outcomes) {
+    files.push_back(outcome_json(o));
+    if (!o.has_report) ++errors;
+    else if (o.report.ok()) ++intact;
+    else ++damaged;
+    if (o.has_report) problems += o.report.problems.size();
+  }
+  return {{"ok", damaged == 0 && errors == 0},
+          {"files", std::move(files)},
+          {"summary", {{"files", outcomes.size()}, {"intact", intact}, {"damaged", damaged}, {"errors", errors},
+                       {"problems", problems}}}};
+}
+
+// One line per problem: file, code, region, byte range, then tensor/piece/chunk and digests when known.
+[[nodiscard]] inline std::string problem_line(const std::string& path, const Problem& p) {
+  std::string line = printable(path) + ": " + code_name(p.code) + " " + p.region + " bytes [" + std::to_string(p.offset) +
+                     ", " + std::to_string(p.offset + p.length) + ")";
+  if (!p.tensor.empty()) line += " tensor '" + printable(p.tensor) + "'";
+  if (p.piece >= 0) line += " piece " + std::to_string(p.piece);
+  if (p.chunk >= 0) line += " chunk " + std::to_string(p.chunk);
+  if (!p.expected.empty() || !p.found.empty()) line += ": expected " + p.expected + ", found " + p.found;
+  // Structural problems carry their explanation only in the message; a digest mismatch is said in full above.
+  if (p.region != "data" || p.expected.empty()) {
+    std::string detail = p.message;
+    if (detail.rfind(path + ": ", 0) == 0) detail = detail.substr(path.size() + 2);
+    line += " (" + printable(detail) + ")";
+  }
+  return line;
+}
+
+// --- JUnit XML -----------------------------------------------------------------------------------
+
+// Escapes text for XML 1.0 attributes and content: markup characters become entities, control
+// characters and invalid UTF-8 become U+FFFD (XML 1.0 cannot carry them at all).
+[[nodiscard]] inline std::string xml_escape(std::string_view s) {
+  static const char kReplacement[] = "\xEF\xBF\xBD";
+  std::string out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&quot;"; break;
+        case '\'': out += "&apos;"; break;
+        case '\t': out += "&#9;"; break;
+        case '\n': out += "&#10;"; break;
+        case '\r': out += "&#13;"; break;
+        default:
+          if (c < 0x20 || c == 0x7F) out += kReplacement;
+          else out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t n = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || n > s.size() - i || !valid_utf8(s.substr(i, n))) {
+      out += kReplacement;
+      ++i;
+      continue;
+    }
+    // U+FFFE and U+FFFF are not XML characters either.
+    if (n == 3 && c == 0xEF && static_cast<unsigned char>(s[i + 1]) == 0xBF &&
+        static_cast<unsigned char>(s[i + 2]) >= 0xBE) {
+      out += kReplacement;
+    } else {
+      out.append(s.data() + i, n);
+    }
+    i += n;
+  }
+  return out;
+}
+
+// One testsuite, one testcase per file, a <failure> per problem and an <error> for a file that could not be read.
+[[nodiscard]] inline std::string junit_xml(const std::vector<FileOutcome>& outcomes, const std::string& suite) {
+  std::size_t failures = 0, errors = 0;
+  double total_seconds = 0;
+  for (const auto& o : outcomes) {
+    if (!o.has_report) ++errors;
+    else if (!o.report.ok()) ++failures;
+    total_seconds += o.seconds;
+  }
+  auto seconds = [](double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", s);
+    return std::string(buf);
+  };
+  std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  x += "<testsuites name=\"" + xml_escape(suite) + "\" tests=\"" + std::to_string(outcomes.size()) + "\" failures=\"" +
+       std::to_string(failures) + "\" errors=\"" + std::to_string(errors) + "\" time=\"" + seconds(total_seconds) + "\">\n";
+  x += "  <testsuite name=\"" + xml_escape(suite) + "\" tests=\"" + std::to_string(outcomes.size()) + "\" failures=\"" +
+       std::to_string(failures) + "\" errors=\"" + std::to_string(errors) + "\" skipped=\"0\" time=\"" +
+       seconds(total_seconds) + "\">\n";
+  for (const auto& o : outcomes) {
+    x += "    <testcase classname=\"" + xml_escape(suite) + "\" name=\"" + xml_escape(o.path) + "\" time=\"" +
+         seconds(o.seconds) + "\"";
+    if (o.has_report && o.report.ok()) {
+      x += "/>\n";
+      continue;
+    }
+    x += ">\n";
+    if (!o.has_report) {
+      x += "      <error type=\"" + std::string(code_name(o.error.code())) + "\" message=\"" +
+           xml_escape(o.error.message()) + "\"/>\n";
+    } else {
+      for (const auto& p : o.report.problems) {
+        x += "      <failure type=\"" + std::string(code_name(p.code)) + "\" message=\"" + xml_escape(p.message) +
+             "\">" + xml_escape(problem_line(o.path, p)) + "</failure>\n";
+      }
+    }
+    x += "    </testcase>\n";
+  }
+  x += "  </testsuite>\n</testsuites>\n";
+  return x;
+}
+
+}  // namespace ckpt::tools
