@@ -639,6 +639,7 @@ TEST_CASE("many unsynced directory operations fall back to the full product", "[
 TEST_CASE("seeded sampling is deterministic", "[sim_fs]") {
   SimFs fs;
   REQUIRE(fs.mkdir("/d").ok());
+  REQUIRE(fs.sync_dir("/").ok());
   for (int i = 0; i < 6; ++i) {
     auto f = fs.open("/d/f" + std::to_string(i), OpenMode::create_new);
     REQUIRE(f.ok());
@@ -739,9 +740,16 @@ Status save(Fs& fs, const std::string& path, WriterOptions o) {
   o.buffer_size = 4096;  // small buffers: many writes, many persistence points
   o.uuid = Uuid{1, 2, 3, 4, 5, 6, 0x47, 8, 0x89, 10, 11, 12, 13, 14, 15, 16};
   CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter<Fs>::create(fs, path, o));
-  CKPT_TRY(w->add_tensor("w", DType::F32, {6, 1024}, payload().w.data(), payload().w.size()));
+  // Streamed in 1500-byte calls, so the 4 KiB buffer makes one write per flush.
+  const auto stream = [&](const char* name, DType dtype, const Shape& shape, const std::vector<unsigned char>& bytes) {
+    CKPT_TRY(w->begin_piece(name, dtype, shape, Shape(shape.size(), 0), shape));
+    for (std::size_t at = 0; at < bytes.size(); at += 1500)
+      CKPT_TRY(w->write(bytes.data() + at, std::min<std::size_t>(1500, bytes.size() - at)));
+    return w->end_piece();
+  };
+  CKPT_TRY(stream("w", DType::F32, {6, 1024}, payload().w));
   CKPT_TRY(w->add_tensor("b", DType::F32, {1000}, payload().b.data(), payload().b.size()));
-  CKPT_TRY(w->add_tensor("e", DType::U8, {3 * 4096 + 100}, payload().e.data(), payload().e.size()));
+  CKPT_TRY(stream("e", DType::U8, {3 * 4096 + 100}, payload().e));
   CKPT_TRY(w->set_metadata("step", Value(std::int64_t{42})));
   auto summary = w->finish();
   return summary.ok() ? Status() : summary.status();

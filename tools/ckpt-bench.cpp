@@ -70,8 +70,9 @@ struct Measurement {
   std::uint64_t bytes = 0;        // bytes the throughput is counted over
   std::function<void()> before;   // untimed preparation before every run
   std::function<void()> body;     // the timed work
-  std::vector<double> secs;
+  std::vector<double> secs, cpu_secs;  // wall and process CPU seconds of each run
   Timing timing;
+  double best_cpu_share = 0;  // CPU seconds / (wall seconds * threads) of the best run
   [[nodiscard]] double rate(double secs_taken) const { return static_cast<double>(bytes) / secs_taken; }
 };
 [[nodiscard]] Measurement measurement(std::string id, std::string label, unsigned threads, std::uint64_t bytes,
@@ -102,11 +103,17 @@ void run_rounds(const std::vector<Measurement*>& group, unsigned repeat) {
   for (unsigned r = 0; r < repeat; ++r)
     for (Measurement* m : group) {
       if (m->before) m->before();
+      const double cpu_start = process_cpu_seconds();
       Stopwatch watch;
       m->body();
       m->secs.push_back(watch.seconds());
+      m->cpu_secs.push_back(process_cpu_seconds() - cpu_start);
     }
-  for (Measurement* m : group) m->timing = summarize(m->secs);
+  for (Measurement* m : group) {
+    m->timing = summarize(m->secs);
+    const auto best = std::min_element(m->secs.begin(), m->secs.end()) - m->secs.begin();
+    m->best_cpu_share = m->cpu_secs[best] / (m->secs[best] * m->threads);
+  }
 }
 
 [[nodiscard]] const char* xxh3_vector_name() {
@@ -169,12 +176,6 @@ template <class T>
 [[nodiscard]] const Status& status_of(const Result<T>& r) { return r.status(); }
 #endif
 
-std::string format_rate(double bytes_per_sec) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%8.2f", bytes_per_sec / double(std::uint64_t{1} << 30));
-  return buf;
-}
-
 int run(const Config& cfg) {
   const CpuInfo cpu = cpu_info();
   const std::size_t size = static_cast<std::size_t>(cfg.size & ~std::uint64_t{4095});  // whole BF16 elements, page multiple
@@ -216,7 +217,7 @@ int run(const Config& cfg) {
   constexpr std::size_t kRawBlock = std::size_t{8} << 20;
 
   // --- Disk: raw write+fsync against ckpt saves, interleaved round by round.
-  Measurement& raw_write = add(true, measurement("raw_write_fsync", "write+fsync (pwrite 8 MiB blocks)", 1, size, [&] { fresh(raw_path); },
+  Measurement& raw_write = add(true, measurement("raw_write_fsync", "write+fsync, pwrite 8 MiB blocks", 1, size, [&] { fresh(raw_path); },
                                       [&] { raw_write_file(raw_path, data.data(), size, kRawBlock); }));
   WriterOptions wopts;
   Measurement& save = add(false, measurement("save_add_tensor", "save: add_tensor + finish", 1, size, [&] { fresh(ckpt_path); }, [&] {
@@ -249,7 +250,7 @@ int run(const Config& cfg) {
   // --- Conversion from safetensors against a plain copy+fsync of the same file.
   write_safetensors(st_path, tensors, data.data(), size);
   Buffer copy_buffer(kRawBlock);
-  Measurement& copy = add(true, measurement("raw_copy_fsync", "copy+fsync (pread/pwrite 8 MiB)", 1, size, [&] { fresh(copy_path); },
+  Measurement& copy = add(true, measurement("raw_copy_fsync", "copy+fsync, pread/pwrite 8 MiB", 1, size, [&] { fresh(copy_path); },
                                  [&] { raw_copy_file(st_path, copy_path, copy_buffer.data(), kRawBlock); }));
 #if CKPT_BENCH_HAVE_SAFETENSORS
   Measurement& convert = add(false, measurement("convert_safetensors", "convert: safetensors_to_ckpt", 1, size, [&] { fresh(conv_path); }, [&] {
@@ -287,7 +288,7 @@ int run(const Config& cfg) {
       });
       keep(total.load());
     })));
-    memory_group.push_back(&add(true, measurement("xxh3" + tag, "XXH3-64 of 1 MiB blocks in memory, " + suffix, n, size, nullptr, [&, n] {
+    memory_group.push_back(&add(true, measurement("xxh3" + tag, "XXH3-64 in memory, 1 MiB blocks, " + suffix, n, size, nullptr, [&, n] {
       std::atomic<std::uint64_t> total{0};
       parallel_items(n, items, [&](std::size_t i) {
         const auto [off, len] = item_span(i);
@@ -303,7 +304,7 @@ int run(const Config& cfg) {
     }
     keep(dst.data()[size - 1]);
   })));
-  memory_group.push_back(&add(true, measurement("pread_cached", "pread of the cached file (8 MiB)", 1, size, nullptr, [&] {
+  memory_group.push_back(&add(true, measurement("pread_cached", "pread of a cached file, 8 MiB blocks", 1, size, nullptr, [&] {
     keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
   })));
   auto load_all = [&](Verify verify) {
@@ -338,7 +339,6 @@ int run(const Config& cfg) {
   if (std::memcmp(dst.data(), data.data(), size) != 0) throw IntegrityError(ckpt_path + ": loaded bytes differ from the saved ones");
 
   // --- Report.
-  const std::string statistic = "best of " + std::to_string(cfg.repeat);
   auto ratio_of = [&](const Comparison& c, bool median) {
     const Measurement& m = all.at(c.measure);
     const Measurement& l = all.at(c.limit);
@@ -365,7 +365,9 @@ int run(const Config& cfg) {
         out.push_back({{"id", m.id}, {"label", m.label}, {"threads", m.threads}, {"bytes", m.bytes},
                        {"best_s", m.timing.best}, {"median_s", m.timing.median}, {"worst_s", m.timing.worst},
                        {"best_gib_per_s", m.rate(m.timing.best) / double(1 << 30)},
-                       {"median_gib_per_s", m.rate(m.timing.median) / double(1 << 30)}, {"runs_s", m.secs}});
+                       {"median_gib_per_s", m.rate(m.timing.median) / double(1 << 30)}, {"best_cpu_share", m.best_cpu_share},
+                       {"min_cpu_s", *std::min_element(m.cpu_secs.begin(), m.cpu_secs.end())},
+                       {"runs_s", m.secs}, {"runs_cpu_s", m.cpu_secs}});
       }
       return out;
     };
@@ -389,35 +391,45 @@ int run(const Config& cfg) {
   }
   std::printf("ckpt-bench: %s of random data as %zu BF16 tensors, 1 MiB chunks, files in %s\n",
               cli::human_bytes(double(size)).c_str(), tensors.size(), scratch.path().c_str());
-  std::printf("CPU: %s, %u cores online, AVX2 %s; XXH3 compiled for %s. Each figure: %s runs (median).\n\n",
-              cpu.model.c_str(), std::thread::hardware_concurrency(), cpu.avx2 ? "yes" : "no", xxh3_vector_name(),
-              statistic.c_str());
-  std::printf("%-46s %9s %10s\n", "machine limits", "GiB/s", "(median)");
+  std::printf("CPU: %s, %u cores online, AVX2 %s, AVX-512 %s; XXH3 compiled for %s\n\n", cpu.model.c_str(),
+              std::thread::hardware_concurrency(), cpu.avx2 ? "yes" : "no", cpu.avx512 ? "yes" : "no", xxh3_vector_name());
+  auto short_name = [&](const std::string& id) -> std::string {
+    if (id == "raw_write_fsync") return "write+fsync";
+    if (id == "raw_copy_fsync") return "copy+fsync";
+    if (id == "pread_cached") return "pread cached";
+    if (id.rfind("xxh3_t", 0) == 0) return "XXH3 " + id.substr(6) + (id == "xxh3_t1" ? " thread" : " threads");
+    return id;
+  };
+  auto row = [&](const Measurement& m) {
+    std::printf("  %-40s %7.2f %7.2f %5.0f%%", m.label.c_str(), m.rate(m.timing.best) / double(1 << 30),
+                m.rate(m.timing.median) / double(1 << 30), 100.0 * m.best_cpu_share);
+  };
+  std::printf("%-42s %7s %7s %6s\n", "machine limits", "GiB/s", "median", "cpu");
   for (const auto& id : limit_order) {
-    const Measurement& m = all.at(id);
-    std::printf("  %-44s %s  (%s)\n", m.label.c_str(), format_rate(m.rate(m.timing.best)).c_str(),
-                format_rate(m.rate(m.timing.median)).c_str());
+    row(all.at(id));
+    std::printf("\n");
   }
-  std::printf("\n%-46s %9s %10s   %-40s %s\n", "through ckpt", "GiB/s", "(median)", "ratio to limit, best vs best (median)", "target");
+  std::printf("\n%-42s %7s %7s %6s   %-34s %s\n", "through ckpt", "GiB/s", "median", "cpu", "vs limit: best (median)", "target");
   for (const auto& id : ckpt_order) {
-    const Measurement& m = all.at(id);
-    std::printf("  %-44s %s  (%s)", m.label.c_str(), format_rate(m.rate(m.timing.best)).c_str(),
-                format_rate(m.rate(m.timing.median)).c_str());
+    row(all.at(id));
     bool first = true;
     for (const auto& c : comparisons) {
       if (c.measure != id) continue;
-      if (!first) std::printf("  %-44s %8s  %10s", "", "", "");
+      if (!first) std::printf("  %-40s %7s %7s %6s", "", "", "", "");
       first = false;
       char ratio[96];
-      std::snprintf(ratio, sizeof ratio, "%s %.2fx (%.2fx) %s", c.time_ratio ? "time" : "rate", ratio_of(c, false), ratio_of(c, true),
-                    all.at(c.limit).label.substr(0, all.at(c.limit).label.find(" (")).c_str());
-      std::printf("   %-40s", ratio);
+      std::snprintf(ratio, sizeof ratio, "%s %.2fx (%.2fx) %s", c.time_ratio ? "time" : "rate", ratio_of(c, false),
+                    ratio_of(c, true), short_name(c.limit).c_str());
+      std::printf("   %-34s", ratio);
       if (c.target)
         std::printf(" %s %.2f %s", c.time_ratio ? "<=" : ">=", *c.target, c.meets(ratio_of(c, false)) ? "ok" : "MISSED");
       std::printf("\n");
     }
     if (first) std::printf("\n");
   }
+  std::printf("\nGiB/s: best of %u runs, median beside it; cpu: CPU time / (wall time x threads) of the best run, under 100%%\n"
+              "when other processes held a core. Ratios: time = ckpt time / limit time, rate = ckpt GiB/s / limit GiB/s.\n",
+              cfg.repeat);
   for (const auto& n : notes) std::printf("\nnote: %s\n", n.c_str());
   return cli::kOk;
 }

@@ -1,6 +1,7 @@
 // ckpt-inspect: prints what a shard file holds (format, tensors, pieces, metadata, optionally every
 // chunk) from its superblock, footer and index. Data bytes are not read; ckpt-verify checks them.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,19 @@ void print_table(const std::vector<std::vector<std::string>>& rows, const std::v
     // Short values are shown whole; long ones by length and their first 32 bytes.
     return hex.size() <= 64 ? (hex.empty() ? len : hex + " (" + len + ")") : hex.substr(0, 64) + "... (" + len + ")";
   }
-  if (type == "string") return "\"" + ckpt::tools::printable(v.get<std::string>()) + "\"";
+  if (type == "string") {
+    std::string quoted;
+    for (const char c : v.get<std::string>()) quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    return "\"" + ckpt::tools::printable(quoted) + "\"";
+  }
   if (type == "float64" && v.is_number()) {
+    // The shortest of %.15g..%.17g that reads back as the same double.
+    const double d = v.get<double>();
     char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", v.get<double>());
+    for (int precision = 15; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof buf, "%.*g", precision, d);
+      if (std::strtod(buf, nullptr) == d) break;
+    }
     return buf;
   }
   if (v.is_string()) return v.get<std::string>();

@@ -115,7 +115,10 @@ inline int guarded(const char* tool, const std::function<int()>& body) {
   return kUsage;
 }
 
-// JSON goes to stdout, one document, pretty-printed with a trailing newline.
-inline void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+// JSON goes to stdout, one document, pretty-printed with a trailing newline. Invalid UTF-8 (a path
+// is any bytes) becomes U+FFFD instead of an exception.
+inline void print_json(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
 
 }  // namespace ckpt::cli

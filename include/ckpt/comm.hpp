@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,7 +42,8 @@ class LocalComm {
 // template on it. The referenced communicator must outlive the CommRef.
 class CommRef {
  public:
-  template <class Comm>
+  // Constrained so that copying a CommRef copies it instead of wrapping it.
+  template <class Comm, class = std::enable_if_t<!std::is_same_v<std::remove_cv_t<Comm>, CommRef>>>
   explicit CommRef(Comm& comm) noexcept
       : comm_(&comm),
         rank_([](void* c) { return static_cast<Comm*>(c)->rank(); }),

@@ -67,6 +67,12 @@ class ShardWriter {
 
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
   [[nodiscard]] std::uint64_t bytes_written() const noexcept { return position_; }
+  // Chunks (offset, length, digest) of the piece ended last, so a caller can compare digests computed
+  // elsewhere before finish(): a GPU save checks them against device digests (spec/GPU.md 7).
+  [[nodiscard]] const std::vector<ChunkRecord>& last_piece_chunks() const noexcept {
+    static const std::vector<ChunkRecord> none;
+    return pieces_.empty() ? none : pieces_.back().chunks;
+  }
 
  private:
   ShardWriter(Fs& fs, std::string path, std::string write_path, FileHandle file, WriterOptions options);

@@ -19,7 +19,9 @@ function(step)
   set(step_output "${out}" PARENT_SCOPE)
 endfunction()
 
-set(common -DCMAKE_BUILD_TYPE=Release)
+# No build type: the consumer compiles without optimisation (fast), and the subdirectory mode
+# checks that adding ckpt does not force a build type on its parent project.
+set(common "")
 if(GENERATOR)
   list(APPEND common -G ${GENERATOR})
 endif()
@@ -45,6 +47,10 @@ if(MODE STREQUAL "install")
 elseif(MODE STREQUAL "subdirectory")
   step(${CMAKE_COMMAND} -S ${consumer_src} -B ${WORK_DIR}/consumer-build ${common}
        -DCKPT_CONSUMER_SOURCE_DIR=${CKPT_SOURCE_DIR})
+  file(STRINGS ${WORK_DIR}/consumer-build/CMakeCache.txt build_type REGEX "^CMAKE_BUILD_TYPE:")
+  if(NOT build_type MATCHES "^CMAKE_BUILD_TYPE:[A-Z]+=$")
+    message(FATAL_ERROR "consumer test: add_subdirectory(ckpt) changed the parent's build type: ${build_type}")
+  endif()
 else()
   message(FATAL_ERROR "run.cmake: MODE must be install or subdirectory, not '${MODE}'")
 endif()

@@ -38,7 +38,7 @@ Result<std::unique_ptr<ShardReader<Fs>>> ShardReader<Fs>::open(Fs& fs, std::stri
   if (!file.ok()) return file.status();
   std::unique_ptr<ShardReader> r(new ShardReader(fs, std::move(path), *file));
   CKPT_TRY(r->load());
-  return r;
+  return Result<std::unique_ptr<ShardReader>>(std::move(r));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 template <class Fs>

@@ -35,7 +35,7 @@ Result<std::unique_ptr<ShardWriter<Fs>>> ShardWriter<Fs>::create(Fs& fs, std::st
   const auto sb = encode_superblock(w->superblock_);
   CKPT_TRY(w->append(sb.data(), sb.size()));
   CKPT_TRY(w->pad_to(w->superblock_.data_offset));
-  return w;
+  return Result<std::unique_ptr<ShardWriter>>(std::move(w));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 template <class Fs>

@@ -1,0 +1,756 @@
+// Tests for include/ckpt/store.hpp: transactions, recovery, retention, locking, read-only access,
+// failure handling. Most run over PosixFs in a scratch directory; the failure sweeps run over SimFs
+// (wrapped in FaultFs) so they need no real fsync and stay fast.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <ckpt/io/fault_fs.hpp>
+#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/store.hpp>
+
+#include "test_util.hpp"
+
+using namespace ckpt;
+namespace fsys = std::filesystem;
+
+namespace {
+
+constexpr std::size_t kElems = 300;  // 1200 bytes of F32: several chunks with 4 KiB chunks? one; fine
+constexpr FsOpSet kWrites = fs_op_bit(FsOp::pwrite) | fs_op_bit(FsOp::truncate) | fs_op_bit(FsOp::rename) |
+                            fs_op_bit(FsOp::unlink) | fs_op_bit(FsOp::mkdir) | fs_op_bit(FsOp::rmdir) |
+                            fs_op_bit(FsOp::sync) | fs_op_bit(FsOp::sync_data) | fs_op_bit(FsOp::sync_dir) |
+                            fs_op_bit(FsOp::lock);
+
+StoreOptions writable_options(bool create = true) {
+  StoreOptions o;
+  o.create_if_missing = create;
+  o.chunk_size_log2 = 12;
+  o.alignment_log2 = 6;
+  o.buffer_size = 4096;
+  return o;
+}
+
+std::vector<float> weights(std::uint64_t step) {
+  std::vector<float> w(kElems);
+  for (std::size_t i = 0; i < kElems; ++i) w[i] = static_cast<float>(step) + static_cast<float>(i) / 1000.0f;
+  return w;
+}
+
+// Saves one step: a weight tensor, an optimizer tensor and a training state derived from the step.
+template <class Fs>
+Result<CommitResult> save(Store<Fs>& store, std::uint64_t step) {
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  const auto w = weights(step);
+  CKPT_TRY(tx->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4));
+  const auto m = weights(step + 1);
+  CKPT_TRY(tx->add_optimizer_tensor("adam.m/w", DType::F32, {kElems}, m.data(), m.size() * 4));
+  tx->state().rng = "rng-" + std::to_string(step);
+  tx->state().data = DataPosition{step / 10, step * 32, "loader"};
+  tx->state().values["lr"] = 1.0 / static_cast<double>(step + 1);
+  tx->state().values["tag"] = "step " + std::to_string(step);
+  return tx->commit();
+}
+
+// Opens a committed step and checks every byte and field save() wrote.
+template <class Fs>
+void check_step(Store<Fs>& store, std::uint64_t step) {
+  auto reader = store.open_step(step);
+  REQUIRE(reader.ok());
+  std::vector<float> w(kElems), m(kElems);
+  REQUIRE((*reader)->read_tensor("w", w.data(), w.size() * 4).ok());
+  REQUIRE((*reader)->read_tensor("adam.m/w", m.data(), m.size() * 4).ok());
+  CHECK(w == weights(step));
+  CHECK(m == weights(step + 1));
+  const TrainingState& st = (*reader)->state();
+  CHECK(st.step == step);
+  CHECK(st.rng == "rng-" + std::to_string(step));
+  CHECK(st.data == DataPosition{step / 10, step * 32, "loader"});
+  CHECK(st.optimizer_tensors == std::vector<std::string>{"adam.m/w"});
+  CHECK(st.values.at("tag").as_string() == "step " + std::to_string(step));
+}
+
+template <class Fs>
+std::vector<std::uint64_t> step_numbers(const Store<Fs>& store) {
+  std::vector<std::uint64_t> out;
+  for (const auto& s : store.steps()) out.push_back(s.step);
+  return out;
+}
+
+// Every path under dir with its bytes (directories as "<dir>"): equal trees, equal maps.
+std::map<std::string, std::string> tree(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
+    const std::string rel = fsys::relative(e.path(), dir).string();
+    out[rel] = e.is_directory() ? std::string("<dir>") : ckpt_test::read_file(e.path().string());
+  }
+  return out;
+}
+
+template <class Fs>
+std::vector<std::string> entries(Fs& fs, const std::string& dir) {
+  auto list = fs.list_dir(dir);
+  REQUIRE(list.ok());
+  std::vector<std::string> names = *list;
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Leaves an unfinished transaction behind the last commit, as a crashed writer would: a durable BEGIN,
+// its directory with a partial shard and MANIFEST, optionally a file nobody named, and a torn tail.
+void crash_mid_save(PosixFs& fs, const std::string& store, std::uint64_t txn, std::uint64_t step, bool foreign_file) {
+  const std::string journal_path = store + "/JOURNAL";
+  auto scan = scan_journal(fs, journal_path);
+  REQUIRE(scan.ok());
+  auto writer = JournalWriter<PosixFs>::open(fs, journal_path, scan->end);
+  REQUIRE(writer.ok());
+  BeginRecord b;
+  b.txn = txn;
+  b.step = step;
+  b.files = {TxnFile{0, shard_file_name(0, 1)}};
+  REQUIRE(writer->append_group({begin_record(b).value()}).ok());
+  const std::string dir = store + "/" + step_dir_name(step, txn);
+  REQUIRE(fs.mkdir(dir).ok());
+  ckpt_test::write_file(dir + "/" + shard_file_name(0, 1), "partial shard");
+  ckpt_test::write_file(dir + "/MANIFEST", "partial manifest");
+  if (foreign_file) ckpt_test::write_file(dir + "/notes.txt", "not ours");
+  std::string journal = ckpt_test::read_file(journal_path);
+  ckpt_test::write_file(journal_path, journal + std::string(100, 'T'));  // a torn group
+}
+
+}  // namespace
+
+TEST_CASE("commit makes a step that steps, latest, find and open_step see", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  REQUIRE(store.ok());
+  CHECK_FALSE((*store)->latest());
+  CHECK((*store)->recovery_report().clean());
+  for (const std::uint64_t step : {100, 200, 300}) {
+    auto r = save(**store, step);
+    REQUIRE(r.ok());
+    CHECK(r->step.step == step);
+    CHECK(r->step.dir == step_dir_name(step, r->step.txn));
+    CHECK(r->retired.empty());
+  }
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{100, 200, 300});
+  REQUIRE((*store)->latest());
+  CHECK((*store)->latest()->step == 300);
+  CHECK((*store)->find(200)->txn == 2);
+  CHECK((*store)->find(250).status().code() == Code::not_found);
+  for (const std::uint64_t step : {100, 200, 300}) check_step(**store, step);
+  auto latest = (*store)->open_latest();
+  REQUIRE(latest.ok());
+  CHECK((*latest)->tensor_names() == std::vector<std::string>{"adam.m/w", "w"});
+  CHECK((*latest)->manifest().world_size == 1);
+  auto verified = (*store)->verify_step(300);
+  REQUIRE(verified.ok());
+  CHECK(verified->ok());
+  CHECK(verified->shards.size() == 1);
+  // The layout of spec/JOURNAL.md 2: JOURNAL, LOCK, one directory per transaction.
+  CHECK(entries(fs, path) == std::vector<std::string>{"JOURNAL", "LOCK", "step-100-1", "step-200-2", "step-300-3"});
+  CHECK(entries(fs, path + "/step-100-1") == std::vector<std::string>{"MANIFEST", "shard-00000-of-00001.ckpt"});
+  store->reset();
+  // Reopened, read-only and writable, the same steps.
+  auto ro = Store<>::open(fs, path, Access::read_only);
+  REQUIRE(ro.ok());
+  CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{100, 200, 300});
+  check_step(**ro, 200);
+  auto rw = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  REQUIRE(rw.ok());
+  CHECK((*rw)->recovery_report().clean());
+  CHECK((*rw)->next_txn() == 4);
+}
+
+TEST_CASE("a store is created only when asked and never over other files", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  CHECK(Store<>::open(fs, dir.file("none"), Access::read_write, writable_options(false)).status().code() == Code::not_found);
+  CHECK(Store<>::open(fs, dir.file("none"), Access::read_only).status().code() == Code::not_found);
+  CHECK_FALSE(fsys::exists(dir.file("none")));
+  REQUIRE(fs.mkdir(dir.file("busy")).ok());
+  ckpt_test::write_file(dir.file("busy/data.bin"), "x");
+  auto busy = Store<>::open(fs, dir.file("busy"), Access::read_write, writable_options());
+  CHECK(busy.status().code() == Code::conflict);
+  CHECK_FALSE(fsys::exists(dir.file("busy/JOURNAL")));
+  // An empty existing directory is fine.
+  REQUIRE(fs.mkdir(dir.file("empty")).ok());
+  CHECK(Store<>::open(fs, dir.file("empty"), Access::read_write, writable_options()).ok());
+}
+
+TEST_CASE("a second writer gets a conflict and readers are never blocked", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  auto first = Store<>::open(fs, path, Access::read_write, writable_options());
+  REQUIRE(first.ok());
+  REQUIRE(save(**first, 1).ok());
+  auto second = Store<>::open(fs, path, Access::read_write, writable_options());
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.status().code() == Code::conflict);
+  CHECK(second.status().message().find("read-only") != std::string::npos);
+  CHECK(recover_store(fs, path, true).status().code() == Code::conflict);
+  auto reader = Store<>::open(fs, path, Access::read_only);
+  REQUIRE(reader.ok());
+  CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1});
+  first->reset();  // the lock goes with the store
+  CHECK(Store<>::open(fs, path, Access::read_write, writable_options()).ok());
+}
+
+TEST_CASE("a read-only store refuses to write", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  REQUIRE(Store<>::open(fs, path, Access::read_write, writable_options()).ok());
+  auto ro = Store<>::open(fs, path, Access::read_only);
+  REQUIRE(ro.ok());
+  CHECK((*ro)->begin(1).status().code() == Code::invalid_argument);
+  CHECK((*ro)->retire(1).code() == Code::invalid_argument);
+  CHECK((*ro)->apply_retention(RetentionPolicy{1, 0}).status().code() == Code::invalid_argument);
+}
+
+TEST_CASE("abort removes the transaction's files and its id and names are never reused", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  REQUIRE(store.ok());
+  REQUIRE(save(**store, 10).ok());
+  {
+    auto tx = (*store)->begin(20);
+    REQUIRE(tx.ok());
+    CHECK((*tx)->txn() == 2);
+    CHECK(fsys::exists((*tx)->directory()));
+    const auto w = weights(20);
+    REQUIRE((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
+    CHECK((*store)->begin(21).status().code() == Code::conflict);  // one transaction at a time
+    REQUIRE((*tx)->abort().ok());
+    CHECK_FALSE(fsys::exists((*tx)->directory()));
+    CHECK((*tx)->commit().status().code() == Code::invalid_argument);
+  }
+  {
+    auto tx = (*store)->begin(20);  // destroyed without commit: aborted
+    REQUIRE(tx.ok());
+    CHECK((*tx)->txn() == 3);
+  }
+  auto r = save(**store, 20);
+  REQUIRE(r.ok());
+  CHECK(r->step.txn == 4);
+  CHECK(r->step.dir == "step-20-4");
+  CHECK(entries(fs, path) == std::vector<std::string>{"JOURNAL", "LOCK", "step-10-1", "step-20-4"});
+  std::vector<std::string> states;
+  for (const auto& t : (*store)->transactions())
+    states.push_back(std::to_string(t.txn) + ":" + txn_state_name(t.state));
+  CHECK(states == std::vector<std::string>{"1:committed", "2:aborted", "3:aborted", "4:committed"});
+  CHECK((*store)->transactions()[1].abort_reason == AbortReason::user);
+  store->reset();
+  auto again = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  REQUIRE(again.ok());
+  CHECK((*again)->recovery_report().clean());
+  CHECK((*again)->next_txn() == 5);
+}
+
+TEST_CASE("a reader sees only committed steps while a transaction is open", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  auto writer = Store<>::open(fs, path, Access::read_write, writable_options());
+  REQUIRE(writer.ok());
+  REQUIRE(save(**writer, 1).ok());
+  auto tx = (*writer)->begin(2);
+  REQUIRE(tx.ok());
+  const auto w = weights(2);
+  REQUIRE((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
+  auto reader = Store<>::open(fs, path, Access::read_only);
+  REQUIRE(reader.ok());
+  CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1});
+  CHECK((*reader)->latest()->step == 1);
+  CHECK((*reader)->open_step(2).status().code() == Code::not_found);
+  REQUIRE((*tx)->commit().ok());
+  CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1});  // a snapshot until refreshed
+  REQUIRE((*reader)->refresh().ok());
+  CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1, 2});
+  auto step2 = (*reader)->open_step(2);
+  REQUIRE(step2.ok());
+  std::vector<float> back(kElems);
+  REQUIRE((*step2)->read_tensor("w", back.data(), back.size() * 4).ok());
+  CHECK(back == w);
+}
+
+TEST_CASE("a read-only open never writes, even with a torn tail and an open transaction", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  {
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+  }
+  crash_mid_save(fs, path, 2, 2, false);
+  const auto before = tree(path);
+  FaultFs<PosixFs> guarded(fs, FaultPlan::from(1, Fault::io_error, kWrites));  // any write would fail
+  auto ro = Store<FaultFs<PosixFs>>::open(guarded, path, Access::read_only);
+  REQUIRE(ro.ok());
+  CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{1});
+  CHECK((*ro)->recovery_report().journal.torn_tail);
+  CHECK_FALSE((*ro)->recovery_report().applied);
+  check_step(**ro, 1);
+  auto v = (*ro)->verify_step(1);
+  REQUIRE(v.ok());
+  CHECK(v->ok());
+  REQUIRE((*ro)->refresh().ok());
+  CHECK(check_store(guarded, path).ok());
+  CHECK(guarded.count() == 0);  // not one write-kind operation was even tried
+  ro->reset();
+  CHECK(tree(path) == before);
+}
+
+TEST_CASE("a writable open truncates a torn tail and aborts an open transaction, removing only the files its BEGIN named",
+          "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  {
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+  }
+  for (const bool foreign : {true, false}) {
+    INFO("foreign file " << foreign);
+    const std::uint64_t txn = foreign ? 2 : 3;
+    crash_mid_save(fs, path, txn, 7, foreign);
+    const std::string step_dir = path + "/" + step_dir_name(7, txn);
+    const std::uint64_t journal_end = fsys::file_size(path + "/JOURNAL") - 100;
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    REQUIRE(store.ok());
+    const RecoveryReport& report = (*store)->recovery_report();
+    CHECK(report.applied);
+    CHECK_FALSE(report.corrupt());
+    std::vector<std::string> actions;
+    for (const auto& a : report.actions) {
+      CHECK(a.done);
+      actions.push_back(recovery_action_name(a.kind));
+    }
+    std::vector<std::string> expected{"truncate_journal", "append_abort", "remove_file", "remove_file"};
+    if (!foreign) expected.push_back("remove_dir");
+    expected.push_back("sync_dir");
+    CHECK(actions == expected);
+    CHECK(report.actions[0].offset == journal_end);
+    CHECK(report.actions[0].length == 100);
+    CHECK(fsys::file_size(path + "/JOURNAL") == journal_end + journal::kPageSize);  // truncated, then one ABORT group
+    const TxnInfo& t = (*store)->transactions().back();
+    CHECK(t.txn == txn);
+    CHECK(t.state == TxnState::aborted);
+    CHECK(t.abort_reason == AbortReason::recovery);
+    if (foreign) {
+      CHECK(entries(fs, step_dir) == std::vector<std::string>{"notes.txt"});  // never ours to delete
+      REQUIRE(report.notes.size() == 1);
+      CHECK(report.notes[0].find("notes.txt") != std::string::npos);
+    } else {
+      CHECK_FALSE(fsys::exists(step_dir));
+    }
+    CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
+    CHECK((*store)->next_txn() == txn + 1);
+    check_step(**store, 1);
+  }
+  // Recovery is idempotent: a clean store needs nothing more.
+  auto again = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  REQUIRE(again.ok());
+  CHECK((*again)->recovery_report().actions.empty());
+  CHECK((*again)->recovery_report().unknown_entries.empty());
+}
+
+TEST_CASE("check_store and a dry-run recovery plan without changing anything", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  {
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+  }
+  crash_mid_save(fs, path, 2, 2, false);
+  const auto before = tree(path);
+  auto check = check_store(fs, path);
+  REQUIRE(check.ok());
+  CHECK(check->dry_run);
+  CHECK_FALSE(check->applied);
+  CHECK(check->actions.size() == 6);  // truncate, abort, 2 files, dir, sync
+  CHECK(check->next_txn == 3);
+  REQUIRE(check->transactions.size() == 2);
+  CHECK(check->transactions[1].state == TxnState::open);
+  auto dry = recover_store(fs, path, true);
+  REQUIRE(dry.ok());
+  CHECK(dry->actions.size() == check->actions.size());
+  for (std::size_t i = 0; i < dry->actions.size(); ++i) CHECK(dry->actions[i].describe() == check->actions[i].describe());
+  fsys::remove(path + "/LOCK");  // the dry run's lock file is the only thing it may leave
+  CHECK(tree(path) == [&] {
+    auto t = before;
+    t.erase("LOCK");
+    return t;
+  }());
+  auto real = recover_store(fs, path, false);
+  REQUIRE(real.ok());
+  CHECK(real->applied);
+  CHECK_FALSE(fsys::exists(path + "/step-2-2"));
+  auto after = check_store(fs, path);
+  REQUIRE(after.ok());
+  CHECK(after->clean());
+}
+
+TEST_CASE("mid-log corruption refuses a writable open and is reported read-only", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  {
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    for (const std::uint64_t step : {1, 2, 3}) REQUIRE(save(**store, step).ok());
+  }
+  // Pages: 0 header, 1 BEGIN 1, 2 COMMIT 1, 3 BEGIN 2, 4 COMMIT 2, 5 BEGIN 3, 6 COMMIT 3.
+  const std::string journal_path = path + "/JOURNAL";
+  std::string bytes = ckpt_test::read_file(journal_path);
+  REQUIRE(bytes.size() == 7 * journal::kPageSize);
+  bytes[3 * journal::kPageSize + 30] = static_cast<char>(bytes[3 * journal::kPageSize + 30] ^ 0x04);
+  ckpt_test::write_file(journal_path, bytes);
+  const auto before = tree(path);
+
+  auto rw = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  REQUIRE_FALSE(rw.ok());
+  CHECK(rw.status().code() == Code::corrupt);
+  CHECK(rw.status().message().find("ckpt-repair") != std::string::npos);
+  CHECK(rw.status().message().find("[12288, 16384)") != std::string::npos);
+  auto ro = Store<>::open(fs, path, Access::read_only);
+  REQUIRE_FALSE(ro.ok());
+  CHECK(ro.status().code() == Code::corrupt);
+
+  StoreOptions tolerant;
+  tolerant.allow_corrupt_journal = true;
+  auto inspect = Store<>::open(fs, path, Access::read_only, tolerant);
+  REQUIRE(inspect.ok());
+  const RecoveryReport& report = (*inspect)->recovery_report();
+  CHECK(report.corrupt());
+  REQUIRE(report.journal.corruption.size() == 1);
+  CHECK(report.journal.corruption[0].offset == 3 * journal::kPageSize);
+  CHECK(report.journal.corruption[0].length == journal::kPageSize);
+  REQUIRE(report.problems.size() == 1);
+  CHECK(report.problems[0].find("no BEGIN for txn 2") != std::string::npos);
+  CHECK(step_numbers(**inspect) == std::vector<std::uint64_t>{1, 3});  // what is provable, nothing more
+  check_step(**inspect, 3);
+
+  auto recovered = recover_store(fs, path, false);
+  REQUIRE(recovered.ok());
+  CHECK(recovered->corrupt());
+  CHECK_FALSE(recovered->applied);
+  CHECK(recovered->actions.empty());
+  fsys::remove(path + "/LOCK");
+  auto expected = before;
+  expected.erase("LOCK");
+  CHECK(tree(path) == expected);  // nothing was changed by any of it
+}
+
+TEST_CASE("retention keeps the last N and every K-th step, writing RETIRE before deleting", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  StoreOptions o = writable_options();
+  o.retention = RetentionPolicy{2, 10};
+  auto store = Store<>::open(fs, path, Access::read_write, o);
+  REQUIRE(store.ok());
+  std::map<std::uint64_t, std::vector<std::uint64_t>> retired_by;
+  for (const std::uint64_t step : {5, 10, 15, 20, 25, 30}) {
+    auto r = save(**store, step);
+    REQUIRE(r.ok());
+    REQUIRE(r->retention.ok());
+    for (const auto& s : r->retired) retired_by[step].push_back(s.step);
+  }
+  CHECK(retired_by == std::map<std::uint64_t, std::vector<std::uint64_t>>{{15, {5}}, {25, {15}}});
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{10, 20, 25, 30});
+  CHECK(entries(fs, path) == std::vector<std::string>{"JOURNAL", "LOCK", "step-10-2", "step-20-4", "step-25-5", "step-30-6"});
+  // The journal holds a RETIRE for each, after its COMMIT.
+  auto scan = scan_journal(fs, path + "/JOURNAL");
+  REQUIRE(scan.ok());
+  std::vector<std::uint64_t> retire_txns;
+  for (const auto& rec : scan->records)
+    if (const auto* r = std::get_if<RetireRecord>(&rec.body)) retire_txns.push_back(r->txn);
+  CHECK(retire_txns == std::vector<std::uint64_t>{1, 3});
+  // Explicit retirement, and the latest survives any policy.
+  REQUIRE((*store)->retire(20).ok());
+  CHECK((*store)->retire(20).code() == Code::not_found);
+  auto kept = (*store)->apply_retention(RetentionPolicy{1, 0});
+  REQUIRE(kept.ok());
+  CHECK(kept->size() == 2);
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{30});
+  CHECK((*store)->apply_retention(RetentionPolicy{0, 0})->empty());  // keep_last 0: retention off
+  store->reset();
+  auto again = Store<>::open(fs, path, Access::read_only);
+  REQUIRE(again.ok());
+  CHECK(step_numbers(**again) == std::vector<std::uint64_t>{30});
+  CHECK((*again)->recovery_report().clean());
+}
+
+TEST_CASE("a retired step whose files could not be removed is finished by the next writable open", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  FaultFs<PosixFs> faulty(fs);
+  StoreOptions o = writable_options();
+  o.retention = RetentionPolicy{1, 0};
+  {
+    auto store = Store<FaultFs<PosixFs>>::open(faulty, path, Access::read_write, o);
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+    faulty.set_plan(FaultPlan::nth(1, Fault::io_error, fs_op_bit(FsOp::unlink)));  // MANIFEST of step 1 stays
+    auto r = save(**store, 2);
+    REQUIRE(r.ok());  // the commit stands
+    CHECK(r->retention.code() == Code::io);
+    CHECK(step_numbers(**store) == std::vector<std::uint64_t>{2});
+    CHECK(entries(fs, path + "/step-1-1") == std::vector<std::string>{"MANIFEST"});
+  }
+  faulty.set_plan({});
+  auto store = Store<FaultFs<PosixFs>>::open(faulty, path, Access::read_write, o);
+  REQUIRE(store.ok());
+  CHECK_FALSE(fsys::exists(path + "/step-1-1"));
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{2});
+  check_step(**store, 2);
+}
+
+TEST_CASE("a step saved again after a rollback shadows the older commit", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  auto store = Store<>::open(fs, dir.file("store"), Access::read_write, writable_options());
+  REQUIRE(store.ok());
+  REQUIRE(save(**store, 10).ok());
+  REQUIRE(save(**store, 20).ok());
+  REQUIRE(save(**store, 10).ok());
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{10, 20, 10});
+  CHECK((*store)->find(10)->txn == 3);
+  CHECK((*store)->latest()->txn == 3);
+  check_step(**store, 10);
+}
+
+TEST_CASE("opening a step checks the manifest and shards it names; verify_step checks every chunk", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  REQUIRE(store.ok());
+  REQUIRE(save(**store, 1).ok());
+  REQUIRE(save(**store, 2).ok());
+  const std::string shard1 = path + "/step-1-1/" + shard_file_name(0, 1);
+  const std::string manifest1 = path + "/step-1-1/MANIFEST";
+  const std::string good_shard = ckpt_test::read_file(shard1);
+  const std::string good_manifest = ckpt_test::read_file(manifest1);
+
+  // A flipped data byte: the cheap open passes, the read and the full verification find it.
+  std::string damaged = good_shard;
+  damaged[64 + 10] = static_cast<char>(damaged[64 + 10] ^ 1);  // inside the first piece (alignment 64)
+  ckpt_test::write_file(shard1, damaged);
+  auto reader = (*store)->open_step(1);
+  REQUIRE(reader.ok());
+  std::vector<float> w(kElems);
+  CHECK((*reader)->read_tensor("w", w.data(), w.size() * 4).code() == Code::corrupt);
+  auto v = (*store)->verify_step(1);
+  REQUIRE(v.ok());
+  CHECK_FALSE(v->ok());
+  REQUIRE(v->shards.size() == 1);
+  CHECK(v->shards[0].problems.size() == 1);
+  ckpt_test::write_file(shard1, good_shard);
+
+  // Another step's manifest in its place: the COMMIT digest catches it.
+  ckpt_test::write_file(manifest1, ckpt_test::read_file(path + "/step-2-2/MANIFEST"));
+  auto swapped = (*store)->open_step(1);
+  REQUIRE_FALSE(swapped.ok());
+  CHECK(swapped.status().code() != Code::ok);
+  auto v2 = (*store)->verify_step(1);
+  REQUIRE(v2.ok());
+  CHECK_FALSE(v2->ok());
+  ckpt_test::write_file(manifest1, good_manifest);
+
+  // Another step's shard in its place: the manifest's size, uuid and index digest catch it.
+  ckpt_test::write_file(shard1, ckpt_test::read_file(path + "/step-2-2/" + shard_file_name(0, 1)));
+  auto other = (*store)->open_step(1);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.status().code() == Code::corrupt);
+  ckpt_test::write_file(shard1, good_shard);
+
+  // A missing shard.
+  fsys::remove(shard1);
+  CHECK((*store)->open_step(1).status().code() == Code::not_found);
+  ckpt_test::write_file(shard1, good_shard);
+  check_step(**store, 1);
+}
+
+TEST_CASE("unknown entries are reported and left alone, and txn ids stay above any step directory", "[store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  {
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+  }
+  REQUIRE(fs.mkdir(path + "/step-5-99").ok());
+  ckpt_test::write_file(path + "/step-5-99/x.ckpt", "x");
+  ckpt_test::write_file(path + "/README", "hello");
+  auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  REQUIRE(store.ok());
+  CHECK((*store)->recovery_report().unknown_entries == std::vector<std::string>{"README", "step-5-99"});
+  CHECK((*store)->next_txn() == 100);
+  auto r = save(**store, 5);
+  REQUIRE(r.ok());
+  CHECK(r->step.dir == "step-5-100");
+  CHECK(fsys::exists(path + "/step-5-99/x.ckpt"));
+  CHECK(fsys::exists(path + "/README"));
+}
+
+TEST_CASE("a save across ranks is refused until the multi-rank protocol exists", "[store]") {
+  struct TwoRanks {
+    int rank() const { return 0; }
+    int size() const { return 2; }
+    Status barrier() { return Status(); }
+    Result<std::vector<std::string>> gather(std::string, int) { return std::vector<std::string>{}; }
+    Status broadcast(std::string&, int) { return Status(); }
+  } comm;
+  SimFs sim;
+  auto store = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options());
+  REQUIRE(store.ok());
+  CHECK((*store)->begin(1, comm).status().code() == Code::unsupported);
+  CHECK((*store)->next_txn() == 1);  // nothing was spent
+}
+
+TEST_CASE("a journal failure makes the store refuse writes until it is reopened", "[store]") {
+  SimFs sim;
+  FaultFs<SimFs> faulty(sim);
+  {
+    auto store = Store<FaultFs<SimFs>>::open(faulty, "/s", Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+    faulty.set_plan(FaultPlan::nth(1, Fault::io_error, fs_op_bit(FsOp::sync_data)));  // the BEGIN's fdatasync
+    CHECK(save(**store, 2).status().code() == Code::io);
+    CHECK((*store)->failed());
+    faulty.set_plan({});
+    CHECK((*store)->begin(3).status().code() == Code::io);
+    CHECK((*store)->retire(1).code() == Code::io);
+    CHECK(faulty.count() == 0);  // refused without touching the journal
+    check_step(**store, 1);      // reads still work
+  }
+  auto store = Store<FaultFs<SimFs>>::open(faulty, "/s", Access::read_write, writable_options());
+  REQUIRE(store.ok());
+  // The BEGIN reached the file though its sync failed: recovery aborts it.
+  CHECK((*store)->transactions().back().state == TxnState::aborted);
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
+  auto r = save(**store, 2);
+  REQUIRE(r.ok());
+  CHECK(r->step.txn == 3);
+}
+
+TEST_CASE("a failed operation anywhere in a save abandons it and keeps the previous step", "[store]") {
+  // Build a store with step 1, then fail each operation of the save of step 2 in turn, with each kind
+  // of fault. Afterwards the store must reopen, hold step 1 intact (and step 2 only if its COMMIT
+  // reached the file), leave no file of the failed transaction, and save again under a new id.
+  SimFs base;
+  {
+    auto store = Store<SimFs>::open(base, "/s", Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+  }
+  std::uint64_t ops = 0;
+  {
+    SimFs sim(base);
+    FaultFs<SimFs> counting(sim);
+    auto store = Store<FaultFs<SimFs>>::open(counting, "/s", Access::read_write, writable_options(false));
+    REQUIRE(store.ok());
+    counting.set_plan({});
+    REQUIRE(save(**store, 2).ok());
+    ops = counting.count();
+  }
+  REQUIRE(ops > 10);
+  std::uint64_t runs = 0, committed = 0;
+  for (const Fault fault : {Fault::io_error, Fault::no_space, Fault::short_write}) {
+    for (std::uint64_t n = 1; n <= ops; ++n) {
+      INFO(fault_name(fault) << " at operation " << n);
+      SimFs sim(base);
+      FaultFs<SimFs> faulty(sim);
+      std::uint64_t failed_txn = 0;
+      bool ok = false;
+      {
+        auto store = Store<FaultFs<SimFs>>::open(faulty, "/s", Access::read_write, writable_options(false));
+        REQUIRE(store.ok());
+        failed_txn = (*store)->next_txn();
+        faulty.set_plan(FaultPlan::nth(n, fault));
+        auto r = save(**store, 2);
+        ok = r.ok();
+        if (!r.ok()) CHECK(r.status().code() == Code::io);
+        CHECK(faulty.faults() == 1);
+      }
+      faulty.set_plan({});
+      // A crash right after the failure must also recover: the durable state alone.
+      for (int variant = 0; variant < 2; ++variant) {
+        SimFs crashed = sim.durable_state();
+        SimFs& target = variant == 0 ? sim : crashed;
+        auto store = Store<SimFs>::open(target, "/s", Access::read_write, writable_options(false));
+        REQUIRE(store.ok());
+        CHECK_FALSE((*store)->recovery_report().corrupt());
+        const auto steps = step_numbers(**store);
+        REQUIRE(!steps.empty());
+        CHECK(steps.front() == 1);
+        check_step(**store, 1);
+        if (steps.size() == 2) {
+          CHECK(steps.back() == 2);
+          check_step(**store, 2);
+          if (variant == 0) ++committed;
+        } else {
+          CHECK_FALSE((ok && variant == 0));  // an acknowledged commit is never lost without a crash
+        }
+        // Only committed steps have directories left.
+        std::vector<std::string> expected{"JOURNAL", "LOCK"};
+        for (const auto& s : (*store)->steps()) expected.push_back(s.dir);
+        std::sort(expected.begin(), expected.end());
+        CHECK(entries(target, "/s") == expected);
+        auto again = save(**store, 3);
+        REQUIRE(again.ok());
+        CHECK(again->step.txn > failed_txn);
+        check_step(**store, 3);
+      }
+      ++runs;
+    }
+  }
+  CHECK(runs == 3 * ops);
+  CHECK(committed > 0);  // failures after the COMMIT reached the file resolve as committed
+}
+
+TEST_CASE("the store recovers the durable state at every persistence point of a save over SimFs", "[store]") {
+  SimFs sim;
+  {
+    auto store = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+  }
+  std::vector<SimFs> states;
+  sim.set_persistence_hook([&](const SimFs& fs, const PersistencePoint&) { states.push_back(fs.durable_state()); });
+  {
+    auto store = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options(false));
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 2).ok());
+  }
+  sim.set_persistence_hook(nullptr);
+  REQUIRE(states.size() > 10);
+  bool saw_two = false;
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    INFO("persistence point " << i + 1);
+    auto store = Store<SimFs>::open(states[i], "/s", Access::read_write, writable_options(false));
+    REQUIRE(store.ok());
+    const auto steps = step_numbers(**store);
+    CHECK((steps == std::vector<std::uint64_t>{1} || steps == std::vector<std::uint64_t>{1, 2}));
+    for (const auto s : steps) check_step(**store, s);
+    saw_two = saw_two || steps.size() == 2;
+    REQUIRE(save(**store, 3).ok());
+    check_step(**store, 3);
+  }
+  CHECK(saw_two);
+}
