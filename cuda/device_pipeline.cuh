@@ -173,7 +173,7 @@ class BatchHasher {
     std::memcpy(&listed, host_ + layout_.count, 4);
     if (listed > count_) return make_error(Code::io, "device reported " + std::to_string(listed) + " mismatches among " + std::to_string(count_) + " chunks");
     std::vector<std::uint32_t> indices(listed);
-    std::memcpy(indices.data(), host_ + layout_.mismatches, listed * sizeof(std::uint32_t));
+    if (listed > 0) std::memcpy(indices.data(), host_ + layout_.mismatches, listed * sizeof(std::uint32_t));
     std::sort(indices.begin(), indices.end());
     std::size_t differing = 0;
     for (std::size_t i = 0; i < count_; ++i) differing += digest(i) != expected[i] ? 1 : 0;

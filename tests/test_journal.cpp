@@ -57,6 +57,15 @@ std::string hand_group(const std::vector<std::pair<std::uint16_t, std::string>>&
 
 std::string header_page() { return encode_group({header_record(JournalHeader{})}, 0); }
 
+// Offsets in one group page worth damaging: every byte of the records and of the pad's frame, and
+// every 61st byte of the pad's zeros between them (all covered by the same digest).
+std::vector<std::uint64_t> damage_points(std::uint64_t page_start) {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t i = 0; i < kPageSize; ++i)
+    if (i < 160 || i >= kPageSize - journal::kFrameDigestSize || i % 61 == 0) out.push_back(page_start + i);
+  return out;
+}
+
 std::string begin_payload(std::uint64_t txn, std::uint32_t world, const std::vector<std::pair<std::uint32_t, std::string>>& files,
                           std::uint32_t count_override = 0xffffffff, std::uint16_t reserved = 0) {
   Encoder e;
@@ -136,8 +145,8 @@ TEST_CASE("every sync group ends on a page boundary", "[journal]") {
 TEST_CASE("torn journal tail is end of log", "[journal]") {
   const std::string log = five_group_log();
   const std::uint64_t last_group = 4 * kPageSize;
-  // Cut at every byte of the last group: the first four groups stand, the rest is a torn tail.
-  for (std::uint64_t cut = last_group; cut < log.size(); ++cut) {
+  // Cut at every byte of the last record and its pad frame: the first four groups stand, the rest is a torn tail.
+  for (const std::uint64_t cut : damage_points(last_group)) {
     auto scan = scan_journal_bytes(std::string_view(log).substr(0, cut));
     REQUIRE(scan.ok());
     INFO("cut at " << cut);
@@ -151,7 +160,7 @@ TEST_CASE("torn journal tail is end of log", "[journal]") {
     }
   }
   // Damage to any byte of the last group, with nothing valid after it, is the same torn tail.
-  for (std::uint64_t at = last_group; at < log.size(); ++at) {
+  for (const std::uint64_t at : damage_points(last_group)) {
     std::string damaged = log;
     damaged[at] = static_cast<char>(damaged[at] ^ 0x01);
     auto scan = scan_journal_bytes(damaged);
@@ -186,8 +195,10 @@ TEST_CASE("a group whose LAST record is missing is not applied", "[journal]") {
 
 TEST_CASE("a flipped bit mid-log is reported, not skipped", "[journal]") {
   const std::string log = five_group_log();
-  // Every byte of the second group (BEGIN txn 1, page 1) and of the third (COMMIT txn 1, page 2).
-  for (std::uint64_t at = kPageSize; at < 3 * kPageSize; ++at) {
+  // The second group (BEGIN txn 1, page 1) and the third (COMMIT txn 1, page 2).
+  std::vector<std::uint64_t> points = damage_points(kPageSize);
+  for (const auto p : damage_points(2 * kPageSize)) points.push_back(p);
+  for (const std::uint64_t at : points) {
     std::string damaged = log;
     damaged[at] = static_cast<char>(damaged[at] ^ 0x40);
     auto scan = scan_journal_bytes(damaged);
@@ -469,4 +480,22 @@ TEST_CASE("truncate_tail cuts a torn group so the next one starts on its page", 
   REQUIRE(again.ok());
   CHECK_FALSE(again->torn_tail);
   CHECK(again->records.size() == 2);
+}
+
+TEST_CASE("the worked example of spec/JOURNAL.md 14 is what the encoder writes", "[journal]") {
+  JournalHeader h;
+  for (int i = 0; i < 16; ++i) h.store_uuid[static_cast<std::size_t>(i)] = static_cast<unsigned char>(0x10 + i);
+  std::string log = encode_group({header_record(h)}, 0);
+  log += encode_group({begin_record(make_begin(1, 100)).value()}, log.size());
+  log += encode_group({commit_record(CommitRecord{1, 100, 0x1a2, 0x0123456789abcdefULL})}, log.size());
+  REQUIRE(log.size() == 3 * kPageSize);
+  auto u64_at = [&](std::size_t off) { return get_u64(reinterpret_cast<const unsigned char*>(log.data()) + off); };
+  // Frame digests as printed in the spec (checked there against the Python xxhash package).
+  CHECK(u64_at(0x30) == 0x5140de58e5b6fb96ULL);     // HEADER, seed 0
+  CHECK(u64_at(0xff8) == 0x5fcc8dfb1f66ff7aULL);    // PAD, seed 56
+  CHECK(u64_at(0x1041) == 0x4edeed75322ee288ULL);   // BEGIN, seed 4096
+  CHECK(u64_at(0x2028) == 0xf0dc549175e8353cULL);   // COMMIT, seed 8192
+  CHECK(u64_at(0x2ff8) == 0x13fcc3e318bebd01ULL);   // PAD, seed 8240
+  CHECK(log.substr(0, 16) == std::string("\x28\0\0\0\x01\0\x01\0CKPTJRNL", 16));
+  CHECK(log.substr(0x1028, 25) == "shard-00000-of-00001.ckpt");
 }

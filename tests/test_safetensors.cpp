@@ -79,6 +79,7 @@ std::vector<GenTensor> generated_tensors(std::uint64_t seed) {
   add("bool", DType::BOOL, {11});
   add("caf\xc3\xa9.\xe5\x90\x8d\xe5\x89\x8d", DType::BF16, {2, 3});
   add("a.first.in.name.order", DType::I64, {9001});
+  add("wider.than.a.slice", DType::U8, {600001});  // several 256 KiB hash-and-write slices per block
   return out;
 }
 

@@ -450,3 +450,61 @@ TEST_CASE("slices out of range or with the wrong buffer are invalid_argument", "
   CHECK(r->read_piece(r->index().pieces.size(), buf.data(), 1).code() == Code::invalid_argument);
   CHECK(r->read_piece(0, buf.data(), 1).code() == Code::invalid_argument);
 }
+
+TEST_CASE("chunks larger than one read are verified whole, in place and through scratch", "[shard_reader]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("large.ckpt");
+  const std::uint64_t mib = std::uint64_t{1} << 20;
+  const auto data = ckpt_test::random_bytes(3 * mib + 12345, 17);
+  {
+    WriterOptions o;
+    o.chunk_size_log2 = 20;
+    auto w = ShardWriter<>::create(fs, path, o);
+    REQUIRE(w.ok());
+    REQUIRE((*w)->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
+    REQUIRE((*w)->finish().ok());
+  }
+  struct Slice { std::uint64_t off, len; };
+  const Slice slices[] = {{0, data.size()}, {0, mib}, {mib, mib}, {10, 1000}, {mib - 5, 10}, {mib + 300000, 5},
+                          {2 * mib, mib + 12345}, {3 * mib, 12345}, {mib / 2, 2 * mib}};
+  {
+    auto r = ShardReader<>::open(fs, path);
+    REQUIRE(r.ok());
+    for (const auto& s : slices) {
+      INFO("slice [" << s.off << ", +" << s.len << ")");
+      Bytes8 got(s.len);
+      REQUIRE((*r)->read_slice("w", {s.off}, {s.len}, got.data(), got.size()).ok());
+      CHECK(std::equal(got.begin(), got.end(), data.begin() + static_cast<std::ptrdiff_t>(s.off)));
+    }
+    CHECK((*r)->verify_piece_chunks(0, 0, 4).ok());
+  }
+  // Damage chunk 1 past its first 256 KiB.
+  std::string bytes = ckpt_test::read_file(path);
+  const std::uint64_t damaged = 4096 + mib + 300000;
+  bytes[damaged] ^= 0x02;
+  ckpt_test::write_file(path, bytes);
+  auto r = ShardReader<>::open(fs, path);
+  REQUIRE(r.ok());
+  for (const auto& s : slices) {
+    INFO("slice [" << s.off << ", +" << s.len << ")");
+    const bool touches = s.off < 2 * mib && s.off + s.len > mib;
+    Bytes8 got(s.len);
+    const Status st = (*r)->read_slice("w", {s.off}, {s.len}, got.data(), got.size());
+    if (touches) {
+      CHECK(st.code() == Code::corrupt);
+      CHECK(st.message().find("tensor 'w' piece 0 chunk 1 ") != std::string::npos);
+    } else {
+      CHECK(st.ok());
+      CHECK(std::equal(got.begin(), got.end(), data.begin() + static_cast<std::ptrdiff_t>(s.off)));
+    }
+  }
+  Bytes8 whole(data.size());
+  CHECK((*r)->read_piece(0, whole.data(), whole.size()).code() == Code::corrupt);
+  REQUIRE((*r)->read_piece(0, whole.data(), whole.size(), Verify::none).ok());
+  CHECK(whole[damaged - 4096] == (data[damaged - 4096] ^ 0x02));
+  CHECK((*r)->verify_piece_chunks(0, 0, 1).ok());
+  CHECK((*r)->verify_piece_chunks(0, 2, 2).ok());
+  CHECK((*r)->verify_piece_chunks(0, 1, 1).code() == Code::corrupt);
+  CHECK((*r)->map_piece(0).status().code() == Code::corrupt);
+}

@@ -380,6 +380,9 @@ TEST_CASE("a footer flipped in its magic reads as incomplete, elsewhere as corru
 }
 
 TEST_CASE("every damaged chunk is reported once, in file order, by any number of threads", "[verify]") {
+  // 64 KiB chunks are hashed several per read; 1 MiB chunks are streamed through a smaller buffer.
+  const std::uint32_t chunk_log2 = GENERATE(16u, 20u);
+  INFO("chunk size 2^" << chunk_log2);
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("big.ckpt");
@@ -387,17 +390,18 @@ TEST_CASE("every damaged chunk is reported once, in file order, by any number of
   const auto data = ckpt_test::random_bytes(std::size_t{9} << 20, 5);
   {
     WriterOptions o;
-    o.chunk_size_log2 = 16;
+    o.chunk_size_log2 = chunk_log2;
     auto w = ShardWriter<>::create(fs, path, o);
     REQUIRE(w.ok());
     REQUIRE((*w)->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
     REQUIRE((*w)->finish().ok());
   }
   std::string bytes = ckpt_test::read_file(path);
-  const std::uint64_t chunks = data.size() >> 16;
+  const std::uint64_t chunks = data.size() >> chunk_log2;
   std::vector<std::uint64_t> damaged_chunks;
-  for (std::uint64_t c = 1; c < chunks; c += 13) {
-    bytes[4096 + (c << 16) + 77] ^= 0x01;
+  for (std::uint64_t c = 1; c < chunks; c += chunks > 20 ? 13 : 3) {
+    // Late in the chunk: past the first read of a chunk that is read in several.
+    bytes[4096 + (c << chunk_log2) + (std::uint64_t{1} << chunk_log2) - 77] ^= 0x01;
     damaged_chunks.push_back(c);
   }
   ckpt_test::write_file(path, bytes);
@@ -408,7 +412,8 @@ TEST_CASE("every damaged chunk is reported once, in file order, by any number of
     CHECK(one->problems[i].region == "data");
     CHECK(one->problems[i].tensor == "w");
     CHECK(one->problems[i].chunk == static_cast<std::int64_t>(damaged_chunks[i]));
-    CHECK(one->problems[i].offset == 4096 + (damaged_chunks[i] << 16));
+    CHECK(one->problems[i].offset == 4096 + (damaged_chunks[i] << chunk_log2));
+    CHECK(one->problems[i].length == (std::uint64_t{1} << chunk_log2));
   }
   CHECK(one->chunks_checked == chunks);
   for (unsigned threads : {2u, 3u, 8u}) {

@@ -60,15 +60,18 @@ int main(int argc, char** argv) {
                  "Exit status: 0 converted, 2 bad arguments, malformed or damaged input, or an I/O error.",
                  kTool};
     std::string in, out;
-    std::uint64_t chunk_size = 0, alignment = 0;
-    bool stringify = false, as_json = false, force = false;
+    std::uint64_t chunk_size = 0, alignment = 0, block_size = 0;
+    bool stringify = false, as_json = false, force = false, use_mmap = false;
     app.add_option("IN", in, "input file (.safetensors or .ckpt)")->required();
     app.add_option("OUT", out, "output file (.ckpt or .safetensors)")->required();
     app.add_option("--chunk-size", chunk_size, "ckpt output: bytes per checksummed chunk, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
         ->transform(CLI::AsSizeValue(false));
     app.add_option("--alignment", alignment, "ckpt output: alignment of each tensor's data, a power of two in [64, 2 MiB] (default 4096)")
         ->transform(CLI::AsSizeValue(false));
+    app.add_option("--block-size", block_size, "bytes read per call, at least 4 KiB (default 8 MiB); memory use is a small multiple of it")
+        ->transform(CLI::AsSizeValue(false));
     app.add_flag("--stringify-metadata", stringify, "safetensors output: write int64/float64/bool/bytes metadata as text");
+    app.add_flag("--mmap", use_mmap, "safetensors input: read through a memory mapping (faster; the input must not be truncated meanwhile)");
     app.add_flag("--json", as_json, "print a JSON summary (tensors, bytes, output, seconds) and no progress");
     app.add_flag("--force", force, "replace OUT if it exists");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
@@ -80,6 +83,12 @@ int main(int argc, char** argv) {
     ckpt::ConvertOptions options;
     options.overwrite = force;
     options.stringify_metadata = stringify;
+    options.use_mmap = use_mmap;
+    if (block_size != 0) {
+      if (block_size < 4096 || block_size > (std::uint64_t{1} << 30))
+        return usage_error("--block-size " + std::to_string(block_size) + ": expected 4096 to 1073741824 bytes");
+      options.block_size = static_cast<std::size_t>(block_size);
+    }
     if (direction == Direction::to_safetensors && (chunk_size != 0 || alignment != 0))
       return usage_error("--chunk-size and --alignment apply only when writing a .ckpt file");
     if (chunk_size != 0) {

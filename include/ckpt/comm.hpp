@@ -29,7 +29,7 @@ class LocalComm {
     if (root != 0) return make_error(Code::invalid_argument, "gather root " + std::to_string(root) + " is not a rank of a world of 1");
     std::vector<std::string> all;
     all.push_back(std::move(bytes));
-    return all;
+    return Result<std::vector<std::string>>(std::move(all));
   }
   [[nodiscard]] Status broadcast(std::string& bytes, int root) {
     (void)bytes;

@@ -58,6 +58,9 @@ struct ConvertOptions {
   std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;
   // Bytes moved per read; memory use is a small multiple of this, whatever the input size.
   std::size_t block_size = std::size_t{8} << 20;
+  // safetensors -> ckpt: read the input through a read-only mapping when Fs has map(), saving the copy
+  // into a buffer. Truncating the input while it is mapped kills the process (SIGBUS): opt in.
+  bool use_mmap = false;
   // Replace an existing output file (otherwise Code::conflict).
   bool overwrite = false;
   // ckpt -> safetensors: write int64/float64/bool/bytes metadata as text instead of refusing.

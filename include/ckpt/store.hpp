@@ -203,6 +203,9 @@ class Transaction {
                                    const Shape& local_shape);
   [[nodiscard]] Status write(const void* data, std::size_t size);
   [[nodiscard]] Status end_piece();
+  // The shard writer itself (e.g. to compare chunk digests computed on a GPU before commit). An I/O
+  // error it records surfaces at commit(), which then abandons the transaction.
+  [[nodiscard]] ShardWriter<Fs>& shard_writer() noexcept { return *writer_; }
 
   // Finishes the shard, writes and syncs the manifest, fsyncs the step directory, appends COMMIT.
   // On an I/O error the transaction is abandoned (ABORT, files removed) and the previous step is untouched;

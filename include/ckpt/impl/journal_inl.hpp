@@ -543,7 +543,7 @@ template <class Source>
     break;
   }
   scan.end = group_start;
-  return scan;
+  return Result<JournalScan>(std::move(scan));
 }
 
 }  // namespace detail

@@ -152,7 +152,7 @@ inline Result<Manifest> decode_manifest(const unsigned char* bytes, std::size_t 
     return corrupt(kHeaderSize + in.position(), std::to_string(in.remaining()) + " trailing bytes after the training state");
   Status s = check_manifest(m);
   if (!s.ok()) return make_error(Code::corrupt, path + ": " + s.message());
-  return m;
+  return Result<Manifest>(std::move(m));
 }
 
 }  // namespace ckpt

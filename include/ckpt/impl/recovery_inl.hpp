@@ -54,7 +54,8 @@ namespace detail {
 inline void build_transactions(const std::vector<JournalRecord>& records, const std::string& path,
                                std::vector<TxnInfo>& txns, std::vector<std::string>& problems, std::uint64_t& max_txn) {
   std::map<std::uint64_t, std::size_t> index;
-  std::optional<std::uint64_t> open;
+  bool has_open = false;
+  std::uint64_t open = 0;  // the open transaction, when has_open
   std::uint64_t last_begin = 0;
   for (const auto& rec : records) {
     const std::string at = path + ": " + rec.describe() + ": ";
@@ -64,8 +65,8 @@ inline void build_transactions(const std::vector<JournalRecord>& records, const 
         problems.push_back(at + "txn id 0 is never used");
       } else if (b->txn <= last_begin) {
         problems.push_back(at + "txn ids must increase, the previous BEGIN had txn " + std::to_string(last_begin));
-      } else if (open) {
-        problems.push_back(at + "txn " + std::to_string(*open) + " is still open (one transaction at a time)");
+      } else if (has_open) {
+        problems.push_back(at + "txn " + std::to_string(open) + " is still open (one transaction at a time)");
       } else {
         TxnInfo t;
         t.txn = b->txn;
@@ -75,6 +76,7 @@ inline void build_transactions(const std::vector<JournalRecord>& records, const 
         t.begin_offset = rec.offset;
         index.emplace(t.txn, txns.size());
         txns.push_back(std::move(t));
+        has_open = true;
         open = b->txn;
       }
       last_begin = std::max(last_begin, b->txn);
@@ -117,7 +119,7 @@ inline void build_transactions(const std::vector<JournalRecord>& records, const 
       t.state = TxnState::aborted;
       t.abort_reason = a->reason;
     }
-    open.reset();
+    has_open = false;
   }
 }
 
@@ -206,6 +208,10 @@ template <class Fs>
     if (known_dirs.count(name) == 0) report.unknown_entries.push_back(name);
   }
   report.next_txn = max_txn + 1;
+  for (const auto& t : report.transactions)
+    if (t.state == TxnState::committed && present.count(t.dir()) == 0)
+      report.notes.push_back("committed step " + std::to_string(t.step) + " (txn " + std::to_string(t.txn) +
+                             "): its directory " + t.dir() + " is missing");
   if (report.corrupt()) return Status();  // nothing is changed in a corrupt store (spec 6.3)
 
   if (report.journal.torn_tail) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
@@ -247,6 +248,13 @@ class SafetensorsHeaderParser {
   std::uint64_t array_items_ = 0;
 };
 
+// True when Fs offers the optional read-only mapping (io/fs.hpp).
+template <class Fs, class = void>
+struct fs_has_map : std::false_type {};
+template <class Fs>
+struct fs_has_map<Fs, std::void_t<decltype(std::declval<Fs&>().map(FileHandle{}, std::uint64_t{}, std::size_t{}))>>
+    : std::true_type {};
+
 // Refuses to replace an existing output unless asked to, and never replaces a directory.
 template <class Fs>
 [[nodiscard]] Status check_output(Fs& fs, const std::string& out, bool overwrite) {
@@ -288,6 +296,9 @@ template <class Fs>
 [[nodiscard]] inline std::string json_string(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+
+// Unit of hashing and writing: small enough to stay in cache between the hash and the copy to the kernel.
+inline constexpr std::size_t kSliceSize = std::size_t{256} << 10;
 
 [[nodiscard]] inline std::size_t block_bytes(const ConvertOptions& options) {
   return std::max<std::size_t>(options.block_size, 4096);
@@ -387,16 +398,29 @@ Result<ConvertSummary> safetensors_to_ckpt(Fs& fs, const std::string& in, const 
 
   std::uint64_t largest = 0;
   for (const auto& t : header.tensors) largest = std::max(largest, t.end - t.begin);
-  std::vector<unsigned char> block(static_cast<std::size_t>(std::min<std::uint64_t>(detail::block_bytes(options), std::max<std::uint64_t>(largest, 1))));
+  const auto block_size = static_cast<std::size_t>(std::min<std::uint64_t>(detail::block_bytes(options), std::max<std::uint64_t>(largest, 1)));
+  std::vector<unsigned char> block;
+  if (!options.use_mmap || !detail::fs_has_map<Fs>::value) block.resize(block_size);
   std::uint64_t done = 0;
   // Data-offset order: the input is read front to back, once.
   for (const auto& t : header.tensors) {
     Status s = writer.begin_piece(t.name, t.dtype, t.shape, Shape(t.shape.size(), 0), t.shape);
     if (!s.ok()) return s.with_context(in + ": tensor " + detail::printable(t.name));
     for (std::uint64_t at = t.begin; at < t.end;) {
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(block.size(), t.end - at));
-      CKPT_TRY(read_exact(fs, file.get(), in, block.data(), n, header.data_offset + at));
-      CKPT_TRY(writer.write(block.data(), n));
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(block_size, t.end - at));
+      bool mapped = false;
+      if constexpr (detail::fs_has_map<Fs>::value) {
+        if (options.use_mmap) {
+          auto mapping = fs.map(file.get(), header.data_offset + at, n);
+          if (!mapping.ok()) return mapping.status().with_context(in);
+          CKPT_TRY(writer.write(mapping->data(), n));
+          mapped = true;
+        }
+      }
+      if (!mapped) {
+        CKPT_TRY(read_exact(fs, file.get(), in, block.data(), n, header.data_offset + at));
+        CKPT_TRY(writer.write(block.data(), n));
+      }
       at += n;
       done += n;
       if (options.progress) options.progress(done, header.data_size);
@@ -482,7 +506,7 @@ Result<ConvertSummary> ckpt_to_safetensors(Fs& fs, const std::string& in, const 
                                              " bytes, over the " + std::to_string(safetensors::kMaxHeaderLength) +
                                              "-byte limit of safetensors readers");
 
-  auto created = AtomicFile<Fs>::create(fs, out);
+  auto created = AtomicFile<Fs>::create(fs, out, detail::kSliceSize);
   if (!created.ok()) return created.status();
   AtomicFile<Fs>& file = **created;
   unsigned char length_field[safetensors::kLengthFieldSize];
@@ -507,24 +531,29 @@ Result<ConvertSummary> ckpt_to_safetensors(Fs& fs, const std::string& in, const 
       for (std::uint64_t at = 0; at < p.data_length;) {
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(block.size(), p.data_length - at));
         CKPT_TRY(read_exact(fs, reader.file(), in, block.data(), n, p.data_offset + at));
-        for (std::size_t off = 0; off < n;) {
-          const ChunkRecord& c = index.chunks[p.chunk_first + chunk];
-          const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(n - off, c.length - in_chunk));
-          hasher.update(block.data() + off, take);
-          off += take;
-          in_chunk += take;
-          if (in_chunk == c.length) {
-            const std::uint64_t found = hasher.digest();
-            if (found != c.digest)
-              return make_error(Code::corrupt, in + ": tensor " + detail::printable(t.name) + " chunk " + std::to_string(chunk) +
-                                                   " bytes [" + std::to_string(c.offset) + ", " + std::to_string(c.offset + c.length) +
-                                                   "): digest expected " + hex64(c.digest) + ", found " + hex64(found));
-            hasher.reset();
-            ++chunk;
-            in_chunk = 0;
+        // Hash a cache-sized slice and hand the same slice on while it is still in cache.
+        for (std::size_t slice_at = 0; slice_at < n;) {
+          const std::size_t slice_end = std::min(n, slice_at + detail::kSliceSize);
+          for (std::size_t off = slice_at; off < slice_end;) {
+            const ChunkRecord& c = index.chunks[p.chunk_first + chunk];
+            const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(slice_end - off, c.length - in_chunk));
+            hasher.update(block.data() + off, take);
+            off += take;
+            in_chunk += take;
+            if (in_chunk == c.length) {
+              const std::uint64_t found = hasher.digest();
+              if (found != c.digest)
+                return make_error(Code::corrupt, in + ": tensor " + detail::printable(t.name) + " chunk " + std::to_string(chunk) +
+                                                     " bytes [" + std::to_string(c.offset) + ", " + std::to_string(c.offset + c.length) +
+                                                     "): digest expected " + hex64(c.digest) + ", found " + hex64(found));
+              hasher.reset();
+              ++chunk;
+              in_chunk = 0;
+            }
           }
+          CKPT_TRY(file.write(block.data() + slice_at, slice_end - slice_at));
+          slice_at = slice_end;
         }
-        CKPT_TRY(file.write(block.data(), n));
         at += n;
         done += n;
         if (options.progress) options.progress(done, data_size);

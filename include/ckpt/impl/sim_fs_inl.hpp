@@ -104,9 +104,9 @@ struct SimFs::CrashPlan {
 
 namespace detail {
 
-// Which inodes a directory table reaches from "/", and a canonical string of the tree it forms.
+// The inodes a directory table reaches from "/" (entries_of gives nullptr for a file).
 template <class EntriesOf, class Exists>
-void sim_reach(EntriesOf&& entries_of, Exists&& exists, std::set<std::uint64_t>& reach, std::string* signature) {
+void sim_reach(EntriesOf&& entries_of, Exists&& exists, std::set<std::uint64_t>& reach) {
   std::vector<std::uint64_t> stack{1};
   while (!stack.empty()) {
     const std::uint64_t dir = stack.back();
@@ -114,17 +114,14 @@ void sim_reach(EntriesOf&& entries_of, Exists&& exists, std::set<std::uint64_t>&
     if (!reach.insert(dir).second) continue;
     const auto* entries = entries_of(dir);
     if (entries == nullptr) continue;
-    if (signature != nullptr) *signature += std::to_string(dir) + "{";
-    for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
-      if (!exists(it->second)) continue;
-      if (signature != nullptr) *signature += std::to_string(it->first.size()) + ":" + it->first + "=" + std::to_string(it->second) + ";";
-      if (entries_of(it->second) != nullptr) {
-        stack.push_back(it->second);
+    for (const auto& e : *entries) {
+      if (!exists(e.second)) continue;
+      if (entries_of(e.second) != nullptr) {
+        stack.push_back(e.second);
       } else {
-        reach.insert(it->second);
+        reach.insert(e.second);
       }
     }
-    if (signature != nullptr) *signature += "}";
   }
 }
 
@@ -689,7 +686,7 @@ inline std::shared_ptr<const SimFs::CrashPlan> SimFs::plan(const CrashModel& mod
   }
   std::set<std::uint64_t> maybe;
   detail::sim_reach([&](std::uint64_t d) { const auto it = all_names.find(d); return it == all_names.end() ? nullptr : &it->second; },
-                    exists, maybe, nullptr);
+                    exists, maybe);
   for (const auto ino : maybe) {
     const Node& node = state_.nodes.at(ino);
     if (node.is_dir) continue;
@@ -714,29 +711,86 @@ inline std::shared_ptr<const SimFs::CrashPlan> SimFs::plan(const CrashModel& mod
 
   const std::size_t k = state_.dir_ops.size();
   if (k <= kExactDirOps) {
-    // Every subset of directory operations, once per distinct tree it leaves.
+    // Every subset of directory operations, once per distinct tree it leaves. A subset is replayed as
+    // a change set over the durable entries, and the tree is named by the changes in the directories
+    // it reaches: equal names, equal trees. Only subdirectories and files with unsynced items matter
+    // for reachability, so each directory's relevant durable entries are listed once.
     p->exact = true;
     p->total = 0;
+    std::set<std::uint64_t> pending_files;
+    for (const auto& item : p->file_items) pending_files.insert(item.ino);
+    std::map<std::uint64_t, std::vector<std::pair<std::string, std::uint64_t>>> relevant;
+    for (const auto& n : state_.nodes) {
+      if (!n.second.is_dir) continue;
+      for (const auto& e : n.second.durable_entries) {
+        const auto child = state_.nodes.find(e.second);
+        if (child != state_.nodes.end() && (child->second.is_dir || pending_files.count(e.second) != 0)) relevant[n.first].push_back(e);
+      }
+    }
     std::set<std::string> seen;
     for (std::uint64_t mask = 0; mask < (std::uint64_t{1} << k); ++mask) {
       std::vector<bool> kept(k);
-      for (std::size_t j = 0; j < k; ++j) kept[j] = ((mask >> j) & 1) != 0;
-      const DirTable table = replay_dirs(kept);
-      std::set<std::uint64_t> reach;
+      std::map<std::uint64_t, std::map<std::string, std::uint64_t>> changes;  // 0: the name is gone
+      for (std::size_t j = 0; j < k; ++j) {
+        kept[j] = ((mask >> j) & 1) != 0;
+        if (!kept[j]) continue;
+        const DirOp& op = state_.dir_ops[j];
+        switch (op.kind) {
+          case DirOpKind::link: changes[op.dir][op.name] = op.ino; break;
+          case DirOpKind::unlink: changes[op.dir][op.name] = 0; break;
+          case DirOpKind::rename:
+            changes[op.dir][op.name] = 0;
+            changes[op.to_dir][op.to_name] = op.ino;
+            break;
+        }
+      }
+      for (auto& dir : changes) {  // drop changes that leave a name as the durable state has it
+        const auto node = state_.nodes.find(dir.first);
+        for (auto it = dir.second.begin(); it != dir.second.end();) {
+          std::uint64_t durable = 0;
+          if (node != state_.nodes.end()) {
+            const auto e = node->second.durable_entries.find(it->first);
+            if (e != node->second.durable_entries.end()) durable = e->second;
+          }
+          it = durable == it->second ? dir.second.erase(it) : std::next(it);
+        }
+      }
+      std::set<std::uint64_t> reached_dirs, reached_files;
+      std::vector<std::uint64_t> stack{1};
+      const auto visit = [&](std::uint64_t ino) {
+        const auto node = state_.nodes.find(ino);
+        if (node == state_.nodes.end()) return;
+        if (node->second.is_dir) {
+          stack.push_back(ino);
+        } else if (pending_files.count(ino) != 0) {
+          reached_files.insert(ino);
+        }
+      };
+      while (!stack.empty()) {
+        const std::uint64_t dir = stack.back();
+        stack.pop_back();
+        if (!reached_dirs.insert(dir).second) continue;
+        const auto changed = changes.find(dir);
+        const auto listed = relevant.find(dir);
+        if (listed != relevant.end())
+          for (const auto& e : listed->second)
+            if (changed == changes.end() || changed->second.count(e.first) == 0) visit(e.second);
+        if (changed != changes.end())
+          for (const auto& e : changed->second)
+            if (e.second != 0) visit(e.second);
+      }
       std::string signature;
-      detail::sim_reach(
-          [&](std::uint64_t d) -> const std::map<std::string, std::uint64_t>* {
-            const auto t = table.find(d);
-            if (t != table.end()) return &t->second;
-            const auto n = state_.nodes.find(d);
-            return (n != state_.nodes.end() && n->second.is_dir) ? &n->second.durable_entries : nullptr;
-          },
-          exists, reach, &signature);
+      for (const auto& dir : changes) {
+        if (dir.second.empty() || reached_dirs.count(dir.first) == 0) continue;
+        signature += std::to_string(dir.first) + "{";
+        for (const auto& e : dir.second) signature += std::to_string(e.first.size()) + ":" + e.first + "=" + std::to_string(e.second) + ";";
+        signature += "}";
+      }
       if (!seen.insert(signature).second) continue;
       CrashPlan::Block block;
-      block.dir_kept = kept;
+      block.dir_kept = std::move(kept);
       for (std::size_t i = 0; i < p->file_items.size(); ++i) {
-        if (reach.count(p->file_items[i].ino) == 0) continue;
+        if (reached_files.count(p->file_items[i].ino) == 0) continue;
         block.items.push_back(i);
         block.count = detail::sat_mul(block.count, p->file_items[i].options.size());
       }
@@ -762,7 +816,7 @@ inline SimFs SimFs::build_crash(const std::vector<bool>& dir_kept, const FateTab
     return (n != state_.nodes.end() && n->second.is_dir) ? &n->second.durable_entries : nullptr;
   };
   std::set<std::uint64_t> reach;
-  detail::sim_reach(entries_of, exists, reach, nullptr);
+  detail::sim_reach(entries_of, exists, reach);
 
   SimFs out;
   std::string note;
@@ -885,7 +939,7 @@ inline SimFs SimFs::sample_crash_state(std::uint64_t seed, const CrashModel& mod
         const auto n = state_.nodes.find(d);
         return (n != state_.nodes.end() && n->second.is_dir) ? &n->second.durable_entries : nullptr;
       },
-      [&](std::uint64_t ino) { return state_.nodes.count(ino) != 0; }, reach, nullptr);
+      [&](std::uint64_t ino) { return state_.nodes.count(ino) != 0; }, reach);
   FateTable fates;
   for (const auto ino : reach) {
     const Node& node = state_.nodes.at(ino);

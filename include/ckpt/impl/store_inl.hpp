@@ -66,7 +66,7 @@ Result<std::unique_ptr<StepReader<Fs>>> StepReader<Fs>::open(Fs& fs, const std::
     reader->shards_.push_back(std::move(shard).value());
   }
   reader->manifest_ = std::move(m);
-  return reader;
+  return Result<std::unique_ptr<StepReader>>(std::move(reader));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 template <class Fs>
@@ -231,12 +231,12 @@ Result<CommitResult> Transaction<Fs>::commit() {
   // What the caller can still fix is checked before anything becomes final.
   CKPT_TRY(check_training_state(state_));
 
-  // 1. Finish the shard: data, index, footer, fsync file, fsync step directory (spec 5.3 step 3).
+  // Step 3: finish the shard: data, index, footer, fsync file, fsync step directory (spec 5.3).
   auto summary = writer_->finish();
   if (!summary.ok()) return fail(summary.status());
   writer_.reset();
 
-  // 2. The coordinator gathers every rank's shard entry (spec 8).
+  // The coordinator gathers every rank's shard entry (spec 8).
   Encoder mine;
   encode_manifest_shard(mine, manifest_shard(static_cast<std::uint32_t>(comm_.rank()), shard_name_, *summary));
   auto gathered = comm_.gather(std::move(mine.str()), 0);
@@ -261,7 +261,7 @@ Result<CommitResult> Transaction<Fs>::commit() {
   Status valid = check_manifest(m);
   if (!valid.ok()) return fail(valid);
 
-  // 3. MANIFEST under its final name (the journal names it, no rename), fsynced (spec 5.3 step 4).
+  // Step 4: MANIFEST under its final name (the journal implies it, no rename), fsynced (spec 5.3).
   const std::string bytes = encode_manifest(m);
   const std::string manifest_path = join_path(dir_path_, std::string(journal::kManifestName));
   {
@@ -273,13 +273,13 @@ Result<CommitResult> Transaction<Fs>::commit() {
     if (s.ok()) s = scoped.close();
     if (!s.ok()) return fail(s.with_context(manifest_path));
   }
-  // 4. fsync the step directory: the MANIFEST entry must be durable before COMMIT refers to it (R3).
+  // Step 5: fsync the step directory: the MANIFEST entry must be durable before COMMIT refers to it (R3).
   {
     Status s = fs.sync_dir(dir_path_);
     if (!s.ok()) return fail(s.with_context(dir_path_));
   }
 
-  // 5. COMMIT + fdatasync: the step exists once this returns (spec 5.3 step 6).
+  // Step 6: COMMIT + fdatasync: the step exists once this returns (spec 5.3).
   CommitRecord c{txn_, step_, bytes.size(), manifest_digest(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size())};
   Status s = store_->journal_->append_group({commit_record(c)});
   finished_ = true;
@@ -312,7 +312,7 @@ Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Acc
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options));
   CKPT_TRY(access == Access::read_only ? store->open_read_only() : store->open_writable());
-  return store;
+  return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 template <class Fs>
@@ -511,7 +511,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_with(std::uint64_t ste
   b.world_size = static_cast<std::uint32_t>(world);
   for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
   CKPT_ASSIGN_OR_RETURN(PendingRecord record, begin_record(b));
-  // 1. BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
+  // Step 1: BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
   CKPT_TRY(journal_->append_group({record}));
   TxnInfo t;
   t.txn = txn;
@@ -522,7 +522,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_with(std::uint64_t ste
   by_txn_.emplace(txn, txns_.size());
   txns_.push_back(t);
 
-  // 2. The step directory, durable in the store directory before anything is written inside it.
+  // Step 2: the step directory, durable in the store directory before anything is written inside it (R3).
   const std::string dir_path = join_path(path_, t.dir());
   const std::string shard_name = b.files[static_cast<std::size_t>(comm.rank())].name;
   std::unique_ptr<ShardWriter<Fs>> writer;
@@ -548,7 +548,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_with(std::uint64_t ste
   std::unique_ptr<Transaction<Fs>> tx(
       new Transaction<Fs>(this, comm, txn, step, dir_path, shard_name, std::move(writer)));
   open_txn_ = tx.get();
-  return tx;
+  return Result<std::unique_ptr<Transaction<Fs>>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 template <class Fs>
@@ -636,7 +636,7 @@ Result<std::vector<StepInfo>> Store<Fs>::apply_retention(const RetentionPolicy& 
   }
   if (victims.empty()) return retired;
   CKPT_TRY(retire_txns(victims));
-  return retired;
+  return Result<std::vector<StepInfo>>(std::move(retired));
 }
 
 }  // namespace ckpt

@@ -53,7 +53,8 @@
 // sync_data, sync_dir, rename, unlink and rmdir (and, when asked, after every pwrite, truncate, create,
 // mkdir as well), so a test can enumerate the crash states at each of them. The hook runs on the
 // calling thread without SimFs's lock held; it may call the const members (crash states, dump) but
-// must not change this SimFs. All members are thread safe (verify_file reads from several threads).
+// must not change this SimFs. Every member but set_persistence_hook is thread safe (verify_file
+// reads from several threads); set the hook before the SimFs is shared.
 #pragma once
 
 #include <array>
