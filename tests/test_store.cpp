@@ -769,7 +769,12 @@ TEST_CASE("a commit refused for bad training state leaves the transaction open t
   REQUIRE(tx.ok());
   const auto w = weights(5);
   REQUIRE((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
-  CHECK((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), 3).code() == Code::invalid_argument);  // caller error
+  CHECK((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).code() == Code::conflict);  // caller error
+  REQUIRE((*tx)->begin_piece("open", DType::U8, {4}, {0}, {4}).ok());
+  CHECK((*tx)->commit().status().code() == Code::invalid_argument);  // a piece still open: fixable
+  CHECK((*tx)->active());
+  REQUIRE((*tx)->write("abcd", 4).ok());
+  REQUIRE((*tx)->end_piece().ok());
   (*tx)->state().values["bad"] = std::string("\xff");
   CHECK((*tx)->commit().status().code() == Code::invalid_argument);
   CHECK((*tx)->active());

@@ -288,7 +288,7 @@ int run(const Config& cfg) {
       });
       keep(total.load());
     })));
-    memory_group.push_back(&add(true, measurement("xxh3" + tag, "XXH3-64 in memory, 1 MiB blocks, " + suffix, n, size, nullptr, [&, n] {
+    memory_group.push_back(&add(true, measurement("xxh3" + tag, "XXH3-64, 1 MiB blocks, " + suffix, n, size, nullptr, [&, n] {
       std::atomic<std::uint64_t> total{0};
       parallel_items(n, items, [&](std::size_t i) {
         const auto [off, len] = item_span(i);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <array>
+#include <optional>
+#include <utility>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -87,6 +89,14 @@ struct Index {
 [[nodiscard]] bool shape_elements(const Shape& shape, std::uint64_t& out) noexcept;
 // Byte size of a tensor or piece of this shape and dtype, or false on overflow.
 [[nodiscard]] bool shape_bytes(const Shape& shape, DType dtype, std::uint64_t& out) noexcept;
+// A hyper-rectangle given by its offsets and shape (views into piece records).
+struct BoxRef {
+  const Shape* offsets;
+  const Shape* shape;
+};
+// Positions (first < second) of two non-empty boxes that share an element, or nullopt when none do.
+[[nodiscard]] std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes(const std::vector<BoxRef>& boxes,
+                                                                                        std::size_t rank);
 [[nodiscard]] std::string shape_string(const Shape& shape);
 [[nodiscard]] std::string uuid_string(const Uuid& uuid);
 [[nodiscard]] bool valid_utf8(std::string_view s) noexcept;

@@ -104,6 +104,7 @@ class ShardWriter {
   std::vector<TensorRecord> tensors_;
   std::unordered_map<std::string, std::size_t> tensor_by_name_;
   std::vector<OpenPiece> pieces_;  // finished pieces in write order
+  std::vector<std::vector<std::size_t>> pieces_of_tensor_;  // positions in pieces_, per tensor
   std::vector<MetaEntry> metadata_;
   std::unordered_map<std::string, std::size_t> meta_by_key_;
   Status failure_;

@@ -3,7 +3,8 @@
 // Every hashed layout is first checked against the CPU hash on the same fresh random bytes; a wrong
 // digest exits 1. Exits 77 without a usable device.
 //
-//   ckpt-gpu-bench [--gib N] [--reps R] [--dir DIR] [--seed S]
+//   ckpt-gpu-bench [--gib N] [--reps R] [--dir DIR] [--seed S] [--keep]
+// --keep leaves the verified file in DIR and prints "file: PATH" (the script times ckpt-verify on it).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
   int reps = 5;
   std::string dir = "/tmp";
   std::uint64_t seed = std::random_device{}();
+  bool keep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -135,8 +137,9 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && v) reps = std::atoi(argv[++i]);
     else if (a == "--dir" && v) dir = argv[++i];
     else if (a == "--seed" && v) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--keep") keep = true;
     else {
-      std::fprintf(stderr, "usage: ckpt-gpu-bench [--gib N] [--reps R] [--dir DIR] [--seed S]\n");
+      std::fprintf(stderr, "usage: ckpt-gpu-bench [--gib N] [--reps R] [--dir DIR] [--seed S] [--keep]\n");
       return 2;
     }
   }
@@ -298,7 +301,8 @@ int main(int argc, char** argv) {
   const bool same = (*d_src)[0] == (*d_dst)[0];
   wrong_total += same ? 0 : 1;
   row("load to device (verified on device)", double(tensors * tensor_bytes), load_s, same ? "bytes equal the saved tensors" : "BYTES DIFFER");
-  std::remove(file.c_str());
+  if (keep) std::printf("file: %s\n", file.c_str());
+  else std::remove(file.c_str());
   std::remove(saved.c_str());
 
   std::printf("\n| measurement | GB/s | note |\n| --- | ---: | --- |\n");

@@ -97,6 +97,47 @@ namespace detail {
 
 }  // namespace detail
 
+inline std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes(const std::vector<BoxRef>& boxes,
+                                                                                  std::size_t rank) {
+  std::vector<std::size_t> live;  // boxes holding at least one element
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    std::uint64_t n = 0;
+    if (shape_elements(*boxes[i].shape, n) && n > 0) live.push_back(i);
+  }
+  if (live.size() < 2) return std::nullopt;
+  if (rank == 0) return std::make_pair(live[0], live[1]);  // two scalars are the same element
+  auto overlaps = [&](std::size_t a, std::size_t b) {
+    const BoxRef& x = boxes[a];
+    const BoxRef& y = boxes[b];
+    for (std::size_t d = 0; d < rank; ++d)
+      if (!((*x.offsets)[d] < (*y.offsets)[d] + (*y.shape)[d] && (*y.offsets)[d] < (*x.offsets)[d] + (*x.shape)[d])) return false;
+    return true;
+  };
+  // Sweep along the dimension with the most distinct starts: sharding splits make this near-linear.
+  std::size_t sweep = 0, best = 0;
+  for (std::size_t d = 0; d < rank; ++d) {
+    std::vector<std::uint64_t> starts;
+    for (const auto i : live) starts.push_back((*boxes[i].offsets)[d]);
+    std::sort(starts.begin(), starts.end());
+    const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+    if (distinct > best) best = distinct, sweep = d;
+  }
+  std::sort(live.begin(), live.end(), [&](std::size_t a, std::size_t b) {
+    return (*boxes[a].offsets)[sweep] < (*boxes[b].offsets)[sweep];
+  });
+  std::vector<std::size_t> active;
+  for (const auto i : live) {
+    const std::uint64_t start = (*boxes[i].offsets)[sweep];
+    active.erase(std::remove_if(active.begin(), active.end(), [&](std::size_t j) {
+                   return (*boxes[j].offsets)[sweep] + (*boxes[j].shape)[sweep] <= start;
+                 }), active.end());
+    for (const auto j : active)
+      if (overlaps(i, j)) return std::make_pair(std::min(i, j), std::max(i, j));
+    active.push_back(i);
+  }
+  return std::nullopt;
+}
+
 inline std::array<unsigned char, format::kSuperblockSize> encode_superblock(const Superblock& sb) {
   namespace f = format::sb;
   std::array<unsigned char, format::kSuperblockSize> b{};
@@ -400,21 +441,13 @@ inline Result<Index> decode_index(const unsigned char* bytes, std::size_t size, 
 
   // Pieces of one tensor never overlap in its global index space (spec 4.3).
   for (const auto& t : index.tensors) {
-    for (std::uint64_t a = t.piece_first; a < t.piece_first + t.piece_count; ++a) {
-      for (std::uint64_t b = a + 1; b < t.piece_first + t.piece_count; ++b) {
-        const auto& pa = index.pieces[a];
-        const auto& pb = index.pieces[b];
-        bool overlap = true;
-        for (std::size_t d = 0; d < t.shape.size() && overlap; ++d)
-          overlap = pa.offsets[d] < pb.offsets[d] + pb.shape[d] && pb.offsets[d] < pa.offsets[d] + pa.shape[d];
-        std::uint64_t ea = 0, eb = 0;
-        (void)shape_elements(pa.shape, ea);
-        (void)shape_elements(pb.shape, eb);
-        if (overlap && ea > 0 && eb > 0)
-          return corrupt_at(path, index_offset + table_at[1] + b * format::kPieceRecordSize,
-                            "tensor '" + t.name + "': pieces " + std::to_string(a - t.piece_first) + " and " + std::to_string(b - t.piece_first) + " overlap");
-      }
-    }
+    std::vector<BoxRef> boxes;
+    boxes.reserve(static_cast<std::size_t>(t.piece_count));
+    for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k)
+      boxes.push_back(BoxRef{&index.pieces[k].offsets, &index.pieces[k].shape});
+    if (const auto hit = find_overlapping_boxes(boxes, t.shape.size()))
+      return corrupt_at(path, index_offset + table_at[1] + (t.piece_first + hit->second) * format::kPieceRecordSize,
+                        "tensor '" + t.name + "': pieces " + std::to_string(hit->first) + " and " + std::to_string(hit->second) + " overlap");
   }
 
   std::unordered_map<std::string_view, int> names;

@@ -136,18 +136,19 @@ Status ShardWriter<Fs>::begin_piece(std::string_view name, DType dtype, const Sh
     t.dtype = dtype;
     t.shape = global_shape;
     tensors_.push_back(std::move(t));
+    pieces_of_tensor_.emplace_back();
     tensor_by_name_.emplace(std::string(name), tensor_index);
   } else {
     tensor_index = it->second;
     const auto& t = tensors_[tensor_index];
     if (t.dtype != dtype || t.shape != global_shape)
       return make_error(Code::conflict, "tensor '" + t.name + "': piece dtype or global shape differs from an earlier piece");
-    std::uint64_t piece_count = 0;
     std::uint64_t elements = 0;
     (void)shape_elements(local_shape, elements);
-    for (const auto& p : pieces_) {
-      if (p.tensor != tensor_index) continue;
-      ++piece_count;
+    const auto& earlier = pieces_of_tensor_[tensor_index];
+    const std::uint64_t piece_count = earlier.size();
+    for (const auto k : earlier) {
+      const auto& p = pieces_[k];
       std::uint64_t other = 0;
       (void)shape_elements(p.record.shape, other);
       bool overlap = elements > 0 && other > 0;
@@ -229,6 +230,7 @@ Status ShardWriter<Fs>::end_piece() {
   if (p.written != p.record.data_length)
     return make_error(Code::invalid_argument, "tensor '" + tensors_[p.tensor].name + "': piece ended after " + std::to_string(p.written) + " of " + std::to_string(p.record.data_length) + " bytes");
   if (p.chunk_filled > 0) close_chunk();
+  pieces_of_tensor_[p.tensor].push_back(pieces_.size());
   pieces_.push_back(std::move(p));
   open_.reset();
   return Status();

@@ -233,6 +233,8 @@ Result<CommitResult> Transaction<Fs>::commit() {
 
   // Step 3: finish the shard: data, index, footer, fsync file, fsync step directory (spec 5.3).
   auto summary = writer_->finish();
+  // A caller mistake (a piece still open) leaves the transaction open; anything else abandons it.
+  if (!summary.ok() && summary.status().code() == Code::invalid_argument) return summary.status();
   if (!summary.ok()) return fail(summary.status());
   writer_.reset();
 

@@ -1,0 +1,412 @@
+// Crash-state exploration of the store (spec/JOURNAL.md 5.3, 6.4, 10): saves run over SimFs, and at
+// every persistence point the test enumerates the states a crash could leave (all of them where few,
+// a seeded sample where many), recovers each one with a writable open and checks the oracle:
+//   - the store opens, is not corrupt, and holds exactly the steps the protocol allows: every step
+//     acknowledged before the crash (minus what retention had retired), plus possibly the step whose
+//     save was in flight; so latest() is the last acknowledged step or the one in flight;
+//   - every step it lists reads back bit for bit (tensors and training state) and verifies;
+//   - nothing but JOURNAL, LOCK and live step directories is left;
+//   - a later save gets a txn id and a directory name never used before.
+// The same is done while retention retires steps and while recovery itself runs (crash the recovery,
+// recover again). Fault injection (FaultFs) fails every operation of a save in turn.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ckpt/io/fault_fs.hpp>
+#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/store.hpp>
+
+using namespace ckpt;
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CKPT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CKPT_TEST_ASAN 1
+#endif
+#endif
+#ifndef CKPT_TEST_ASAN
+#define CKPT_TEST_ASAN 0
+#endif
+
+namespace {
+
+// Sampling budget. Release must check >= 10,000 states in all; ASan runs a smaller, still seeded share.
+constexpr std::uint64_t kExhaustiveLimit = CKPT_TEST_ASAN ? 48 : 160;  // enumerate every state up to this count
+constexpr std::uint64_t kSamplesPerPoint = CKPT_TEST_ASAN ? 12 : 72;   // otherwise this many seeded samples
+constexpr std::uint64_t kRequiredStates = CKPT_TEST_ASAN ? 2000 : 10000;
+constexpr std::uint64_t kSaveAgainEvery = 8;  // a full save after every k-th recovered state (names never reused)
+
+constexpr std::size_t kWeights = 1500;  // 6000 bytes of F32: two 4 KiB chunks, so a tear can split a tensor
+constexpr std::size_t kMoments = 300;   // 1200 bytes: one chunk
+const char* const kStore = "/store";
+
+StoreOptions store_options(bool create, RetentionPolicy retention = {}) {
+  StoreOptions o;
+  o.create_if_missing = create;
+  o.chunk_size_log2 = 12;
+  o.alignment_log2 = 9;  // sector-aligned pieces: tears at 512 B boundaries fall between and inside them
+  o.buffer_size = 4096;
+  o.retention = retention;
+  return o;
+}
+
+// Everything a step holds is a function of its number, so any recovered step can be checked bit for bit.
+std::vector<float> tensor_values(std::uint64_t step, std::size_t n, std::uint64_t salt) {
+  std::vector<float> v(n);
+  std::uint64_t x = step * 0x9E3779B97F4A7C15ULL + salt;
+  for (std::size_t i = 0; i < n; ++i) {
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 29;
+    v[i] = static_cast<float>(static_cast<std::int64_t>(x >> 40) - (std::int64_t{1} << 23)) / 4096.0f;
+  }
+  return v;
+}
+
+TrainingState expected_state(std::uint64_t step) {
+  TrainingState s;
+  s.step = step;
+  s.rng = std::string("rng\0state-", 10) + std::to_string(step * 7919);
+  s.data = DataPosition{step / 3, step * 64, "sampler@" + std::to_string(step)};
+  s.optimizer_tensors = {"adam.m/w"};
+  s.values["lr"] = 0.5 / static_cast<double>(step + 1);
+  s.values["tag"] = "step " + std::to_string(step);
+  s.values["final"] = false;
+  return s;
+}
+
+template <class Fs>
+Result<CommitResult> save_step(Store<Fs>& store, std::uint64_t step) {
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  const auto w = tensor_values(step, kWeights, 1);
+  const auto m = tensor_values(step, kMoments, 2);
+  CKPT_TRY(tx->add_tensor("w", DType::F32, {kWeights}, w.data(), w.size() * sizeof(float)));
+  CKPT_TRY(tx->add_optimizer_tensor("adam.m/w", DType::F32, {kMoments}, m.data(), m.size() * sizeof(float)));
+  const TrainingState want = expected_state(step);
+  tx->state().rng = want.rng;
+  tx->state().data = want.data;
+  tx->state().values = want.values;
+  return tx->commit();
+}
+
+// "" when the step reads back exactly as save_step wrote it and every chunk verifies; else what differs.
+template <class Fs>
+std::string check_step_exact(Store<Fs>& store, const StepInfo& info) {
+  const std::string where = "step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + "): ";
+  auto reader = store.open_step(info);
+  if (!reader.ok()) return where + reader.status().to_string();
+  std::vector<float> w(kWeights), m(kMoments);
+  Status s = (*reader)->read_tensor("w", w.data(), w.size() * sizeof(float));
+  if (s.ok()) s = (*reader)->read_tensor("adam.m/w", m.data(), m.size() * sizeof(float));
+  if (!s.ok()) return where + s.to_string();
+  const auto want_w = tensor_values(info.step, kWeights, 1);
+  const auto want_m = tensor_values(info.step, kMoments, 2);
+  if (std::memcmp(w.data(), want_w.data(), w.size() * sizeof(float)) != 0) return where + "tensor w differs";
+  if (std::memcmp(m.data(), want_m.data(), m.size() * sizeof(float)) != 0) return where + "tensor adam.m/w differs";
+  if ((*reader)->state() != expected_state(info.step)) return where + "training state differs";
+  auto verified = store.verify_step(info.step);
+  if (!verified.ok()) return where + verified.status().to_string();
+  if (!verified->ok()) {
+    std::string p = where + "verify_step found damage:";
+    for (const auto& line : verified->problems) p += " " + line;
+    for (const auto& shard : verified->shards)
+      for (const auto& prob : shard.problems) p += " " + prob.message;
+    return p;
+  }
+  return "";
+}
+
+// What a crash at one moment may leave: the oracle of the file header.
+struct Expectation {
+  std::vector<std::uint64_t> acked;      // live steps acknowledged before this moment, in commit order
+  std::optional<std::uint64_t> in_flight;  // the step whose save (commit + retention) had not returned
+  std::set<std::uint64_t> may_retire;    // acked steps the in-flight commit's retention may retire
+  std::string label;
+};
+
+struct Explorer {
+  std::uint64_t states = 0;   // crash states recovered and checked
+  std::uint64_t points = 0;   // persistence points visited
+  std::uint64_t exhaustive_points = 0, sampled_points = 0;
+  std::uint64_t saved_again = 0;
+  std::uint64_t with_in_flight = 0;  // states in which the in-flight step had committed
+  std::uint64_t failures = 0;
+};
+
+template <class Fs>
+std::vector<std::string> sorted_entries(Fs& fs, const std::string& dir) {
+  auto list = fs.list_dir(dir);
+  if (!list.ok()) return {"<" + list.status().to_string() + ">"};
+  std::vector<std::string> names = *list;
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Recovers `crashed` (a writable open) and checks the oracle. Returns "" or the first violation. With
+// save_again, also saves one more step and checks its txn id and directory name were never used.
+std::string recover_and_check(SimFs& crashed, const Expectation& e, Explorer& ex, bool save_again,
+                              std::vector<std::uint64_t>* listed_out = nullptr) {
+  // Directory names present before recovery count as used, whether or not recovery removes them.
+  std::uint64_t max_txn_before = 0;
+  std::set<std::string> dirs_before;
+  for (const auto& name : sorted_entries(crashed, kStore)) {
+    std::uint64_t s = 0, t = 0;
+    if (parse_step_dir_name(name, s, t)) {
+      dirs_before.insert(name);
+      max_txn_before = std::max(max_txn_before, t);
+    }
+  }
+  auto opened = Store<SimFs>::open(crashed, kStore, Access::read_write, store_options(false));
+  if (!opened.ok()) return "writable open failed: " + opened.status().to_string();
+  Store<SimFs>& store = **opened;
+  if (store.recovery_report().corrupt()) return "recovery reports corruption: " + store.recovery_report().corruption_status().to_string();
+  std::vector<std::uint64_t> listed;
+  for (const auto& s : store.steps()) listed.push_back(s.step);
+  if (listed_out != nullptr) *listed_out = listed;
+  auto text = [](const std::vector<std::uint64_t>& v) {
+    std::string t = "{";
+    for (const auto x : v) t += (t.size() > 1 ? "," : "") + std::to_string(x);
+    return t + "}";
+  };
+  // Allowed sets: acked (minus retirable ones only once the in-flight step is durable) [+ in flight].
+  const bool flight_committed = e.in_flight && !listed.empty() && listed.back() == *e.in_flight &&
+                                std::find(e.acked.begin(), e.acked.end(), *e.in_flight) == e.acked.end();
+  std::vector<std::uint64_t> required, allowed = e.acked;
+  for (const auto s : e.acked)
+    if (!(flight_committed && e.may_retire.count(s) != 0)) required.push_back(s);
+  if (e.in_flight) allowed.push_back(*e.in_flight);
+  for (const auto s : required)
+    if (std::find(listed.begin(), listed.end(), s) == listed.end())
+      return "acknowledged step " + std::to_string(s) + " is missing; listed " + text(listed);
+  for (const auto s : listed)
+    if (std::find(allowed.begin(), allowed.end(), s) == allowed.end())
+      return "step " + std::to_string(s) + " should not exist; listed " + text(listed);
+  if (!std::is_sorted(listed.begin(), listed.end()) || std::adjacent_find(listed.begin(), listed.end()) != listed.end())
+    return "steps out of commit order or repeated: " + text(listed);
+  // latest is the last acknowledged step or the one in flight.
+  const auto latest = store.latest();
+  const std::optional<std::uint64_t> last_acked = e.acked.empty() ? std::nullopt : std::optional<std::uint64_t>(e.acked.back());
+  if (latest.has_value() != (last_acked.has_value() || flight_committed))
+    return "latest() is " + (latest ? std::to_string(latest->step) : std::string("none")) + ", expected a step";
+  if (latest && !(latest->step == last_acked || (flight_committed && latest->step == *e.in_flight)))
+    return "latest() is step " + std::to_string(latest->step) + ", neither the last acknowledged nor the one in flight";
+  if (flight_committed) ++ex.with_in_flight;
+  for (const auto& s : store.steps())
+    if (std::string p = check_step_exact(store, s); !p.empty()) return p;
+  // Recovery leaves only the journal, the lock and live step directories.
+  std::vector<std::string> want{"JOURNAL", "LOCK"};
+  for (const auto& s : store.steps()) want.push_back(s.dir);
+  std::sort(want.begin(), want.end());
+  const auto have = sorted_entries(crashed, kStore);
+  if (have != want) {
+    std::string t;
+    for (const auto& n : have) t += " " + n;
+    return "store holds" + t + " after recovery";
+  }
+  if (!store.recovery_report().unknown_entries.empty()) return "unknown entries after a crash: " + store.recovery_report().unknown_entries.front();
+  if (save_again) {
+    const std::uint64_t next_step = (e.in_flight ? *e.in_flight : (last_acked ? *last_acked : 0)) + 1000;
+    std::uint64_t max_txn = max_txn_before;
+    for (const auto& t : store.transactions()) max_txn = std::max(max_txn, t.txn);
+    for (const auto& d : store.recovery_report().journal.corruption)
+      for (const auto& r : d.unapplied) max_txn = std::max(max_txn, r.txn());
+    if (store.recovery_report().journal.torn_tail)
+      for (const auto& r : store.recovery_report().journal.torn_tail->unapplied) max_txn = std::max(max_txn, r.txn());
+    auto again = save_step(store, next_step);
+    if (!again.ok()) return "a save after recovery failed: " + again.status().to_string();
+    if (again->step.txn <= max_txn)
+      return "txn id " + std::to_string(again->step.txn) + " reused (ids up to " + std::to_string(max_txn) + " were seen)";
+    if (dirs_before.count(again->step.dir) != 0) return "directory name " + again->step.dir + " reused";
+    if (std::string p = check_step_exact(store, again->step); !p.empty()) return "after recovery: " + p;
+    ++ex.saved_again;
+  }
+  return "";
+}
+
+// One moment of a run: the SimFs as it was there (unsynced items included) and the oracle for it.
+struct Moment {
+  SimFs fs;
+  Expectation expect;
+  PersistencePoint point;
+};
+
+// Visits the crash states of one moment: all of them when few, else the durable state plus seeded samples.
+template <class Visit>
+void for_each_crash_state(const SimFs& fs, std::uint64_t seed, Explorer& ex, Visit&& visit) {
+  const std::uint64_t count = fs.crash_state_count();
+  ++ex.points;
+  if (count <= kExhaustiveLimit) {
+    ++ex.exhaustive_points;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      auto state = fs.crash_state(i);
+      REQUIRE(state.ok());
+      visit(*state, "crash state " + std::to_string(i) + " of " + std::to_string(count));
+    }
+    return;
+  }
+  ++ex.sampled_points;
+  SimFs durable = fs.durable_state();
+  visit(durable, "durable state of " + std::to_string(count));
+  for (std::uint64_t k = 0; k < kSamplesPerPoint; ++k) {
+    const std::uint64_t s = seed * 1000003 + k;
+    SimFs sampled = fs.sample_crash_state(s);
+    visit(sampled, "sampled state seed " + std::to_string(s) + " of " + std::to_string(count));
+  }
+}
+
+void explore_moment(const Moment& m, std::uint64_t seed, Explorer& ex, std::uint64_t max_failures = 5) {
+  for_each_crash_state(m.fs, seed, ex, [&](SimFs& state, const std::string& which) {
+    const bool again = (ex.states % kSaveAgainEvery) == 0;
+    ++ex.states;
+    const std::string problem = recover_and_check(state, m.expect, ex, again);
+    if (!problem.empty()) {
+      ++ex.failures;
+      if (ex.failures <= max_failures) {
+        FAIL_CHECK(m.expect.label << ", after " << fs_op_name(m.point.op) << " " << m.point.path << " (point "
+                                  << m.point.sequence << "), " << which << ": " << problem << "\n"
+                                  << state.crash_note());
+      }
+    }
+  });
+}
+
+// Runs `saves` steps into a fresh store over SimFs and records every moment (each persistence point,
+// including every mutation) of the saves after the first `warmup`.
+std::vector<Moment> record_saves(const std::vector<std::uint64_t>& steps, std::size_t warmup, RetentionPolicy retention) {
+  SimFs sim;
+  std::vector<Moment> moments;
+  Expectation now;
+  {
+    auto store = Store<SimFs>::open(sim, kStore, Access::read_write, store_options(true, retention));
+    REQUIRE(store.ok());
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      now.in_flight = steps[i];
+      now.may_retire.clear();
+      if (retention.enabled()) {
+        // What apply_retention would retire once this step is committed.
+        std::vector<std::uint64_t> after = now.acked;
+        after.push_back(steps[i]);
+        for (std::size_t k = 0; k < after.size(); ++k) {
+          const bool recent = after.size() - k <= retention.keep_last;
+          const bool milestone = retention.keep_every != 0 && after[k] % retention.keep_every == 0;
+          if (!recent && !milestone) now.may_retire.insert(after[k]);
+        }
+      }
+      now.label = "save of step " + std::to_string(steps[i]);
+      if (i == warmup)
+        sim.set_persistence_hook(
+            [&](const SimFs& fs, const PersistencePoint& p) { moments.push_back(Moment{SimFs(fs), now, p}); }, true);
+      auto r = save_step(**store, steps[i]);
+      REQUIRE(r.ok());
+      REQUIRE(r->retention.ok());
+      // Acknowledged: the step is live, and what retention retired is gone.
+      for (const auto& gone : r->retired)
+        now.acked.erase(std::remove(now.acked.begin(), now.acked.end(), gone.step), now.acked.end());
+      now.acked.push_back(steps[i]);
+      now.in_flight.reset();
+      now.may_retire.clear();
+    }
+    now.label = "closing the store";
+  }
+  sim.set_persistence_hook(nullptr);
+  return moments;
+}
+
+}  // namespace
+
+TEST_CASE("every crash state of saves, retention and recovery recovers to the last acknowledged step", "[crash]") {
+  Explorer ex;
+  std::uint64_t seed = 1;
+
+  // 1. Saves: a store with two steps, then three more saves explored at every persistence point.
+  const auto saves = record_saves({10, 20, 30, 40, 50}, 2, {});
+  REQUIRE(saves.size() >= 3 * 20);
+  std::uint64_t saves_points = 0;
+  for (const auto& m : saves) {
+    explore_moment(m, seed++, ex);
+    ++saves_points;
+  }
+  const std::uint64_t after_saves = ex.states;
+  CHECK(ex.with_in_flight > 0);  // some crashes came after the COMMIT was durable
+
+  // 2. Retention: keep the last 2 and every step that is a multiple of 40; saves retire older steps.
+  RetentionPolicy retention;
+  retention.keep_last = 2;
+  retention.keep_every = 40;
+  const auto retiring = record_saves({10, 20, 30, 40, 50, 60}, 2, retention);
+  bool saw_retire = false;
+  for (const auto& m : retiring) {
+    saw_retire = saw_retire || (m.point.op == FsOp::rmdir) || (m.point.op == FsOp::unlink);
+    explore_moment(m, seed++, ex);
+  }
+  CHECK(saw_retire);
+  const std::uint64_t after_retention = ex.states;
+
+  // 3. Recovery itself: crash states that need recovery work (a torn tail, an open transaction, files
+  // to remove) are recovered with a hook, and every moment of that recovery is crashed and recovered
+  // again. The second recovery must agree with what the uninterrupted recovery gave.
+  std::uint64_t recoveries = 0;
+  for (std::size_t i = 0; i < saves.size(); i += 2) {
+    const Moment& m = saves[i];
+    SimFs crashed = m.fs.sample_crash_state(seed * 7 + 3);
+    ++seed;
+    // The uninterrupted outcome, on a copy.
+    SimFs reference(crashed);
+    std::vector<std::uint64_t> reference_steps;
+    {
+      Explorer scratch;
+      const std::string p = recover_and_check(reference, m.expect, scratch, false, &reference_steps);
+      if (!p.empty()) {
+        FAIL_CHECK("reference recovery of " << m.expect.label << ": " << p);
+        continue;
+      }
+    }
+    std::vector<Moment> during;
+    Expectation pinned = m.expect;
+    pinned.label = m.expect.label + ", crashed, then crashed again during recovery";
+    crashed.set_persistence_hook(
+        [&](const SimFs& fs, const PersistencePoint& p) { during.push_back(Moment{SimFs(fs), pinned, p}); }, true);
+    {
+      auto store = Store<SimFs>::open(crashed, kStore, Access::read_write, store_options(false));
+      REQUIRE(store.ok());
+    }
+    crashed.set_persistence_hook(nullptr);
+    if (during.empty()) continue;  // nothing to recover in this state
+    ++recoveries;
+    for (const auto& d : during) {
+      for_each_crash_state(d.fs, seed++, ex, [&](SimFs& state, const std::string& which) {
+        ++ex.states;
+        std::vector<std::uint64_t> listed;
+        std::string problem = recover_and_check(state, d.expect, ex, (ex.states % kSaveAgainEvery) == 0, &listed);
+        // Recovery decides from durable facts only, so an interrupted one ends where the whole one did.
+        if (problem.empty() && listed != reference_steps) problem = "a recovery crashed midway decided differently";
+        if (!problem.empty() && ++ex.failures <= 5)
+          FAIL_CHECK(d.expect.label << ", after " << fs_op_name(d.point.op) << " " << d.point.path << ", " << which << ": "
+                                    << problem << "\n"
+                                    << state.crash_note());
+      });
+    }
+  }
+  CHECK(recoveries > 0);
+
+  std::printf("crash exploration%s: %llu crash states checked at %llu persistence points (%llu enumerated whole, "
+              "%llu sampled): saves %llu, retention %llu, recovery %llu; %llu saved again after recovery\n",
+              CKPT_TEST_ASAN ? " (ASan, reduced sampling)" : "", static_cast<unsigned long long>(ex.states),
+              static_cast<unsigned long long>(ex.points), static_cast<unsigned long long>(ex.exhaustive_points),
+              static_cast<unsigned long long>(ex.sampled_points), static_cast<unsigned long long>(after_saves),
+              static_cast<unsigned long long>(after_retention - after_saves),
+              static_cast<unsigned long long>(ex.states - after_retention), static_cast<unsigned long long>(ex.saved_again));
+  std::fflush(stdout);
+  (void)saves_points;
+  CHECK(ex.failures == 0);
+  REQUIRE(ex.states >= kRequiredStates);
+}
