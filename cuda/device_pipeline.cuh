@@ -109,8 +109,9 @@ class BatchHasher {
     if (capacity == 0 || capacity > kMaxLaunchChunks)
       return make_error(Code::invalid_argument, "chunk batch capacity " + std::to_string(capacity) + " outside [1, 2^30]");
     BatchHasher h(arena, capacity);
-    CKPT_ASSIGN_OR_RETURN(h.host_, arena.pinned(h.layout_.total));
-    CKPT_ASSIGN_OR_RETURN(h.device_, arena.device(h.layout_.total));
+    const std::size_t bytes = layout_for(capacity).total;
+    CKPT_ASSIGN_OR_RETURN(h.host_, arena.pinned(bytes));
+    CKPT_ASSIGN_OR_RETURN(h.device_, arena.device(bytes));
     CKPT_ASSIGN_OR_RETURN(h.done_, arena.event());
     return h;
   }
@@ -125,6 +126,7 @@ class BatchHasher {
       return make_error(Code::invalid_argument, std::to_string(n) + " chunks exceed the batch capacity " + std::to_string(capacity_));
     count_ = n;
     compared_ = expected != nullptr;
+    layout_ = layout_for(n);  // packed for this batch: only its own bytes cross the bus
     if (n == 0) return Status();
     B& backend = arena_->backend();
     const HashPlan plan = plan_hash(chunks, n, backend.multiprocessors());
@@ -202,11 +204,11 @@ class BatchHasher {
     l.total = l.mismatches + n * 4;
     return l;
   }
-  BatchHasher(Arena<B>& arena, std::size_t capacity) : arena_(&arena), capacity_(capacity), layout_(layout_for(capacity)) {}
+  BatchHasher(Arena<B>& arena, std::size_t capacity) : arena_(&arena), capacity_(capacity), layout_(layout_for(0)) {}
 
   Arena<B>* arena_;
   std::size_t capacity_;
-  Layout layout_;
+  Layout layout_;                    // of the current batch; the buffers hold layout_for(capacity_)
   unsigned char* host_ = nullptr;    // pinned: upload [0, count + 8), download [count, total)
   unsigned char* device_ = nullptr;  // same layout
   typename B::Event done_{};
@@ -404,6 +406,8 @@ template <class B, class Fs = PosixFs>
     blocks.push_back(Block{c.offset, c.length, i, 1});
   }
 
+  std::uint64_t buffer_bytes = 1;  // the largest block, so a small file pins little memory
+  for (const auto& b : blocks) buffer_bytes = std::max(buffer_bytes, b.length);
   Arena<B> arena(backend);
   const unsigned slot_count = std::clamp(options.staging_buffers, 2u, 8u);
   struct Slot {
@@ -418,8 +422,8 @@ template <class B, class Fs = PosixFs>
   };
   std::vector<Slot> slots(std::min<std::size_t>(slot_count, std::max<std::size_t>(blocks.size(), 1)));
   for (auto& s : slots) {
-    CKPT_ASSIGN_OR_RETURN(s.host, arena.pinned(slot_bytes));
-    CKPT_ASSIGN_OR_RETURN(s.device, arena.device(slot_bytes));
+    CKPT_ASSIGN_OR_RETURN(s.host, arena.pinned(static_cast<std::size_t>(buffer_bytes)));
+    CKPT_ASSIGN_OR_RETURN(s.device, arena.device(static_cast<std::size_t>(buffer_bytes)));
     CKPT_ASSIGN_OR_RETURN(s.stream, arena.stream());
     CKPT_ASSIGN_OR_RETURN(auto hasher, BatchHasher<B>::create(arena, std::min(kBlockChunks, std::max<std::size_t>(index.chunks.size(), 1))));
     s.hasher.emplace(std::move(hasher));

@@ -52,15 +52,19 @@ struct HashPlan {
 
 // Long chunks (over 240 bytes) get a thread block each, longest first so the grid ends evenly; the
 // rest are packed one per thread. Thread blocks grow from 1 to 8 warps while there are too few long
-// chunks to give every multiprocessor about 32 warps (spec/GPU.md 4). count must be <= kMaxLaunchChunks.
+// chunks to give every multiprocessor about 32 warps, or while the longest chunk would still be
+// hashing after the others, on about 24 resident groups per multiprocessor, are done (spec/GPU.md 4).
+// count must be <= kMaxLaunchChunks.
 [[nodiscard]] inline HashPlan plan_hash(const DeviceChunk* chunks, std::size_t count, unsigned multiprocessors) {
   HashPlan plan;
   plan.order.reserve(count);
-  std::uint64_t most_blocks = 0;
+  std::uint64_t most_blocks = 0, longest = 0, long_bytes = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (chunks[i].length <= xxh3::kMidsizeMax) continue;
     plan.order.push_back(static_cast<std::uint32_t>(i));
     most_blocks = std::max(most_blocks, xxh3::full_blocks(chunks[i].length));
+    longest = std::max(longest, chunks[i].length);
+    long_bytes += chunks[i].length;
   }
   plan.long_count = static_cast<std::uint32_t>(plan.order.size());
   auto longer = [chunks](std::uint32_t a, std::uint32_t b) { return chunks[a].length > chunks[b].length; };
@@ -69,11 +73,14 @@ struct HashPlan {
   for (std::size_t i = 0; i < count; ++i)
     if (chunks[i].length <= xxh3::kMidsizeMax) plan.order.push_back(static_cast<std::uint32_t>(i));
   if (plan.long_count > 0) {
-    const std::uint64_t target_warps = std::uint64_t{std::max(multiprocessors, 1u)} * 32;
+    const double sms = std::max(multiprocessors, 1u);
+    auto wants_more = [&](unsigned warps) {
+      const bool few_chunks = double(plan.long_count) * warps * 2 <= sms * 32;
+      const bool longest_last = double(longest) * sms * 24 > double(long_bytes) * warps;
+      return few_chunks || longest_last;
+    };
     unsigned warps = 1;
-    while (warps < kMaxLaunchThreads / 32 && std::uint64_t{plan.long_count} * warps * 2 <= target_warps &&
-           std::uint64_t{8} * warps < most_blocks)
-      warps *= 2;
+    while (warps < kMaxLaunchThreads / 32 && std::uint64_t{8} * warps < most_blocks && wants_more(warps)) warps *= 2;
     plan.threads = 32 * warps;
   }
   const std::uint64_t short_count = count - plan.long_count;

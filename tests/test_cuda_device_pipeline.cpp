@@ -187,7 +187,8 @@ TEST_CASE("verify on the device reports what the CPU verifier reports", "[cuda_d
          for (std::uint64_t off = alpha_piece.data_offset; off < alpha_piece.data_offset + alpha_piece.data_length; off += 4096) f[off] ^= 0x55;
        }},
       {"padding byte after the superblock", [](std::string& f) { f[300] = 0x01; }},
-      {"padding byte before the index", [&](std::string& f) { f[index_offset - 1] = 0x7F; }},
+      {"padding byte between pieces", [&](std::string& f) { f[alpha_piece.data_offset + alpha_piece.data_length + 7] = 0x7F; }},
+      {"last data byte before the index", [&](std::string& f) { f[index_offset - 1] ^= 0x7F; }},
       {"index byte (CPU path names it)", [&](std::string& f) { f[index_offset + 70] ^= 0x01; }},
       {"superblock byte", [](std::string& f) { f[60] ^= 0x01; }},
       {"truncated by one byte", [](std::string& f) { f.pop_back(); }},

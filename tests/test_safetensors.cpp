@@ -355,6 +355,21 @@ TEST_CASE("safetensors to ckpt and back preserves names, dtypes, shapes, bytes a
   CHECK(files_in(dir.path()) == 3);  // no temporary files left
 }
 
+TEST_CASE("a mapped input converts like a read one", "[safetensors]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const auto tensors = generated_tensors(11);
+  ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(tensors, {{"k", "v"}}));
+  ConvertOptions options;
+  options.use_mmap = true;
+  options.block_size = 4096;  // many mappings, most not page-aligned in the file
+  auto r = safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("mapped.ckpt"), options);
+  INFO(r.status().to_string());
+  REQUIRE(r.ok());
+  REQUIRE(ckpt_to_safetensors(fs, dir.file("mapped.ckpt"), dir.file("back.safetensors")).ok());
+  CHECK(ckpt_test::read_file(dir.file("back.safetensors")) == ckpt_test::read_file(dir.file("in.safetensors")));
+}
+
 TEST_CASE("an empty metadata key cannot become a ckpt key", "[safetensors]") {
   ckpt_test::TempDir dir;
   PosixFs fs;

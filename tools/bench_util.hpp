@@ -214,6 +214,19 @@ inline void settle(const std::string& dir) {
   if (r != 0) throw_errno("syncfs " + dir);
 }
 
+// Evicts a file's clean pages from the page cache (its own pages only, nothing else on the machine).
+inline void drop_cached_pages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_errno("open " + path);
+  ::fdatasync(fd);  // dirty pages cannot be dropped; a written benchmark file is synced already
+  const int r = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (r != 0) {
+    errno = r;
+    throw_errno("posix_fadvise " + path);
+  }
+}
+
 inline void write_all(int fd, const unsigned char* p, std::size_t n, std::uint64_t off, const std::string& path) {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));

@@ -338,6 +338,34 @@ int run(const Config& cfg) {
   load_all(Verify::touched);
   if (std::memcmp(dst.data(), data.data(), size) != 0) throw IntegrityError(ckpt_path + ": loaded bytes differ from the saved ones");
 
+  // --- From disk: the file's pages are dropped from the page cache before each run, as for a
+  // checkpoint verified long after it was written. Here both verify modes wait on the device.
+  auto drop = [&] { drop_cached_pages(ckpt_path); };
+  const unsigned most = threads.back();
+  Measurement& cold_read = add(true, measurement("cold_read", "read from disk, 8 MiB preads", 1, size, drop, [&] {
+    keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
+  }));
+  std::vector<Measurement*> cold_group{&cold_read};
+  std::vector<unsigned> cold_threads{1};
+  if (most > 1) cold_threads.push_back(most);
+  for (unsigned count : cold_threads) {
+    for (bool use_mmap : {false, true}) {
+      const std::string id = std::string("cold_verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(count);
+      cold_group.push_back(&add(false, measurement(id, std::string("verify from disk, ") + (use_mmap ? "mmap, " : "pread, ") +
+                                                           (count == 1 ? "1 thread" : std::to_string(count) + " threads"),
+                                                   count, size, drop, [&, use_mmap, count] {
+        VerifyOptions vo;
+        vo.threads = count;
+        vo.use_mmap = use_mmap;
+        auto report = verify_file(fs, ckpt_path, vo);
+        check(report, "verify " + ckpt_path);
+        if (!report->ok()) throw IntegrityError(report->problems.front().message);
+      })));
+      comparisons.push_back({id, cold_read.id, false, std::nullopt});
+    }
+  }
+  run_rounds(cold_group, cfg.repeat);
+
   // --- Report.
   auto ratio_of = [&](const Comparison& c, bool median) {
     const Measurement& m = all.at(c.measure);
@@ -397,6 +425,7 @@ int run(const Config& cfg) {
     if (id == "raw_write_fsync") return "write+fsync";
     if (id == "raw_copy_fsync") return "copy+fsync";
     if (id == "pread_cached") return "pread cached";
+    if (id == "cold_read") return "read from disk";
     if (id.rfind("xxh3_t", 0) == 0) return "XXH3 " + id.substr(6) + (id == "xxh3_t1" ? " thread" : " threads");
     return id;
   };

@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
       if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
       options.alignment_log2 = static_cast<std::uint32_t>(k);
     }
+    if (direction == Direction::to_safetensors && use_mmap)
+      return usage_error("--mmap applies only when reading a .safetensors file");
     if (direction == Direction::to_ckpt && stringify)
       return usage_error("--stringify-metadata applies only when writing a .safetensors file");
 
@@ -120,9 +122,11 @@ int main(int argc, char** argv) {
     if (!result.ok()) {
       std::string message = result.status().message();
       if (message.find(in) == std::string::npos && message.find(out) == std::string::npos) message = in + ": " + message;
-      if (result.status().code() == ckpt::Code::conflict && !force) message += " (pass --force to replace it)";
+      if (result.status().code() == ckpt::Code::conflict && message.find("already exists") != std::string::npos)
+        message += " (pass --force to replace it)";
       std::fprintf(stderr, "%s: %s\n", kTool, message.c_str());
-      // A converter's failure is always "not converted": malformed and damaged input exit 2 too.
+      // Malformed safetensors input is a usage error (exit 2); a damaged .ckpt is an integrity finding (exit 1).
+      if (direction == Direction::to_safetensors) return ckpt::cli::exit_for(result.status().code());
       return static_cast<int>(ckpt::cli::kUsage);
     }
     for (const auto& w : result->warnings) std::fprintf(stderr, "%s: warning: %s\n", kTool, w.c_str());
