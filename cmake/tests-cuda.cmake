@@ -8,6 +8,13 @@ if(TARGET test_cuda_xxh3_core)
   target_link_libraries(test_cuda_xxh3_core PRIVATE ${CKPT_XXHASH_LIBRARY})
 endif()
 
+# The prepared device script must at least parse: it runs only in a GPU session (spec/GPU.md 10).
+find_program(CKPT_BASH bash)
+if(CKPT_BASH)
+  add_test(NAME gpu_device_check_syntax COMMAND ${CKPT_BASH} -n ${PROJECT_SOURCE_DIR}/tools/gpu-device-check.sh)
+  set_tests_properties(gpu_device_check_syntax PROPERTIES LABELS build)
+endif()
+
 if(CKPT_HAVE_CUDA AND NOT CKPT_SANITIZE)
   include(${PROJECT_SOURCE_DIR}/cmake/cuda-target.cmake)
   file(GLOB CKPT_CUDA_TEST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/cuda/test_*.cu)

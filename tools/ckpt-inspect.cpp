@@ -1,5 +1,6 @@
 // ckpt-inspect: prints what a shard file holds (format, tensors, pieces, metadata, optionally every
 // chunk) from its superblock, footer and index. Data bytes are not read; ckpt-verify checks them.
+// A store directory lists its steps (or shows one: --step N, --latest); a step directory shows that step.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "cli.hpp"
 #include "report_json.hpp"
+#include "store_cli.hpp"
 
 namespace {
 
@@ -139,6 +141,156 @@ void print_human(const json& doc) {
   }
 }
 
+// --- Stores and step directories (spec/JOURNAL.md) ------------------------------------------------
+
+// The training state and shard list of one step, then each shard as a plain file would be shown.
+[[nodiscard]] json step_doc(const json& step, const ckpt::Manifest& manifest, const json& shards) {
+  return {{"step", step},
+          {"world_size", manifest.world_size},
+          {"store_uuid", ckpt::uuid_string(manifest.store_uuid)},
+          {"training_state", ckpt::tools::training_state_json(manifest.state)},
+          {"manifest_shards", ckpt::tools::manifest_shards_json(manifest)},
+          {"shards", shards}};
+}
+
+// A committed step of a store: opened through its COMMIT record, so the manifest and every shard's
+// size, UUID and index digest are checked on the way (spec/JOURNAL.md 7.5).
+[[nodiscard]] ckpt::Result<json> inspect_committed_step(ckpt::Store<ckpt::PosixFs>& store, const ckpt::StepInfo& info,
+                                                        bool with_chunks) {
+  CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(info));
+  json shards = json::array();
+  for (std::size_t i = 0; i < reader->shard_count(); ++i) shards.push_back(ckpt::tools::shard_json(reader->shard(i), with_chunks));
+  json step = ckpt::tools::step_info_json(info);
+  step["store"] = store.path();
+  step["committed"] = true;
+  return step_doc(step, reader->manifest(), shards);
+}
+
+// A step directory given directly: through its store when that commits it, else from its MANIFEST alone.
+[[nodiscard]] ckpt::Result<json> inspect_step_directory(ckpt::PosixFs& fs, const std::string& dir, bool with_chunks) {
+  const ckpt::tools::StepInStore where = ckpt::tools::locate_step_directory(fs, dir);
+  if (where.info) {
+    CKPT_ASSIGN_OR_RETURN(auto store, ckpt::tools::open_store_for_reading(fs, where.store));
+    return inspect_committed_step(*store, *where.info, with_chunks);
+  }
+  CKPT_ASSIGN_OR_RETURN(ckpt::tools::StepDirectory content, ckpt::tools::read_step_directory(fs, dir));
+  if (!content.shard_problems.empty()) return content.shard_problems.front();
+  json shards = json::array();
+  for (const auto& path : content.shard_paths) {
+    CKPT_ASSIGN_OR_RETURN(json shard, inspect_shard(fs, path, with_chunks));
+    shards.push_back(std::move(shard));
+  }
+  json step = {{"step", content.manifest.step},
+               {"txn", content.manifest.txn},
+               {"dir", dir},
+               {"manifest_size", content.manifest_size},
+               {"manifest_digest", ckpt::hex64(content.manifest_digest)},
+               {"store", where.store.empty() ? json(nullptr) : json(where.store)},
+               {"committed", false},
+               {"state_in_store", where.store.empty() ? json(nullptr) : json(where.state)}};
+  return step_doc(step, content.manifest, shards);
+}
+
+// Every committed step of a store, one row each; a step that cannot be opened is shown with its error.
+[[nodiscard]] ckpt::Result<json> inspect_store(ckpt::Store<ckpt::PosixFs>& store, bool& damaged) {
+  const ckpt::RecoveryReport& report = store.recovery_report();
+  json doc = {{"store", store.path()},
+              {"uuid", ckpt::uuid_string(store.uuid())},
+              {"journal", ckpt::tools::journal_json(report.journal)},
+              {"transactions", ckpt::tools::transactions_json(report.transactions)},
+              {"unknown_entries", report.unknown_entries},
+              {"problems", report.problems}};
+  damaged = report.corrupt();
+  json steps = json::array();
+  for (const auto& info : store.steps()) {
+    json row = ckpt::tools::step_info_json(info);
+    auto reader = store.open_step(info);
+    if (!reader.ok()) {
+      row["error"] = {{"code", ckpt::code_name(reader.status().code())}, {"message", reader.status().message()}};
+      damaged = true;
+    } else {
+      const ckpt::Manifest& m = (*reader)->manifest();
+      std::uint64_t data_bytes = 0, tensors = 0, file_bytes = 0;
+      for (const auto& s : m.shards) {
+        data_bytes += s.data_bytes;
+        tensors += s.tensor_count;
+        file_bytes += s.file_size;
+      }
+      row["shard_count"] = m.shards.size();
+      row["tensor_count"] = tensors;
+      row["data_bytes"] = data_bytes;
+      row["file_bytes"] = file_bytes;
+      row["data"] = {{"epoch", m.state.data.epoch}, {"offset", m.state.data.offset}};
+    }
+    steps.push_back(std::move(row));
+  }
+  doc["steps"] = std::move(steps);
+  return doc;
+}
+
+void print_store(const json& doc) {
+  std::size_t committed = 0, open = 0, aborted = 0, retired = 0;
+  for (const auto& t : doc["transactions"]) {
+    const std::string state = t["state"].get<std::string>();
+    committed += state == "committed";
+    open += state == "open";
+    aborted += state == "aborted";
+    retired += state == "retired";
+  }
+  const json& j = doc["journal"];
+  std::string journal = num(j["file_size"]) + " bytes, " + num(j["groups"]) + " groups, " + num(j["records"]) + " records";
+  if (!j["torn_tail"].is_null()) journal += ", torn tail at " + num(j["torn_tail"]["offset"]);
+  if (!j["corruption"].empty()) journal += ", " + std::to_string(j["corruption"].size()) + " CORRUPT regions (run ckpt-repair)";
+  print_table({{"store", ckpt::tools::printable(doc["store"].get<std::string>())},
+               {"uuid", doc["uuid"].get<std::string>()},
+               {"journal", journal},
+               {"transactions", std::to_string(doc["transactions"].size()) + " (" + std::to_string(committed) + " committed, " +
+                                    std::to_string(retired) + " retired, " + std::to_string(aborted) + " aborted, " +
+                                    std::to_string(open) + " open)"},
+               {"steps", std::to_string(doc["steps"].size())}},
+              {false, false});
+  if (!doc["steps"].empty()) {
+    std::printf("\nsteps:\n");
+    std::vector<std::vector<std::string>> rows = {{"STEP", "TXN", "DIR", "SHARDS", "TENSORS", "DATA BYTES", "DATA POSITION", "STATUS"}};
+    for (const auto& s : doc["steps"]) {
+      const bool ok = !s.contains("error");
+      rows.push_back({num(s["step"]), num(s["txn"]), s["dir"].get<std::string>(), ok ? num(s["shard_count"]) : "-",
+                      ok ? num(s["tensor_count"]) : "-", ok ? num(s["data_bytes"]) : "-",
+                      ok ? "epoch " + num(s["data"]["epoch"]) + " offset " + num(s["data"]["offset"]) : "-",
+                      ok ? "ok" : "DAMAGED: " + ckpt::tools::printable(s["error"]["message"].get<std::string>())});
+    }
+    print_table(rows, {true, true, false, true, true, true, false, false}, "  ");
+  }
+  for (const auto& p : doc["problems"]) std::printf("problem: %s\n", ckpt::tools::printable(p.get<std::string>()).c_str());
+  for (const auto& u : doc["unknown_entries"])
+    std::printf("not part of the store: %s\n", ckpt::tools::printable(u.get<std::string>()).c_str());
+}
+
+void print_step(const json& doc) {
+  const json& st = doc["step"];
+  const json& ts = doc["training_state"];
+  std::vector<std::vector<std::string>> rows = {{"step", num(st["step"])}, {"txn", num(st["txn"])}};
+  rows.push_back({"directory", ckpt::tools::printable(st["dir"].get<std::string>())});
+  if (!st["committed"].get<bool>())
+    rows.push_back({"committed", st["state_in_store"].is_null() ? "unknown (no store around it)"
+                                                                : "no (" + st["state_in_store"].get<std::string>() + " in its store)"});
+  rows.push_back({"world size", num(doc["world_size"])});
+  rows.push_back({"manifest", num(st["manifest_size"]) + " bytes, digest " + st["manifest_digest"].get<std::string>()});
+  rows.push_back({"rng state", num(ts["rng_bytes"]) + " bytes" + (ts["rng"].get<std::string>().empty() ? "" : ": " + ts["rng"].get<std::string>())});
+  rows.push_back({"data position", "epoch " + num(ts["data"]["epoch"]) + " offset " + num(ts["data"]["offset"]) +
+                                       (ts["data"]["state_bytes"].get<std::uint64_t>() ? " (+" + num(ts["data"]["state_bytes"]) + " bytes of loader state)" : "")});
+  std::string optimizer;
+  for (const auto& o : ts["optimizer_tensors"]) optimizer += (optimizer.empty() ? "" : ", ") + ckpt::tools::printable(o.get<std::string>());
+  rows.push_back({"optimizer tensors", optimizer.empty() ? "none" : optimizer});
+  for (const auto& [key, v] : ts["values"].items())
+    rows.push_back({"value " + ckpt::tools::printable(key), v["value"].is_string() ? ckpt::tools::printable(v["value"].get<std::string>()) : v["value"].dump()});
+  print_table(rows, {false, false});
+  for (const auto& shard : doc["shards"]) {
+    std::printf("\n");
+    print_human(shard);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,16 +298,62 @@ int main(int argc, char** argv) {
     CLI::App app{"Prints the layout of a ckpt shard file: format, tensors, pieces, metadata and, with --chunks,\n"
                  "every chunk and its digest. Reads only the superblock, footer and index; use ckpt-verify to\n"
                  "check the data.\n\n"
+                 "A store directory lists its journal and committed steps; with --step N or --latest it shows\n"
+                 "that step: training state, manifest, and each shard. A step directory is shown the same way.\n\n"
                  "Exit status: 0 ok, 1 the file is damaged or incomplete, 2 usage error or unreadable path.",
                  kTool};
     std::string path;
     bool as_json = false, with_chunks = false;
-    app.add_option("PATH", path, "shard file (*.ckpt)")->required();
+    std::uint64_t step_number = 0;
+    bool latest = false;
+    app.add_option("PATH", path, "shard file (*.ckpt), store directory, or step directory")->required();
     app.add_flag("--json", as_json, "print one JSON document instead of tables");
     app.add_flag("--chunks", with_chunks, "also list every chunk: tensor, piece, chunk, offset, length, digest");
+    auto* step_option = app.add_option("--step", step_number, "for a store: show this step (default: list every committed step)");
+    app.add_flag("--latest", latest, "for a store: show the latest committed step")->excludes(step_option);
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
     ckpt::PosixFs fs;
+    // A directory is a store (its steps, or one of them) or a step directory.
+    auto info = fs.stat(path);
+    if (info.ok() && info->is_dir) {
+      auto kind = ckpt::tools::classify_path(fs, path);
+      if (!kind.ok()) return ckpt::cli::report(kTool, kind.status());
+      json out;
+      if (*kind == ckpt::tools::PathKind::step_dir) {
+        if (*step_option || latest)
+          return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, "--step and --latest apply to store directories"));
+        auto doc = inspect_step_directory(fs, path, with_chunks);
+        if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
+        out = std::move(doc).value();
+        if (as_json) ckpt::cli::print_json(out);
+        else print_step(out);
+        return static_cast<int>(ckpt::cli::kOk);
+      }
+      if (*kind != ckpt::tools::PathKind::store) return ckpt::cli::report(kTool, ckpt::tools::not_a_store_error(path, *kind));
+      auto store = ckpt::tools::open_store_for_reading(fs, path);
+      if (!store.ok()) return ckpt::cli::report(kTool, store.status());
+      if (*step_option || latest) {
+        ckpt::tools::StepSelection selection;
+        if (*step_option) selection.step = step_number;
+        selection.latest = latest;
+        auto selected = ckpt::tools::select_steps(**store, selection);
+        if (!selected.ok()) return ckpt::cli::report(kTool, selected.status());
+        auto doc = inspect_committed_step(**store, selected->front(), with_chunks);
+        if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
+        if (as_json) ckpt::cli::print_json(*doc);
+        else print_step(*doc);
+        return static_cast<int>(ckpt::cli::kOk);
+      }
+      bool damaged = false;
+      auto doc = inspect_store(**store, damaged);
+      if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
+      if (as_json) ckpt::cli::print_json(*doc);
+      else print_store(*doc);
+      return static_cast<int>(damaged ? ckpt::cli::kIntegrity : ckpt::cli::kOk);
+    }
+    if (*step_option || latest)
+      return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --step and --latest apply to store directories"));
     auto doc = inspect_shard(fs, path, with_chunks);
     if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
     if (as_json) ckpt::cli::print_json(*doc);

@@ -1,9 +1,11 @@
 // ckpt-verify: checks every byte of one or more shard files (chunk digests, superblock, index and
 // footer digests, zero padding, nothing after the footer) and reports each problem precisely.
+// Store directories (all steps, --step N or --latest) and step directories are checked through store_cli.hpp.
 // Exit status: 0 all intact, 1 damage or an incomplete file found, 2 usage error or unreadable path.
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "cli.hpp"
 #include "gpu_verify.hpp"
 #include "report_json.hpp"
+#include "store_cli.hpp"
 
 namespace {
 
@@ -101,6 +104,181 @@ void print_outcome(const FileOutcome& o, bool quiet) {
   std::fflush(stdout);
 }
 
+// --- Stores and step directories (spec/JOURNAL.md 7.5) ----------------------------------------
+
+using ckpt::tools::json;
+
+// One step: the checks that pin it (COMMIT -> MANIFEST -> shard size, UUID, index digest), then every
+// chunk of every shard through verify_shard, so --threads, --mmap and --gpu apply to stores too.
+struct StepOutcome {
+  std::string label;  // "step 300 (txn 3, STORE/step-300-3)" or the directory
+  std::string dir;    // full path
+  std::optional<ckpt::StepInfo> info;
+  std::string state;  // for a bare step directory: its state in the enclosing store, if any
+  std::vector<ckpt::Status> problems;  // step-level: manifest, pins, missing files
+  std::vector<std::size_t> files;      // indexes into the outcomes vector
+  std::uint64_t chunks = 0, bytes = 0;
+  bool ok = true;
+};
+
+struct StoreOutcome {
+  std::string path;
+  std::optional<ckpt::JournalScan> journal;
+  std::vector<ckpt::Status> problems;  // journal corruption, protocol problems
+  std::vector<std::string> notes;      // torn tail, open transactions: normal after a crash, not damage
+  std::vector<std::size_t> steps;      // indexes into the steps vector
+  bool ok = true;
+};
+
+// Exit status of a step-level problem: damage is 1, an I/O error or misuse is 2.
+[[nodiscard]] int problem_exit(const ckpt::Status& s) {
+  return s.code() == ckpt::Code::io || s.code() == ckpt::Code::invalid_argument || s.code() == ckpt::Code::unsupported
+             ? ckpt::cli::kUsage
+             : ckpt::cli::kIntegrity;
+}
+
+// Verifies the shard files of a step; a file a committed step names but that is missing is damage (1).
+void verify_step_files(ckpt::PosixFs& fs, const std::vector<std::string>& paths, const Settings& settings, StepOutcome& step,
+                       std::vector<FileOutcome>& outcomes) {
+  for (const auto& path : paths) {
+    auto info = fs.stat(path);
+    if (!info.ok() && info.status().code() == ckpt::Code::not_found) {
+      step.problems.push_back(ckpt::make_error(ckpt::Code::incomplete, path + ": missing (the step's manifest names it)"));
+      continue;
+    }
+    outcomes.push_back(verify_shard(fs, path, settings));
+    step.files.push_back(outcomes.size() - 1);
+    const FileOutcome& o = outcomes.back();
+    if (o.has_report) {
+      step.chunks += o.report.chunks_checked;
+      step.bytes += o.report.bytes_checked;
+    }
+  }
+}
+
+void finish_step(StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
+  step.ok = step.problems.empty();
+  for (const auto k : step.files)
+    if (!outcomes[k].has_report || !outcomes[k].report.ok()) step.ok = false;
+}
+
+// A committed step of an open store.
+StepOutcome verify_committed_step(ckpt::PosixFs& fs, ckpt::Store<ckpt::PosixFs>& store, const ckpt::StepInfo& info,
+                                  const Settings& settings, std::vector<FileOutcome>& outcomes) {
+  StepOutcome step;
+  step.info = info;
+  step.dir = ckpt::join_path(store.path(), info.dir);
+  step.label = "step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ", " + step.dir + ")";
+  std::vector<std::string> paths;
+  for (const auto& f : info.files) paths.push_back(ckpt::join_path(step.dir, f.name));
+  verify_step_files(fs, paths, settings, step, outcomes);
+  auto reader = store.open_step(info);
+  // A missing shard was reported above; the pinning check would only repeat it.
+  if (!reader.ok() && !(reader.status().code() == ckpt::Code::not_found && !step.problems.empty()))
+    step.problems.push_back(reader.status().code() == ckpt::Code::not_found
+                                ? ckpt::make_error(ckpt::Code::incomplete, reader.status().message())
+                                : reader.status());
+  finish_step(step, outcomes);
+  return step;
+}
+
+// A step directory given directly: pinned by its store's COMMIT when it has one, else by its MANIFEST alone.
+StepOutcome verify_step_directory(ckpt::PosixFs& fs, const std::string& dir, const Settings& settings,
+                                  std::vector<FileOutcome>& outcomes) {
+  const ckpt::tools::StepInStore where = ckpt::tools::locate_step_directory(fs, dir);
+  if (where.info) {
+    auto store = ckpt::tools::open_store_for_reading(fs, where.store);
+    if (store.ok()) return verify_committed_step(fs, **store, *where.info, settings, outcomes);
+  }
+  StepOutcome step;
+  step.dir = dir;
+  step.label = dir;
+  step.state = where.store.empty() ? "" : where.state;
+  auto content = ckpt::tools::read_step_directory(fs, dir);
+  if (!content.ok()) {
+    step.problems.push_back(content.status().code() == ckpt::Code::not_found
+                                ? ckpt::make_error(ckpt::Code::incomplete, content.status().message())
+                                : content.status());
+    finish_step(step, outcomes);
+    return step;
+  }
+  for (const auto& p : content->shard_problems)
+    if (p.code() != ckpt::Code::not_found) step.problems.push_back(p);  // a missing file is reported by verify_step_files
+  verify_step_files(fs, content->shard_paths, settings, step, outcomes);
+  finish_step(step, outcomes);
+  return step;
+}
+
+// A store: its journal, then the selected committed steps.
+ckpt::Result<StoreOutcome> verify_store(ckpt::PosixFs& fs, const std::string& path, const ckpt::tools::StepSelection& selection,
+                                        const Settings& settings, std::vector<StepOutcome>& steps,
+                                        std::vector<FileOutcome>& outcomes) {
+  StoreOutcome out;
+  out.path = path;
+  CKPT_ASSIGN_OR_RETURN(auto store, ckpt::tools::open_store_for_reading(fs, path));
+  const ckpt::RecoveryReport& report = store->recovery_report();
+  out.journal = report.journal;
+  if (report.corrupt()) out.problems.push_back(report.corruption_status());
+  if (report.journal.torn_tail)
+    out.notes.push_back("torn journal tail at offset " + std::to_string(report.journal.torn_tail->offset) + " (" +
+                        std::to_string(report.journal.torn_tail->length) + " bytes, left by a crash; the next writer or ckpt-repair truncates it)");
+  for (const auto& t : report.transactions)
+    if (t.state == ckpt::TxnState::open)
+      out.notes.push_back("transaction " + std::to_string(t.txn) + " (step " + std::to_string(t.step) +
+                          ") is open: a save in progress, or left by a crash (not a step)");
+  CKPT_ASSIGN_OR_RETURN(auto selected, ckpt::tools::select_steps(*store, selection));
+  for (const auto& info : selected) {
+    steps.push_back(verify_committed_step(fs, *store, info, settings, outcomes));
+    out.steps.push_back(steps.size() - 1);
+  }
+  out.ok = out.problems.empty();
+  for (const auto k : out.steps) out.ok = out.ok && steps[k].ok;
+  return out;
+}
+
+[[nodiscard]] int step_exit(const StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
+  int code = ckpt::cli::kOk;
+  for (const auto& p : step.problems) code = std::max(code, problem_exit(p));
+  for (const auto k : step.files) code = std::max(code, ckpt::tools::outcome_exit(outcomes[k]));
+  return code;
+}
+
+void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcomes, bool quiet) {
+  if (step.ok) {
+    if (!quiet)
+      std::printf("%s: ok (%zu file%s, %llu chunks, %s checked)%s\n", ckpt::tools::printable(step.label).c_str(), step.files.size(),
+                  step.files.size() == 1 ? "" : "s", static_cast<unsigned long long>(step.chunks),
+                  ckpt::cli::human_bytes(static_cast<double>(step.bytes)).c_str(),
+                  step.state.empty() || step.state == "committed" ? "" : (" (note: " + step.state + " in its store, not a step)").c_str());
+    return;
+  }
+  std::printf("%s: DAMAGED\n", ckpt::tools::printable(step.label).c_str());
+  for (const auto& p : step.problems) std::printf("  %s: %s\n", ckpt::code_name(p.code()), ckpt::tools::printable(p.message()).c_str());
+  for (const auto k : step.files) {
+    const FileOutcome& o = outcomes[k];
+    if (!o.has_report) std::printf("  %s: %s\n", ckpt::code_name(o.error.code()), ckpt::tools::printable(o.error.message()).c_str());
+    else
+      for (const auto& p : o.report.problems) std::printf("  %s\n", ckpt::tools::problem_line(o.path, p).c_str());
+  }
+  std::fflush(stdout);
+}
+
+[[nodiscard]] json step_json(const StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
+  json j = step.info ? ckpt::tools::step_info_json(*step.info) : json::object();
+  j["path"] = step.dir;
+  j["ok"] = step.ok;
+  if (!step.state.empty()) j["state_in_store"] = step.state;
+  json problems = json::array();
+  for (const auto& p : step.problems) problems.push_back({{"code", ckpt::code_name(p.code())}, {"message", p.message()}});
+  j["problems"] = std::move(problems);
+  json files = json::array();
+  for (const auto k : step.files) files.push_back(outcomes[k].path);
+  j["shard_files"] = std::move(files);
+  j["chunks_checked"] = step.chunks;
+  j["bytes_checked"] = step.bytes;
+  return j;
+}
+
 [[nodiscard]] ckpt::Status write_text_file(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return ckpt::make_error(ckpt::Code::io, path + ": cannot create the JUnit file");
@@ -117,6 +295,9 @@ int main(int argc, char** argv) {
     CLI::App app{"Checks every byte of ckpt shard files: chunk digests, superblock, index and footer digests,\n"
                  "zero padding, and that nothing follows the footer. Each problem is printed with file, region,\n"
                  "tensor, piece, chunk, byte range, expected and found digest.\n\n"
+                 "A store directory is checked as a whole: its journal, then every committed step (or --step N,\n"
+                 "or --latest), each pinned by its COMMIT record and manifest. A step directory is checked by its\n"
+                 "manifest and every shard it names.\n\n"
                  "Exit status: 0 all files intact, 1 damage or an incomplete file found,\n"
                  "2 usage error, unreadable path, or --gpu without a usable GPU.",
                  kTool};
@@ -124,7 +305,11 @@ int main(int argc, char** argv) {
     bool as_json = false, use_mmap = false, gpu = false, gpu_fallback = false, quiet = false;
     std::string junit;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-    app.add_option("PATH", paths, "shard files (*.ckpt)")->required();
+    std::uint64_t step_number = 0;
+    bool latest = false;
+    app.add_option("PATH", paths, "shard files (*.ckpt), store directories, or step directories")->required();
+    auto* step_option = app.add_option("--step", step_number, "for a store: verify only this step (default: every committed step)");
+    app.add_flag("--latest", latest, "for a store: verify only the latest committed step")->excludes(step_option);
     app.add_flag("--json", as_json, "print one JSON document with every file's report and problems");
     app.add_option("--junit", junit, "also write a JUnit XML file (one testcase per file)");
     app.add_option("--threads", threads, "hashing threads (default: hardware concurrency)")
@@ -153,10 +338,66 @@ int main(int argc, char** argv) {
       }
     }
 
+    ckpt::tools::StepSelection selection;
+    if (*step_option) selection.step = step_number;
+    selection.latest = latest;
+
     ckpt::PosixFs fs;
     std::vector<FileOutcome> outcomes;
+    std::vector<StepOutcome> steps;
+    std::vector<StoreOutcome> stores;
+    std::vector<FileOutcome> step_failures;  // step-level problems, as JUnit test cases
     int exit_code = ckpt::cli::kOk;
     for (const auto& path : paths) {
+      // A directory is a store (every committed step, or --step/--latest) or one step directory.
+      auto info = fs.stat(path);
+      if (info.ok() && info->is_dir) {
+        auto kind = ckpt::tools::classify_path(fs, path);
+        if (!kind.ok() || (*kind != ckpt::tools::PathKind::store && *kind != ckpt::tools::PathKind::step_dir)) {
+          const ckpt::Status s = kind.ok() ? ckpt::tools::not_a_store_error(path, *kind) : kind.status();
+          std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(s.message()).c_str());
+          exit_code = std::max(exit_code, ckpt::cli::exit_for(s.code()));
+          continue;
+        }
+        const std::size_t first_step = steps.size();
+        if (*kind == ckpt::tools::PathKind::store) {
+          auto store = verify_store(fs, path, selection, settings, steps, outcomes);
+          if (!store.ok()) {
+            std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(store.status().message()).c_str());
+            exit_code = std::max(exit_code, ckpt::cli::exit_for(store.status().code()));
+            continue;
+          }
+          stores.push_back(std::move(store).value());
+          const StoreOutcome& so = stores.back();
+          for (const auto& p : so.problems) exit_code = std::max(exit_code, problem_exit(p));
+          if (!as_json) {
+            std::printf("%s: store, %zu step%s selected\n", ckpt::tools::printable(path).c_str(), so.steps.size(),
+                        so.steps.size() == 1 ? "" : "s");
+            for (const auto& p : so.problems) std::printf("  journal: %s\n", ckpt::tools::printable(p.message()).c_str());
+            if (!quiet)
+              for (const auto& n : so.notes) std::printf("  note: %s\n", ckpt::tools::printable(n).c_str());
+          }
+        } else {
+          steps.push_back(verify_step_directory(fs, path, settings, outcomes));
+        }
+        for (std::size_t k = first_step; k < steps.size(); ++k) {
+          exit_code = std::max(exit_code, step_exit(steps[k], outcomes));
+          if (!as_json) print_step(steps[k], outcomes, quiet);
+          for (const auto& p : steps[k].problems) {
+            FileOutcome f;
+            f.path = steps[k].dir;
+            f.error = p;
+            step_failures.push_back(std::move(f));
+          }
+        }
+        continue;
+      }
+      if (selection.step || selection.latest) {
+        std::fprintf(stderr, "%s: %s: --step and --latest apply to store directories only\n", kTool,
+                     ckpt::tools::printable(path).c_str());
+        exit_code = std::max(exit_code, static_cast<int>(ckpt::cli::kUsage));
+        continue;
+      }
       outcomes.push_back(verify_shard(fs, path, settings));
       const FileOutcome& o = outcomes.back();
       exit_code = std::max(exit_code, ckpt::tools::outcome_exit(o));
@@ -166,8 +407,44 @@ int main(int argc, char** argv) {
         print_outcome(o, quiet);
       }
     }
-    if (as_json) ckpt::cli::print_json(ckpt::tools::outcomes_json(outcomes));
-    else if (!quiet && outcomes.size() > 1) {
+    if (as_json) {
+      json doc = ckpt::tools::outcomes_json(outcomes);
+      if (!stores.empty() || !steps.empty()) {
+        // Stores and step directories add their own sections; every shard they checked is also in "files".
+        json store_docs = json::array(), step_docs = json::array();
+        bool all_ok = doc["ok"].get<bool>();
+        for (const auto& so : stores) {
+          json st = json::array();
+          for (const auto k : so.steps) st.push_back(step_json(steps[k], outcomes));
+          json problems = json::array();
+          for (const auto& p : so.problems) problems.push_back({{"code", ckpt::code_name(p.code())}, {"message", p.message()}});
+          store_docs.push_back({{"path", so.path},
+                                {"ok", so.ok},
+                                {"journal", so.journal ? ckpt::tools::journal_json(*so.journal) : json(nullptr)},
+                                {"problems", std::move(problems)},
+                                {"notes", so.notes},
+                                {"steps", std::move(st)}});
+          all_ok = all_ok && so.ok;
+        }
+        std::size_t intact_steps = 0;
+        for (const auto& st : steps) {
+          step_docs.push_back(step_json(st, outcomes));
+          all_ok = all_ok && st.ok;
+          if (st.ok) ++intact_steps;
+        }
+        doc["stores"] = std::move(store_docs);
+        doc["steps"] = std::move(step_docs);
+        doc["summary"]["steps"] = steps.size();
+        doc["summary"]["steps_intact"] = intact_steps;
+        doc["ok"] = all_ok && exit_code == ckpt::cli::kOk;
+      }
+      ckpt::cli::print_json(doc);
+    } else if (!quiet && !steps.empty()) {
+      std::size_t intact = 0;
+      for (const auto& st : steps) intact += st.ok ? 1 : 0;
+      std::printf("%zu step%s: %zu intact, %zu damaged (%zu shard files checked)\n", steps.size(), steps.size() == 1 ? "" : "s",
+                  intact, steps.size() - intact, outcomes.size());
+    } else if (!quiet && outcomes.size() > 1) {
       std::size_t intact = 0, damaged = 0;
       for (const auto& o : outcomes) {
         if (o.has_report && o.report.ok()) ++intact;
@@ -177,7 +454,9 @@ int main(int argc, char** argv) {
                   outcomes.size() - intact - damaged);
     }
     if (!junit.empty()) {
-      if (ckpt::Status s = write_text_file(junit, ckpt::tools::junit_xml(outcomes, kTool)); !s.ok()) {
+      std::vector<FileOutcome> cases = outcomes;
+      cases.insert(cases.end(), step_failures.begin(), step_failures.end());
+      if (ckpt::Status s = write_text_file(junit, ckpt::tools::junit_xml(cases, kTool)); !s.ok()) {
         std::fprintf(stderr, "%s: %s\n", kTool, s.message().c_str());
         exit_code = std::max(exit_code, static_cast<int>(ckpt::cli::kUsage));
       }

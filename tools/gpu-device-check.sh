@@ -14,8 +14,11 @@
 #   run(command="bash tools/gpu-device-check.sh", carry=["build-gpu-deps"], timeout_s=540)
 #   bash tools/gpu-device-check.sh --host-only  build everything and run what needs no GPU (no timings)
 #
-# Environment: GIB (default 4), REPS (default 5), ARCH (default sm_90), CKPT_GPU_SEED (repeat a run).
-# Logs and the table land in $OUT when set (the device tool returns it), else in build-gpu-check/.
+# Environment: GIB (default 4), REPS (default 5), ARCH (default sm_90), CKPT_GPU_SEED (repeat a run),
+# PREBUILT=1 (use the binaries already in build-gpu-check/, e.g. built here and carried, when a build
+# on the device is not possible).
+# Five files (build.log, test_gpu.log, bench.log, verify.log, results.md) land in $OUT when it is set
+# (the device tool returns at most 8), else in build-gpu-check/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -61,19 +64,24 @@ flags=(-std=c++17 -O3 "-arch=$arch" --diag-suppress=2810 -Iinclude -Itools -Ites
 
 note "build (nvcc $arch, in parallel)"
 start=$(date +%s)
-build_one() {  # name, sources...
-  local name=$1
-  shift
-  timeout 420 "$nvcc" "${flags[@]}" "$@" -o "$build/$name" >"$logs/build-$name.log" 2>&1
-}
-build_one test_gpu tests/cuda/test_gpu.cu & p1=$!
-build_one gpu_bench tests/cuda/gpu_bench.cu & p2=$!
-build_one ckpt-verify -DCKPT_GPU_TOOLS tools/ckpt-verify.cpp tools/gpu_verify_cuda.cu & p3=$!
-wait $p1 || fail "build of test_gpu failed: $(tail -5 "$logs/build-test_gpu.log")"
-wait $p2 || fail "build of gpu_bench failed: $(tail -5 "$logs/build-gpu_bench.log")"
 have_verify=1
-wait $p3 || { fail "build of ckpt-verify failed: $(tail -5 "$logs/build-ckpt-verify.log")"; have_verify=0; }
-echo "build: $(($(date +%s) - start)) s"
+if [ "${PREBUILT:-0}" = 1 ] && [ -x "$build/test_gpu" ] && [ -x "$build/gpu_bench" ] && [ -x "$build/ckpt-verify" ]; then
+  echo "build: skipped, PREBUILT=1 uses the binaries in $build/"
+else
+  build_one() {  # name, sources...
+    local name=$1
+    shift
+    timeout 420 "$nvcc" "${flags[@]}" "$@" -o "$build/$name" >"$build/build-$name.log" 2>&1
+  }
+  build_one test_gpu tests/cuda/test_gpu.cu & p1=$!
+  build_one gpu_bench tests/cuda/gpu_bench.cu & p2=$!
+  build_one ckpt-verify -DCKPT_GPU_TOOLS tools/ckpt-verify.cpp tools/gpu_verify_cuda.cu & p3=$!
+  wait $p1 || fail "build of test_gpu failed: $(tail -5 "$build/build-test_gpu.log")"
+  wait $p2 || fail "build of gpu_bench failed: $(tail -5 "$build/build-gpu_bench.log")"
+  wait $p3 || { fail "build of ckpt-verify failed: $(tail -5 "$build/build-ckpt-verify.log")"; have_verify=0; }
+  echo "build: $(($(date +%s) - start)) s"
+  for name in test_gpu gpu_bench ckpt-verify; do echo "--- $name"; cat "$build/build-$name.log"; done >"$logs/build.log"
+fi
 
 note "GPU tests"
 if [ -x "$build/test_gpu" ]; then
@@ -108,9 +116,9 @@ if [ "$have_verify" = 1 ]; then
     time_tool() {  # label, args...: second of two runs
       local label=$1 t0 t1 rc
       shift
-      timeout 120 "$build/ckpt-verify" "$@" "$file" >/dev/null 2>"$logs/verify-$label.err"
+      timeout 120 "$build/ckpt-verify" "$@" "$file" >/dev/null 2>"$build/verify-$label.err"
       t0=$(date +%s.%N)
-      timeout 120 "$build/ckpt-verify" "$@" "$file" >"$logs/verify-$label.out" 2>>"$logs/verify-$label.err"
+      timeout 120 "$build/ckpt-verify" "$@" "$file" >"$build/verify-$label.out" 2>>"$build/verify-$label.err"
       rc=$?
       t1=$(date +%s.%N)
       echo "ckpt-verify $label: exit $rc, $(awk -v a="$t0" -v b="$t1" -v n="$bytes" 'BEGIN { printf "%.2f s, %.1f GB/s", b - a, n / (b - a) / 1e9 }')"
@@ -121,13 +129,14 @@ if [ "$have_verify" = 1 ]; then
     time_tool gpu --gpu
     rc=$?
     if [ "$mode" = host ]; then
-      if [ "$rc" = 2 ] && grep -q "no usable GPU" "$logs/verify-gpu.err"; then echo "ckpt-verify --gpu: exit 2 without a device, as expected here"
-      else fail "ckpt-verify --gpu without a device: exit $rc, $(cat "$logs/verify-gpu.err")"; fi
-    elif [ "$rc" != 0 ]; then fail "ckpt-verify --gpu exited $rc: $(cat "$logs/verify-gpu.err")"; fi
+      if [ "$rc" = 2 ] && grep -q "no usable GPU" "$build/verify-gpu.err"; then echo "ckpt-verify --gpu: exit 2 without a device, as expected here"
+      else fail "ckpt-verify --gpu without a device: exit $rc, $(cat "$build/verify-gpu.err")"; fi
+    elif [ "$rc" != 0 ]; then fail "ckpt-verify --gpu exited $rc: $(cat "$build/verify-gpu.err")"; fi
   else
     fail "no file to verify"
   fi
   case "$file" in "${TMPDIR:-/tmp}"/ckpt-gpu-bench-*) rm -f "$file" ;; esac
+  for f in "$build"/verify-*; do echo "--- $f"; cat "$f"; done >"$logs/verify.log" 2>/dev/null
 fi
 
 note "results"

@@ -12,8 +12,8 @@ namespace ckpt::tools {
 struct GpuVerifyOptions {
   int device = 0;
   std::size_t block_bytes = std::size_t{64} << 20;  // read size into pinned staging
-  unsigned io_threads = 4;                          // parallel preads filling one staging buffer
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+  unsigned io_threads = 4;  // parallel preads filling one staging buffer (added last: aggregate order kept)
 };
 
 #ifdef CKPT_GPU_TOOLS

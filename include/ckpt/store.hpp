@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm.hpp"
+#include "coverage.hpp"
 #include "error.hpp"
 #include "io/fs.hpp"
 #include "io/posix_fs.hpp"
@@ -180,6 +181,9 @@ struct CommitResult {
 };
 
 // One save in progress (spec/JOURNAL.md 5.3). Not committed when destroyed: aborted, its files removed.
+// Across ranks (spec/SHARDING.md 3), begin, commit and abort are collective: every rank calls them, in
+// the same order. An I/O error on one rank is kept until commit() (or abort()), which then abandons the
+// transaction on every rank and returns the same Status everywhere, naming the failing rank.
 template <class Fs = PosixFs>
 class Transaction {
  public:
@@ -191,13 +195,22 @@ class Transaction {
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
   [[nodiscard]] const std::string& directory() const noexcept { return dir_path_; }  // the step directory
   [[nodiscard]] bool active() const noexcept { return store_ != nullptr && !finished_; }
-  // Training state saved in the manifest; its step is the transaction's.
+  // Training state saved in the manifest; its step is the transaction's. Across ranks, rank 0's state
+  // is saved, with the optimizer tensor names of every rank added (spec/SHARDING.md 3.3).
   [[nodiscard]] TrainingState& state() noexcept { return state_; }
+  // This process's rank and the number of ranks writing the step (0 and 1 for a single-process save).
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int world_size() const noexcept { return world_; }
 
   [[nodiscard]] Status add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data, std::size_t size);
   // A tensor of optimizer state: written like any tensor and listed in state().optimizer_tensors.
   [[nodiscard]] Status add_optimizer_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
                                             std::size_t size);
+  // A tensor every rank holds the same bytes of (e.g. a norm's weight under tensor parallelism): only
+  // `owner` writes it; every rank that holds it calls this, and the coordinator checks that they all
+  // declared the same dtype, shape, owner and content digest (spec/SHARDING.md 3.2). One rank: add_tensor.
+  [[nodiscard]] Status add_replicated_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+                                             std::size_t size, int owner = 0);
   // Streaming writes of pieces, as ShardWriter.
   [[nodiscard]] Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
                                    const Shape& local_shape);
@@ -213,13 +226,21 @@ class Transaction {
   [[nodiscard]] Result<CommitResult> commit();
   // Writes ABORT and removes the files this transaction created.
   [[nodiscard]] Status abort();
+  // Abandons the transaction because of this rank's own failure (e.g. a device error): across ranks,
+  // commit() on every other rank returns `reason` naming this rank (spec/SHARDING.md 3.4); abort() here
+  // returns the cleanup's Status. One rank: the same as abort().
+  [[nodiscard]] Status abort(const Status& reason);
 
  private:
   friend class Store<Fs>;
   Transaction(Store<Fs>* store, CommRef comm, std::uint64_t txn, std::uint64_t step, std::string dir_path,
               std::string shard_name, std::unique_ptr<ShardWriter<Fs>> writer);
   [[nodiscard]] Status check_active() const;
-  [[nodiscard]] Status fail(const Status& s);  // abandons, then returns s with context
+  [[nodiscard]] Status fail(const Status& s);  // abandons (one rank) or keeps s for commit (ranks), then returns s with context
+  // The multi-rank commit and abort (spec/SHARDING.md 3.4): one gather of shard reports, one broadcast of the outcome.
+  [[nodiscard]] Result<CommitResult> finish_ranks(bool commit, const Status& reason = Status());
+  // Rank 0's part of finish_ranks: checks every report, commits or abandons; returns the encoded outcome.
+  [[nodiscard]] std::string coordinate(bool commit, Result<std::vector<std::string>> reports);
 
   Store<Fs>* store_;
   CommRef comm_;
@@ -228,6 +249,9 @@ class Transaction {
   std::unique_ptr<ShardWriter<Fs>> writer_;
   TrainingState state_;
   bool finished_ = false;
+  int rank_ = 0, world_ = 1;
+  Status failure_;                   // multi-rank: the first I/O error, reported at commit
+  std::vector<ReplicaDecl> replicas_;  // multi-rank: what add_replicated_tensor declared
 };
 
 template <class Fs = PosixFs>
@@ -235,6 +259,13 @@ class Store {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Store>> open(Fs& fs, std::string path, Access access,
                                                            StoreOptions options = {});
+  // Collective open for a save across ranks (spec/SHARDING.md 3.1): every rank of comm calls it. For
+  // read_write, rank 0 takes the lock and runs recovery; then every other rank reads the journal as a
+  // read-only open does and becomes a participant, which writes only its own shard files. Every rank
+  // returns the same Status (the lowest failing rank's error). A world of one is the plain open.
+  template <class Comm>
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(Fs& fs, std::string path, Access access, StoreOptions options,
+                                                           Comm& comm);
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   ~Store();  // aborts a transaction still open, then releases the lock
@@ -262,10 +293,16 @@ class Store {
   // Every chunk of every shard file; damage is in the report, the Status fails only on misuse.
   [[nodiscard]] Result<StepVerifyReport> verify_step(std::uint64_t step, const VerifyOptions& options = {});
 
-  // Starts a transaction for `step`; only one may be open at a time.
+  // Starts a transaction for `step`; only one may be open at a time. With a communicator of more than
+  // one rank the call is collective and needs a store opened collectively with a communicator of that
+  // size; every rank passes the same step and returns the same Status (spec/SHARDING.md 3.2).
   [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin(std::uint64_t step);
   template <class Comm>
   [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin(std::uint64_t step, Comm& comm);
+  // The process that holds the lock and writes the journal: a single-process writer, or rank 0.
+  [[nodiscard]] bool coordinator() const noexcept { return journal_.has_value(); }
+  // A rank other than 0 of a collective writable open: no lock, no journal, its own shard files only.
+  [[nodiscard]] bool participant() const noexcept { return participant_; }
   // Writes RETIRE for every live commit of this step number, then removes their files.
   [[nodiscard]] Status retire(std::uint64_t step);
   // Retires what the policy does not keep; returns the retired steps.
@@ -287,6 +324,11 @@ class Store {
   [[nodiscard]] TxnInfo* find_txn(std::uint64_t txn);
   [[nodiscard]] StepInfo step_info(const TxnInfo& t) const;
   [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin_with(std::uint64_t step, CommRef comm);
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_ranks(Fs& fs, std::string path, Access access,
+                                                                 StoreOptions options, CommRef comm);
+  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin_ranks(std::uint64_t step, CommRef comm);
+  // Participants keep their view of the journal in step with what rank 0 broadcasts.
+  void mirror_txn(const TxnInfo& t);
   // Removes the files of an aborted or retired transaction that exist; errors are collected, not fatal.
   [[nodiscard]] Status remove_txn_files(const TxnInfo& t);
   // ABORT (unless the journal has failed), then remove what the transaction created.
@@ -305,9 +347,12 @@ class Store {
   std::optional<JournalWriter<Fs>> journal_;
   FileHandle lock_;
   Transaction<Fs>* open_txn_ = nullptr;
+  bool participant_ = false;
+  int open_world_ = 1;  // the communicator size of the open: begin() across ranks needs the same
 };
 
 }  // namespace ckpt
 
 #include "impl/recovery_inl.hpp"
+#include "impl/store_ranks_inl.hpp"
 #include "impl/store_inl.hpp"

@@ -9,7 +9,7 @@ namespace ckpt {
 namespace detail {
 // Bytes per read in read-then-hash loops: a slice is hashed while it is still in L2. ckpt-bench on a
 // 1 MiB-L2 core: 128-256 KiB preads + hash run ~40% faster than 1-4 MiB preads + hash (README "Performance").
-inline constexpr std::size_t kReadSlice = std::size_t{256} << 10;
+inline constexpr std::size_t kReadSlice = std::size_t{1} << 20;
 
 // Reads n bytes at off slice by slice, hashing each slice right after it lands, and returns their
 // XXH3-64. Slices land one after another in dst (n bytes), or all at dst (kReadSlice bytes) with reuse.

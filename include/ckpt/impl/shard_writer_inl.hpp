@@ -191,33 +191,38 @@ Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
     return make_error(Code::invalid_argument, "tensor '" + tensors_[p.tensor].name + "': write of " + std::to_string(size) + " bytes exceeds the piece's remaining " + std::to_string(p.record.data_length - p.written));
   const auto* bytes = static_cast<const unsigned char*>(data);
   const std::uint64_t chunk_size = superblock_.chunk_size();
-  // Hash a cache-sized slice, then hand the same slice to the kernel while it is still in cache: one
-  // pass over DRAM (spec 7.1). A slice of a large write goes straight from the caller's memory, with
-  // no copy into the buffer; small writes are gathered in the buffer. Sizes chosen with ckpt-bench.
+  // Hash a cache-sized slice, then hand the same bytes on while they are still in cache: one pass
+  // over DRAM (spec 7.1). A write of kDirect bytes or more goes to the kernel straight from the
+  // caller's memory, a buffer's worth per call, with no copy into the buffer; smaller writes are
+  // gathered in the buffer. Not below 1 MiB: the page cache sizes its folios by the write, and a file
+  // written in 256 KiB pieces maps and reads ~30% slower afterwards (ckpt-bench, README "Performance").
   constexpr std::size_t kSlice = std::size_t{256} << 10;
-  constexpr std::size_t kDirect = std::size_t{64} << 10;
+  constexpr std::size_t kDirect = std::size_t{1} << 20;
+  const std::size_t group = std::max(options_.buffer_size, kDirect);
   while (size > 0) {
-    const std::size_t slice = std::min(size, kSlice);
-    for (std::size_t hashed = 0; hashed < slice;) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(slice - hashed, chunk_size - p.chunk_filled));
-      hasher_.update(bytes + hashed, n);
-      hashed += n;
-      p.chunk_filled += n;
+    const bool direct = size >= kDirect;
+    const std::size_t n =
+        direct ? std::min(size, group) : static_cast<std::size_t>(std::min<std::uint64_t>({size, kSlice, chunk_size - p.chunk_filled}));
+    for (std::size_t hashed = 0; hashed < n;) {
+      const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>({n - hashed, kSlice, chunk_size - p.chunk_filled}));
+      hasher_.update(bytes + hashed, part);
+      hashed += part;
+      p.chunk_filled += part;
       if (p.chunk_filled == chunk_size) close_chunk();
     }
-    if (slice >= kDirect) {
-      CKPT_TRY(flush());  // keeps the file written in order: buffered bytes first
-      Status s = fs_.pwrite(file_, bytes, slice, position_);
+    if (direct) {
+      CKPT_TRY(flush());  // the file is written in order: what the buffer holds goes first
+      Status s = fs_.pwrite(file_, bytes, n, position_);
       if (!s.ok()) return fail(s);
-      position_ += slice;
+      position_ += n;
       buffer_start_ = position_;
     } else {
-      CKPT_TRY(append(bytes, slice));
+      CKPT_TRY(append(bytes, n));
     }
-    bytes += slice;
-    size -= slice;
-    p.written += slice;
-    data_bytes_ += slice;
+    bytes += n;
+    size -= n;
+    p.written += n;
+    data_bytes_ += n;
   }
   return Status();
 }

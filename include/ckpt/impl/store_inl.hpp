@@ -65,6 +65,12 @@ Result<std::unique_ptr<StepReader<Fs>>> StepReader<Fs>::open(Fs& fs, const std::
                                            ", the manifest says " + hex64(s.index_digest));
     reader->shards_.push_back(std::move(shard).value());
   }
+  // Every tensor is covered exactly once by the pieces of all shards (spec/SHARDING.md 4): a step that is
+  // not would make reads depend on which shard answers first.
+  std::vector<GlobalPiece> pieces;
+  for (std::size_t i = 0; i < reader->shards_.size(); ++i)
+    append_index_pieces(reader->shards_[i]->index(), m.shards[i].rank, pieces);
+  CKPT_TRY(coverage_status(check_coverage(pieces), Code::corrupt, where));
   reader->manifest_ = std::move(m);
   return Result<std::unique_ptr<StepReader>>(std::move(reader));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
@@ -156,11 +162,17 @@ Status Transaction<Fs>::check_active() const {
   if (finished_)
     return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + " for step " + std::to_string(step_) +
                                                   " is already committed or abandoned");
-  return Status();
+  return failure_;  // multi-rank: an earlier I/O error of this rank, until commit() reports it everywhere
 }
 
 template <class Fs>
 Status Transaction<Fs>::fail(const Status& s) {
+  // Across ranks only rank 0 may abandon, and only once every rank stopped writing (spec/SHARDING.md 3.4).
+  if (world_ > 1) {
+    if (failure_.ok()) failure_ = s;  // rank 0 names the rank when it reports it
+    return failure_.with_context("rank " + std::to_string(rank_)).with_context(
+        "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ") fails at commit() on every rank");
+  }
   writer_.reset();  // closes and unlinks an unfinished shard file
   Status removed = store_->abandon(txn_, AbortReason::writer_error);
   finished_ = true;
@@ -215,6 +227,7 @@ Status Transaction<Fs>::end_piece() {
 
 template <class Fs>
 Status Transaction<Fs>::abort() {
+  if (world_ > 1) return finish_ranks(false).status();
   CKPT_TRY(check_active());
   writer_.reset();
   Status s = store_->abandon(txn_, AbortReason::user);
@@ -225,6 +238,7 @@ Status Transaction<Fs>::abort() {
 
 template <class Fs>
 Result<CommitResult> Transaction<Fs>::commit() {
+  if (world_ > 1) return finish_ranks(true);
   CKPT_TRY(check_active());
   Fs& fs = store_->fs_;
   state_.step = step_;
@@ -237,6 +251,13 @@ Result<CommitResult> Transaction<Fs>::commit() {
   if (!summary.ok() && summary.status().code() == Code::invalid_argument) return summary.status();
   if (!summary.ok()) return fail(summary.status());
   writer_.reset();
+  // Every tensor covered exactly once (spec/SHARDING.md 4): read the index back from the finished file.
+  {
+    auto pieces = detail::read_shard_pieces(fs, join_path(dir_path_, shard_name_), 0, summary->index_digest);
+    if (!pieces.ok()) return fail(pieces.status());
+    Status covered = coverage_status(check_coverage(*pieces), Code::invalid_argument, "step " + std::to_string(step_));
+    if (!covered.ok()) return fail(covered);
+  }
 
   // The coordinator gathers every rank's shard entry (spec 8).
   Encoder mine;
@@ -478,6 +499,8 @@ Result<StepVerifyReport> Store<Fs>::verify_step(std::uint64_t step, const Verify
 template <class Fs>
 Status Store<Fs>::check_writable() const {
   if (access_ != Access::read_write) return make_error(Code::invalid_argument, path_ + ": store is open read-only");
+  if (!journal_)
+    return make_error(Code::invalid_argument, path_ + ": this rank is a participant: only rank 0 writes the journal (spec/SHARDING.md 3.1)");
   if (journal_->failed())
     return journal_->failure().with_context(path_ + ": the journal failed earlier; reopen the store so its recovery decides what is durable");
   return Status();
@@ -497,14 +520,15 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step, Co
 
 template <class Fs>
 Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_with(std::uint64_t step, CommRef comm) {
+  if (comm.size() > 1) return begin_ranks(step, comm);  // collective: every check happens inside, on every rank
   CKPT_TRY(check_writable());
   if (open_txn_ != nullptr)
     return make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
                                           std::to_string(open_txn_->step()) + " is still open");
   const int world = comm.size();
   if (world != 1 || comm.rank() != 0)
-    return make_error(Code::unsupported, path_ + ": a save across " + std::to_string(world) +
-                                             " ranks needs the multi-rank protocol, which this build does not have yet (spec 8)");
+    return make_error(Code::invalid_argument, path_ + ": a communicator of size " + std::to_string(world) + " with rank " +
+                                                  std::to_string(comm.rank()));
   // The id is spent even if BEGIN fails: ids are never reused (spec 5.6).
   const std::uint64_t txn = next_txn_++;
   BeginRecord b;

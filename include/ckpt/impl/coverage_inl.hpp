@@ -1,0 +1,230 @@
+// ckpt: definitions for coverage.hpp (spec/SHARDING.md 4).
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+namespace ckpt {
+
+inline const char* coverage_issue_name(CoverageIssue issue) noexcept {
+  switch (issue) {
+    case CoverageIssue::dtype_mismatch: return "dtype_mismatch";
+    case CoverageIssue::shape_mismatch: return "shape_mismatch";
+    case CoverageIssue::out_of_bounds: return "out_of_bounds";
+    case CoverageIssue::overlap: return "overlap";
+    case CoverageIssue::gap: return "gap";
+    case CoverageIssue::replica_mismatch: return "replica_mismatch";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::string dtype_label(DType d) {
+  const auto* info = format::dtype_info(d);
+  return info != nullptr ? std::string(info->name) : "dtype " + std::to_string(static_cast<int>(d));
+}
+
+[[nodiscard]] inline std::string region_string(const Shape& offsets, const Shape& shape) {
+  return "offsets " + shape_string(offsets) + " shape " + shape_string(shape);
+}
+
+// Elements of a box known to fit in 64 bits (it lies inside a tensor whose count fits).
+[[nodiscard]] inline std::uint64_t box_volume(const Shape& shape) noexcept {
+  std::uint64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+// Finds a box inside [lo, lo + len) that no piece touches, given that the pieces do not overlap.
+// Splits at the median piece boundary of the dimension with the most boundaries inside the box and
+// descends only into a half whose covered volume falls short, so each level halves the boundaries.
+[[nodiscard]] inline std::optional<std::pair<Shape, Shape>> find_uncovered_box(const std::vector<const GlobalPiece*>& candidates,
+                                                                                 const Shape& lo, const Shape& len) {
+  const std::size_t rank = lo.size();
+  std::vector<const GlobalPiece*> inside;
+  std::uint64_t covered = 0;
+  for (const GlobalPiece* p : candidates) {
+    std::uint64_t vol = 1;
+    for (std::size_t d = 0; d < rank && vol != 0; ++d) {
+      const std::uint64_t a = std::max(lo[d], p->offsets[d]);
+      const std::uint64_t b = std::min(lo[d] + len[d], p->offsets[d] + p->shape[d]);
+      vol = b > a ? vol * (b - a) : 0;
+    }
+    if (vol == 0) continue;
+    inside.push_back(p);
+    covered += vol;  // no overlap, so at most the box volume
+  }
+  if (inside.empty()) return std::make_pair(lo, len);
+  if (covered == box_volume(len)) return std::nullopt;
+  std::size_t split_dim = rank;
+  std::vector<std::uint64_t> best;
+  for (std::size_t d = 0; d < rank; ++d) {
+    std::vector<std::uint64_t> cuts;
+    for (const GlobalPiece* p : inside) {
+      const std::uint64_t a = p->offsets[d], b = p->offsets[d] + p->shape[d];
+      if (a > lo[d] && a < lo[d] + len[d]) cuts.push_back(a);
+      if (b > lo[d] && b < lo[d] + len[d]) cuts.push_back(b);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    if (cuts.size() > best.size()) best = std::move(cuts), split_dim = d;
+  }
+  // No boundary inside: every piece spans the box, so one piece would cover it all. Unreachable, but
+  // report the box rather than loop.
+  if (split_dim == rank) return std::make_pair(lo, len);
+  const std::uint64_t cut = best[best.size() / 2];
+  Shape left_len = len, right_lo = lo, right_len = len;
+  left_len[split_dim] = cut - lo[split_dim];
+  right_lo[split_dim] = cut;
+  right_len[split_dim] = lo[split_dim] + len[split_dim] - cut;
+  if (auto found = find_uncovered_box(inside, lo, left_len)) return found;
+  return find_uncovered_box(inside, right_lo, right_len);
+}
+
+[[nodiscard]] inline std::optional<CoverageProblem> check_tensor_coverage(const std::vector<const GlobalPiece*>& pieces) {
+  const GlobalPiece& first = *pieces.front();
+  CoverageProblem problem;
+  problem.tensor = first.tensor;
+  const std::string who = "tensor '" + first.tensor + "': ";
+  auto piece_label = [](const GlobalPiece& p) {
+    return "the piece of rank " + std::to_string(p.rank) + " at " + region_string(p.offsets, p.shape);
+  };
+  // One dtype and one global shape across every rank (spec/SHARDING.md 4.1).
+  for (const GlobalPiece* p : pieces) {
+    if (p->dtype != first.dtype || p->global_shape != first.global_shape) {
+      const bool dtype = p->dtype != first.dtype;
+      problem.issue = dtype ? CoverageIssue::dtype_mismatch : CoverageIssue::shape_mismatch;
+      problem.offsets = p->offsets;
+      problem.shape = p->shape;
+      problem.rank = p->rank;
+      problem.other_rank = first.rank;
+      problem.message = who + (dtype ? "dtype " + dtype_label(p->dtype) + " on rank " + std::to_string(p->rank) + ", " +
+                                           dtype_label(first.dtype) + " on rank " + std::to_string(first.rank)
+                                     : "global shape " + shape_string(p->global_shape) + " on rank " + std::to_string(p->rank) +
+                                           ", " + shape_string(first.global_shape) + " on rank " + std::to_string(first.rank));
+      return problem;
+    }
+  }
+  const Shape& global = first.global_shape;
+  const std::size_t rank = global.size();
+  std::uint64_t total = 0;
+  bool bounded = shape_elements(global, total) && rank <= format::kMaxRank;
+  for (const GlobalPiece* p : pieces) {
+    bool inside = bounded && p->offsets.size() == rank && p->shape.size() == rank;
+    for (std::size_t d = 0; inside && d < rank; ++d)
+      inside = p->offsets[d] <= global[d] && p->shape[d] <= global[d] - p->offsets[d];
+    if (!inside) {
+      problem.issue = CoverageIssue::out_of_bounds;
+      problem.offsets = p->offsets;
+      problem.shape = p->shape;
+      problem.rank = p->rank;
+      problem.message = who + piece_label(*p) + " does not fit in the global shape " + shape_string(global) +
+                        (bounded ? "" : " (which overflows 64 bits or exceeds rank 64)");
+      return problem;
+    }
+  }
+  std::vector<BoxRef> boxes;
+  boxes.reserve(pieces.size());
+  for (const GlobalPiece* p : pieces) boxes.push_back(BoxRef{&p->offsets, &p->shape});
+  if (const auto hit = find_overlapping_boxes(boxes, rank)) {
+    const GlobalPiece& a = *pieces[hit->first];
+    const GlobalPiece& b = *pieces[hit->second];
+    problem.issue = CoverageIssue::overlap;
+    problem.offsets.resize(rank);
+    problem.shape.resize(rank);
+    for (std::size_t d = 0; d < rank; ++d) {
+      problem.offsets[d] = std::max(a.offsets[d], b.offsets[d]);
+      problem.shape[d] = std::min(a.offsets[d] + a.shape[d], b.offsets[d] + b.shape[d]) - problem.offsets[d];
+    }
+    problem.rank = b.rank;
+    problem.other_rank = a.rank;
+    problem.message = who + piece_label(a) + " and " + piece_label(b) + " overlap in " +
+                      region_string(problem.offsets, problem.shape);
+    return problem;
+  }
+  // No overlap and every piece inside: the volumes add up to the element count exactly when nothing is missing.
+  std::uint64_t covered = 0;
+  for (const GlobalPiece* p : pieces) covered += box_volume(p->shape);
+  if (covered == total) return std::nullopt;
+  const auto box = find_uncovered_box(pieces, Shape(rank, 0), global);
+  problem.issue = CoverageIssue::gap;
+  if (box) problem.offsets = box->first, problem.shape = box->second;
+  problem.message = who + "its pieces hold " + std::to_string(covered) + " of " + std::to_string(total) +
+                    " elements; no piece holds " + region_string(problem.offsets, problem.shape);
+  return problem;
+}
+
+}  // namespace detail
+
+inline std::vector<CoverageProblem> check_coverage(const std::vector<GlobalPiece>& pieces) {
+  std::map<std::string_view, std::vector<const GlobalPiece*>> by_tensor;
+  for (const auto& p : pieces) by_tensor[p.tensor].push_back(&p);
+  std::vector<CoverageProblem> problems;
+  for (auto& [name, list] : by_tensor) {
+    // Rank order, so "first" means the lowest rank and reports are deterministic.
+    std::stable_sort(list.begin(), list.end(), [](const GlobalPiece* a, const GlobalPiece* b) { return a->rank < b->rank; });
+    if (auto problem = detail::check_tensor_coverage(list)) problems.push_back(std::move(*problem));
+  }
+  return problems;
+}
+
+inline std::vector<CoverageProblem> check_replicas(const std::vector<ReplicaDecl>& declarations) {
+  std::map<std::string_view, std::vector<const ReplicaDecl*>> by_tensor;
+  for (const auto& d : declarations) by_tensor[d.tensor].push_back(&d);
+  std::vector<CoverageProblem> problems;
+  for (auto& [name, list] : by_tensor) {
+    std::stable_sort(list.begin(), list.end(), [](const ReplicaDecl* a, const ReplicaDecl* b) { return a->rank < b->rank; });
+    const ReplicaDecl& first = *list.front();
+    CoverageProblem problem;
+    problem.issue = CoverageIssue::replica_mismatch;
+    problem.tensor = first.tensor;
+    problem.shape = first.shape;
+    problem.offsets.assign(first.shape.size(), 0);
+    const std::string who = "replicated tensor '" + first.tensor + "': ";
+    bool owner_declared = false;
+    for (const ReplicaDecl* d : list) {
+      owner_declared = owner_declared || d->rank == first.owner;
+      std::string what;
+      if (d->dtype != first.dtype) what = "dtype " + detail::dtype_label(d->dtype) + " vs " + detail::dtype_label(first.dtype);
+      else if (d->shape != first.shape) what = "shape " + shape_string(d->shape) + " vs " + shape_string(first.shape);
+      else if (d->owner != first.owner) what = "owner rank " + std::to_string(d->owner) + " vs " + std::to_string(first.owner);
+      else if (d->digest != first.digest) what = "content digest " + hex64(d->digest) + " vs " + hex64(first.digest);
+      if (what.empty()) continue;
+      problem.rank = d->rank;
+      problem.other_rank = first.rank;
+      problem.message = who + "rank " + std::to_string(d->rank) + " declared " + what + " on rank " + std::to_string(first.rank);
+      break;
+    }
+    if (problem.message.empty() && !owner_declared) {
+      problem.rank = first.owner;
+      problem.other_rank = first.rank;
+      problem.message = who + "its owner, rank " + std::to_string(first.owner) + ", did not declare it (rank " +
+                        std::to_string(first.rank) + " did), so nobody wrote it";
+    }
+    if (!problem.message.empty()) problems.push_back(std::move(problem));
+  }
+  return problems;
+}
+
+inline void append_index_pieces(const Index& index, std::uint32_t rank, std::vector<GlobalPiece>& out) {
+  for (const auto& t : index.tensors)
+    for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) {
+      const auto& p = index.pieces[k];
+      out.push_back(GlobalPiece{t.name, t.dtype, t.shape, p.offsets, p.shape, rank});
+    }
+}
+
+inline Status coverage_status(const std::vector<CoverageProblem>& problems, Code code, const std::string& context) {
+  if (problems.empty()) return Status();
+  std::string msg = context + ": " + std::to_string(problems.size()) + " tensor" + (problems.size() == 1 ? "" : "s") +
+                    " not covered exactly once: ";
+  constexpr std::size_t kShown = 8;
+  for (std::size_t i = 0; i < problems.size() && i < kShown; ++i)
+    msg += (i ? "; " : "") + std::string(coverage_issue_name(problems[i].issue)) + ": " + problems[i].message;
+  if (problems.size() > kShown) msg += "; and " + std::to_string(problems.size() - kShown) + " more";
+  return make_error(code, msg);
+}
+
+}  // namespace ckpt

@@ -1,0 +1,689 @@
+// ckpt: the multi-rank side of store.hpp (spec/SHARDING.md 3): collective open, begin, commit and
+// abort over a communicator. Included before store_inl.hpp, whose single-rank commit uses its helpers. Rank 0 is the coordinator: the only rank that holds the lock and writes
+// the journal and the manifest. Every other rank writes its own shard file and nothing else.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+namespace ckpt {
+
+namespace detail {
+
+// Every rank message starts with its kind, so a rank that is in a different collective than rank 0
+// is named instead of misread (spec/SHARDING.md 3.5).
+enum class RankMessage : std::uint8_t {
+  status = 1,          // agree(): one Status
+  begin_request = 2,   // rank -> 0: readiness, step, world size
+  begin_decision = 3,  // 0 -> all: Status, txn, step, world size, BEGIN offset
+  shard_report = 4,    // rank -> 0: commit or abort, Status, shard entry, optimizer names, replicas, pieces
+  outcome = 5,         // 0 -> all: decision, cleanup, COMMIT or ABORT, retired transactions, retention
+};
+inline constexpr std::uint32_t kMaxReportNames = std::uint32_t{1} << 24;
+
+inline void encode_status(Encoder& out, const Status& s) {
+  out.u8(static_cast<std::uint8_t>(s.code()));
+  out.u32(static_cast<std::uint32_t>(s.message().size()));
+  out.bytes(s.message());
+}
+
+[[nodiscard]] inline bool decode_u8(Decoder& in, std::uint8_t& v) {
+  if (!in.has(1)) return false;
+  v = *in.cursor();
+  return in.skip(1);
+}
+
+[[nodiscard]] inline bool decode_string32(Decoder& in, std::string& out, std::uint32_t limit) {
+  std::uint32_t n = 0;
+  if (!in.u32(n) || n > limit || !in.has(n)) return false;
+  out.assign(reinterpret_cast<const char*>(in.cursor()), n);
+  return in.skip(n);
+}
+
+[[nodiscard]] inline bool decode_status(Decoder& in, Status& s) {
+  std::uint8_t code = 0;
+  std::string message;
+  if (!decode_u8(in, code) || code > static_cast<std::uint8_t>(Code::unsupported) ||
+      !decode_string32(in, message, std::uint32_t{64} << 20))
+    return false;
+  s = code == 0 ? Status() : Status(static_cast<Code>(code), std::move(message));
+  return true;
+}
+
+// Opens a message of the expected kind, or says what arrived instead.
+[[nodiscard]] inline Status open_message(Decoder& in, RankMessage kind, const std::string& from) {
+  std::uint8_t k = 0;
+  if (!decode_u8(in, k)) return make_error(Code::corrupt, from + " sent an empty message");
+  if (k != static_cast<std::uint8_t>(kind))
+    return make_error(Code::invalid_argument, from + " is in another collective call (message kind " + std::to_string(k) +
+                                                  ", expected " + std::to_string(static_cast<int>(kind)) +
+                                                  "): every rank must call open, begin, commit and abort in the same order");
+  return Status();
+}
+
+[[nodiscard]] inline std::string rank_name(int rank) { return "rank " + std::to_string(rank); }
+
+// Every rank's Status goes to rank 0, which picks the lowest failing rank's ("rank r: ...") and may act
+// on it (on_root, e.g. abandon the transaction); the verdict is broadcast, so every rank returns it.
+inline Status agree(CommRef comm, const Status& local, const std::function<Status(Status)>& on_root = {}) {
+  Encoder mine;
+  mine.u8(static_cast<std::uint8_t>(RankMessage::status));
+  encode_status(mine, local);
+  auto gathered = comm.gather(std::move(mine.str()), 0);
+  std::string verdict;
+  if (comm.rank() == 0) {
+    Status combined = gathered.ok() ? local.with_context("rank 0") : gathered.status();
+    if (combined.ok() && gathered->size() != static_cast<std::size_t>(comm.size()))
+      combined = make_error(Code::invalid_argument, "gathered " + std::to_string(gathered->size()) + " statuses from a world of " +
+                                                        std::to_string(comm.size()));
+    if (combined.ok())
+      for (std::size_t r = 0; r < gathered->size() && combined.ok(); ++r) {
+        const std::string& bytes = (*gathered)[r];
+        Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+        Status theirs;
+        combined = open_message(in, RankMessage::status, rank_name(static_cast<int>(r)));
+        if (combined.ok() && !decode_status(in, theirs))
+          combined = make_error(Code::corrupt, rank_name(static_cast<int>(r)) + " sent a malformed status");
+        if (combined.ok() && !theirs.ok()) combined = theirs.with_context(rank_name(static_cast<int>(r)));
+      }
+    if (on_root) combined = on_root(combined);
+    Encoder out;
+    encode_status(out, combined);
+    verdict = std::move(out.str());
+  } else if (!gathered.ok()) {
+    return gathered.status();
+  }
+  CKPT_TRY(comm.broadcast(verdict, 0));
+  Decoder in(reinterpret_cast<const unsigned char*>(verdict.data()), verdict.size());
+  Status result;
+  if (!decode_status(in, result)) return make_error(Code::corrupt, "rank 0 broadcast a malformed status");
+  return result;
+}
+
+// The pieces of a finished shard file, read back from its index: authoritative even for pieces written
+// straight through shard_writer().
+template <class Fs>
+[[nodiscard]] Result<std::vector<GlobalPiece>> read_shard_pieces(Fs& fs, const std::string& path, std::uint32_t rank,
+                                                                 std::uint64_t index_digest) {
+  CKPT_ASSIGN_OR_RETURN(auto reader, ShardReader<Fs>::open(fs, path));
+  if (reader->footer().index_digest != index_digest)
+    return make_error(Code::corrupt, path + ": reads back with index digest " + hex64(reader->footer().index_digest) +
+                                         ", its writer finished it with " + hex64(index_digest));
+  std::vector<GlobalPiece> pieces;
+  append_index_pieces(reader->index(), rank, pieces);
+  return pieces;
+}
+
+inline void encode_dims(Encoder& out, const Shape& dims) {
+  for (const auto d : dims) out.u64(d);
+}
+
+[[nodiscard]] inline bool decode_dims(Decoder& in, std::size_t n, Shape& dims) {
+  if (n > in.remaining() / 8) return false;
+  dims.resize(n);
+  for (auto& d : dims)
+    if (!in.u64(d)) return false;
+  return true;
+}
+
+// The body of an ok commit report (spec/SHARDING.md 3.5): shard entry, optimizer names, replicas, pieces.
+inline void encode_report_body(Encoder& out, const ManifestShard& entry, const std::vector<std::string>& optimizer,
+                               const std::vector<ReplicaDecl>& replicas, const std::vector<GlobalPiece>& pieces) {
+  encode_manifest_shard(out, entry);
+  out.u32(static_cast<std::uint32_t>(optimizer.size()));
+  for (const auto& name : optimizer) {
+    out.u32(static_cast<std::uint32_t>(name.size()));
+    out.bytes(name);
+  }
+  out.u32(static_cast<std::uint32_t>(replicas.size()));
+  for (const auto& r : replicas) {
+    out.u32(static_cast<std::uint32_t>(r.tensor.size()));
+    out.bytes(r.tensor);
+    out.u16(static_cast<std::uint16_t>(r.dtype));
+    out.u16(static_cast<std::uint16_t>(r.shape.size()));
+    out.u32(r.owner);
+    out.u64(r.digest);
+    encode_dims(out, r.shape);
+  }
+  out.u32(static_cast<std::uint32_t>(pieces.size()));
+  for (const auto& p : pieces) {
+    out.u32(static_cast<std::uint32_t>(p.tensor.size()));
+    out.bytes(p.tensor);
+    out.u16(static_cast<std::uint16_t>(p.dtype));
+    out.u16(static_cast<std::uint16_t>(p.global_shape.size()));
+    encode_dims(out, p.global_shape);
+    encode_dims(out, p.offsets);
+    encode_dims(out, p.shape);
+  }
+}
+
+// Decodes untrusted report bytes; every count and length is checked against the bytes left.
+[[nodiscard]] inline Status decode_report_body(Decoder& in, std::uint32_t rank, ManifestShard& entry,
+                                               std::vector<std::string>& optimizer, std::vector<ReplicaDecl>& replicas,
+                                               std::vector<GlobalPiece>& pieces) {
+  const std::string from = rank_name(static_cast<int>(rank));
+  auto bad = [&](const std::string& what) {
+    return make_error(Code::corrupt, from + " sent a malformed shard report at byte " + std::to_string(in.position()) + ": " + what);
+  };
+  CKPT_TRY(decode_manifest_shard(in, entry, from + " shard entry"));
+  std::uint32_t n = 0;
+  if (!in.u32(n) || n > kMaxReportNames || n > in.remaining() / 4) return bad("optimizer name count");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::string name;
+    if (!decode_string32(in, name, static_cast<std::uint32_t>(format::kMaxNameLength))) return bad("optimizer name");
+    optimizer.push_back(std::move(name));
+  }
+  if (!in.u32(n) || n > kMaxReportNames || n > in.remaining() / 20) return bad("replica count");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ReplicaDecl r;
+    std::uint16_t dtype = 0, ndim = 0;
+    if (!decode_string32(in, r.tensor, static_cast<std::uint32_t>(format::kMaxNameLength)) || !in.u16(dtype) || !in.u16(ndim) ||
+        ndim > format::kMaxRank || !in.u32(r.owner) || !in.u64(r.digest) || !decode_dims(in, ndim, r.shape))
+      return bad("replica " + std::to_string(i));
+    if (format::dtype_info(dtype) == nullptr) return bad("replica '" + r.tensor + "': unknown dtype " + std::to_string(dtype));
+    r.dtype = static_cast<DType>(dtype);
+    r.rank = rank;
+    replicas.push_back(std::move(r));
+  }
+  if (!in.u32(n) || n > in.remaining() / 8) return bad("piece count");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    GlobalPiece p;
+    std::uint16_t dtype = 0, ndim = 0;
+    if (!decode_string32(in, p.tensor, static_cast<std::uint32_t>(format::kMaxNameLength)) || !in.u16(dtype) || !in.u16(ndim) ||
+        ndim > format::kMaxRank || !decode_dims(in, ndim, p.global_shape) || !decode_dims(in, ndim, p.offsets) ||
+        !decode_dims(in, ndim, p.shape))
+      return bad("piece " + std::to_string(i));
+    if (format::dtype_info(dtype) == nullptr) return bad("piece of '" + p.tensor + "': unknown dtype " + std::to_string(dtype));
+    p.dtype = static_cast<DType>(dtype);
+    p.rank = rank;
+    pieces.push_back(std::move(p));
+  }
+  if (in.remaining() != 0) return bad(std::to_string(in.remaining()) + " trailing bytes");
+  return Status();
+}
+
+// What rank 0 decided at commit or abort, as every rank receives it.
+struct RankOutcome {
+  Status decision;  // what commit() returns on every rank (ok: committed)
+  Status cleanup;   // ABORT and file removal, when the transaction was abandoned; what abort() returns
+  bool committed = false;
+  CommitRecord commit;
+  std::uint64_t commit_offset = 0;
+  bool abort_written = false;
+  std::uint64_t abort_offset = 0;
+  AbortReason abort_reason = AbortReason::writer_error;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> retired;  // txn, RETIRE offset
+  Status retention;
+};
+
+inline std::string encode_outcome(const RankOutcome& o) {
+  Encoder out;
+  out.u8(static_cast<std::uint8_t>(RankMessage::outcome));
+  encode_status(out, o.decision);
+  encode_status(out, o.cleanup);
+  out.u8(o.committed ? 1 : 0);
+  out.u64(o.commit.txn);
+  out.u64(o.commit.step);
+  out.u64(o.commit.manifest_size);
+  out.u64(o.commit.manifest_digest);
+  out.u64(o.commit_offset);
+  out.u8(o.abort_written ? 1 : 0);
+  out.u64(o.abort_offset);
+  out.u32(static_cast<std::uint32_t>(o.abort_reason));
+  out.u32(static_cast<std::uint32_t>(o.retired.size()));
+  for (const auto& [txn, offset] : o.retired) {
+    out.u64(txn);
+    out.u64(offset);
+  }
+  encode_status(out, o.retention);
+  return std::move(out.str());
+}
+
+[[nodiscard]] inline Status decode_outcome(const std::string& bytes, RankOutcome& o) {
+  Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  CKPT_TRY(open_message(in, RankMessage::outcome, "rank 0"));
+  std::uint8_t committed = 0, aborted = 0;
+  std::uint32_t reason = 0, n = 0;
+  bool ok = decode_status(in, o.decision) && decode_status(in, o.cleanup) && decode_u8(in, committed) &&
+            in.u64(o.commit.txn) && in.u64(o.commit.step) && in.u64(o.commit.manifest_size) &&
+            in.u64(o.commit.manifest_digest) && in.u64(o.commit_offset) && decode_u8(in, aborted) &&
+            in.u64(o.abort_offset) && in.u32(reason) && in.u32(n) && n <= in.remaining() / 16;
+  for (std::uint32_t i = 0; ok && i < n; ++i) {
+    std::uint64_t txn = 0, offset = 0;
+    ok = in.u64(txn) && in.u64(offset);
+    o.retired.emplace_back(txn, offset);
+  }
+  ok = ok && decode_status(in, o.retention) && in.remaining() == 0;
+  if (!ok) return make_error(Code::corrupt, "rank 0 broadcast a malformed transaction outcome");
+  o.committed = committed != 0;
+  o.abort_written = aborted != 0;
+  o.abort_reason = static_cast<AbortReason>(reason);
+  return Status();
+}
+
+}  // namespace detail
+
+// --- Store: collective open and begin -------------------------------------------------------------
+
+template <class Fs>
+template <class Comm>
+Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Access access, StoreOptions options,
+                                                   Comm& comm) {
+  return open_ranks(fs, std::move(path), access, options, CommRef(comm));
+}
+
+template <class Fs>
+Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open_ranks(Fs& fs, std::string path, Access access, StoreOptions options,
+                                                         CommRef comm) {
+  if (comm.size() == 1) return open(fs, std::move(path), access, options);
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options));
+  const int rank = comm.rank();
+  Status local;
+  if (access == Access::read_only) {
+    local = store->open_read_only();
+  } else {
+    // Participants read the journal only once rank 0's recovery has finished with it (spec/SHARDING.md 3.1).
+    if (rank == 0) local = store->open_writable();
+    Encoder first;
+    detail::encode_status(first, local);
+    std::string bytes = rank == 0 ? std::move(first.str()) : std::string();
+    CKPT_TRY(comm.broadcast(bytes, 0));
+    if (rank != 0) {
+      Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+      Status coordinator;
+      if (!detail::decode_status(in, coordinator)) local = make_error(Code::corrupt, "rank 0 broadcast a malformed status");
+      else if (coordinator.ok()) local = store->open_read_only();  // rank 0's failure is reported by agree()
+      store->participant_ = true;
+    }
+  }
+  CKPT_TRY(detail::agree(comm, local));
+  store->open_world_ = comm.size();
+  return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
+}
+
+template <class Fs>
+void Store<Fs>::mirror_txn(const TxnInfo& t) {
+  const auto it = by_txn_.find(t.txn);
+  if (it != by_txn_.end()) {
+    txns_[it->second] = t;
+    return;
+  }
+  by_txn_.emplace(t.txn, txns_.size());
+  txns_.push_back(t);
+  next_txn_ = std::max(next_txn_, t.txn + 1);
+}
+
+template <class Fs>
+Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t step, CommRef comm) {
+  const int rank = comm.rank(), world = comm.size();
+  // Phase 1: every rank says whether it can take part; nothing is written unless all can (spec/SHARDING.md 3.2).
+  Status local;
+  if (access_ != Access::read_write || world != open_world_)
+    local = make_error(Code::invalid_argument, path_ + ": a save across " + std::to_string(world) +
+                                                   " ranks needs the store opened read_write with a communicator of that size on every rank (opened: " +
+                                                   std::to_string(open_world_) + (access_ == Access::read_write ? " ranks)" : " ranks, read-only)"));
+  else if (rank == 0 ? !coordinator() : !participant_)
+    local = make_error(Code::invalid_argument, path_ + ": rank " + std::to_string(rank) + " did not open this store collectively");
+  else if (open_txn_ != nullptr)
+    local = make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
+                                           std::to_string(open_txn_->step()) + " is still open");
+  Encoder request;
+  request.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_request));
+  detail::encode_status(request, local);
+  request.u64(step);
+  request.u32(static_cast<std::uint32_t>(world));
+  auto gathered = comm.gather(std::move(request.str()), 0);
+
+  // Phase 2: rank 0 writes BEGIN naming every rank's shard and makes the step directory, then tells everyone.
+  TxnInfo t;
+  std::string decision_bytes;
+  if (rank == 0) {
+    Status decision = gathered.ok() ? local.with_context("rank 0") : gathered.status();
+    if (decision.ok() && gathered->size() != static_cast<std::size_t>(world))
+      decision = make_error(Code::invalid_argument, "begin: gathered " + std::to_string(gathered->size()) +
+                                                        " requests from a world of " + std::to_string(world));
+    for (std::size_t r = 0; decision.ok() && r < gathered->size(); ++r) {
+      const std::string& bytes = (*gathered)[r];
+      const std::string from = detail::rank_name(static_cast<int>(r));
+      Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+      Status theirs;
+      std::uint64_t their_step = 0;
+      std::uint32_t their_world = 0;
+      decision = detail::open_message(in, detail::RankMessage::begin_request, from);
+      if (decision.ok() && (!detail::decode_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world)))
+        decision = make_error(Code::corrupt, from + " sent a malformed begin request");
+      if (decision.ok() && !theirs.ok()) decision = theirs.with_context(from);
+      if (decision.ok() && (their_step != step || their_world != static_cast<std::uint32_t>(world)))
+        decision = make_error(Code::invalid_argument, from + " begins step " + std::to_string(their_step) + " in a world of " +
+                                                          std::to_string(their_world) + ", rank 0 step " + std::to_string(step) +
+                                                          " in a world of " + std::to_string(world));
+    }
+    if (decision.ok()) decision = check_writable();
+    bool begun = false;
+    if (decision.ok()) {
+      // The id is spent even if BEGIN fails: ids are never reused (spec/JOURNAL.md 5.6).
+      BeginRecord b;
+      b.txn = next_txn_++;
+      b.step = step;
+      b.world_size = static_cast<std::uint32_t>(world);
+      for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
+      auto record = begin_record(b);
+      decision = record.ok() ? journal_->append_group({*record}) : record.status();
+      if (decision.ok()) {
+        t.txn = b.txn;
+        t.step = step;
+        t.world_size = b.world_size;
+        t.files = b.files;
+        t.begin_offset = journal_->last_offsets().front();
+        mirror_txn(t);
+        begun = true;
+        // The step directory is durable in the store before any rank creates a file in it (R3).
+        const std::string dir_path = join_path(path_, t.dir());
+        decision = fs_.mkdir(dir_path);
+        if (decision.ok()) decision = fs_.sync_dir(path_);
+      }
+    }
+    if (!decision.ok() && begun) {
+      Status removed = abandon(t.txn, AbortReason::writer_error);
+      std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ") abandoned";
+      if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
+      decision = decision.with_context(msg);
+    }
+    Encoder out;
+    out.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_decision));
+    detail::encode_status(out, decision);
+    out.u64(t.txn);
+    out.u64(t.step);
+    out.u32(t.world_size);
+    out.u64(t.begin_offset);
+    decision_bytes = std::move(out.str());
+  } else if (!gathered.ok()) {
+    return gathered.status();
+  }
+  CKPT_TRY(comm.broadcast(decision_bytes, 0));
+  {
+    Decoder in(reinterpret_cast<const unsigned char*>(decision_bytes.data()), decision_bytes.size());
+    Status decision = detail::open_message(in, detail::RankMessage::begin_decision, "rank 0");
+    Status verdict;
+    if (decision.ok() && (!detail::decode_status(in, verdict) || !in.u64(t.txn) || !in.u64(t.step) || !in.u32(t.world_size) ||
+                          !in.u64(t.begin_offset)))
+      decision = make_error(Code::corrupt, "rank 0 broadcast a malformed begin decision");
+    if (decision.ok()) decision = verdict;
+    if (!decision.ok()) return decision;
+  }
+  if (rank != 0) {
+    for (std::uint32_t r = 0; r < t.world_size; ++r) t.files.push_back(TxnFile{r, shard_file_name(r, t.world_size)});
+    mirror_txn(t);
+  }
+
+  // Phase 3: every rank creates its shard under the final name BEGIN gave it (O_EXCL), then all agree.
+  const std::string dir_path = join_path(path_, t.dir());
+  const std::string shard_name = shard_file_name(static_cast<std::uint32_t>(rank), t.world_size);
+  std::unique_ptr<ShardWriter<Fs>> writer;
+  Status created;
+  {
+    WriterOptions wo;
+    wo.alignment_log2 = options_.alignment_log2;
+    wo.chunk_size_log2 = options_.chunk_size_log2;
+    wo.buffer_size = options_.buffer_size;
+    wo.atomic_rename = false;
+    wo.durable = true;
+    auto w = ShardWriter<Fs>::create(fs_, join_path(dir_path, shard_name), wo);
+    if (w.ok()) writer = std::move(w).value();
+    else created = w.status();
+  }
+  const std::uint64_t txn = t.txn;
+  Status agreed = detail::agree(comm, created, [&](Status combined) {
+    if (combined.ok()) return combined;
+    // No rank writes after this point, so rank 0 may remove every file BEGIN named (spec/JOURNAL.md 5.5).
+    Status removed = abandon(txn, AbortReason::writer_error);
+    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(txn) + ") abandoned on every rank";
+    if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
+    return combined.with_context(msg);
+  });
+  if (!agreed.ok()) {
+    writer.reset();  // its file is gone already, or goes with it
+    if (rank != 0) {
+      t.state = TxnState::aborted;
+      mirror_txn(t);
+    }
+    return agreed;
+  }
+  std::unique_ptr<Transaction<Fs>> tx(new Transaction<Fs>(this, comm, txn, step, dir_path, shard_name, std::move(writer)));
+  tx->rank_ = rank;
+  tx->world_ = world;
+  open_txn_ = tx.get();
+  return Result<std::unique_ptr<Transaction<Fs>>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
+}
+
+// --- Transaction: replicated tensors, collective commit and abort ----------------------------------
+
+template <class Fs>
+Status Transaction<Fs>::add_replicated_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+                                              std::size_t size, int owner) {
+  if (owner < 0 || owner >= world_)
+    return make_error(Code::invalid_argument, "replicated tensor '" + std::string(name) + "': owner rank " +
+                                                  std::to_string(owner) + " is not a rank of a world of " + std::to_string(world_));
+  if (world_ == 1) return add_tensor(name, dtype, shape, data, size);
+  CKPT_TRY(check_active());
+  CKPT_TRY(detail::check_name("tensor", name));
+  std::uint64_t bytes = 0;
+  if (shape.size() > format::kMaxRank || !shape_bytes(shape, dtype, bytes) || bytes != size)
+    return make_error(Code::invalid_argument, "replicated tensor '" + std::string(name) + "': " + std::to_string(size) +
+                                                  " bytes do not match dtype code " + std::to_string(static_cast<int>(dtype)) +
+                                                  " and shape " + shape_string(shape));
+  for (const auto& r : replicas_)
+    if (r.tensor == name) return make_error(Code::conflict, "replicated tensor '" + std::string(name) + "' declared twice");
+  ReplicaDecl decl{std::string(name), dtype, shape, static_cast<std::uint32_t>(owner), xxh3_64(data, size),
+                   static_cast<std::uint32_t>(rank_)};
+  if (rank_ == owner) CKPT_TRY(add_tensor(name, dtype, shape, data, size));
+  replicas_.push_back(std::move(decl));
+  return Status();
+}
+
+template <class Fs>
+std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::string>> reports) {
+  Store<Fs>& store = *store_;
+  Fs& fs = store.fs_;
+  const std::string where = "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ")";
+  detail::RankOutcome outcome;
+  Status decision = reports.ok() ? Status() : reports.status();
+  if (decision.ok() && reports->size() != static_cast<std::size_t>(world_))
+    decision = make_error(Code::invalid_argument, "gathered " + std::to_string(reports->size()) + " reports from a world of " +
+                                                      std::to_string(world_));
+  int aborting_rank = commit ? -1 : 0;
+  Manifest m;
+  std::vector<std::string> optimizer;
+  std::vector<ReplicaDecl> replicas;
+  std::vector<GlobalPiece> pieces;
+  for (std::size_t r = 0; decision.ok() && r < reports->size(); ++r) {
+    const std::string& bytes = (*reports)[r];
+    const std::string from = detail::rank_name(static_cast<int>(r));
+    Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+    std::uint8_t wants_commit = 0;
+    Status theirs;
+    decision = detail::open_message(in, detail::RankMessage::shard_report, from);
+    if (decision.ok() && (!detail::decode_u8(in, wants_commit) || !detail::decode_status(in, theirs)))
+      decision = make_error(Code::corrupt, from + " sent a malformed shard report");
+    if (decision.ok() && !theirs.ok()) decision = theirs.with_context(from);
+    if (!decision.ok() || wants_commit == 0) {
+      if (decision.ok() && aborting_rank < 0) aborting_rank = static_cast<int>(r);
+      continue;
+    }
+    if (!commit) continue;  // rank 0 aborts: the reports of committing ranks are not needed
+    ManifestShard entry;
+    decision = detail::decode_report_body(in, static_cast<std::uint32_t>(r), entry, optimizer, replicas, pieces);
+    if (decision.ok() && (entry.rank != r || entry.name != shard_file_name(entry.rank, static_cast<std::uint32_t>(world_))))
+      decision = make_error(Code::corrupt, from + " sent an entry for rank " + std::to_string(entry.rank) + " file '" + entry.name + "'");
+    m.shards.push_back(std::move(entry));
+  }
+  const bool failed_by_error = !decision.ok();
+  if (decision.ok() && aborting_rank >= 0)
+    decision = make_error(Code::conflict, detail::rank_name(aborting_rank) + " abandoned the transaction (abort())");
+  // Every tensor covered exactly once, every replica declared alike (spec/SHARDING.md 4).
+  if (decision.ok()) {
+    auto problems = check_coverage(pieces);
+    auto replica_problems = check_replicas(replicas);
+    problems.insert(problems.end(), replica_problems.begin(), replica_problems.end());
+    decision = coverage_status(problems, Code::invalid_argument, where);
+  }
+  bool in_doubt = false;
+  if (decision.ok()) {
+    m.txn = txn_;
+    m.step = step_;
+    m.world_size = static_cast<std::uint32_t>(world_);
+    m.store_uuid = store.uuid_;
+    m.state = state_;
+    m.state.step = step_;
+    // Rank 0's state, with the optimizer tensors every rank listed, each once, in rank order (spec/SHARDING.md 3.3).
+    std::set<std::string> seen(m.state.optimizer_tensors.begin(), m.state.optimizer_tensors.end());
+    for (auto& name : optimizer)
+      if (seen.insert(name).second) m.state.optimizer_tensors.push_back(std::move(name));
+    decision = check_training_state(m.state);
+    if (decision.ok()) decision = check_manifest(m);
+  }
+  if (decision.ok()) {
+    // Steps 4 and 5 of spec/JOURNAL.md 5.3: every shard is durable (each rank synced file and directory
+    // before it reported), so the MANIFEST may now refer to them.
+    const std::string bytes = encode_manifest(m);
+    const std::string manifest_path = join_path(dir_path_, std::string(journal::kManifestName));
+    auto file = fs.open(manifest_path, OpenMode::create_new);
+    if (!file.ok()) {
+      decision = file.status().with_context(manifest_path);
+    } else {
+      ScopedFile<Fs> scoped(fs, *file);
+      decision = fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0);
+      if (decision.ok()) decision = fs.sync(scoped.get());
+      if (decision.ok()) decision = scoped.close();
+      if (!decision.ok()) decision = decision.with_context(manifest_path);
+    }
+    if (decision.ok()) decision = fs.sync_dir(dir_path_).with_context(dir_path_);
+    if (decision.ok()) {
+      // Step 6: COMMIT + fdatasync: the step exists once this returns.
+      CommitRecord c{txn_, step_, bytes.size(), manifest_digest(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size())};
+      decision = store.journal_->append_group({commit_record(c)});
+      if (!decision.ok()) {
+        in_doubt = true;  // the COMMIT may be on disk: nothing may be removed (spec/JOURNAL.md 5.4)
+        decision = decision.with_context(where + ": the COMMIT record could not be made durable, so it may or may not have "
+                                                 "committed; the store refuses writes until it is reopened, and its recovery decides");
+      } else {
+        TxnInfo* t = store.find_txn(txn_);
+        t->state = TxnState::committed;
+        t->commit = c;
+        t->end_offset = store.journal_->last_offsets().front();
+        outcome.committed = true;
+        outcome.commit = c;
+        outcome.commit_offset = t->end_offset;
+        if (store.options_.retention.enabled()) {
+          auto retired = store.apply_retention(store.options_.retention);
+          if (retired.ok()) {
+            for (const auto& s : *retired) outcome.retired.emplace_back(s.txn, store.find_txn(s.txn)->retire_offset);
+          } else {
+            outcome.retention = retired.status();
+          }
+        }
+      }
+    }
+  }
+  if (!decision.ok() && !in_doubt) {
+    // No COMMIT exists and no rank writes any more: ABORT, then remove every file BEGIN named (spec/JOURNAL.md 5.5).
+    // user: every rank was fine and one asked to abort; anything else stopped the save (writer_error).
+    const AbortReason reason = !failed_by_error && aborting_rank >= 0 ? AbortReason::user : AbortReason::writer_error;
+    outcome.cleanup = store.abandon(txn_, reason);
+    const TxnInfo* t = store.find_txn(txn_);
+    outcome.abort_written = t != nullptr && t->state == TxnState::aborted;
+    if (outcome.abort_written) {
+      outcome.abort_offset = t->end_offset;
+      outcome.abort_reason = t->abort_reason;
+    }
+    std::string msg = where + " abandoned on every rank, the previous step is untouched";
+    if (!outcome.cleanup.ok()) msg += " (cleanup: " + outcome.cleanup.message() + ")";
+    decision = decision.with_context(msg);
+  }
+  outcome.decision = decision;
+  return detail::encode_outcome(outcome);
+}
+
+template <class Fs>
+Status Transaction<Fs>::abort(const Status& reason) {
+  if (world_ > 1) return finish_ranks(false, reason).status();
+  return abort();
+}
+
+template <class Fs>
+Result<CommitResult> Transaction<Fs>::finish_ranks(bool commit, const Status& reason) {
+  if (store_ == nullptr) return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + ": its store is closed");
+  if (finished_)
+    return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + " for step " + std::to_string(step_) +
+                                                  " is already committed or abandoned");
+  Store<Fs>& store = *store_;
+  // This rank's report: its deferred I/O error, or its finished shard (synced, with its directory) and pieces.
+  Status local = failure_.ok() ? reason : failure_;
+  std::string body;
+  if (commit && local.ok()) local = check_training_state(state_);
+  if (commit && local.ok()) {
+    auto summary = writer_->finish();
+    if (!summary.ok()) {
+      local = summary.status();
+    } else {
+      auto pieces = detail::read_shard_pieces(store.fs_, join_path(dir_path_, shard_name_), static_cast<std::uint32_t>(rank_),
+                                              summary->index_digest);
+      if (!pieces.ok()) {
+        local = pieces.status();
+      } else {
+        Encoder out;
+        detail::encode_report_body(out, manifest_shard(static_cast<std::uint32_t>(rank_), shard_name_, *summary),
+                                   state_.optimizer_tensors, replicas_, *pieces);
+        body = std::move(out.str());
+      }
+    }
+  }
+  writer_.reset();  // an unfinished shard is closed and removed here; a finished one waits for rank 0's decision
+  Encoder report;
+  report.u8(static_cast<std::uint8_t>(detail::RankMessage::shard_report));
+  report.u8(commit && local.ok() ? 1 : 0);
+  detail::encode_status(report, local);
+  report.bytes(local.ok() ? body : std::string());
+  auto gathered = comm_.gather(std::move(report.str()), 0);
+  std::string outcome_bytes;
+  if (rank_ == 0) outcome_bytes = coordinate(commit, std::move(gathered));
+  finished_ = true;
+  if (store.open_txn_ == this) store.open_txn_ = nullptr;
+  if (rank_ != 0 && !gathered.ok()) return gathered.status();
+  CKPT_TRY(comm_.broadcast(outcome_bytes, 0));
+  detail::RankOutcome outcome;
+  CKPT_TRY(detail::decode_outcome(outcome_bytes, outcome));
+  if (rank_ != 0) {
+    // Keep this rank's view of the journal what rank 0 made it.
+    if (TxnInfo* t = store.find_txn(txn_)) {
+      TxnInfo updated = *t;
+      if (outcome.committed) {
+        updated.state = TxnState::committed;
+        updated.commit = outcome.commit;
+        updated.end_offset = outcome.commit_offset;
+      } else if (outcome.abort_written) {
+        updated.state = TxnState::aborted;
+        updated.end_offset = outcome.abort_offset;
+        updated.abort_reason = outcome.abort_reason;
+      }
+      store.mirror_txn(updated);
+    }
+    for (const auto& [txn, offset] : outcome.retired)
+      if (TxnInfo* t = store.find_txn(txn)) {
+        t->state = TxnState::retired;
+        t->retire_offset = offset;
+      }
+  }
+  if (!commit) return outcome.cleanup.ok() ? Result<CommitResult>(CommitResult{}) : Result<CommitResult>(outcome.cleanup);
+  if (!outcome.decision.ok()) return outcome.decision;
+  CommitResult result;
+  if (const TxnInfo* t = store.find_txn(txn_)) result.step = store.step_info(*t);
+  for (const auto& [txn, offset] : outcome.retired)
+    if (const TxnInfo* t = store.find_txn(txn)) result.retired.push_back(store.step_info(*t));
+  result.retention = outcome.retention;
+  return result;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,197 @@
+// ckpt: a step at any world size (spec/SHARDING.md 5-7). How a tensor is split among ranks, how a
+// region is streamed block by block under a memory budget, a source that reads any region of any
+// tensor of a standalone file or of a step written by any number of ranks, and the two rewrites built
+// on them: reshard (a source as a new step of M shard files, written by M threads through the store's
+// multi-rank protocol) and merge (one or more sources as one standalone file).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "error.hpp"
+#include "index.hpp"
+#include "io/posix_fs.hpp"
+#include "shard_reader.hpp"
+#include "shard_writer.hpp"
+#include "store.hpp"
+#include "training_state.hpp"
+
+namespace ckpt {
+
+// --- Splitting a tensor among ranks (spec/SHARDING.md 5.1) ---------------------------------------
+
+struct Box {
+  Shape offsets, shape;
+  bool operator==(const Box& o) const { return offsets == o.offsets && shape == o.shape; }
+};
+
+// Part `index` of `extent` split into `parts` as evenly as possible: the first extent % parts parts get
+// one more element. Returns {offset, length}; parts beyond the extent get length 0.
+[[nodiscard]] std::pair<std::uint64_t, std::uint64_t> split_range(std::uint64_t extent, std::uint32_t parts,
+                                                                  std::uint32_t index) noexcept;
+
+// "PATTERN=DIM" or "PATTERN=replicate"; the pattern is a glob over tensor names.
+struct SplitRule {
+  std::string pattern;
+  bool replicate = false;
+  std::size_t dim = 0;
+};
+[[nodiscard]] Result<SplitRule> parse_split_rule(std::string_view text);
+// Glob: '*' matches any run of characters ('/' and '.' included), '?' any one; everything else itself.
+[[nodiscard]] bool glob_match(std::string_view pattern, std::string_view name) noexcept;
+
+struct SplitChoice {
+  bool replicate = false;  // written whole by rank 0
+  std::size_t dim = 0;
+};
+// The first rule whose pattern matches, else an even split along dimension 0. Scalars and tensors
+// without elements are always written whole by rank 0. A rule naming a dimension the tensor does not
+// have is an error naming both.
+[[nodiscard]] Result<SplitChoice> choose_split(std::string_view name, const Shape& shape, const std::vector<SplitRule>& rules);
+// The region rank `rank` of `world` holds under `choice`; a shape with a 0 where it holds nothing.
+[[nodiscard]] Box split_box(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank);
+
+// --- Streaming a region (spec/SHARDING.md 5.2) ----------------------------------------------------
+
+// Calls block(offsets, shape) for consecutive blocks of a box of `shape` (offsets relative to the box)
+// whose bytes, in call order, are the box in row-major order, each at most max(budget, one row of the
+// innermost dimension) bytes. Stops at the first error block returns.
+[[nodiscard]] Status for_each_block(const Shape& shape, std::uint64_t element_size, std::uint64_t budget,
+                                    const std::function<Status(const Shape& offsets, const Shape& shape)>& block);
+
+// --- Training state inside a standalone file (spec/SHARDING.md 6.3) ------------------------------
+
+// Metadata key of the training state a merge or a single-file save carries: bytes = u64 step, then
+// the training state encoding of spec/JOURNAL.md 7.3.
+inline constexpr std::string_view kTrainingStateKey = "ckpt.training_state";
+[[nodiscard]] std::string encode_state_metadata(const TrainingState& state);
+[[nodiscard]] Result<TrainingState> decode_state_metadata(const std::string& bytes, const std::string& where);
+
+enum class ConflictPolicy : std::uint8_t { error, first, last };
+[[nodiscard]] Result<ConflictPolicy> parse_conflict_policy(std::string_view text);
+
+// --- A source: a standalone .ckpt, a step directory, or a store meaning its latest step ------------
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::U8;
+  Shape shape;
+  std::uint64_t bytes = 0;
+};
+
+template <class Fs = PosixFs>
+class CheckpointSource {
+ public:
+  enum class Kind : std::uint8_t { file, step };
+  // A regular file is a shard file; a directory holding JOURNAL is a store (its latest step); a directory
+  // step-<s>-<t> inside a store is that transaction, which must be committed and not retired. A step is
+  // opened as Store::open_step does: manifest against COMMIT, shards against manifest, coverage.
+  [[nodiscard]] static Result<std::unique_ptr<CheckpointSource>> open(Fs& fs, const std::string& path);
+  CheckpointSource(const CheckpointSource&) = delete;
+  CheckpointSource& operator=(const CheckpointSource&) = delete;
+
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] const std::string& description() const noexcept { return description_; }
+  [[nodiscard]] std::optional<std::uint64_t> step() const noexcept { return step_; }
+  [[nodiscard]] std::uint32_t world_size() const noexcept { return world_; }
+  // Every tensor once, in order of first appearance (rank order for a step).
+  [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const TensorInfo* find(std::string_view name) const;
+  [[nodiscard]] std::uint64_t data_bytes() const noexcept { return data_bytes_; }
+  // A step's manifest state, or a file's kTrainingStateKey metadata.
+  [[nodiscard]] const std::optional<TrainingState>& state() const noexcept { return state_; }
+  // Metadata of every shard file, kTrainingStateKey left out. The same key with different values in two
+  // shards of a step is a conflict that `policy` resolves (error: Code::conflict naming the key).
+  [[nodiscard]] Result<std::vector<MetaEntry>> metadata(ConflictPolicy policy) const;
+  // Reads any region of a tensor, touching only the pieces that overlap it and verifying their chunks.
+  // Safe from several threads at once when Fs is (PosixFs is).
+  [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+                                  std::size_t dst_size);
+
+ private:
+  CheckpointSource() = default;
+  void add_tensors(const Index& index);
+
+  Kind kind_ = Kind::file;
+  std::string path_, description_;
+  std::optional<std::uint64_t> step_;
+  std::uint32_t world_ = 1;
+  std::vector<TensorInfo> tensors_;
+  std::uint64_t data_bytes_ = 0;
+  std::optional<TrainingState> state_;
+  std::unique_ptr<ShardReader<Fs>> file_;
+  std::unique_ptr<Store<Fs>> store_;
+  std::unique_ptr<StepReader<Fs>> step_reader_;
+};
+
+// --- Reshard (spec/SHARDING.md 6.1) ---------------------------------------------------------------
+
+struct ReshardOptions {
+  std::uint32_t world_size = 1;
+  std::vector<SplitRule> rules;         // first match wins; default: even split along dimension 0
+  std::optional<std::uint64_t> step;    // default: the source's step (a file without training state: 0)
+  ConflictPolicy on_conflict = ConflictPolicy::error;  // shard metadata keys with different values
+  unsigned parallelism = 0;             // ranks writing at once; 0: min(world size, hardware threads)
+  std::size_t block_size = std::size_t{8} << 20;       // bytes per read; memory ~ parallelism x (block + buffer)
+  StoreOptions store;                   // of the destination; create_if_missing is set
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;  // bytes written; called under a lock
+};
+
+struct ReshardSummary {
+  StepInfo step;
+  std::uint32_t world_size = 0;
+  std::uint64_t tensors = 0, bytes = 0;
+};
+
+// Writes the source as a new committed step of `options.world_size` shard files in the store at
+// store_path (created when missing): M threads, one per rank, each writing its pieces through the
+// store's multi-rank transaction (ThreadComm), so the step commits whole or not at all. The training
+// state is the source's; shard metadata goes to rank 0's shard. Fs must be safe to use from several
+// threads (PosixFs is).
+template <class Fs>
+[[nodiscard]] Result<ReshardSummary> reshard_to_store(Fs& fs, CheckpointSource<Fs>& source, const std::string& store_path,
+                                                      const ReshardOptions& options);
+
+// --- Merge (spec/SHARDING.md 6.2) -----------------------------------------------------------------
+
+struct MergeOptions {
+  ConflictPolicy on_conflict = ConflictPolicy::error;  // tensor names, metadata keys, training states
+  std::size_t block_size = std::size_t{8} << 20;
+  std::uint32_t alignment_log2 = format::kDefaultAlignmentLog2;
+  std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;
+  bool overwrite = false;  // replace an existing output
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+};
+
+// What a source contributes: every tensor (empty selection), or those matching one of the globs;
+// "@optimizer" selects the tensors its training state lists as optimizer state, "@model" the others.
+struct SourceSelection {
+  std::vector<std::string> patterns;
+  [[nodiscard]] bool empty() const noexcept { return patterns.empty(); }
+};
+
+struct MergeSummary {
+  std::string output;
+  std::uint64_t tensors = 0, bytes = 0, file_size = 0;
+  std::vector<std::string> resolved;  // each conflict the policy resolved, one line each
+};
+
+// Writes the selected tensors of every source, each whole as one piece, into one standalone file
+// (temporary name, fsync, rename, fsync directory: complete or absent). A tensor name or metadata key
+// in several sources is a conflict the policy resolves; the training state is the first (or last)
+// source's, its optimizer list restricted to the tensors taken from the sources that listed them.
+template <class Fs>
+[[nodiscard]] Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<CheckpointSource<Fs>*>& sources,
+                                                 const std::vector<SourceSelection>& selections, const std::string& output,
+                                                 const MergeOptions& options);
+
+}  // namespace ckpt
+
+#include "impl/sharded_inl.hpp"

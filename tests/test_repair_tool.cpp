@@ -1,0 +1,487 @@
+// Tool-level tests of the store tools, run as built: ckpt-repair on damaged, deleted and crashed
+// stores; ckpt-inspect and ckpt-verify on a store (all steps, --step, --latest) and a step directory;
+// ckpt-demo-train resuming bit-exactly, also after being killed with SIGKILL at random moments.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/store.hpp>
+
+#include "test_util.hpp"
+
+using namespace ckpt;
+using nlohmann::json;
+namespace fsys = std::filesystem;
+
+namespace {
+
+const std::string kBin = CKPT_BINARY_DIR;
+const std::string kRepair = kBin + "/ckpt-repair";
+const std::string kInspect = kBin + "/ckpt-inspect";
+const std::string kVerify = kBin + "/ckpt-verify";
+const std::string kTrain = kBin + "/ckpt-demo-train";
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+  [[nodiscard]] json out_json() const {
+    INFO("stdout: " << out << "\nstderr: " << err);
+    json j;
+    REQUIRE_NOTHROW(j = json::parse(out));
+    return j;
+  }
+  [[nodiscard]] std::size_t err_lines() const { return static_cast<std::size_t>(std::count(err.begin(), err.end(), '\n')); }
+  [[nodiscard]] bool says(const std::string& text) const { return out.find(text) != std::string::npos; }
+};
+
+// Runs a program with arguments (each quoted), capturing stdout and stderr.
+Run run(const std::string& program, const std::vector<std::string>& args) {
+  static int counter = 0;
+  ckpt_test::TempDir scratch;
+  const std::string out = scratch.file("out" + std::to_string(counter)), err = scratch.file("err" + std::to_string(counter++));
+  std::string cmd = quote(program);
+  for (const auto& a : args) cmd += " " + quote(a);
+  Run r;
+  r.code = ckpt_test::run_command(cmd + " >" + quote(out) + " 2>" + quote(err) + " </dev/null");
+  r.out = ckpt_test::read_file(out);
+  r.err = ckpt_test::read_file(err);
+  return r;
+}
+
+// A store made by the demo trainer: steps 10, 20, ... `steps`, all kept.
+std::string make_store(const ckpt_test::TempDir& dir, const std::string& name, int steps = 40) {
+  const std::string path = dir.file(name);
+  const Run r = run(kTrain, {"--store", path, "--steps", std::to_string(steps), "--save-every", "10", "--keep", "0", "-q"});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  return path;
+}
+
+// What a store's journal says: (step, txn, manifest digest) of every committed step.
+std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> committed(const std::string& path) {
+  PosixFs fs;
+  auto store = Store<>::open(fs, path, Access::read_only);
+  REQUIRE(store.ok());
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> out;
+  for (const auto& s : (*store)->steps()) out.emplace_back(s.step, s.txn, s.manifest_digest);
+  return out;
+}
+
+// Every path under dir with its bytes: equal trees, equal maps.
+std::map<std::string, std::string> tree(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
+    const std::string rel = fsys::relative(e.path(), dir).string();
+    out[rel] = e.is_directory() ? std::string("<dir>") : ckpt_test::read_file(e.path().string());
+  }
+  return out;
+}
+
+void flip_byte(const std::string& path, std::uint64_t offset) {
+  std::string bytes = ckpt_test::read_file(path);
+  REQUIRE(offset < bytes.size());
+  bytes[offset] = static_cast<char>(bytes[offset] ^ 0x5A);
+  ckpt_test::write_file(path, bytes);
+}
+
+const std::string kShard = "shard-00000-of-00001.ckpt";
+
+}  // namespace
+
+TEST_CASE("ckpt-repair finds nothing to do in a consistent store and exits 0", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  const auto before = tree(store);
+  const Run r = run(kRepair, {store});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.says("result: consistent"));
+  CHECK(r.says("step 40 (txn 4, step-40-4): ok"));
+  CHECK(tree(store) == before);
+  const Run dry = run(kRepair, {store, "--dry-run", "--json"});
+  CHECK(dry.code == 0);
+  const json j = dry.out_json();
+  CHECK(j["consistent"] == true);
+  CHECK(j["steps"].size() == 4);
+  CHECK(j["dry_run"] == true);
+}
+
+TEST_CASE("ckpt-repair rebuilds a deleted JOURNAL from the step directories that verify", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  const auto steps = committed(store);
+  const auto data_before = tree(store + "/step-40-4");
+  REQUIRE(fsys::remove(store + "/JOURNAL"));
+  // Readers and verifiers see a store that lost its journal: damage, and a pointer to the repair.
+  const Run verify = run(kVerify, {store});
+  CHECK(verify.code == 1);
+  CHECK(verify.err.find("ckpt-repair") != std::string::npos);
+  // A dry run says what it would do and changes nothing.
+  const auto tree_before = tree(store);
+  const Run dry = run(kRepair, {store, "--dry-run"});
+  INFO(dry.out << dry.err);
+  CHECK(dry.code == 1);
+  CHECK(dry.says("JOURNAL is missing"));
+  CHECK(dry.says("step-20-2: commit"));
+  CHECK(tree(store) == tree_before);
+
+  const Run r = run(kRepair, {store, "--json"});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  const json j = r.out_json();
+  CHECK(j["consistent"] == true);
+  CHECK(j["rebuild"]["steps_committed"] == 4);
+  CHECK(j["rebuild"]["kept_as"].is_null());  // nothing to keep
+  // The same steps, the same txn ids and manifests, the same bytes; and a writer can go on.
+  CHECK(committed(store) == steps);
+  CHECK(tree(store + "/step-40-4") == data_before);
+  CHECK(run(kVerify, {store}).code == 0);
+  const Run again = run(kTrain, {"--store", store, "--steps", "50", "--save-every", "10", "--keep", "0"});
+  INFO(again.out << again.err);
+  CHECK(again.code == 0);
+  CHECK(again.says("resumed from step 40"));
+  CHECK(std::get<1>(committed(store).back()) == 5);  // txn ids continue above the rebuilt ones
+}
+
+TEST_CASE("ckpt-repair reports a flipped byte mid-journal, rebuilds it and keeps the old one", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  const auto steps = committed(store);
+  // The second page holds the BEGIN of txn 1; later groups vouch that it was durable: mid-log damage.
+  flip_byte(store + "/JOURNAL", 4096 + 30);
+  const std::string damaged_journal = ckpt_test::read_file(store + "/JOURNAL");
+  const Run verify = run(kVerify, {store});
+  CHECK(verify.code == 1);
+  // A writer refuses the store and points to the repair tool.
+  const Run train = run(kTrain, {"--store", store, "--steps", "50"});
+  CHECK(train.code == 1);
+  CHECK(train.err.find("ckpt-repair") != std::string::npos);
+
+  const Run r = run(kRepair, {store});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.says("journal bytes [4096, 8192) are corrupt"));
+  CHECK(r.says("kept the old journal as"));
+  CHECK(r.says("JOURNAL.corrupt-1"));
+  CHECK(ckpt_test::read_file(store + "/JOURNAL.corrupt-1") == damaged_journal);  // kept byte for byte
+  CHECK(committed(store) == steps);
+  CHECK(run(kVerify, {store}).code == 0);
+  // Run again: consistent, the kept journal listed as not accounted for and left alone.
+  const Run again = run(kRepair, {store, "--json"});
+  CHECK(again.code == 0);
+  const json j = again.out_json();
+  CHECK(j["unknown_entries"] == json::array({"JOURNAL.corrupt-1"}));
+  CHECK(fsys::exists(store + "/JOURNAL.corrupt-1"));
+}
+
+TEST_CASE("ckpt-repair names a committed step with a deleted shard as damaged, deletes nothing and exits 1", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  REQUIRE(fsys::remove(store + "/step-20-2/" + kShard));
+  const auto before = tree(store);
+  const Run r = run(kRepair, {store});
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.says("step 20 (txn 2, step-20-2): DAMAGED"));
+  CHECK(r.says(kShard));
+  CHECK(r.says("DAMAGE REMAINS"));
+  CHECK(tree(store) == before);  // a committed step is never deleted, damaged or not
+  const json j = run(kRepair, {store, "--json"}).out_json();
+  CHECK(j["damaged"] == json::array({"step-20-2"}));
+  CHECK(j["exit"] == 1);
+  // ckpt-verify agrees, for the store and for that step; the other steps are intact.
+  CHECK(run(kVerify, {store}).code == 1);
+  CHECK(run(kVerify, {store, "--step", "20"}).code == 1);
+  CHECK(run(kVerify, {store, "--step", "30"}).code == 0);
+  CHECK(run(kInspect, {store}).code == 1);
+}
+
+TEST_CASE("ckpt-repair names damaged data down to tensor and chunk", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  // The first data chunk of the shard (mlp.w1, at the default 4 KiB alignment).
+  flip_byte(store + "/step-30-3/" + kShard, 4096 + 100);
+  const Run r = run(kRepair, {store, "--json"});
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  const json j = r.out_json();
+  const json& step = j["steps"][2];
+  CHECK(step["step"] == 30);
+  CHECK(step["ok"] == false);
+  REQUIRE(step["problems"].size() >= 1);
+  CHECK(step["problems"][0]["tensor"] == "mlp.w1");
+  CHECK(step["problems"][0]["chunk"] == 0);
+  CHECK(step["problems"][0]["region"] == "data");
+  const Run text = run(kRepair, {store});
+  CHECK(text.says("tensor 'mlp.w1' piece 0 chunk 0"));
+  // ckpt-verify on the store and on the step directory names the same chunk.
+  const json v = run(kVerify, {store, "--json"}).out_json();
+  CHECK(v["ok"] == false);
+  bool named = false;
+  for (const auto& f : v["files"])
+    for (const auto& p : f["problems"]) named = named || (p["tensor"] == "mlp.w1" && p["chunk"] == 0);
+  CHECK(named);
+  const Run step_dir = run(kVerify, {store + "/step-30-3"});
+  CHECK(step_dir.code == 1);
+  CHECK(step_dir.out.find("tensor 'mlp.w1' piece 0 chunk 0") != std::string::npos);
+}
+
+TEST_CASE("ckpt-repair lists files it cannot account for and never deletes them", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  ckpt_test::write_file(store + "/notes.txt", "mine");
+  REQUIRE(fsys::create_directory(store + "/step-99-77"));  // looks like a step, no journal record names it
+  ckpt_test::write_file(store + "/step-99-77/data.bin", "also mine");
+  const Run r = run(kRepair, {store, "--json"});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  const json j = r.out_json();
+  CHECK(j["unknown_entries"] == json::array({"notes.txt", "step-99-77"}));
+  CHECK(ckpt_test::read_file(store + "/notes.txt") == "mine");
+  CHECK(ckpt_test::read_file(store + "/step-99-77/data.bin") == "also mine");
+  const Run text = run(kRepair, {store});
+  CHECK(text.says("unknown entry 'notes.txt'"));
+  CHECK(text.says("listed, never deleted"));
+  // Its txn id counts: the next save gets a higher one.
+  const Run train = run(kTrain, {"--store", store, "--steps", "50", "--save-every", "10", "--keep", "0", "-q"});
+  CHECK(train.code == 0);
+  CHECK(std::get<1>(committed(store).back()) == 78);
+}
+
+TEST_CASE("ckpt-repair truncates a torn tail and rolls back the transaction a crash left open", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  const auto steps = committed(store);
+  // What a writer killed mid-save leaves: a durable BEGIN, its directory with partial files, a torn group.
+  PosixFs fs;
+  const std::string journal_path = store + "/JOURNAL";
+  auto scan = scan_journal(fs, journal_path);
+  REQUIRE(scan.ok());
+  const std::uint64_t end = scan->end;
+  {
+    auto writer = JournalWriter<PosixFs>::open(fs, journal_path, end);
+    REQUIRE(writer.ok());
+    BeginRecord b;
+    b.txn = 5;
+    b.step = 50;
+    b.files = {TxnFile{0, kShard}};
+    REQUIRE(writer->append_group({begin_record(b).value()}).ok());
+  }
+  REQUIRE(fsys::create_directory(store + "/step-50-5"));
+  ckpt_test::write_file(store + "/step-50-5/" + kShard, "half a shard");
+  ckpt_test::write_file(store + "/step-50-5/MANIFEST", "half a manifest");
+  ckpt_test::write_file(journal_path, ckpt_test::read_file(journal_path) + std::string(300, 'T'));
+
+  const auto before = tree(store);
+  const Run dry = run(kRepair, {store, "--dry-run"});
+  INFO(dry.out << dry.err);
+  CHECK(dry.code == 1);
+  CHECK(dry.says("torn journal tail at offset " + std::to_string(end + 4096) + " (300 bytes"));
+  CHECK(dry.says("transaction 5 (step 50, step-50-5) began but never committed"));
+  CHECK(dry.says("would do:"));
+  CHECK(dry.says("remove_file " + store + "/step-50-5/" + kShard));
+  CHECK(tree(store) == before);  // a dry run changes nothing
+
+  const Run r = run(kRepair, {store, "--json"});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  const json j = r.out_json();
+  std::vector<std::string> kinds;
+  for (const auto& a : j["actions"]) {
+    kinds.push_back(a["action"].get<std::string>());
+    CHECK(a["done"] == true);
+  }
+  CHECK(kinds == std::vector<std::string>{"truncate_journal", "append_abort", "remove_file", "remove_file", "remove_dir", "sync_dir"});
+  CHECK_FALSE(fsys::exists(store + "/step-50-5"));
+  CHECK(committed(store) == steps);
+  const Run again = run(kRepair, {store});
+  CHECK(again.code == 0);
+  CHECK(again.says("nothing wrong with the journal"));
+}
+
+TEST_CASE("ckpt-repair answers bad arguments and paths with one line and exit 2", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s", 10);
+  ckpt_test::write_file(dir.file("plain.txt"), "x");
+  REQUIRE(fsys::create_directory(dir.file("empty")));
+  CHECK(run(kRepair, {"--help"}).code == 0);
+  for (const auto& args : std::vector<std::vector<std::string>>{{},
+                                                               {dir.file("missing")},
+                                                               {dir.file("plain.txt")},
+                                                               {dir.file("empty")},
+                                                               {store + "/step-10-1"},
+                                                               {store, "--bogus"}}) {
+    const Run r = run(kRepair, args);
+    INFO((args.empty() ? std::string("(no arguments)") : args[0]) << ": " << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err_lines() >= 1);
+    CHECK(r.err_lines() <= 2);
+  }
+}
+
+TEST_CASE("ckpt-inspect and ckpt-verify take a store (all steps, --step, --latest) and a step directory", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+
+  // verify: every committed step, one, the latest, a step directory.
+  const Run all = run(kVerify, {store, "--json"});
+  INFO(all.out << all.err);
+  CHECK(all.code == 0);
+  const json a = all.out_json();
+  CHECK(a["ok"] == true);
+  REQUIRE(a["stores"].size() == 1);
+  CHECK(a["stores"][0]["steps"].size() == 4);
+  CHECK(a["files"].size() == 4);
+  const json one = run(kVerify, {store, "--step", "20", "--json"}).out_json();
+  REQUIRE(one["stores"][0]["steps"].size() == 1);
+  CHECK(one["stores"][0]["steps"][0]["step"] == 20);
+  const json latest = run(kVerify, {store, "--latest", "--json"}).out_json();
+  CHECK(latest["stores"][0]["steps"][0]["step"] == 40);
+  const Run text = run(kVerify, {store});
+  CHECK(text.code == 0);
+  CHECK(text.says("step 40 (txn 4, " + store + "/step-40-4): ok"));
+  CHECK(run(kVerify, {store + "/step-20-2"}).code == 0);
+  const Run missing = run(kVerify, {store, "--step", "25"});
+  CHECK(missing.code == 2);
+  CHECK(missing.err_lines() == 1);
+  CHECK(run(kVerify, {store, "--step", "20", "--latest"}).code == 2);
+
+  // inspect: the store's steps, one step's training state and shards, a step directory.
+  const Run listing = run(kInspect, {store});
+  INFO(listing.out << listing.err);
+  CHECK(listing.code == 0);
+  CHECK(listing.says("step-30-3"));
+  const json s = run(kInspect, {store, "--json"}).out_json();
+  REQUIRE(s["steps"].size() == 4);
+  CHECK(s["steps"][3]["step"] == 40);
+  const json step = run(kInspect, {store, "--latest", "--json"}).out_json();
+  CHECK(step["step"]["step"] == 40);
+  CHECK(step["training_state"]["rng_bytes"] == 32);
+  CHECK(step["training_state"]["data"]["offset"] == 40 * 32 % 4096);
+  CHECK(step["training_state"]["values"]["seed"]["value"] == 1);
+  REQUIRE(step["shards"].size() == 1);
+  CHECK(step["shards"][0]["tensor_count"] == 12);
+  const json by_number = run(kInspect, {store, "--step", "20", "--json"}).out_json();
+  CHECK(by_number["step"]["step"] == 20);
+  const json from_dir = run(kInspect, {store + "/step-20-2", "--json"}).out_json();
+  CHECK(from_dir["step"]["step"] == 20);
+  CHECK(from_dir["shards"][0]["tensor_count"] == 12);
+  const Run human = run(kInspect, {store, "--step", "30"});
+  CHECK(human.code == 0);
+  CHECK(human.says("mlp.w1"));
+  CHECK(human.says("data position"));
+}
+
+TEST_CASE("ckpt-demo-train resumes from the latest step with exactly the weights of an uninterrupted run", "[demo]") {
+  ckpt_test::TempDir dir;
+  const Run whole = run(kTrain, {"--store", dir.file("whole"), "--steps", "120", "--save-every", "20", "--seed", "7", "-q"});
+  REQUIRE(whole.code == 0);
+  const Run first = run(kTrain, {"--store", dir.file("split"), "--steps", "70", "--save-every", "20", "--seed", "7", "-q"});
+  REQUIRE(first.code == 0);
+  CHECK(first.says("final step 70 weights xxh3 "));
+  const Run rest = run(kTrain, {"--store", dir.file("split"), "--steps", "120", "--save-every", "20", "--seed", "7"});
+  INFO(rest.out << rest.err);
+  REQUIRE(rest.code == 0);
+  CHECK(rest.says("resumed from step 70"));
+  const auto last_line = [](const std::string& out) {
+    const auto end = out.find_last_not_of('\n');
+    const auto start = out.rfind('\n', end);
+    return out.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+  };
+  CHECK(last_line(rest.out) == last_line(whole.out));
+  CHECK(last_line(whole.out).rfind("final step 120 weights xxh3 ", 0) == 0);
+  // Another seed trains to other weights; the same seed on a store of another seed is refused.
+  const Run other = run(kTrain, {"--store", dir.file("other"), "--steps", "120", "--save-every", "20", "--seed", "8", "-q"});
+  CHECK(last_line(other.out) != last_line(whole.out));
+  const Run mismatch = run(kTrain, {"--store", dir.file("other"), "--steps", "140", "--seed", "7"});
+  CHECK(mismatch.code == 2);
+  CHECK(mismatch.err.find("--seed 8") != std::string::npos);
+}
+
+TEST_CASE("ckpt-demo-train killed with SIGKILL at random moments and restarted ends with the uninterrupted digest", "[demo]") {
+  ckpt_test::TempDir dir;
+  const std::vector<std::string> common = {"--steps", "300", "--save-every", "15", "--seed", "3", "--extra-mib", "1", "--keep", "2", "-q"};
+  auto args_for = [&](const std::string& store) {
+    std::vector<std::string> a = {"--store", store};
+    a.insert(a.end(), common.begin(), common.end());
+    return a;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const Run whole = run(kTrain, args_for(dir.file("whole")));
+  REQUIRE(whole.code == 0);
+  const auto whole_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+  const std::string expected = whole.out;
+  REQUIRE(expected.rfind("final step 300 weights xxh3 ", 0) == 0);
+
+  // Each attempt is killed after a random share of an uninterrupted run's time, until one finishes.
+  std::mt19937_64 rng(99);
+  const std::string store = dir.file("killed");
+  const std::string out_path = dir.file("attempt.out");
+  int kills = 0, attempts = 0;
+  std::string final_out;
+  while (attempts < 200) {
+    ++attempts;
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) ::_exit(127);
+      ::dup2(fd, 1);
+      std::vector<std::string> a = args_for(store);
+      std::vector<char*> argv{const_cast<char*>(kTrain.c_str())};
+      for (auto& s : a) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      ::execv(kTrain.c_str(), argv.data());
+      ::_exit(127);
+    }
+    const auto delay = std::uniform_int_distribution<long long>(0, std::max<long long>(2000, whole_us / 3))(rng);
+    // Polls so a run that finishes early is not "killed" after it exited.
+    int status = 0;
+    pid_t done = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(delay);
+    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (done == 0) {
+      ::kill(pid, SIGKILL);
+      REQUIRE(::waitpid(pid, &status, 0) == pid);
+    }
+    if (WIFSIGNALED(status)) {
+      CHECK(WTERMSIG(status) == SIGKILL);
+      ++kills;
+      continue;
+    }
+    REQUIRE(WIFEXITED(status));
+    INFO("attempt " << attempts << " output: " << ckpt_test::read_file(out_path));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    final_out = ckpt_test::read_file(out_path);
+    break;
+  }
+  std::printf("demo-train under SIGKILL: %d kills, finished on attempt %d\n", kills, attempts);
+  CHECK(kills >= 3);
+  CHECK(final_out == expected);
+  // The store the killed runs left verifies, and the repair tool finds it consistent.
+  CHECK(run(kVerify, {store}).code == 0);
+  CHECK(run(kRepair, {store}).code == 0);
+}

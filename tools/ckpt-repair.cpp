@@ -1,0 +1,643 @@
+// ckpt-repair: explains what is wrong with a checkpoint store and fixes what can be fixed without
+// losing a committed step (spec/JOURNAL.md 6.4, 11):
+//   - a torn journal tail is truncated and transactions left open by a crash are aborted, their files
+//     (only those their BEGIN named) removed: the recovery of a writable open;
+//   - a missing or corrupt journal is rebuilt from the step directories whose manifest and every shard
+//     verify; the new journal is written under a temporary name, fsynced and renamed into place, and
+//     the old one is kept renamed, never deleted;
+//   - every committed step is verified chunk by chunk; damage is named down to tensor and chunk;
+//   - files nothing accounts for are listed and never deleted, and a committed step is never deleted.
+// Exit status: 0 the store is consistent afterwards, 1 damage remains that it could not repair,
+// 2 usage or I/O error.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ckpt/io/atomic_file.hpp>
+#include <ckpt/store.hpp>
+
+#include "cli.hpp"
+#include "report_json.hpp"
+#include "store_cli.hpp"
+
+namespace {
+
+using ckpt::tools::json;
+namespace tools = ckpt::tools;
+constexpr const char* kTool = "ckpt-repair";
+
+// Prints progressively for people, or gathers everything into one JSON document.
+class Output {
+ public:
+  explicit Output(bool as_json) : as_json_(as_json) {}
+  void line(const std::string& text) {
+    if (!as_json_) std::printf("%s\n", tools::printable(text).c_str());
+  }
+  void heading(const std::string& text) {
+    if (!as_json_) std::printf("\n%s\n", text.c_str());
+  }
+  void flush() {
+    if (!as_json_) std::fflush(stdout);
+  }
+  json doc = json::object();
+
+ private:
+  bool as_json_;
+};
+
+// What the journal, applied or damaged-but-once-durable, says about a transaction.
+struct Known {
+  std::optional<ckpt::BeginRecord> begin;
+  std::optional<ckpt::CommitRecord> commit;
+  bool aborted = false, retired = false;
+  std::uint64_t begin_offset = 0;
+};
+
+// One step directory considered for a rebuilt journal.
+struct Candidate {
+  std::string dir;  // name inside the store
+  std::uint64_t step = 0, txn = 0;
+  enum class Verdict { include, abort, damaged, foreign } verdict = Verdict::damaged;
+  std::string reason;
+  tools::StepDirectory content;
+  std::vector<std::string> damage;  // one line per problem
+};
+
+// The rebuild of a missing or corrupt journal (spec/JOURNAL.md 5.1 framing, 4 records).
+struct Rebuild {
+  ckpt::Uuid uuid{};
+  std::string uuid_source;
+  std::vector<Candidate> candidates;
+  std::optional<ckpt::BeginRecord> high_water;  // keeps the largest txn id ever used from being reused
+  std::string journal_bytes;
+};
+
+// The old journal's records: applied ones, and digest-valid ones inside mid-log corruption (they were
+// durable once). Records in a torn tail never were, so they do not count as facts.
+std::map<std::uint64_t, Known> known_transactions(const ckpt::JournalScan& scan, std::uint64_t& max_txn) {
+  std::map<std::uint64_t, Known> known;
+  auto take = [&](const ckpt::JournalRecord& r) {
+    max_txn = std::max(max_txn, r.txn());
+    if (const auto* b = std::get_if<ckpt::BeginRecord>(&r.body)) {
+      known[b->txn].begin = *b;
+      known[b->txn].begin_offset = r.offset;
+    } else if (const auto* c = std::get_if<ckpt::CommitRecord>(&r.body)) {
+      known[c->txn].commit = *c;
+    } else if (const auto* a = std::get_if<ckpt::AbortRecord>(&r.body)) {
+      known[a->txn].aborted = true;
+    } else if (const auto* t = std::get_if<ckpt::RetireRecord>(&r.body)) {
+      known[t->txn].retired = true;
+    }
+  };
+  for (const auto& r : scan.records) take(r);
+  for (const auto& d : scan.corruption)
+    for (const auto& r : d.unapplied) take(r);
+  if (scan.torn_tail)
+    for (const auto& r : scan.torn_tail->unapplied) max_txn = std::max(max_txn, r.txn());  // an id that may have reached disk
+  return known;
+}
+
+// Verifies one step directory completely: manifest, shard pins, every chunk of every shard.
+void verify_candidate(ckpt::PosixFs& fs, const std::string& store, Candidate& c) {
+  auto content = tools::read_step_directory(fs, ckpt::join_path(store, c.dir));
+  if (!content.ok()) {
+    c.damage.push_back(content.status().to_string());
+    return;
+  }
+  c.content = std::move(content).value();
+  const auto& m = c.content.manifest;
+  if (m.step != c.step || m.txn != c.txn)
+    c.damage.push_back("MANIFEST says step " + std::to_string(m.step) + " txn " + std::to_string(m.txn) +
+                       ", the directory name says step " + std::to_string(c.step) + " txn " + std::to_string(c.txn));
+  for (const auto& p : c.content.shard_problems) c.damage.push_back(p.to_string());
+  for (const auto& shard_path : c.content.shard_paths) {
+    auto v = ckpt::verify_file(fs, shard_path);
+    if (!v.ok()) {
+      if (v.status().code() != ckpt::Code::not_found) c.damage.push_back(v.status().to_string());
+      continue;  // a missing shard is already a shard problem
+    }
+    for (const auto& p : v->problems) c.damage.push_back(tools::problem_line(shard_path, p));
+  }
+}
+
+// Plans a new journal from the step directories (and what the old journal still proves).
+ckpt::Result<Rebuild> plan_rebuild(ckpt::PosixFs& fs, const std::string& store, const ckpt::JournalScan* old) {
+  Rebuild plan;
+  std::uint64_t max_txn = 0;
+  std::map<std::uint64_t, Known> known;
+  if (old != nullptr) known = known_transactions(*old, max_txn);
+  // The first offset of mid-log damage: an "open" transaction that began before it may have ended inside it.
+  std::optional<std::uint64_t> last_damage;
+  if (old != nullptr)
+    for (const auto& d : old->corruption) last_damage = std::max(last_damage.value_or(0), d.offset);
+
+  CKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(store));
+  std::sort(entries.begin(), entries.end());
+  std::uint64_t max_dir_txn = 0;
+  for (const auto& name : entries) {
+    Candidate c;
+    c.dir = name;
+    if (!ckpt::parse_step_dir_name(name, c.step, c.txn)) continue;
+    auto info = fs.stat(ckpt::join_path(store, name));
+    if (!info.ok() || !info->is_dir) continue;
+    max_dir_txn = std::max(max_dir_txn, c.txn);
+    verify_candidate(fs, store, c);
+    const auto k = known.find(c.txn);
+    const bool knows = k != known.end() && k->second.begin && k->second.begin->step == c.step;
+    if (knows && (k->second.aborted || k->second.retired)) {
+      c.verdict = Candidate::Verdict::abort;
+      c.reason = std::string("the old journal ") + (k->second.retired ? "retired" : "aborted") + " txn " + std::to_string(c.txn) +
+                 ": its files are removed";
+    } else if (knows && !k->second.commit && (!last_damage || *last_damage < k->second.begin_offset)) {
+      c.verdict = Candidate::Verdict::abort;
+      c.reason = "the old journal shows txn " + std::to_string(c.txn) + " begun and never committed (no damage after it): "
+                 "aborted, its files are removed";
+    } else if (!c.damage.empty()) {
+      c.verdict = Candidate::Verdict::damaged;
+      c.reason = "does not verify: left in place, not in the new journal";
+    } else if (knows && k->second.commit && k->second.commit->manifest_digest != c.content.manifest_digest) {
+      c.verdict = Candidate::Verdict::damaged;
+      c.reason = "its MANIFEST digest " + ckpt::hex64(c.content.manifest_digest) + " differs from the old COMMIT's " +
+                 ckpt::hex64(k->second.commit->manifest_digest) + ": left in place, not in the new journal";
+      c.damage.push_back(c.reason);
+    } else {
+      c.verdict = Candidate::Verdict::include;
+      c.reason = knows && k->second.commit ? "committed in the old journal, and every chunk verifies"
+                                           : "its manifest and every chunk of its shards verify";
+    }
+    plan.candidates.push_back(std::move(c));
+  }
+  std::sort(plan.candidates.begin(), plan.candidates.end(), [](const Candidate& a, const Candidate& b) { return a.txn < b.txn; });
+
+  // The store's identity: the old HEADER's, else the one the verified manifests agree on.
+  if (old != nullptr && old->has_header) {
+    plan.uuid = old->header.store_uuid;
+    plan.uuid_source = "the old journal's HEADER";
+  } else {
+    std::map<ckpt::Uuid, int> votes;
+    for (const auto& c : plan.candidates)
+      if (c.verdict == Candidate::Verdict::include) ++votes[c.content.manifest.store_uuid];
+    if (!votes.empty()) {
+      plan.uuid = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+      plan.uuid_source = "the step manifests";
+    } else {
+      plan.uuid = ckpt::random_uuid();
+      plan.uuid_source = "new (nothing records the old one)";
+    }
+  }
+  for (auto& c : plan.candidates)
+    if (c.verdict == Candidate::Verdict::include && c.content.manifest.store_uuid != plan.uuid) {
+      c.verdict = Candidate::Verdict::foreign;
+      c.reason = "its MANIFEST belongs to store " + ckpt::uuid_string(c.content.manifest.store_uuid) + ": left in place";
+    }
+
+  // The records: one group per transaction, in txn order (one transaction open at a time, spec 6.6).
+  ckpt::JournalHeader header;
+  header.store_uuid = plan.uuid;
+  std::string& bytes = plan.journal_bytes;
+  bytes = ckpt::encode_group({ckpt::header_record(header)}, 0);
+  std::uint64_t max_written = 0;
+  for (const auto& c : plan.candidates) {
+    if (c.verdict != Candidate::Verdict::include && c.verdict != Candidate::Verdict::abort) continue;
+    ckpt::BeginRecord b;
+    b.txn = c.txn;
+    b.step = c.step;
+    const auto k = known.find(c.txn);
+    if (c.verdict == Candidate::Verdict::include) {
+      b.world_size = c.content.manifest.world_size;
+      for (const auto& s : c.content.manifest.shards) b.files.push_back(ckpt::TxnFile{s.rank, s.name});
+    } else if (k != known.end() && k->second.begin) {
+      b = *k->second.begin;  // exactly the files that transaction named, nothing more (R7)
+    } else {
+      b.files.push_back(ckpt::TxnFile{0, ckpt::shard_file_name(0, 1)});
+    }
+    CKPT_ASSIGN_OR_RETURN(ckpt::PendingRecord begin, ckpt::begin_record(b));
+    std::vector<ckpt::PendingRecord> group{begin};
+    if (c.verdict == Candidate::Verdict::include)
+      group.push_back(ckpt::commit_record(ckpt::CommitRecord{c.txn, c.step, c.content.manifest_size, c.content.manifest_digest}));
+    else
+      group.push_back(ckpt::abort_record(ckpt::AbortRecord{c.txn, c.step, ckpt::AbortReason::recovery}));
+    bytes += ckpt::encode_group(group, bytes.size());
+    max_written = std::max(max_written, c.txn);
+  }
+  // An id the old journal used above every directory left must stay spent (spec 5.6): an aborted
+  // transaction whose directory does not exist records it.
+  if (max_txn > std::max(max_written, max_dir_txn)) {
+    ckpt::BeginRecord b;
+    b.txn = max_txn;
+    const auto k = known.find(max_txn);
+    b.step = k != known.end() && k->second.begin ? k->second.begin->step : 0;
+    b.files.push_back(ckpt::TxnFile{0, ckpt::shard_file_name(0, 1)});
+    CKPT_ASSIGN_OR_RETURN(ckpt::PendingRecord begin, ckpt::begin_record(b));
+    bytes += ckpt::encode_group({begin, ckpt::abort_record(ckpt::AbortRecord{b.txn, b.step, ckpt::AbortReason::recovery})}, bytes.size());
+    plan.high_water = b;
+  }
+  // The new journal must read back clean before it replaces anything.
+  CKPT_ASSIGN_OR_RETURN(ckpt::JournalScan check, ckpt::scan_journal_bytes(bytes, ckpt::join_path(store, "JOURNAL (rebuilt)")));
+  if (check.corrupt() || check.torn_tail || check.end != bytes.size())
+    return ckpt::make_error(ckpt::Code::corrupt, "the rebuilt journal does not scan clean: " + check.corruption_summary());
+  return plan;
+}
+
+// Writes the rebuilt journal: temporary name, fsync, the old one renamed aside (never deleted), rename, fsync dir.
+ckpt::Result<std::string> write_rebuilt_journal(ckpt::PosixFs& fs, const std::string& store, const Rebuild& plan, bool old_exists) {
+  const std::string journal_path = ckpt::join_path(store, std::string(ckpt::journal::kJournalName));
+  CKPT_ASSIGN_OR_RETURN(auto file, ckpt::AtomicFile<ckpt::PosixFs>::create(fs, journal_path));
+  CKPT_TRY(file->write(plan.journal_bytes.data(), plan.journal_bytes.size()));
+  std::string kept;
+  if (old_exists) {
+    for (int n = 1; n < 1000000 && kept.empty(); ++n) {
+      const std::string candidate = journal_path + ".corrupt-" + std::to_string(n);
+      if (fs.stat(candidate).status().code() == ckpt::Code::not_found) kept = candidate;
+    }
+    if (kept.empty()) return ckpt::make_error(ckpt::Code::conflict, store + ": no free JOURNAL.corrupt-<n> name");
+    CKPT_TRY(fs.rename(journal_path, kept));
+    // Durable before the new journal takes the name: two renames in one directory may reach disk in any order (R1).
+    CKPT_TRY(fs.sync_dir(store));
+  }
+  CKPT_TRY(file->commit());  // fsync, rename into place, fsync the directory
+  return kept;
+}
+
+// --- Verification of committed steps --------------------------------------------------------------
+
+struct StepResult {
+  ckpt::StepInfo info;
+  bool ok = true;
+  std::uint64_t chunks = 0, bytes = 0;
+  std::vector<std::string> lines;  // one per problem
+  json problems = json::array();
+};
+
+std::vector<StepResult> verify_committed(ckpt::Store<ckpt::PosixFs>& store) {
+  std::vector<StepResult> out;
+  for (const auto& info : store.steps()) {
+    StepResult r;
+    r.info = info;
+    // One line per problem; a missing file is reported by both the step check and the file check: once is enough.
+    auto add = [&r](const std::string& line) {
+      const auto colon = line.find(": ");
+      const std::string core = colon == std::string::npos ? line : line.substr(colon + 2);
+      for (const auto& l : r.lines)
+        if (l.find(core) != std::string::npos) return;
+      r.lines.push_back(line);
+      r.problems.push_back({{"message", line}});
+    };
+    auto v = store.verify_step(info.step);
+    if (!v.ok()) {
+      r.ok = false;
+      add(v.status().to_string());
+    } else {
+      for (const auto& p : v->problems) add(p);
+      for (const auto& shard : v->shards) {
+        r.chunks += shard.chunks_checked;
+        r.bytes += shard.bytes_checked;
+        for (const auto& p : shard.problems) {
+          r.lines.push_back(tools::problem_line(shard.path, p));
+          json j = tools::problem_json(p);
+          j["file"] = shard.path;
+          r.problems.push_back(std::move(j));
+        }
+      }
+      r.ok = v->ok();
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+json step_result_json(const StepResult& r) {
+  json j = tools::step_info_json(r.info);
+  j["ok"] = r.ok;
+  j["chunks_checked"] = r.chunks;
+  j["bytes_checked"] = r.bytes;
+  j["problems"] = r.problems;
+  return j;
+}
+
+// --- The repair ---------------------------------------------------------------------------------
+
+class Repair {
+ public:
+  Repair(ckpt::PosixFs& fs, std::string store, bool dry_run, Output& out) : fs_(fs), store_(std::move(store)), dry_run_(dry_run), out_(out) {}
+
+  int run(ckpt::tools::PathKind kind) {
+    out_.doc["store"] = store_;
+    out_.doc["dry_run"] = dry_run_;
+    out_.line(std::string(kTool) + ": store " + store_ + (dry_run_ ? " (dry run: nothing is changed)" : ""));
+    std::optional<ckpt::RecoveryReport> scanned;
+    bool need_rebuild = kind == tools::PathKind::broken_store;
+    if (kind == tools::PathKind::store) {
+      auto report = ckpt::check_store(fs_, store_);
+      if (!report.ok()) {
+        if (report.status().code() == ckpt::Code::version)
+          return fatal(report.status().with_context("the journal was written by a newer version; not touching it"));
+        return fatal(report.status());
+      }
+      scanned = std::move(report).value();
+      out_.doc["journal"] = tools::journal_json(scanned->journal);
+      out_.line("journal: " + tools::journal_line(scanned->journal));
+      need_rebuild = scanned->corrupt();
+    } else {
+      out_.doc["journal"] = nullptr;
+      out_.line("journal: MISSING (the store holds step directories but no JOURNAL)");
+    }
+    return need_rebuild ? run_rebuild(scanned ? &*scanned : nullptr) : run_recovery(*scanned);
+  }
+
+ private:
+  int fatal(const ckpt::Status& s) {
+    error_ = s;
+    return finish(ckpt::cli::exit_for(s.code()) == ckpt::cli::kIntegrity ? ckpt::cli::kIntegrity : ckpt::cli::kUsage);
+  }
+
+  void add_found(const std::string& what) {
+    found_.push_back(what);
+    out_.line("  - " + what);
+  }
+
+  void list_found(const ckpt::RecoveryReport& r) {
+    out_.heading("found:");
+    if (r.journal.torn_tail)
+      add_found("torn journal tail at offset " + std::to_string(r.journal.torn_tail->offset) + " (" +
+                std::to_string(r.journal.torn_tail->length) + " bytes; a crash during an append left it)");
+    for (const auto& t : r.transactions) {
+      if (t.state == ckpt::TxnState::open)
+        add_found("transaction " + std::to_string(t.txn) + " (step " + std::to_string(t.step) + ", " + t.dir() +
+                  ") began but never committed: it is rolled back and only the files its BEGIN named are removed");
+      else if ((t.state == ckpt::TxnState::aborted || t.state == ckpt::TxnState::retired))
+        for (const auto& a : r.actions)
+          if (a.txn == t.txn && a.kind == ckpt::RecoveryActionKind::remove_dir) {
+            add_found(std::string(t.state == ckpt::TxnState::aborted ? "aborted" : "retired") + " transaction " + std::to_string(t.txn) +
+                      " (step " + std::to_string(t.step) + ") still has files in " + t.dir());
+            break;
+          }
+    }
+    for (const auto& n : r.notes) add_found(n);
+    for (const auto& u : r.unknown_entries) add_found("unknown entry '" + u + "': no journal record accounts for it; listed, never deleted");
+    if (found_.empty()) out_.line("  nothing wrong with the journal");
+  }
+
+  void list_plan(const std::vector<ckpt::RecoveryAction>& actions) {
+    out_.heading(dry_run_ ? "would do:" : "will do:");
+    if (actions.empty()) out_.line("  nothing");
+    for (std::size_t i = 0; i < actions.size(); ++i) out_.line("  " + std::to_string(i + 1) + ". " + actions[i].describe());
+    json plan = json::array();
+    for (const auto& a : actions) plan.push_back(a.describe());
+    out_.doc["plan"] = std::move(plan);
+    out_.flush();
+  }
+
+  void record_actions(const std::vector<ckpt::RecoveryAction>& actions) {
+    json done = json::array();
+    out_.heading("done:");
+    if (actions.empty()) out_.line("  nothing");
+    for (const auto& a : actions) {
+      done.push_back({{"action", ckpt::recovery_action_name(a.kind)},
+                      {"path", a.path},
+                      {"txn", a.txn},
+                      {"offset", a.offset},
+                      {"length", a.length},
+                      {"done", a.done},
+                      {"error", a.error.empty() ? json(nullptr) : json(a.error)}});
+      out_.line(std::string("  ") + (a.done ? "ok      " : "FAILED  ") + a.describe());
+      if (!a.done) action_failed_ = true;
+    }
+    out_.doc["actions"] = std::move(done);
+  }
+
+  int run_recovery(const ckpt::RecoveryReport& scanned) {
+    list_found(scanned);
+    list_plan(scanned.actions);
+    ckpt::RecoveryReport final_report = scanned;
+    std::unique_ptr<ckpt::Store<ckpt::PosixFs>> store;
+    if (dry_run_) {
+      out_.doc["actions"] = json::array();
+      auto ro = tools::open_store_for_reading(fs_, store_);
+      if (!ro.ok()) return fatal(ro.status());
+      store = std::move(ro).value();
+      pending_ = !scanned.clean();
+    } else {
+      // A writable open takes the lock and runs exactly this recovery (spec 6.4), re-planned under the lock.
+      ckpt::StoreOptions o;
+      auto rw = ckpt::Store<ckpt::PosixFs>::open(fs_, store_, ckpt::Access::read_write, o);
+      if (!rw.ok()) return fatal(rw.status());
+      store = std::move(rw).value();
+      final_report = store->recovery_report();
+      record_actions(final_report.actions);
+    }
+    unknown_ = final_report.unknown_entries;
+    notes_ = final_report.notes;
+    return verify_and_finish(*store);
+  }
+
+  int run_rebuild(const ckpt::RecoveryReport* scanned) {
+    out_.heading("found:");
+    if (scanned == nullptr) {
+      add_found("the JOURNAL is missing: it is rebuilt from the step directories that verify");
+    } else {
+      const auto& j = scanned->journal;
+      if (!j.has_header) add_found("the journal has no valid HEADER at offset 0");
+      for (const auto& d : j.corruption)
+        add_found("journal bytes [" + std::to_string(d.offset) + ", " + std::to_string(d.offset + d.length) + ") are corrupt (" +
+                  std::to_string(d.length) + " bytes, first bad record at offset " + std::to_string(d.bad_offset) + "): " +
+                  d.reason + (d.unapplied.empty() ? "" : "; " + std::to_string(d.unapplied.size()) + " valid records inside were not applied"));
+      for (const auto& p : scanned->problems) add_found("protocol problem: " + p);
+      add_found("the journal cannot be trusted as it is: it is rebuilt from the step directories that verify, and the "
+                "old one is kept renamed");
+    }
+    // Under the lock, so no writer changes the store between the plan and the swap.
+    ckpt::FileHandle lock;
+    if (!dry_run_) {
+      auto l = fs_.lock(ckpt::join_path(store_, std::string(ckpt::journal::kLockName)));
+      if (!l.ok()) {
+        if (l.status().code() == ckpt::Code::conflict)
+          return fatal(ckpt::make_error(ckpt::Code::conflict, store_ + ": another writer has the store open (LOCK is held)"));
+        return fatal(l.status());
+      }
+      lock = *l;
+    }
+    struct Unlock {
+      ckpt::PosixFs& fs;
+      ckpt::FileHandle& h;
+      ~Unlock() {
+        if (h.valid()) fs.close(h).ignore_error();  // releasing a lock loses nothing
+      }
+    } unlock{fs_, lock};
+
+    auto plan = plan_rebuild(fs_, store_, scanned ? &scanned->journal : nullptr);
+    if (!plan.ok()) return fatal(plan.status());
+    json candidates = json::array();
+    out_.heading(std::string(dry_run_ ? "would rebuild" : "rebuilding") + " the journal (store uuid " + ckpt::uuid_string(plan->uuid) +
+                 " from " + plan->uuid_source + "):");
+    std::size_t included = 0;
+    for (const auto& c : plan->candidates) {
+      const char* verdict = c.verdict == Candidate::Verdict::include ? "commit"
+                            : c.verdict == Candidate::Verdict::abort ? "abort"
+                            : c.verdict == Candidate::Verdict::damaged ? "damaged"
+                                                                        : "foreign";
+      if (c.verdict == Candidate::Verdict::include) ++included;
+      out_.line("  " + c.dir + ": " + verdict + " (" + c.reason + ")");
+      for (const auto& d : c.damage) out_.line("      " + d);
+      candidates.push_back({{"dir", c.dir}, {"step", c.step}, {"txn", c.txn}, {"verdict", verdict}, {"reason", c.reason}, {"damage", c.damage}});
+      if (c.verdict == Candidate::Verdict::damaged) rebuild_damage_.push_back(c.dir);
+    }
+    if (plan->candidates.empty()) out_.line("  no step directories: the new journal holds no step");
+    if (plan->high_water)
+      out_.line("  txn ids up to " + std::to_string(plan->high_water->txn) + " stay spent (an aborted placeholder transaction records it)");
+    out_.doc["rebuild"] = {{"store_uuid", ckpt::uuid_string(plan->uuid)},
+                           {"uuid_source", plan->uuid_source},
+                           {"steps_committed", included},
+                           {"directories", std::move(candidates)},
+                           {"journal_bytes", plan->journal_bytes.size()},
+                           {"kept_as", nullptr}};
+    out_.flush();
+    if (dry_run_) {
+      out_.doc["plan"] = json::array({"rebuild the journal"});
+      out_.doc["actions"] = json::array();
+      pending_ = true;
+      return finish(ckpt::cli::kIntegrity);
+    }
+    auto kept = write_rebuilt_journal(fs_, store_, *plan, scanned != nullptr);
+    if (!kept.ok()) return fatal(kept.status().with_context("writing the rebuilt journal"));
+    out_.heading("done:");
+    out_.line("  ok      wrote the new JOURNAL (" + std::to_string(plan->journal_bytes.size()) + " bytes, fsynced, renamed into place, directory fsynced)");
+    if (!kept->empty()) out_.line("  ok      kept the old journal as " + *kept + " (never deleted)");
+    out_.doc["rebuild"]["kept_as"] = kept->empty() ? json(nullptr) : json(*kept);
+    // The lock is released before the writable open below takes it again.
+    fs_.close(lock).ignore_error();
+    lock = ckpt::FileHandle{};
+
+    // The recovery of a writable open then removes what aborted transactions left (only files they named).
+    auto rw = ckpt::Store<ckpt::PosixFs>::open(fs_, store_, ckpt::Access::read_write, ckpt::StoreOptions{});
+    if (!rw.ok()) return fatal(rw.status().with_context("reopening after the rebuild"));
+    const auto& report = (*rw)->recovery_report();
+    for (const auto& a : report.actions) out_.line(std::string("  ") + (a.done ? "ok      " : "FAILED  ") + a.describe());
+    json done = json::array({"rebuild the journal"});
+    for (const auto& a : report.actions) {
+      done.push_back(a.describe());
+      if (!a.done) action_failed_ = true;
+    }
+    out_.doc["actions"] = std::move(done);
+    unknown_ = report.unknown_entries;
+    notes_ = report.notes;
+    return verify_and_finish(**rw);
+  }
+
+  int verify_and_finish(ckpt::Store<ckpt::PosixFs>& store) {
+    out_.heading("committed steps:");
+    auto results = verify_committed(store);
+    json steps = json::array();
+    if (results.empty()) out_.line("  none");
+    for (const auto& r : results) {
+      const std::string head = "  step " + std::to_string(r.info.step) + " (txn " + std::to_string(r.info.txn) + ", " + r.info.dir + "): ";
+      if (r.ok) {
+        out_.line(head + "ok (" + std::to_string(r.chunks) + " chunks, " + ckpt::cli::human_bytes(static_cast<double>(r.bytes)) + " verified)");
+      } else {
+        out_.line(head + "DAMAGED (kept: a committed step is never deleted; restore it from a copy or retire it)");
+        for (const auto& l : r.lines) out_.line("      " + l);
+        damaged_.push_back(r.info.dir);
+      }
+      steps.push_back(step_result_json(r));
+    }
+    out_.doc["steps"] = std::move(steps);
+    return finish(ckpt::cli::kOk);
+  }
+
+  int finish(int code) {
+    if (!unknown_.empty()) {
+      out_.heading("not accounted for (listed, never deleted):");
+      for (const auto& u : unknown_) out_.line("  " + u);
+    }
+    for (const auto& n : notes_)
+      if (std::find(found_.begin(), found_.end(), n) == found_.end()) out_.line("note: " + n);
+    if (!error_.ok()) {
+      if (code == ckpt::cli::kOk) code = ckpt::cli::kUsage;
+    } else if (action_failed_) {
+      code = ckpt::cli::kUsage;
+    } else if (!damaged_.empty() || !rebuild_damage_.empty() || pending_) {
+      code = std::max(code, static_cast<int>(ckpt::cli::kIntegrity));
+    }
+    std::string verdict;
+    if (!error_.ok()) verdict = "error: " + error_.message();
+    else if (action_failed_) verdict = "some actions failed (see above); run ckpt-repair again once the cause is fixed";
+    else if (dry_run_ && pending_) verdict = "repairs needed (dry run: nothing was changed)";
+    else if (!damaged_.empty() || !rebuild_damage_.empty()) {
+      std::set<std::string> all(damaged_.begin(), damaged_.end());
+      all.insert(rebuild_damage_.begin(), rebuild_damage_.end());
+      verdict = "DAMAGE REMAINS: " + std::to_string(all.size()) + " step director" + (all.size() == 1 ? "y" : "ies") + " damaged:";
+      for (const auto& d : all) verdict += " " + d;
+    } else {
+      verdict = dry_run_ ? "consistent: nothing to repair" : "consistent";
+    }
+    json u = unknown_;
+    out_.doc["unknown_entries"] = u;
+    out_.doc["notes"] = notes_;
+    out_.doc["found"] = found_;
+    json damaged = damaged_;
+    for (const auto& d : rebuild_damage_)
+      if (std::find(damaged_.begin(), damaged_.end(), d) == damaged_.end()) damaged.push_back(d);
+    out_.doc["damaged"] = std::move(damaged);
+    out_.doc["consistent"] = code == ckpt::cli::kOk;
+    out_.doc["result"] = verdict;
+    out_.doc["exit"] = code;
+    if (!error_.ok()) out_.doc["error"] = {{"code", ckpt::code_name(error_.code())}, {"message", error_.message()}};
+    if (!error_.ok()) std::fprintf(stderr, "%s: %s\n", kTool, tools::printable(error_.message()).c_str());
+    out_.heading("result: " + verdict);
+    return code;
+  }
+
+  ckpt::PosixFs& fs_;
+  std::string store_;
+  bool dry_run_;
+  Output& out_;
+  ckpt::Status error_;
+  bool action_failed_ = false, pending_ = false;
+  std::vector<std::string> found_, unknown_, notes_, damaged_, rebuild_damage_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ckpt::cli::guarded(kTool, [&] {
+    CLI::App app{"Repairs a ckpt checkpoint store. Prints what it found and what it will do, then does it:\n"
+                 "truncates a torn journal tail, rolls back transactions a crash left uncommitted (removing\n"
+                 "only the files they named), rebuilds a missing or corrupt journal from the step directories\n"
+                 "whose manifest and shards verify (the old journal is kept renamed), verifies every committed\n"
+                 "step and names damage down to tensor and chunk. It never deletes a committed step, and lists\n"
+                 "but never deletes files it cannot account for.\n\n"
+                 "Exit status: 0 the store is consistent afterwards (with --dry-run: already consistent),\n"
+                 "1 damage remains that it could not repair (with --dry-run: repairs are needed),\n"
+                 "2 usage or I/O error.",
+                 kTool};
+    std::string path;
+    bool dry_run = false, as_json = false;
+    app.add_option("STORE", path, "store directory (holds JOURNAL and step-<step>-<txn>/ directories)")->required();
+    app.add_flag("--dry-run", dry_run, "report what would be done and change nothing (takes no lock)");
+    app.add_flag("--json", as_json, "print one JSON document instead of text");
+    if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+
+    ckpt::PosixFs fs;
+    auto kind = tools::classify_path(fs, path);
+    if (!kind.ok()) return ckpt::cli::report(kTool, kind.status());
+    switch (*kind) {
+      case tools::PathKind::file:
+        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": not a directory; ckpt-repair takes a store directory (ckpt-verify checks single files)"));
+      case tools::PathKind::step_dir:
+        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": a step directory; run ckpt-repair on the store that holds it"));
+      case tools::PathKind::other_dir:
+        return ckpt::cli::report(kTool, tools::not_a_store_error(path, *kind));
+      default: break;
+    }
+    Output out(as_json);
+    Repair repair(fs, path, dry_run, out);
+    const int code = repair.run(*kind);
+    if (as_json) ckpt::cli::print_json(out.doc);
+    return code;
+  });
+}
