@@ -456,7 +456,7 @@ TEST_CASE("ckpt-demo-train killed with SIGKILL at random moments and restarted e
       ::execv(kTrain.c_str(), argv.data());
       ::_exit(127);
     }
-    const auto delay = std::uniform_int_distribution<long long>(0, std::max<long long>(2000, whole_us / 3))(rng);
+    const auto delay = std::uniform_int_distribution<long long>(0, std::max<long long>(2000, whole_us / 6))(rng);
     // Polls so a run that finishes early is not "killed" after it exited.
     int status = 0;
     pid_t done = 0;
@@ -479,7 +479,7 @@ TEST_CASE("ckpt-demo-train killed with SIGKILL at random moments and restarted e
     break;
   }
   std::printf("demo-train under SIGKILL: %d kills, finished on attempt %d\n", kills, attempts);
-  CHECK(kills >= 3);
+  CHECK(kills >= 3);  // about 10 on average: each attempt gets a sixth of a whole run at most
   CHECK(final_out == expected);
   // The store the killed runs left verifies, and the repair tool finds it consistent.
   CHECK(run(kVerify, {store}).code == 0);

@@ -315,10 +315,11 @@ int main(int argc, char** argv) {
 
     ckpt::PosixFs fs;
     // A directory is a store (its steps, or one of them) or a step directory.
+    // Any other directory is reported as before: a path that is not a shard file.
     auto info = fs.stat(path);
-    if (info.ok() && info->is_dir) {
-      auto kind = ckpt::tools::classify_path(fs, path);
-      if (!kind.ok()) return ckpt::cli::report(kTool, kind.status());
+    auto kind = info.ok() && info->is_dir ? ckpt::tools::classify_path(fs, path) : ckpt::Result<ckpt::tools::PathKind>(ckpt::tools::PathKind::file);
+    if (!kind.ok()) return ckpt::cli::report(kTool, kind.status());
+    if (*kind != ckpt::tools::PathKind::file && *kind != ckpt::tools::PathKind::other_dir) {
       json out;
       if (*kind == ckpt::tools::PathKind::step_dir) {
         if (*step_option || latest)

@@ -9,6 +9,17 @@
 //   - files nothing accounts for are listed and never deleted, and a committed step is never deleted.
 // Exit status: 0 the store is consistent afterwards, 1 damage remains that it could not repair,
 // 2 usage or I/O error.
+//
+// Rebuild rules. Facts are the old journal's applied records plus the digest-valid records inside
+// mid-log corruption (those groups were complete once); records of a torn tail never were durable.
+// Each step-<s>-<t> directory then gets one verdict:
+//   abort    the facts say txn t was aborted or retired, or began and never committed with no damage
+//            after its BEGIN: BEGIN (the files it named) + ABORT, so recovery removes only those files;
+//   commit   its MANIFEST decodes, names this step and txn and the store's uuid, matches a known
+//            COMMIT's digest if one is known, and every chunk of every shard verifies: BEGIN + COMMIT;
+//   damaged  anything else: left in place, not in the new journal, reported (exit 1).
+// Groups are written in txn order, one per transaction. If the old journal used a txn id above every
+// directory left, a BEGIN + ABORT for that id (whose directory does not exist) keeps it spent (spec 5.6).
 #include <algorithm>
 #include <cstdio>
 #include <map>

@@ -350,11 +350,12 @@ int main(int argc, char** argv) {
     int exit_code = ckpt::cli::kOk;
     for (const auto& path : paths) {
       // A directory is a store (every committed step, or --step/--latest) or one step directory.
+      // Any other directory is reported as before: a path that is not a shard file.
       auto info = fs.stat(path);
-      if (info.ok() && info->is_dir) {
-        auto kind = ckpt::tools::classify_path(fs, path);
-        if (!kind.ok() || (*kind != ckpt::tools::PathKind::store && *kind != ckpt::tools::PathKind::step_dir)) {
-          const ckpt::Status s = kind.ok() ? ckpt::tools::not_a_store_error(path, *kind) : kind.status();
+      auto kind = info.ok() && info->is_dir ? ckpt::tools::classify_path(fs, path) : ckpt::Result<ckpt::tools::PathKind>(ckpt::tools::PathKind::file);
+      if (kind.ok() && *kind != ckpt::tools::PathKind::file && *kind != ckpt::tools::PathKind::other_dir) {
+        if (*kind != ckpt::tools::PathKind::store && *kind != ckpt::tools::PathKind::step_dir) {
+          const ckpt::Status s = ckpt::tools::not_a_store_error(path, *kind);
           std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(s.message()).c_str());
           exit_code = std::max(exit_code, ckpt::cli::exit_for(s.code()));
           continue;
@@ -371,7 +372,10 @@ int main(int argc, char** argv) {
           const StoreOutcome& so = stores.back();
           for (const auto& p : so.problems) exit_code = std::max(exit_code, problem_exit(p));
           if (!as_json) {
-            std::printf("%s: store, %zu step%s selected\n", ckpt::tools::printable(path).c_str(), so.steps.size(),
+            const char* journal = !so.problems.empty() ? "journal CORRUPT"
+                                  : so.journal && so.journal->torn_tail ? "journal intact up to a torn tail"
+                                                                        : "journal intact";
+            std::printf("%s: store, %s, %zu step%s selected\n", ckpt::tools::printable(path).c_str(), journal, so.steps.size(),
                         so.steps.size() == 1 ? "" : "s");
             for (const auto& p : so.problems) std::printf("  journal: %s\n", ckpt::tools::printable(p.message()).c_str());
             if (!quiet)

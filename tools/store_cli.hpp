@@ -18,6 +18,8 @@
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/store.hpp>
 
+#include "report_json.hpp"
+
 namespace ckpt::tools {
 
 using nlohmann::json;
@@ -187,27 +189,9 @@ template <class Fs>
 
 // --- JSON ------------------------------------------------------------------------------------------
 
-[[nodiscard]] inline std::string hex_string(std::string_view s, std::size_t max_bytes = std::string_view::npos) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  const std::size_t n = std::min(s.size(), max_bytes);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
+// A typed value as {"type", "value"}: the same spelling shard metadata gets (report_json.hpp).
 [[nodiscard]] inline json value_json(const Value& v) {
-  if (v.is_int()) return {{"type", "int64"}, {"value", v.as_int()}};
-  if (v.is_bool()) return {{"type", "bool"}, {"value", v.as_bool()}};
-  if (v.is_string()) return {{"type", "string"}, {"value", v.as_string()}};
-  if (v.is_bytes()) return {{"type", "bytes"}, {"value", hex_string(v.as_bytes())}};
-  const double d = v.as_float();
-  if (d != d) return {{"type", "float64"}, {"value", "nan"}};  // JSON has no NaN or infinity
-  if (d > 1.7976931348623157e308 || d < -1.7976931348623157e308) return {{"type", "float64"}, {"value", d > 0 ? "inf" : "-inf"}};
-  return {{"type", "float64"}, {"value", d}};
+  return {{"type", value_type_name(v.type())}, {"value", metadata_value_json(v)}};
 }
 
 [[nodiscard]] inline json training_state_json(const TrainingState& s) {
@@ -215,7 +199,7 @@ template <class Fs>
   for (const auto& [key, value] : s.values) values[key] = value_json(value);
   return {{"step", s.step},
           {"rng_bytes", s.rng.size()},
-          {"rng", hex_string(s.rng, 64)},
+          {"rng", hex_bytes(s.rng, 64)},
           {"data", {{"epoch", s.data.epoch}, {"offset", s.data.offset}, {"state_bytes", s.data.state.size()}}},
           {"optimizer_tensors", s.optimizer_tensors},
           {"values", std::move(values)}};

@@ -3,6 +3,7 @@
 
 #include "coding.hpp"
 #include "comm.hpp"
+#include "coverage.hpp"
 #include "error.hpp"
 #include "format.hpp"
 #include "hash.hpp"
@@ -17,7 +18,9 @@
 #include "safetensors.hpp"
 #include "shard_reader.hpp"
 #include "shard_writer.hpp"
+#include "sharded.hpp"
 #include "store.hpp"
+#include "thread_comm.hpp"
 #include "training_state.hpp"
 #include "uuid.hpp"
 #include "value.hpp"

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "error.hpp"
@@ -47,14 +48,15 @@ struct SplitRule {
 [[nodiscard]] bool glob_match(std::string_view pattern, std::string_view name) noexcept;
 
 struct SplitChoice {
-  bool replicate = false;  // written whole by rank 0
+  bool replicate = false;  // held whole by every rank, written by rank 0
   std::size_t dim = 0;
 };
 // The first rule whose pattern matches, else an even split along dimension 0. Scalars and tensors
 // without elements are always written whole by rank 0. A rule naming a dimension the tensor does not
 // have is an error naming both.
 [[nodiscard]] Result<SplitChoice> choose_split(std::string_view name, const Shape& shape, const std::vector<SplitRule>& rules);
-// The region rank `rank` of `world` holds under `choice`; a shape with a 0 where it holds nothing.
+// The region rank `rank` of `world` holds under `choice`: a shape with a 0 where a split leaves it
+// nothing; the whole tensor for every rank when replicated (a writer lets rank 0 write it).
 [[nodiscard]] Box split_box(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank);
 
 // --- Streaming a region (spec/SHARDING.md 5.2) ----------------------------------------------------
@@ -89,7 +91,8 @@ template <class Fs = PosixFs>
 class CheckpointSource {
  public:
   enum class Kind : std::uint8_t { file, step };
-  // A regular file is a shard file; a directory holding JOURNAL is a store (its latest step); a directory
+  // A regular file is a shard file holding every tensor whole (else invalid_argument naming the tensor
+  // and the missing region); a directory holding JOURNAL is a store (its latest step); a directory
   // step-<s>-<t> inside a store is that transaction, which must be committed and not retired. A step is
   // opened as Store::open_step does: manifest against COMMIT, shards against manifest, coverage.
   [[nodiscard]] static Result<std::unique_ptr<CheckpointSource>> open(Fs& fs, const std::string& path);
@@ -124,6 +127,7 @@ class CheckpointSource {
   std::optional<std::uint64_t> step_;
   std::uint32_t world_ = 1;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, std::size_t> by_name_;  // positions in tensors_
   std::uint64_t data_bytes_ = 0;
   std::optional<TrainingState> state_;
   std::unique_ptr<ShardReader<Fs>> file_;

@@ -183,7 +183,8 @@ struct CommitResult {
 // One save in progress (spec/JOURNAL.md 5.3). Not committed when destroyed: aborted, its files removed.
 // Across ranks (spec/SHARDING.md 3), begin, commit and abort are collective: every rank calls them, in
 // the same order. An I/O error on one rank is kept until commit() (or abort()), which then abandons the
-// transaction on every rank and returns the same Status everywhere, naming the failing rank.
+// transaction on every rank and returns the same Status everywhere, naming the failing rank. Destroying
+// an open transaction aborts it, collectively too: every rank must commit, abort or destroy it.
 template <class Fs = PosixFs>
 class Transaction {
  public:

@@ -191,18 +191,18 @@ Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
     return make_error(Code::invalid_argument, "tensor '" + tensors_[p.tensor].name + "': write of " + std::to_string(size) + " bytes exceeds the piece's remaining " + std::to_string(p.record.data_length - p.written));
   const auto* bytes = static_cast<const unsigned char*>(data);
   const std::uint64_t chunk_size = superblock_.chunk_size();
-  // Hash a cache-sized slice, then hand the same bytes on while they are still in cache: one pass
-  // over DRAM (spec 7.1). A write of kDirect bytes or more goes to the kernel straight from the
-  // caller's memory, a buffer's worth per call, with no copy into the buffer; smaller writes are
-  // gathered in the buffer. Not below 1 MiB: the page cache sizes its folios by the write, and a file
-  // written in 256 KiB pieces maps and reads ~30% slower afterwards (ckpt-bench, README "Performance").
+  // Hash a cache-sized slice, then hand the same slice on while it is still in cache: one pass over
+  // DRAM (spec 7.1). A whole buffer-sized block at a buffer-aligned offset goes to the kernel straight
+  // from the caller's memory, skipping the copy into the buffer, so the Fs sees exactly the writes the
+  // buffer would have made. Unaligned or smaller direct writes were measured and refused: the page
+  // cache sizes its folios by the writes, and later reads of the file got 10-40% slower (ckpt-bench).
   constexpr std::size_t kSlice = std::size_t{256} << 10;
-  constexpr std::size_t kDirect = std::size_t{1} << 20;
-  const std::size_t group = std::max(options_.buffer_size, kDirect);
+  const std::size_t block = options_.buffer_size;
+  const bool may_bypass = block > 2 * kSlice;  // smaller buffers: append() already passes slices straight on
   while (size > 0) {
-    const bool direct = size >= kDirect;
+    const bool direct = may_bypass && buffer_.empty() && size >= block && position_ % block == 0;
     const std::size_t n =
-        direct ? std::min(size, group) : static_cast<std::size_t>(std::min<std::uint64_t>({size, kSlice, chunk_size - p.chunk_filled}));
+        direct ? block : static_cast<std::size_t>(std::min<std::uint64_t>({size, kSlice, chunk_size - p.chunk_filled}));
     for (std::size_t hashed = 0; hashed < n;) {
       const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>({n - hashed, kSlice, chunk_size - p.chunk_filled}));
       hasher_.update(bytes + hashed, part);
@@ -211,7 +211,6 @@ Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
       if (p.chunk_filled == chunk_size) close_chunk();
     }
     if (direct) {
-      CKPT_TRY(flush());  // the file is written in order: what the buffer holds goes first
       Status s = fs_.pwrite(file_, bytes, n, position_);
       if (!s.ok()) return fail(s);
       position_ += n;

@@ -101,17 +101,35 @@ inline Status agree(CommRef comm, const Status& local, const std::function<Statu
   return result;
 }
 
-// The pieces of a finished shard file, read back from its index: authoritative even for pieces written
-// straight through shard_writer().
+// The pieces of a finished shard file, read back from its index (superblock, footer, index, each
+// validated as ShardReader does): authoritative even for pieces written straight through
+// shard_writer(). Every operation's error counts, the close's too: the commit is abandoned on any.
 template <class Fs>
 [[nodiscard]] Result<std::vector<GlobalPiece>> read_shard_pieces(Fs& fs, const std::string& path, std::uint32_t rank,
                                                                  std::uint64_t index_digest) {
-  CKPT_ASSIGN_OR_RETURN(auto reader, ShardReader<Fs>::open(fs, path));
-  if (reader->footer().index_digest != index_digest)
-    return make_error(Code::corrupt, path + ": reads back with index digest " + hex64(reader->footer().index_digest) +
+  auto file = fs.open(path, OpenMode::read);
+  if (!file.ok()) return file.status().with_context(path);
+  ScopedFile<Fs> scoped(fs, *file);
+  auto size = fs.file_size(scoped.get());
+  if (!size.ok()) return size.status().with_context(path);
+  if (*size < format::kSuperblockSize + format::kFooterSize)
+    return make_error(Code::incomplete, path + ": " + std::to_string(*size) + " bytes, too short for a finished shard");
+  unsigned char sb_bytes[format::kSuperblockSize], ft_bytes[format::kFooterSize];
+  CKPT_TRY(read_exact(fs, scoped.get(), path, sb_bytes, sizeof sb_bytes, 0));
+  CKPT_TRY(read_exact(fs, scoped.get(), path, ft_bytes, sizeof ft_bytes, *size - format::kFooterSize));
+  CKPT_ASSIGN_OR_RETURN(const Superblock sb, decode_superblock(sb_bytes, path));
+  CKPT_ASSIGN_OR_RETURN(const Footer footer, decode_footer(ft_bytes, *size, path));
+  if (footer.index_digest != index_digest)
+    return make_error(Code::corrupt, path + ": reads back with index digest " + hex64(footer.index_digest) +
                                          ", its writer finished it with " + hex64(index_digest));
+  std::vector<unsigned char> index_bytes(static_cast<std::size_t>(footer.index_length));
+  CKPT_TRY(read_exact(fs, scoped.get(), path, index_bytes.data(), index_bytes.size(), footer.index_offset));
+  if (xxh3_64(index_bytes.data(), index_bytes.size()) != footer.index_digest)
+    return make_error(Code::corrupt, path + ": the index read back does not match its digest " + hex64(footer.index_digest));
+  CKPT_ASSIGN_OR_RETURN(const Index index, decode_index(index_bytes.data(), index_bytes.size(), sb, footer.index_offset, path));
+  CKPT_TRY(scoped.close().with_context(path));
   std::vector<GlobalPiece> pieces;
-  append_index_pieces(reader->index(), rank, pieces);
+  append_index_pieces(index, rank, pieces);
   return pieces;
 }
 

@@ -1,0 +1,51 @@
+# MPI tests (spec/SHARDING.md 9), label `mpi`, each under `mpirun -np 4 --oversubscribe`:
+# - mpi_sharded: save with 4 ranks, load with 1-4, reshard 4 -> 3 -> 4, a failing rank, overlapping pieces.
+# - mpi_kill_save then mpi_kill_recovery: rank 2 SIGKILLs itself mid-shard (mpirun tears the job down, so
+#   the first is expected to fail); a single process then recovers the store and checks the result.
+# - mpi_bench_ranks: ckpt-bench-ranks on a few MiB, so the benchmark keeps working.
+# CI runs as root, which mpirun refuses unless told; shared memory (vader) without the single-copy
+# mechanism works in containers; OpenMPI leaks by design, so ASan's leak check is off for these.
+if(NOT CKPT_HAVE_MPI OR NOT MPIEXEC_EXECUTABLE)
+  return()
+endif()
+
+set(CKPT_MPI_TEST_DIR ${PROJECT_SOURCE_DIR}/tests/mpi)
+foreach(name test_mpi_sharded test_mpi_kill)
+  add_executable(${name} ${CKPT_MPI_TEST_DIR}/${name}.cpp)
+  target_link_libraries(${name} PRIVATE ckpt::ckpt MPI::MPI_CXX)
+  target_compile_options(${name} PRIVATE ${CKPT_WARNINGS})
+endforeach()
+add_executable(check_kill_recovery ${CKPT_MPI_TEST_DIR}/check_kill_recovery.cpp)
+target_link_libraries(check_kill_recovery PRIVATE ckpt::ckpt)
+target_compile_options(check_kill_recovery PRIVATE ${CKPT_WARNINGS})
+
+set(CKPT_MPIEXEC_FLAGS ${MPIEXEC_NUMPROC_FLAG} 4)
+if(MPI_CXX_LIBRARY_VERSION_STRING MATCHES "Open MPI" OR MPIEXEC_EXECUTABLE MATCHES "openmpi")
+  list(APPEND CKPT_MPIEXEC_FLAGS --oversubscribe)
+endif()
+set(CKPT_MPI_TEST_ENV
+    OMPI_ALLOW_RUN_AS_ROOT=1
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    OMPI_MCA_btl=self,vader
+    OMPI_MCA_btl_vader_single_copy_mechanism=none
+    OMPI_MCA_rmaps_base_oversubscribe=1
+    OMPI_MCA_mpi_yield_when_idle=1
+    ASAN_OPTIONS=detect_leaks=0)
+
+function(ckpt_mpi_test name)
+  add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} ${CKPT_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${CKPT_MPI_TEST_ENV}"
+                       WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endfunction()
+
+ckpt_mpi_test(mpi_sharded $<TARGET_FILE:test_mpi_sharded> ${PROJECT_BINARY_DIR}/mpi-sharded)
+
+set(CKPT_MPI_KILL_STORE ${PROJECT_BINARY_DIR}/mpi-kill-store)
+ckpt_mpi_test(mpi_kill_save $<TARGET_FILE:test_mpi_kill> ${CKPT_MPI_KILL_STORE})
+set_tests_properties(mpi_kill_save PROPERTIES WILL_FAIL TRUE FIXTURES_SETUP mpi_kill)
+add_test(NAME mpi_kill_recovery COMMAND check_kill_recovery ${CKPT_MPI_KILL_STORE})
+set_tests_properties(mpi_kill_recovery PROPERTIES LABELS mpi TIMEOUT 60 FIXTURES_REQUIRED mpi_kill WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+
+if(TARGET ckpt-bench-ranks)
+  ckpt_mpi_test(mpi_bench_ranks $<TARGET_FILE:ckpt-bench-ranks> --dir ${PROJECT_BINARY_DIR} --size 4MiB --ranks 1,2,4 --json)
+endif()

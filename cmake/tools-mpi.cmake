@@ -1,0 +1,7 @@
+# ckpt-bench-ranks measures multi-rank saves and loads over MPI (spec/SHARDING.md 9). The tools glob
+# builds it everywhere; with MPI it links MPI and gets CKPT_BENCH_HAVE_MPI, without it is a stub that
+# says so and exits 2.
+if(TARGET ckpt-bench-ranks AND CKPT_HAVE_MPI)
+  target_link_libraries(ckpt-bench-ranks PRIVATE MPI::MPI_CXX)
+  target_compile_definitions(ckpt-bench-ranks PRIVATE CKPT_BENCH_HAVE_MPI=1)
+endif()

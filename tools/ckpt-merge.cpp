@@ -1,0 +1,138 @@
+// ckpt-merge: consolidates the shards of a step into one standalone .ckpt, and combines several
+// checkpoints into one (e.g. the weights of one and the optimizer state of another) (spec/SHARDING.md 6.2).
+// Exit status: 0 written, 1 a source is damaged or incomplete, 2 anything else (conflicts included).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ckpt/sharded.hpp>
+
+#include "cli.hpp"
+
+namespace {
+
+constexpr const char* kTool = "ckpt-merge";
+
+[[nodiscard]] int power_of_two_log2(std::uint64_t v, std::uint32_t lo, std::uint32_t hi) {
+  for (std::uint32_t k = lo; k <= hi; ++k)
+    if (v == (std::uint64_t{1} << k)) return static_cast<int>(k);
+  return -1;
+}
+
+[[nodiscard]] int usage_error(const std::string& message) {
+  std::fprintf(stderr, "%s: %s\nRun with --help for usage.\n", kTool, message.c_str());
+  return static_cast<int>(ckpt::cli::kUsage);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ckpt::cli::guarded(kTool, [&] {
+    CLI::App app{"Writes the tensors of one or more checkpoints into one standalone .ckpt file, each tensor whole.\n"
+                 "Each SRC is a .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store (its latest\n"
+                 "step): merging one step consolidates all of its shards. With several sources, a tensor name or\n"
+                 "metadata key found in more than one is a conflict: --on-conflict error (the default) refuses,\n"
+                 "first or last picks. --take N=PATTERN limits source N (1-based) to matching tensors; the\n"
+                 "patterns @optimizer and @model select the tensors its training state lists as optimizer state,\n"
+                 "and the others. The training state (key ckpt.training_state) comes along, its optimizer list\n"
+                 "holding what was taken. Reads stream in blocks and verify every chunk; the output is written\n"
+                 "under a temporary name, fsynced and renamed, so it is complete or absent.\n\n"
+                 "Example: ckpt-merge run-a/ run-b/ -o out.ckpt --take 1=@model --take 2=@optimizer\n\n"
+                 "Exit status: 0 written, 1 a source is damaged or incomplete, 2 bad arguments, a conflict, or an I/O error.",
+                 kTool};
+    std::vector<std::string> inputs, takes;
+    std::string output, on_conflict = "error";
+    std::uint64_t chunk_size = 0, alignment = 0, block_size = 0;
+    bool as_json = false, force = false;
+    app.add_option("SRC", inputs, "checkpoints to merge, in order")->required();
+    app.add_option("-o,--output", output, "the .ckpt file to write")->required();
+    app.add_option("--on-conflict", on_conflict, "a tensor name, metadata key or training state in several sources: error, first or last");
+    app.add_option("--take", takes, "N=PATTERN: source N contributes only tensors matching the glob PATTERN, @optimizer or @model (repeatable)");
+    app.add_option("--chunk-size", chunk_size, "bytes per checksummed chunk, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
+        ->transform(CLI::AsSizeValue(false));
+    app.add_option("--alignment", alignment, "alignment of each tensor's data, a power of two in [64, 2 MiB] (default 4096)")
+        ->transform(CLI::AsSizeValue(false));
+    app.add_option("--block-size", block_size, "bytes read per call, 4 KiB to 1 GiB (default 8 MiB)")->transform(CLI::AsSizeValue(false));
+    app.add_flag("--force", force, "replace OUT if it exists");
+    app.add_flag("--json", as_json, "print a JSON summary (tensors, bytes, resolved conflicts, seconds) and no progress");
+    if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
+
+    ckpt::MergeOptions options;
+    auto policy = ckpt::parse_conflict_policy(on_conflict);
+    if (!policy.ok()) return usage_error("--on-conflict: " + policy.status().message());
+    options.on_conflict = *policy;
+    options.overwrite = force;
+    if (chunk_size != 0) {
+      const int k = power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
+      if (k < 0) return usage_error("--chunk-size " + std::to_string(chunk_size) + ": expected a power of two from 4096 to 1073741824");
+      options.chunk_size_log2 = static_cast<std::uint32_t>(k);
+    }
+    if (alignment != 0) {
+      const int k = power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
+      if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
+      options.alignment_log2 = static_cast<std::uint32_t>(k);
+    }
+    if (block_size != 0) {
+      if (block_size < 4096 || block_size > (std::uint64_t{1} << 30))
+        return usage_error("--block-size " + std::to_string(block_size) + ": expected 4096 to 1073741824 bytes");
+      options.block_size = static_cast<std::size_t>(block_size);
+    }
+    std::vector<ckpt::SourceSelection> selections(inputs.size());
+    for (const auto& take : takes) {
+      const auto eq = take.find('=');
+      std::size_t n = 0;
+      bool number = eq != std::string::npos && eq > 0 && eq < 8;
+      for (std::size_t i = 0; number && i < eq; ++i) {
+        number = take[i] >= '0' && take[i] <= '9';
+        n = n * 10 + static_cast<std::size_t>(take[i] - '0');
+      }
+      if (!number || eq + 1 == take.size() || n == 0 || n > inputs.size())
+        return usage_error("--take '" + take + "': expected N=PATTERN with N from 1 to " + std::to_string(inputs.size()));
+      selections[n - 1].patterns.push_back(take.substr(eq + 1));
+    }
+
+    ckpt::PosixFs fs;
+    std::vector<std::unique_ptr<ckpt::CheckpointSource<>>> sources;
+    std::vector<ckpt::CheckpointSource<>*> pointers;
+    for (const auto& in : inputs) {
+      auto source = ckpt::CheckpointSource<>::open(fs, in);
+      if (!source.ok()) return ckpt::cli::report(kTool, source.status());
+      pointers.push_back(source->get());
+      sources.push_back(std::move(source).value());
+    }
+    std::unique_ptr<ckpt::cli::Progress> bar;
+    if (!as_json)
+      options.progress = [&](std::uint64_t done, std::uint64_t total) {
+        if (!bar) bar = std::make_unique<ckpt::cli::Progress>(output, total, true);
+        bar->update(done);
+      };
+    const auto start = std::chrono::steady_clock::now();
+    auto result = ckpt::merge_to_file(fs, pointers, selections, output, options);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bar.reset();
+    if (!result.ok()) return ckpt::cli::report(kTool, result.status());
+    for (const auto& line : result->resolved)
+      if (!as_json) std::fprintf(stderr, "%s: resolved: %s\n", kTool, line.c_str());
+    if (as_json) {
+      nlohmann::json j;
+      j["output"] = result->output;
+      j["sources"] = nlohmann::json::array();
+      for (const auto& s : sources) j["sources"].push_back({{"path", s->path()}, {"description", s->description()}});
+      j["tensors"] = result->tensors;
+      j["bytes"] = result->bytes;
+      j["output_size"] = result->file_size;
+      j["resolved"] = result->resolved;
+      j["seconds"] = seconds;
+      ckpt::cli::print_json(j);
+    } else if (::isatty(1) == 1) {
+      std::printf("%s: %llu tensors, %s in %.2f s\n", output.c_str(), static_cast<unsigned long long>(result->tensors),
+                  ckpt::cli::human_bytes(static_cast<double>(result->bytes)).c_str(), seconds);
+    }
+    return static_cast<int>(ckpt::cli::kOk);
+  });
+}

@@ -1,0 +1,139 @@
+// ckpt-reshard: rewrites a checkpoint (a standalone .ckpt, a step directory, or a store meaning its
+// latest step) as a new committed step of M shard files in a store (spec/SHARDING.md 6.1).
+// Exit status: 0 written, 1 the source is damaged or incomplete, 2 anything else.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ckpt/sharded.hpp>
+
+#include "cli.hpp"
+
+namespace {
+
+constexpr const char* kTool = "ckpt-reshard";
+
+[[nodiscard]] int power_of_two_log2(std::uint64_t v, std::uint32_t lo, std::uint32_t hi) {
+  for (std::uint32_t k = lo; k <= hi; ++k)
+    if (v == (std::uint64_t{1} << k)) return static_cast<int>(k);
+  return -1;
+}
+
+[[nodiscard]] int usage_error(const std::string& message) {
+  std::fprintf(stderr, "%s: %s\nRun with --help for usage.\n", kTool, message.c_str());
+  return static_cast<int>(ckpt::cli::kUsage);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ckpt::cli::guarded(kTool, [&] {
+    CLI::App app{"Rewrites a checkpoint as a new committed step of M shard files in a store, with the same step\n"
+                 "number. SRC is a standalone .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store\n"
+                 "(its latest step). DST is a store directory, created when missing. Each tensor is split evenly\n"
+                 "along dimension 0 (uneven sizes when M does not divide it; scalars whole on rank 0) unless a\n"
+                 "--split rule matches its name first. M threads write the M shards through the store's\n"
+                 "multi-rank transaction, so the step commits whole or not at all; memory stays bounded (block\n"
+                 "reads). Every chunk read is verified. The training state and metadata are carried over.\n\n"
+                 "Exit status: 0 written, 1 the source is damaged or incomplete, 2 bad arguments or an I/O error.",
+                 kTool};
+    std::string source_path, output;
+    std::uint32_t world = 0;
+    std::vector<std::string> split_texts;
+    std::uint64_t step = 0, chunk_size = 0, alignment = 0, block_size = 0;
+    unsigned parallel = 0;
+    std::string on_conflict = "error";
+    bool as_json = false;
+    app.add_option("SRC", source_path, "a .ckpt file, a step directory, or a store (its latest step)")->required();
+    app.add_option("-o,--output", output, "destination store directory (created when missing)")->required();
+    app.add_option("--world-size", world, "number of shard files (ranks) of the new step, 1 to 1048576")->required();
+    app.add_option("--split", split_texts,
+                   "PATTERN=DIM or PATTERN=replicate: tensors whose name matches the glob PATTERN ('*', '?') are split "
+                   "along DIM, or written whole by rank 0; the first matching rule wins (repeatable)");
+    auto* step_option = app.add_option("--step", step, "step number of the new step (default: the source's; a file without training state: 0)");
+    app.add_option("--on-conflict", on_conflict, "shard metadata keys with different values in the source: error, first or last (default error)");
+    app.add_option("--parallel", parallel, "ranks writing at once (default: min(M, CPU threads)); memory ~ parallel x (block + 1 MiB)");
+    app.add_option("--chunk-size", chunk_size, "bytes per checksummed chunk of the new shards, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
+        ->transform(CLI::AsSizeValue(false));
+    app.add_option("--alignment", alignment, "alignment of each piece's data, a power of two in [64, 2 MiB] (default 4096)")
+        ->transform(CLI::AsSizeValue(false));
+    app.add_option("--block-size", block_size, "bytes read per call, 4 KiB to 1 GiB (default 8 MiB)")->transform(CLI::AsSizeValue(false));
+    app.add_flag("--json", as_json, "print a JSON summary (step, txn, shards, tensors, bytes, seconds) and no progress");
+    if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
+
+    ckpt::ReshardOptions options;
+    if (world == 0 || world > ckpt::journal::kMaxWorldSize) return usage_error("--world-size " + std::to_string(world) + ": expected 1 to 1048576");
+    options.world_size = world;
+    for (const auto& text : split_texts) {
+      auto rule = ckpt::parse_split_rule(text);
+      if (!rule.ok()) return usage_error("--split " + rule.status().message());
+      options.rules.push_back(*rule);
+    }
+    auto policy = ckpt::parse_conflict_policy(on_conflict);
+    if (!policy.ok()) return usage_error("--on-conflict: " + policy.status().message());
+    options.on_conflict = *policy;
+    if (*step_option) options.step = step;
+    options.parallelism = parallel;
+    if (chunk_size != 0) {
+      const int k = power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
+      if (k < 0) return usage_error("--chunk-size " + std::to_string(chunk_size) + ": expected a power of two from 4096 to 1073741824");
+      options.store.chunk_size_log2 = static_cast<std::uint32_t>(k);
+    }
+    if (alignment != 0) {
+      const int k = power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
+      if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
+      options.store.alignment_log2 = static_cast<std::uint32_t>(k);
+    }
+    if (block_size != 0) {
+      if (block_size < 4096 || block_size > (std::uint64_t{1} << 30))
+        return usage_error("--block-size " + std::to_string(block_size) + ": expected 4096 to 1073741824 bytes");
+      options.block_size = static_cast<std::size_t>(block_size);
+    }
+    // Each writing rank keeps one write buffer: smaller ones for wide worlds keep memory bounded.
+    options.store.buffer_size = world > 16 ? std::size_t{256} << 10 : std::size_t{1} << 20;
+
+    ckpt::PosixFs fs;
+    auto source = ckpt::CheckpointSource<>::open(fs, source_path);
+    if (!source.ok()) return ckpt::cli::report(kTool, source.status());
+    std::unique_ptr<ckpt::cli::Progress> bar;
+    if (!as_json)
+      options.progress = [&](std::uint64_t done, std::uint64_t total) {
+        if (!bar) bar = std::make_unique<ckpt::cli::Progress>(source_path, total, true);
+        bar->update(done);
+      };
+    const auto start = std::chrono::steady_clock::now();
+    auto result = ckpt::reshard_to_store(fs, **source, output, options);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bar.reset();
+    if (!result.ok()) return ckpt::cli::report(kTool, result.status());
+    if (as_json) {
+      nlohmann::json j;
+      j["source"] = source_path;
+      j["source_kind"] = (*source)->kind() == ckpt::CheckpointSource<>::Kind::file ? "file" : "step";
+      j["source_description"] = (*source)->description();
+      j["source_world_size"] = (*source)->world_size();
+      j["output"] = output;
+      j["step"] = result->step.step;
+      j["txn"] = result->step.txn;
+      j["directory"] = result->step.dir;
+      j["world_size"] = result->world_size;
+      j["shards"] = nlohmann::json::array();
+      for (const auto& f : result->step.files) j["shards"].push_back(f.name);
+      j["tensors"] = result->tensors;
+      j["bytes"] = result->bytes;
+      j["seconds"] = seconds;
+      ckpt::cli::print_json(j);
+    } else if (::isatty(1) == 1) {
+      std::printf("%s: step %llu (txn %llu): %u shards, %llu tensors, %s in %.2f s\n", output.c_str(),
+                  static_cast<unsigned long long>(result->step.step), static_cast<unsigned long long>(result->step.txn),
+                  result->world_size, static_cast<unsigned long long>(result->tensors),
+                  ckpt::cli::human_bytes(static_cast<double>(result->bytes)).c_str(), seconds);
+    }
+    return static_cast<int>(ckpt::cli::kOk);
+  });
+}
