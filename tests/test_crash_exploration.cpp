@@ -43,6 +43,8 @@ namespace {
 constexpr std::uint64_t kExhaustiveLimit = CKPT_TEST_ASAN ? 48 : 160;  // enumerate every state up to this count
 constexpr std::uint64_t kSamplesPerPoint = CKPT_TEST_ASAN ? 100 : 700;   // otherwise this many seeded samples
 constexpr std::uint64_t kRequiredStates = CKPT_TEST_ASAN ? 2000 : 10000;
+constexpr std::size_t kRecoveryCrashesPerMoment = 2;  // crashed states per moment whose recovery is crashed again
+constexpr std::size_t kRecoveryStride = CKPT_TEST_ASAN ? 3 : 1;
 constexpr std::uint64_t kSaveAgainEvery = 8;  // a full save after every k-th recovered state (names never reused)
 
 constexpr std::size_t kWeights = 4000;  // 16000 bytes of F32: four 4 KiB chunks and several writes, so tears split a tensor
@@ -351,8 +353,8 @@ TEST_CASE("every crash state of saves, retention and recovery recovers to the la
   // to remove) are recovered with a hook, and every moment of that recovery is crashed and recovered
   // again. The second recovery must agree with what the uninterrupted recovery gave.
   std::uint64_t recoveries = 0;
-  for (std::size_t i = 0; i < 2 * saves.size(); ++i) {
-    const Moment& m = saves[i / 2];  // two different crashes of every moment
+  for (std::size_t i = 0; i < kRecoveryCrashesPerMoment * saves.size(); i += kRecoveryStride) {
+    const Moment& m = saves[i / kRecoveryCrashesPerMoment];  // different crashes of every moment
     SimFs crashed = m.fs.sample_crash_state(seed * 7 + 3);
     ++seed;
     // The uninterrupted outcome, on a copy.

@@ -320,6 +320,25 @@ TEST_CASE("ckpt-repair truncates a torn tail and rolls back the transaction a cr
   CHECK(again.says("nothing wrong with the journal"));
 }
 
+TEST_CASE("ckpt-repair warns before rolling back a complete step whose COMMIT is not durable", "[repair]") {
+  ckpt_test::TempDir dir;
+  const std::string store = make_store(dir, "s");
+  // Without its last page (the COMMIT of step 40), txn 4 is open though its directory is complete:
+  // a crash right before the commit, or damage to the last page (spec/JOURNAL.md 6.7).
+  const std::string journal = ckpt_test::read_file(store + "/JOURNAL");
+  ckpt_test::write_file(store + "/JOURNAL", journal.substr(0, journal.size() - 4096));
+  const Run dry = run(kRepair, {store, "--dry-run"});
+  INFO(dry.out << dry.err);
+  CHECK(dry.code == 1);
+  CHECK(dry.says("transaction 4 (step 40, step-40-4) began but never committed"));
+  CHECK(dry.says("step-40-4 holds a complete step that verifies, but no durable COMMIT names it"));
+  CHECK(fsys::exists(store + "/step-40-4/MANIFEST"));
+  const Run r = run(kRepair, {store});
+  CHECK(r.code == 0);
+  CHECK_FALSE(fsys::exists(store + "/step-40-4"));
+  CHECK(committed(store).size() == 3);
+}
+
 TEST_CASE("ckpt-repair answers bad arguments and paths with one line and exit 2", "[repair]") {
   ckpt_test::TempDir dir;
   const std::string store = make_store(dir, "s", 10);

@@ -73,6 +73,8 @@ Result<CommitResult> save(Store<>& store, std::uint64_t step) {
     ::_exit(3);
   }
   std::uint64_t step = (*store)->latest() ? (*store)->latest()->step + 1 : 1;
+  const unsigned char ready[8] = {};  // step 0: the store is open and recovered, saves start now
+  if (::write(fd, ready, sizeof ready) != static_cast<ssize_t>(sizeof ready)) ::_exit(5);
   for (;; ++step) {
     auto r = save(**store, step);
     if (!r.ok()) {
@@ -133,28 +135,39 @@ TEST_CASE("a writer killed with SIGKILL at random moments leaves the last acknow
       writer_process(path, fds[1]);
     }
     ::close(fds[1]);
-    // Kill at a random moment: early (during open and recovery) to a few saves in.
-    const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_delay_us)(rng));
-    std::this_thread::sleep_for(delay);
+    // Kill at a random moment. Every fifth trial: while the child starts, opens and recovers the
+    // store (so recovery itself is interrupted); otherwise up to a few saves after it reported ready.
+    std::vector<std::uint64_t> acked;
+    unsigned char buf[8];
+    std::size_t have = 0;
+    bool ready = false;
+    auto read_reports = [&]() {
+      const ssize_t n = ::read(fds[0], buf + have, sizeof buf - have);
+      if (n <= 0) return false;
+      have += static_cast<std::size_t>(n);
+      if (have == sizeof buf) {
+        std::uint64_t step = 0;
+        for (int i = 0; i < 8; ++i) step |= std::uint64_t{buf[i]} << (8 * i);
+        if (step == 0) ready = true;
+        else acked.push_back(step);
+        have = 0;
+      }
+      return true;
+    };
+    if (trial % 5 == 4) {
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
+    } else {
+      while (!ready && read_reports()) {
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_delay_us)(rng)));
+    }
     REQUIRE(::kill(pid, SIGKILL) == 0);
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     // The child must have died by the signal, not by an error of its own.
     REQUIRE(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGKILL);
-    std::vector<std::uint64_t> acked;
-    unsigned char buf[8];
-    std::size_t have = 0;
-    for (;;) {
-      const ssize_t n = ::read(fds[0], buf + have, sizeof buf - have);
-      if (n <= 0) break;
-      have += static_cast<std::size_t>(n);
-      if (have == sizeof buf) {
-        std::uint64_t step = 0;
-        for (int i = 0; i < 8; ++i) step |= std::uint64_t{buf[i]} << (8 * i);
-        acked.push_back(step);
-        have = 0;
-      }
+    while (read_reports()) {
     }
     ::close(fds[0]);
     total_acked += static_cast<int>(acked.size());

@@ -377,9 +377,23 @@ class Repair {
       add_found("torn journal tail at offset " + std::to_string(r.journal.torn_tail->offset) + " (" +
                 std::to_string(r.journal.torn_tail->length) + " bytes; a crash during an append left it)");
     for (const auto& t : r.transactions) {
-      if (t.state == ckpt::TxnState::open)
+      if (t.state == ckpt::TxnState::open) {
         add_found("transaction " + std::to_string(t.txn) + " (step " + std::to_string(t.step) + ", " + t.dir() +
                   ") began but never committed: it is rolled back and only the files its BEGIN named are removed");
+        // A complete step without a COMMIT: a crash just before the commit, or the one case of spec 6.7
+        // (damage to the last journal page looks like a torn tail). Say so before anything is removed.
+        Candidate c;
+        c.dir = t.dir();
+        c.step = t.step;
+        c.txn = t.txn;
+        if (fs_.stat(ckpt::join_path(store_, c.dir)).ok()) {
+          verify_candidate(fs_, store_, c);
+          if (c.damage.empty())
+            add_found("note: " + c.dir + " holds a complete step that verifies, but no durable COMMIT names it (a crash "
+                      "right before the commit, or damage to the journal's last page: spec/JOURNAL.md 6.7); the protocol "
+                      "rolls it back: copy it aside first (see --dry-run) if it matters");
+        }
+      }
       else if ((t.state == ckpt::TxnState::aborted || t.state == ckpt::TxnState::retired))
         for (const auto& a : r.actions)
           if (a.txn == t.txn && a.kind == ckpt::RecoveryActionKind::remove_dir) {
