@@ -122,11 +122,13 @@ TEST_CASE("ckpt-bench runs every measurement once and reports ratios as JSON", "
   for (const auto& row : j["limits"]) ids.push_back(row["id"]);
   for (const auto& row : j["ckpt"]) {
     ids.push_back(row["id"]);
-    CHECK(row["runs_s"].size() == 1);
+    CHECK(row["runs_s"].size() >= 1);  // in-memory rows may be rerun when another process held the core
+    CHECK(row["runs_s"].size() <= 3);
     CHECK(row["best_s"].get<double>() > 0);
   }
   for (const char* want : {"raw_write_fsync", "raw_copy_fsync", "memory_read_t1", "xxh3_t1", "xxh3_t2", "memcpy",
-                           "save_add_tensor", "save_streaming", "load_verified", "verify_pread_t1", "verify_mmap_t2"}) {
+                           "save_add_tensor", "save_streaming", "convert_safetensors", "load_verified", "verify_pread_t1",
+                           "verify_mmap_t2", "cold_read", "cold_verify_pread_t2"}) {
     INFO("measurement " << want);
     CHECK(std::find(ids.begin(), ids.end(), want) != ids.end());
   }

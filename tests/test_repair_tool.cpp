@@ -475,7 +475,9 @@ TEST_CASE("ckpt-demo-train killed with SIGKILL at random moments and restarted e
       ::execv(kTrain.c_str(), argv.data());
       ::_exit(127);
     }
-    const auto delay = std::uniform_int_distribution<long long>(0, std::max<long long>(2000, whole_us / 6))(rng);
+    // A sixth of a whole run at most; more as attempts go by, so a slow or loaded machine still finishes.
+    const long long cap = std::max<long long>(2000, whole_us / 6) * (1 + attempts / 15);
+    const auto delay = std::uniform_int_distribution<long long>(0, cap)(rng);
     // Polls so a run that finishes early is not "killed" after it exited.
     int status = 0;
     pid_t done = 0;

@@ -209,7 +209,7 @@ class Transaction {
                                             std::size_t size);
   // A tensor every rank holds the same bytes of (e.g. a norm's weight under tensor parallelism): only
   // `owner` writes it; every rank that holds it calls this, and the coordinator checks that they all
-  // declared the same dtype, shape, owner and content digest (spec/SHARDING.md 3.2). One rank: add_tensor.
+  // declared the same dtype, shape, owner and content digest (spec/SHARDING.md 3.3). One rank: add_tensor.
   [[nodiscard]] Status add_replicated_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
                                              std::size_t size, int owner = 0);
   // Streaming writes of pieces, as ShardWriter.
