@@ -289,8 +289,15 @@ int run(const Config& cfg) {
   Measurement& convert = add(false, measurement("convert_safetensors", "convert: safetensors_to_ckpt", 1, size, [&] { fresh(conv_path); }, [&] {
     check(ckpt::safetensors_to_ckpt(fs, st_path, conv_path, {}), "convert " + st_path);
   }));
+  Measurement& convert_mapped = add(false, measurement("convert_safetensors_mmap", "convert: safetensors_to_ckpt, use_mmap", 1, size,
+                                                      [&] { fresh(conv_path); }, [&] {
+    ConvertOptions options;
+    options.use_mmap = true;  // reads the input through a mapping: no copy into a buffer
+    check(ckpt::safetensors_to_ckpt(fs, st_path, conv_path, options), "convert " + st_path);
+  }));
   comparisons.push_back({convert.id, copy.id, true, 1.20});
-  run_rounds({&copy, &convert}, cfg.repeat);
+  comparisons.push_back({convert_mapped.id, copy.id, true, 1.20});
+  run_rounds({&copy, &convert, &convert_mapped}, cfg.repeat);
   remove_if_present(conv_path);
 #else
   // TODO(issue 2): include/ckpt/safetensors.hpp was not there when this was built: conversion is not measured.
