@@ -18,16 +18,8 @@ namespace {
 
 constexpr const char* kTool = "ckpt-reshard";
 
-[[nodiscard]] int power_of_two_log2(std::uint64_t v, std::uint32_t lo, std::uint32_t hi) {
-  for (std::uint32_t k = lo; k <= hi; ++k)
-    if (v == (std::uint64_t{1} << k)) return static_cast<int>(k);
-  return -1;
-}
 
-[[nodiscard]] int usage_error(const std::string& message) {
-  std::fprintf(stderr, "%s: %s\nRun with --help for usage.\n", kTool, message.c_str());
-  return static_cast<int>(ckpt::cli::kUsage);
-}
+[[nodiscard]] int usage_error(const std::string& message) { return ckpt::cli::usage_error(kTool, message); }
 
 }  // namespace
 
@@ -80,12 +72,12 @@ int main(int argc, char** argv) {
     if (*step_option) options.step = step;
     options.parallelism = parallel;
     if (chunk_size != 0) {
-      const int k = power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
+      const int k = ckpt::cli::power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
       if (k < 0) return usage_error("--chunk-size " + std::to_string(chunk_size) + ": expected a power of two from 4096 to 1073741824");
       options.store.chunk_size_log2 = static_cast<std::uint32_t>(k);
     }
     if (alignment != 0) {
-      const int k = power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
+      const int k = ckpt::cli::power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
       if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
       options.store.alignment_log2 = static_cast<std::uint32_t>(k);
     }

@@ -115,6 +115,19 @@ inline int guarded(const char* tool, const std::function<int()>& body) {
   return kUsage;
 }
 
+// log2 of v when v is a power of two in [2^lo, 2^hi], else -1 (--chunk-size and --alignment).
+[[nodiscard]] inline int power_of_two_log2(std::uint64_t v, std::uint32_t lo, std::uint32_t hi) {
+  for (std::uint32_t k = lo; k <= hi; ++k)
+    if (v == (std::uint64_t{1} << k)) return static_cast<int>(k);
+  return -1;
+}
+
+// Prints "tool: message" and the --help hint on stderr; returns the usage exit code.
+inline int usage_error(const char* tool, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\nRun with --help for usage.\n", tool, message.c_str());
+  return kUsage;
+}
+
 // JSON goes to stdout, one document, pretty-printed with a trailing newline. Invalid UTF-8 (a path
 // is any bytes) becomes U+FFFD instead of an exception.
 inline void print_json(const nlohmann::json& j) {
