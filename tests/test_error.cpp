@@ -54,6 +54,7 @@ TEST_CASE("every code has a stable name", "[error]") {
       {Code::invalid_argument, "invalid_argument"},
       {Code::conflict, "conflict"},
       {Code::unsupported, "unsupported"},
+      {Code::cancelled, "cancelled"},
   };
   for (const auto& [code, name] : names) CHECK(std::string(code_name(code)) == name);
   CHECK(std::string(code_name(static_cast<Code>(200))) == "unknown");

@@ -19,6 +19,7 @@ enum class Code : std::uint8_t {
   invalid_argument,  // the caller asked for something impossible
   conflict,          // a lock is held, a name already exists
   unsupported,       // valid request this build cannot serve (no GPU, no mmap)
+  cancelled,         // a save abandoned by a deadline-bounded flush, or not taken because one was requested
 };
 
 [[nodiscard]] inline const char* code_name(Code c) noexcept {
@@ -32,6 +33,7 @@ enum class Code : std::uint8_t {
     case Code::invalid_argument: return "invalid_argument";
     case Code::conflict: return "conflict";
     case Code::unsupported: return "unsupported";
+    case Code::cancelled: return "cancelled";
   }
   return "unknown";
 }

@@ -61,6 +61,8 @@ enum class RecordType : std::uint16_t {
   commit = 4,  // the transaction's step exists; carries the manifest digest
   abort = 5,   // the transaction is abandoned; its files may be removed
   retire = 6,  // a committed step leaves the store; its files may be removed
+  // How long the save took, in the COMMIT's group (spec 4.8). Ignorable: readers of 1.0 skip it.
+  save_stats = kIgnorableType | 7,
 };
 [[nodiscard]] const char* record_type_name(std::uint16_t type) noexcept;
 
@@ -73,6 +75,11 @@ inline constexpr std::size_t kBeginFileFixedSize = 8;  // rank u32, name_length 
 inline constexpr std::size_t kCommitPayloadSize = 32;  // txn u64, step u64, manifest_size u64, manifest_digest u64
 inline constexpr std::size_t kAbortPayloadSize = 24;   // txn u64, step u64, reason u32, reserved u32
 inline constexpr std::size_t kRetirePayloadSize = 16;  // txn u64, step u64
+// txn u64, step u64, bytes u64, stall_ns u64, persist_ns u64, flags u32, reserved u32 (spec 4.8).
+inline constexpr std::size_t kSaveStatsPayloadSize = 48;
+static_assert(8 * 5 + 4 + 4 == kSaveStatsPayloadSize, "SAVE_STATS payload");
+inline constexpr std::uint32_t kSaveStatsAsync = 0x1;  // the caller returned after staging (async save)
+inline constexpr std::uint32_t kSaveStatsKnownFlags = kSaveStatsAsync;
 
 // --- Decoder limits (spec/JOURNAL.md 9): checked before anything is allocated.
 inline constexpr std::uint32_t kMaxPayload = std::uint32_t{64} << 20;
@@ -114,6 +121,19 @@ struct AbortRecord {
 struct RetireRecord {
   std::uint64_t txn = 0, step = 0;
 };
+// What one committed save cost (spec 4.8): the bytes it wrote and how long it took. The planner and the
+// deadline-bounded flush read these back (Store::save_records, Store::save_fits).
+struct SaveRecord {
+  std::uint64_t txn = 0, step = 0;
+  std::uint64_t bytes = 0;       // shard file bytes of the step, every rank's
+  std::uint64_t stall_ns = 0;    // how long the caller was blocked (a synchronous save: all of it)
+  std::uint64_t persist_ns = 0;  // from the start of the save until its MANIFEST was durable
+  bool async = false;            // saved through AsyncSaver: the caller returned after staging
+  bool operator==(const SaveRecord& o) const {
+    return txn == o.txn && step == o.step && bytes == o.bytes && stall_ns == o.stall_ns && persist_ns == o.persist_ns &&
+           async == o.async;
+  }
+};
 
 // One decoded record and where it sits in the file.
 struct JournalRecord {
@@ -122,7 +142,7 @@ struct JournalRecord {
   std::uint16_t type = 0;
   std::uint16_t flags = 0;
   // monostate: pad or an ignorable type.
-  std::variant<std::monostate, JournalHeader, BeginRecord, CommitRecord, AbortRecord, RetireRecord> body;
+  std::variant<std::monostate, JournalHeader, BeginRecord, CommitRecord, AbortRecord, RetireRecord, SaveRecord> body;
 
   [[nodiscard]] std::uint64_t end() const noexcept { return offset + size; }
   [[nodiscard]] std::uint64_t txn() const noexcept;  // 0 for header and pad
@@ -150,6 +170,7 @@ struct PendingRecord {
 [[nodiscard]] PendingRecord commit_record(const CommitRecord& c);
 [[nodiscard]] PendingRecord abort_record(const AbortRecord& a);
 [[nodiscard]] PendingRecord retire_record(const RetireRecord& r);
+[[nodiscard]] PendingRecord save_stats_record(const SaveRecord& r);
 // Decodes a digest-valid record's payload; Code::corrupt names the field, Code::version an unknown type.
 [[nodiscard]] Status decode_payload(JournalRecord& rec, const unsigned char* payload, std::size_t length,
                                     const std::string& path);

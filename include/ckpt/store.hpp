@@ -8,6 +8,7 @@
 // never writes and never blocks the writer; opening for writing takes the lock and runs recovery.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -68,6 +69,7 @@ struct TxnInfo {
   std::uint64_t end_offset = 0;     // COMMIT or ABORT record
   std::uint64_t retire_offset = 0;  // RETIRE record
   CommitRecord commit;              // when committed or retired
+  std::optional<SaveRecord> save;   // SAVE_STATS of the commit, when the writer recorded one (spec 4.8)
   AbortReason abort_reason = AbortReason::user;
   [[nodiscard]] std::string dir() const { return step_dir_name(step, txn); }
 };
@@ -173,6 +175,15 @@ struct StepVerifyReport {
 template <class Fs>
 class Store;
 
+// How long a save of some size takes here, from the store's recorded saves (spec/JOURNAL.md 4.8).
+struct SaveEstimate {
+  std::size_t samples = 0;           // records it is based on; 0: nothing recorded, nothing known
+  std::uint64_t bytes = 0;           // the size estimated
+  double bytes_per_second = 0;       // the slowest of the recent saves: a hold-up budget needs the worst case
+  double seconds = 0;                // bytes / bytes_per_second
+  [[nodiscard]] bool known() const noexcept { return samples > 0; }
+};
+
 // The outcome of a commit: the new step, and what retention did afterwards.
 struct CommitResult {
   StepInfo step;
@@ -220,6 +231,13 @@ class Transaction {
   // The shard writer itself (e.g. to compare chunk digests computed on a GPU before commit). An I/O
   // error it records surfaces at commit(), which then abandons the transaction.
   [[nodiscard]] ShardWriter<Fs>& shard_writer() noexcept { return *writer_; }
+  // When the save started and how long its caller was blocked, for the SAVE_STATS record (spec/JOURNAL.md
+  // 4.8). AsyncSaver sets it; without it the save started at begin() and blocked its caller throughout.
+  void set_save_timing(std::chrono::steady_clock::time_point started, std::chrono::nanoseconds stall, bool async) noexcept {
+    started_ = started;
+    stall_ = stall;
+    async_ = async;
+  }
 
   // Finishes the shard, writes and syncs the manifest, fsyncs the step directory, appends COMMIT.
   // On an I/O error the transaction is abandoned (ABORT, files removed) and the previous step is untouched;
@@ -242,6 +260,8 @@ class Transaction {
   [[nodiscard]] Result<CommitResult> finish_ranks(bool commit, const Status& reason = Status());
   // Rank 0's part of finish_ranks: checks every report, commits or abandons; returns the encoded outcome.
   [[nodiscard]] std::string coordinate(bool commit, Result<std::vector<std::string>> reports);
+  // The SAVE_STATS record of this commit, timed now (just before the COMMIT is appended).
+  [[nodiscard]] SaveRecord save_record(const CommitRecord& c, const Manifest& m) const;
 
   Store<Fs>* store_;
   CommRef comm_;
@@ -253,6 +273,9 @@ class Transaction {
   int rank_ = 0, world_ = 1;
   Status failure_;                   // multi-rank: the first I/O error, reported at commit
   std::vector<ReplicaDecl> replicas_;  // multi-rank: what add_replicated_tensor declared
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::nanoseconds> stall_;  // unset: blocked throughout
+  bool async_ = false;
 };
 
 template <class Fs = PosixFs>
@@ -285,6 +308,13 @@ class Store {
   [[nodiscard]] std::optional<StepInfo> latest() const;
   // The most recent live commit of this step number (a step saved again after a rollback shadows the older).
   [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const;
+  // What every committed save (retired ones too) recorded, in commit order (spec/JOURNAL.md 4.8).
+  [[nodiscard]] std::vector<SaveRecord> save_records() const;
+  // How long saving `bytes` (default: as many as the last recorded save) takes, at the slowest throughput
+  // of the last `window` recorded saves.
+  [[nodiscard]] SaveEstimate estimate_save(std::optional<std::uint64_t> bytes = std::nullopt, std::size_t window = 8) const;
+  // Does a save fit in `seconds` of hold-up (e.g. a UPS's)? nullopt when no save has been recorded.
+  [[nodiscard]] std::optional<bool> save_fits(double seconds, std::optional<std::uint64_t> bytes = std::nullopt) const;
   // Read-only: re-reads the journal to see steps committed since open. Writable: nothing to do.
   [[nodiscard]] Status refresh();
 

@@ -20,6 +20,7 @@ inline const char* record_type_name(std::uint16_t type) noexcept {
     case static_cast<std::uint16_t>(RecordType::commit): return "COMMIT";
     case static_cast<std::uint16_t>(RecordType::abort): return "ABORT";
     case static_cast<std::uint16_t>(RecordType::retire): return "RETIRE";
+    case static_cast<std::uint16_t>(RecordType::save_stats): return "SAVE_STATS";
     default: return (type & kIgnorableType) != 0 ? "IGNORABLE" : "UNKNOWN";
   }
 }
@@ -40,6 +41,7 @@ inline std::uint64_t JournalRecord::txn() const noexcept {
   if (const auto* c = std::get_if<CommitRecord>(&body)) return c->txn;
   if (const auto* a = std::get_if<AbortRecord>(&body)) return a->txn;
   if (const auto* r = std::get_if<RetireRecord>(&body)) return r->txn;
+  if (const auto* v = std::get_if<SaveRecord>(&body)) return v->txn;
   return 0;
 }
 
@@ -55,6 +57,10 @@ inline std::string JournalRecord::describe() const {
     s += " txn " + std::to_string(a->txn) + " step " + std::to_string(a->step) + " (" + abort_reason_name(a->reason) + ")";
   } else if (const auto* r = std::get_if<RetireRecord>(&body)) {
     s += " txn " + std::to_string(r->txn) + " step " + std::to_string(r->step);
+  } else if (const auto* v = std::get_if<SaveRecord>(&body)) {
+    s += " txn " + std::to_string(v->txn) + " step " + std::to_string(v->step) + " " + std::to_string(v->bytes) +
+         " bytes, stall " + std::to_string(v->stall_ns) + " ns, persist " + std::to_string(v->persist_ns) + " ns" +
+         (v->async ? " (async)" : "");
   } else if (const auto* h = std::get_if<JournalHeader>(&body)) {
     s += " store " + uuid_string(h->store_uuid);
   }
@@ -190,6 +196,18 @@ inline PendingRecord retire_record(const RetireRecord& r) {
   return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::retire), std::move(e.str())};
 }
 
+inline PendingRecord save_stats_record(const SaveRecord& r) {
+  Encoder e;
+  e.u64(r.txn);
+  e.u64(r.step);
+  e.u64(r.bytes);
+  e.u64(r.stall_ns);
+  e.u64(r.persist_ns);
+  e.u32(r.async ? journal::kSaveStatsAsync : 0);
+  e.u32(0);
+  return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::save_stats), std::move(e.str())};
+}
+
 inline Status decode_payload(JournalRecord& rec, const unsigned char* p, std::size_t n, const std::string& path) {
   using journal::RecordType;
   const std::string where = path + ": " + journal::record_type_name(rec.type) + " record at offset " + std::to_string(rec.offset);
@@ -269,6 +287,17 @@ inline Status decode_payload(JournalRecord& rec, const unsigned char* p, std::si
     case static_cast<std::uint16_t>(RecordType::retire): {
       CKPT_TRY(fixed_size(journal::kRetirePayloadSize));
       rec.body = RetireRecord{get_u64(p), get_u64(p + 8)};
+      return Status();
+    }
+    case static_cast<std::uint16_t>(RecordType::save_stats): {
+      CKPT_TRY(fixed_size(journal::kSaveStatsPayloadSize));
+      const std::uint32_t flags = get_u32(p + 40);
+      if ((flags & ~journal::kSaveStatsKnownFlags) != 0) return corrupt("unknown flags " + hex64(flags));
+      if (get_u32(p + 44) != 0) return corrupt("reserved field is not zero");
+      if (get_u64(p + 24) > get_u64(p + 32))
+        return corrupt("stall of " + std::to_string(get_u64(p + 24)) + " ns exceeds the save's " + std::to_string(get_u64(p + 32)) + " ns");
+      rec.body = SaveRecord{get_u64(p), get_u64(p + 8), get_u64(p + 16), get_u64(p + 24), get_u64(p + 32),
+                            (flags & journal::kSaveStatsAsync) != 0};
       return Status();
     }
     default:

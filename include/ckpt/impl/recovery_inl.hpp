@@ -83,6 +83,14 @@ inline void build_transactions(const std::vector<JournalRecord>& records, const 
       continue;
     }
     const std::uint64_t id = rec.txn();
+    if (const auto* v = std::get_if<SaveRecord>(&rec.body)) {
+      // Informational (spec 4.8): kept with the commit it follows in its group, never a protocol problem.
+      const auto it = index.find(id);
+      if (it != index.end() && txns[it->second].state == TxnState::committed && txns[it->second].step == v->step &&
+          !txns[it->second].save)
+        txns[it->second].save = *v;
+      continue;
+    }
     const auto* c = std::get_if<CommitRecord>(&rec.body);
     const auto* a = std::get_if<AbortRecord>(&rec.body);
     const auto* r = std::get_if<RetireRecord>(&rec.body);

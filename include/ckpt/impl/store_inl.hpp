@@ -304,7 +304,8 @@ Result<CommitResult> Transaction<Fs>::commit() {
 
   // Step 6: COMMIT + fdatasync: the step exists once this returns (spec 5.3).
   CommitRecord c{txn_, step_, bytes.size(), manifest_digest(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size())};
-  Status s = store_->journal_->append_group({commit_record(c)});
+  const SaveRecord stats = save_record(c, m);
+  Status s = store_->journal_->append_group({commit_record(c), save_stats_record(stats)});
   finished_ = true;
   if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
   if (!s.ok()) {
@@ -317,6 +318,7 @@ Result<CommitResult> Transaction<Fs>::commit() {
   TxnInfo* t = store_->find_txn(txn_);
   t->state = TxnState::committed;
   t->commit = c;
+  t->save = stats;
   t->end_offset = store_->journal_->last_offsets().front();
   CommitResult result;
   result.step = store_->step_info(*t);
@@ -326,6 +328,21 @@ Result<CommitResult> Transaction<Fs>::commit() {
     else result.retention = retired.status();
   }
   return result;
+}
+
+template <class Fs>
+SaveRecord Transaction<Fs>::save_record(const CommitRecord& c, const Manifest& m) const {
+  using std::chrono::duration_cast;
+  using std::chrono::nanoseconds;
+  SaveRecord r;
+  r.txn = c.txn;
+  r.step = c.step;
+  for (const auto& shard : m.shards) r.bytes += shard.file_size;
+  const auto persist = std::chrono::steady_clock::now() - started_;
+  r.persist_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, duration_cast<nanoseconds>(persist).count()));
+  r.stall_ns = stall_ ? std::min(r.persist_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, stall_->count()))) : r.persist_ns;
+  r.async = async_;
+  return r;
 }
 
 // --- Store ----------------------------------------------------------------------------------------
@@ -438,6 +455,38 @@ StepInfo Store<Fs>::step_info(const TxnInfo& t) const {
   s.manifest_digest = t.commit.manifest_digest;
   s.commit_offset = t.end_offset;
   return s;
+}
+
+template <class Fs>
+std::vector<SaveRecord> Store<Fs>::save_records() const {
+  std::vector<SaveRecord> out;
+  for (const auto& t : txns_)
+    if ((t.state == TxnState::committed || t.state == TxnState::retired) && t.save) out.push_back(*t.save);
+  return out;
+}
+
+template <class Fs>
+SaveEstimate Store<Fs>::estimate_save(std::optional<std::uint64_t> bytes, std::size_t window) const {
+  const auto records = save_records();
+  SaveEstimate e;
+  if (records.empty()) return e;
+  e.bytes = bytes ? *bytes : records.back().bytes;
+  for (std::size_t i = records.size() - std::min(window == 0 ? 1 : window, records.size()); i < records.size(); ++i) {
+    const SaveRecord& r = records[i];
+    if (r.persist_ns == 0 || r.bytes == 0) continue;  // too small to time: says nothing of throughput
+    const double rate = static_cast<double>(r.bytes) / (static_cast<double>(r.persist_ns) * 1e-9);
+    if (e.samples == 0 || rate < e.bytes_per_second) e.bytes_per_second = rate;
+    ++e.samples;
+  }
+  if (e.samples > 0) e.seconds = static_cast<double>(e.bytes) / e.bytes_per_second;
+  return e;
+}
+
+template <class Fs>
+std::optional<bool> Store<Fs>::save_fits(double seconds, std::optional<std::uint64_t> bytes) const {
+  const SaveEstimate e = estimate_save(bytes);
+  if (!e.known()) return std::nullopt;
+  return e.seconds <= seconds;
 }
 
 template <class Fs>

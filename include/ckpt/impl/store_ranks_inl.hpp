@@ -581,7 +581,8 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
     if (decision.ok()) {
       // Step 6: COMMIT + fdatasync: the step exists once this returns.
       CommitRecord c{txn_, step_, bytes.size(), manifest_digest(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size())};
-      decision = store.journal_->append_group({commit_record(c)});
+      const SaveRecord stats = save_record(c, m);
+      decision = store.journal_->append_group({commit_record(c), save_stats_record(stats)});
       if (!decision.ok()) {
         in_doubt = true;  // the COMMIT may be on disk: nothing may be removed (spec/JOURNAL.md 5.4)
         decision = decision.with_context(where + ": the COMMIT record could not be made durable, so it may or may not have "
@@ -590,6 +591,7 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
         TxnInfo* t = store.find_txn(txn_);
         t->state = TxnState::committed;
         t->commit = c;
+        t->save = stats;
         t->end_offset = store.journal_->last_offsets().front();
         outcome.committed = true;
         outcome.commit = c;
