@@ -8,7 +8,15 @@
 // RNG state and data position fully determine the continuation, so an interrupted and resumed run
 // ends with exactly the weights of an uninterrupted one. The last line is the final step and an
 // XXH3-64 of the final weights: "final step 200 weights xxh3 0123456789abcdef".
+//
+// With --async the saves go through AsyncSaver (training continues while a step persists); with
+// --flush-deadline S, SIGTERM, SIGPWR or SIGUSR1 stop the run within S seconds: the save in flight is
+// committed if it fits, else abandoned, and the last line is "stopped at step N, latest step M ...".
 #include <array>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <optional>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/async_save.hpp>
+#include <ckpt/flush.hpp>
 #include <ckpt/hash.hpp>
 #include <ckpt/store.hpp>
 
@@ -213,20 +223,20 @@ void fill_extra(std::vector<unsigned char>& extra, std::uint64_t seed, std::uint
   }
 }
 
-ckpt::Status save(ckpt::Store<>& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
-  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(t.step));
+// One save's content, the same whichever way it is saved. The request only points at the trainer's memory.
+ckpt::SaveRequest save_request(Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
+  ckpt::SaveRequest r(t.step);
   // F32 tensors are little-endian on disk (spec/FORMAT.md); this demo runs on little-endian hosts.
-  for (Tensor* p : t.model.params())
-    CKPT_TRY(tx->add_tensor(p->name, ckpt::DType::F32, p->shape, p->value.data(), p->value.size() * sizeof(float)));
+  for (Tensor* p : t.model.params()) r.add_tensor(p->name, ckpt::DType::F32, p->shape, p->value.data(), p->value.size() * sizeof(float));
   for (Tensor* p : t.model.params()) {
-    CKPT_TRY(tx->add_optimizer_tensor(std::string("adam.m.") + p->name, ckpt::DType::F32, p->shape, p->m.data(), p->m.size() * sizeof(float)));
-    CKPT_TRY(tx->add_optimizer_tensor(std::string("adam.v.") + p->name, ckpt::DType::F32, p->shape, p->v.data(), p->v.size() * sizeof(float)));
+    r.add_optimizer_tensor(std::string("adam.m.") + p->name, ckpt::DType::F32, p->shape, p->m.data(), p->m.size() * sizeof(float));
+    r.add_optimizer_tensor(std::string("adam.v.") + p->name, ckpt::DType::F32, p->shape, p->v.data(), p->v.size() * sizeof(float));
   }
   if (!extra.empty()) {
     fill_extra(extra, t.seed, t.step);
-    CKPT_TRY(tx->add_optimizer_tensor("adam.extra_state", ckpt::DType::U8, {extra.size()}, extra.data(), extra.size()));
+    r.add_optimizer_tensor("adam.extra_state", ckpt::DType::U8, {extra.size()}, extra.data(), extra.size());
   }
-  auto& st = tx->state();
+  auto& st = r.state();
   st.rng = t.rng.bytes();
   st.data = ckpt::DataPosition{t.loader.epoch, t.loader.offset, ""};
   st.values["seed"] = static_cast<std::int64_t>(t.seed);
@@ -234,6 +244,19 @@ ckpt::Status save(ckpt::Store<>& store, Trainer& t, std::vector<unsigned char>& 
   st.values["model"] = kModel;
   st.values["extra_mib"] = static_cast<std::int64_t>(extra_mib);
   st.values["loss"] = static_cast<double>(t.last_loss);
+  return r;
+}
+
+// The synchronous save: the same request through one transaction.
+ckpt::Status save(ckpt::Store<>& store, const ckpt::SaveRequest& request) {
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(request.step()));
+  for (const auto& t : request.tensors()) {
+    if (t.optimizer) CKPT_TRY(tx->add_optimizer_tensor(t.name, t.dtype, t.global_shape, t.data, t.size));
+    else CKPT_TRY(tx->add_tensor(t.name, t.dtype, t.global_shape, t.data, t.size));
+  }
+  const auto optimizer = tx->state().optimizer_tensors;
+  tx->state() = request.state();
+  tx->state().optimizer_tensors = optimizer;
   CKPT_ASSIGN_OR_RETURN(ckpt::CommitResult r, tx->commit());
   if (!r.retention.ok()) std::fprintf(stderr, "%s: note: retention: %s\n", kTool, r.retention.message().c_str());
   return ckpt::Status();
@@ -293,7 +316,9 @@ int main(int argc, char** argv) {
                  kTool};
     std::string store_path;
     std::uint64_t steps = 200, save_every = 20, seed = 1, extra_mib = 0, batch = 32, keep = 3;
-    bool quiet = false;
+    bool quiet = false, async = false;
+    double flush_deadline = 0;
+    std::uint64_t staging_mib = 64;
     app.add_option("--store", store_path, "store directory (created when missing)")->required();
     app.add_option("--steps", steps, "train until this step")->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
     app.add_option("--save-every", save_every, "save every K steps (and at the last step)")
@@ -303,6 +328,12 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{4096}));
     app.add_option("--batch", batch, "samples per step")->check(CLI::Range(std::uint64_t{1}, std::uint64_t{4096}));
     app.add_option("--keep", keep, "keep the last N checkpoints (0: keep all)");
+    app.add_flag("--async", async, "save in the background: training goes on while a step persists (spec/ASYNC.md)");
+    app.add_option("--staging-mib", staging_mib, "--async: staging pool size in MiB (a larger state streams through it)")
+        ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20));
+    app.add_option("--flush-deadline", flush_deadline,
+                   "on SIGTERM, SIGPWR or SIGUSR1 stop within SECONDS: the save in flight is committed if it fits, else abandoned")
+        ->check(CLI::PositiveNumber);
     app.add_flag("-q,--quiet", quiet, "print only the final line");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
@@ -332,19 +363,66 @@ int main(int argc, char** argv) {
       std::printf("starting a new run in %s\n", store_path.c_str());
     }
     std::fflush(stdout);
+    if (flush_deadline > 0) {
+      const auto hold_up = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(flush_deadline));
+      if (ckpt::Status s = ckpt::install_flush_handler({SIGTERM, SIGPWR, SIGUSR1}, hold_up); !s.ok())
+        return ckpt::cli::report(kTool, s);
+      if (const auto estimate = (*store)->estimate_save(); estimate.known() && !quiet)
+        std::printf("a save of %llu bytes takes %.3f s at the slowest recorded rate: %s the %.3f s deadline\n",
+                    static_cast<unsigned long long>(estimate.bytes), estimate.seconds,
+                    estimate.seconds <= flush_deadline ? "fits" : "does NOT fit", flush_deadline);
+    }
+    std::unique_ptr<ckpt::AsyncSaver<>> saver;
+    if (async) {
+      ckpt::AsyncSaveOptions o;
+      o.staging_bytes = static_cast<std::size_t>(staging_mib) << 20;
+      auto created = ckpt::AsyncSaver<>::create(**store, o);
+      if (!created.ok()) return ckpt::cli::report(kTool, created.status());
+      saver = std::move(created).value();
+    }
+    // A flush request (a signal) ends the run here: the save in flight is committed or abandoned in time.
+    auto stop_requested = [&]() -> std::optional<int> {
+      const auto deadline = ckpt::flush_requested();
+      if (!deadline) return std::nullopt;
+      ckpt::Status flushed = saver ? saver->flush(*deadline) : ckpt::Status();
+      const auto latest = (*store)->latest();
+      const double left = std::chrono::duration<double>(*deadline - std::chrono::steady_clock::now()).count();
+      std::printf("stopped at step %llu by signal %d, latest step %s, %.3f s before the deadline: %s\n",
+                  static_cast<unsigned long long>(t.step), ckpt::flush_signal(),
+                  latest ? std::to_string(latest->step).c_str() : "none", left,
+                  flushed.ok() ? "every save taken committed" : flushed.to_string().c_str());
+      std::fflush(stdout);
+      const bool clean = flushed.ok() || flushed.code() == ckpt::Code::cancelled;
+      return clean ? static_cast<int>(ckpt::cli::kOk) : ckpt::cli::report(kTool, flushed);
+    };
     while (t.step < steps) {
+      if (auto rc = stop_requested()) return *rc;
       t.train_step();
       if (t.step % save_every == 0 || t.step == steps) {
         if (!quiet) {
           std::printf("step %llu loss %.6f: saving...\n", static_cast<unsigned long long>(t.step), static_cast<double>(t.last_loss));
           std::fflush(stdout);
         }
-        if (ckpt::Status s = save(**store, t, extra, extra_mib); !s.ok()) return ckpt::cli::report(kTool, s);
+        ckpt::SaveRequest request = save_request(t, extra, extra_mib);
+        if (saver) {
+          auto ticket = saver->save(std::move(request));
+          if (!ticket.ok() && ticket.status().code() == ckpt::Code::cancelled) {
+            if (auto rc = stop_requested()) return *rc;
+          }
+          if (!ticket.ok()) return ckpt::cli::report(kTool, ticket.status());
+        } else if (ckpt::Status s = save(**store, request); !s.ok()) {
+          return ckpt::cli::report(kTool, s);
+        }
         if (!quiet) {
-          std::printf("step %llu saved\n", static_cast<unsigned long long>(t.step));
+          std::printf(saver ? "step %llu staged\n" : "step %llu saved\n", static_cast<unsigned long long>(t.step));
           std::fflush(stdout);
         }
       }
+    }
+    if (saver) {
+      ckpt::Status waited = saver->wait();
+      if (auto rc = stop_requested()) return *rc;
+      if (!waited.ok()) return ckpt::cli::report(kTool, waited);
     }
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(t.weights_digest()));
