@@ -69,6 +69,37 @@ Run run(const std::string& program, const std::vector<std::string>& args) {
   return r;
 }
 
+// Starts program with args in a child whose stdout goes to out_path; the caller waits for it.
+pid_t spawn(const std::string& program, std::vector<std::string> args, const std::string& out_path) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) ::_exit(127);
+  ::dup2(fd, 1);
+  std::vector<char*> argv{const_cast<char*>(program.c_str())};
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(program.c_str(), argv.data());
+  ::_exit(127);
+}
+
+// Polls pid until it exits or `delay` passes (so a run that ends early is not signalled after it
+// exited), then sends sig and waits. Returns the wait status; stop_us: exit latency after the signal.
+int wait_or_signal(pid_t pid, std::chrono::microseconds delay, int sig, long long& stop_us) {
+  int status = 0;
+  pid_t done = 0;
+  const auto until = std::chrono::steady_clock::now() + delay;
+  while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  if (done == 0) {
+    const auto sent = std::chrono::steady_clock::now();
+    ::kill(pid, sig);
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    stop_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
+  }
+  return status;
+}
+
 // A store made by the demo trainer: steps 10, 20, ... `steps`, all kept.
 std::string make_store(const ckpt_test::TempDir& dir, const std::string& name, int steps = 40) {
   const std::string path = dir.file(name);
@@ -462,32 +493,13 @@ TEST_CASE("ckpt-demo-train killed with SIGKILL at random moments and restarted e
   std::string final_out;
   while (attempts < 200) {
     ++attempts;
-    const pid_t pid = ::fork();
+    const pid_t pid = spawn(kTrain, args_for(store), out_path);
     REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0) ::_exit(127);
-      ::dup2(fd, 1);
-      std::vector<std::string> a = args_for(store);
-      std::vector<char*> argv{const_cast<char*>(kTrain.c_str())};
-      for (auto& s : a) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      ::execv(kTrain.c_str(), argv.data());
-      ::_exit(127);
-    }
     // A sixth of a whole run at most; more as attempts go by, so a slow or loaded machine still finishes.
     const long long cap = std::max<long long>(2000, whole_us / 6) * (1 + attempts / 15);
     const auto delay = std::uniform_int_distribution<long long>(0, cap)(rng);
-    // Polls so a run that finishes early is not "killed" after it exited.
-    int status = 0;
-    pid_t done = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(delay);
-    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (done == 0) {
-      ::kill(pid, SIGKILL);
-      REQUIRE(::waitpid(pid, &status, 0) == pid);
-    }
+    long long stop_us = 0;
+    const int status = wait_or_signal(pid, std::chrono::microseconds(delay), SIGKILL, stop_us);
     if (WIFSIGNALED(status)) {
       CHECK(WTERMSIG(status) == SIGKILL);
       ++kills;
@@ -540,32 +552,12 @@ TEST_CASE("ckpt-demo-train --async stopped by SIGTERM at random moments commits 
     const std::string store = dir.file("trial" + std::to_string(trial));
     const std::string out_path = dir.file("trial" + std::to_string(trial) + ".out");
     INFO("trial " << trial << ", deadline " << deadline);
-    const pid_t pid = ::fork();
+    const pid_t pid = spawn(kTrain, args_for(store, deadline), out_path);
     REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0) ::_exit(127);
-      ::dup2(fd, 1);
-      std::vector<std::string> a = args_for(store, deadline);
-      std::vector<char*> argv{const_cast<char*>(kTrain.c_str())};
-      for (auto& s : a) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      ::execv(kTrain.c_str(), argv.data());
-      ::_exit(127);
-    }
     const auto delay = std::uniform_int_distribution<long long>(whole_us / 20, whole_us * 3 / 4)(rng);
-    int status = 0;
-    pid_t done = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(delay);
-    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (done == 0) {
-      const auto sent = std::chrono::steady_clock::now();
-      ::kill(pid, SIGTERM);
-      REQUIRE(::waitpid(pid, &status, 0) == pid);
-      slowest_stop_us = std::max<long long>(
-          slowest_stop_us, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count());
-    }
+    long long stop_us = 0;
+    const int status = wait_or_signal(pid, std::chrono::microseconds(delay), SIGTERM, stop_us);
+    slowest_stop_us = std::max(slowest_stop_us, stop_us);
     const std::string out = ckpt_test::read_file(out_path);
     INFO("output: " << out);
     REQUIRE(WIFEXITED(status));  // SIGTERM is handled: a clean exit, never death by the signal

@@ -603,7 +603,8 @@ void AsyncSaver<Fs>::run() {
         if (job->request.bytes() > 0 && out.total.count() > 0)
           estimated_rate_ = static_cast<double>(job->request.bytes()) / std::chrono::duration<double>(out.total).count();
       }
-      if (!out.status.ok()) failures_.push_back(out.status);
+      // A staging failure was already returned by save() itself: reported once, not again here.
+      if (!out.status.ok() && job->staging_failure.ok()) failures_.push_back(out.status);
       jobs_.pop_front();
     }
     idle_.notify_all();
