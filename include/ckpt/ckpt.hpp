@@ -1,6 +1,7 @@
 // ckpt: crash-consistent, checksummed training checkpoints. Umbrella header.
 #pragma once
 
+#include "async_save.hpp"
 #include "coding.hpp"
 #include "comm.hpp"
 #include "coverage.hpp"
@@ -15,6 +16,7 @@
 #include "io/sim_fs.hpp"
 #include "journal.hpp"
 #include "manifest.hpp"
+#include "planner.hpp"
 #include "safetensors.hpp"
 #include "shard_reader.hpp"
 #include "shard_writer.hpp"

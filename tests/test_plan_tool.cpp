@@ -1,0 +1,277 @@
+// Tests for the ckpt-plan program, run as built: the JSON it prints (Young, Daly, waste, GPU-hours,
+// the simulation), exit 2 with a one-line error on bad usage, the SVG plot, and save costs read from a
+// store's recorded saves (spec/PLAN.md).
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/store.hpp>
+
+#include "test_util.hpp"
+
+using namespace ckpt;
+using nlohmann::json;
+
+namespace {
+
+const std::string kPlan = std::string(CKPT_BINARY_DIR) + "/ckpt-plan";
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+  [[nodiscard]] json out_json() const {
+    INFO("stdout: " << out << "\nstderr: " << err);
+    json j;
+    REQUIRE_NOTHROW(j = json::parse(out));
+    return j;
+  }
+  [[nodiscard]] std::string first_err_line() const { return err.substr(0, err.find('\n')); }
+};
+
+// Runs ckpt-plan with arguments (each quoted), capturing stdout and stderr.
+Run plan(const std::vector<std::string>& args) {
+  REQUIRE(::access(kPlan.c_str(), X_OK) == 0);
+  ckpt_test::TempDir scratch;
+  const std::string out = scratch.file("out"), err = scratch.file("err");
+  std::string cmd = quote(kPlan);
+  for (const auto& a : args) cmd += " " + quote(a);
+  Run r;
+  r.code = ckpt_test::run_command(cmd + " >" + quote(out) + " 2>" + quote(err) + " </dev/null");
+  r.out = ckpt_test::read_file(out);
+  r.err = ckpt_test::read_file(err);
+  return r;
+}
+
+// A store with `saves` committed steps; with `async_stall` set, each save is recorded as an async one
+// that blocked its caller that long and started `started_ago` before its commit.
+std::string make_store(const ckpt_test::TempDir& dir, const std::string& name, int saves, std::chrono::nanoseconds async_stall = {},
+                       std::chrono::milliseconds started_ago = {}) {
+  PosixFs fs;
+  const std::string path = dir.file(name);
+  StoreOptions o;
+  o.create_if_missing = true;
+  auto store = Store<>::open(fs, path, Access::read_write, o);
+  REQUIRE(store.ok());
+  const std::vector<float> w(256, 1.5f);
+  for (int step = 1; step <= saves; ++step) {
+    auto tx = (*store)->begin(static_cast<std::uint64_t>(step) * 10);
+    REQUIRE(tx.ok());
+    REQUIRE((*tx)->add_tensor("w", DType::F32, {256}, w.data(), w.size() * 4).ok());
+    if (async_stall.count() > 0) (*tx)->set_save_timing(std::chrono::steady_clock::now() - started_ago, async_stall, true);
+    REQUIRE((*tx)->commit().ok());
+  }
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("ckpt-plan --json gives Young, Daly and the waste of both policies", "[plan_tool]") {
+  const Run r = plan({"--mtbf-hours", "3", "--save-seconds", "60", "--async-stall-seconds", "1", "--async-write-seconds", "30",
+                      "--restart-seconds", "300", "--gpus", "512", "--json"});
+  REQUIRE(r.code == 0);
+  const json j = r.out_json();
+  CHECK(j["mtbf_seconds"].get<double>() == Approx(10800));
+  CHECK(j["restart_seconds"].get<double>() == 300);
+  CHECK(j["gpus"].get<double>() == 512);
+  CHECK(j["gpus_known"].get<bool>());
+  const json& sync = j["policies"]["sync"];
+  REQUIRE(sync["available"].get<bool>());
+  // sqrt(2 * 60 * 10800) = 36 sqrt(1000); Daly and the waste as worked in test_planner.cpp.
+  CHECK(sync["young_interval_seconds"].get<double>() == Approx(1138.4199576606165).epsilon(1e-12));
+  CHECK(sync["daly_interval_seconds"].get<double>() == Approx(1098.7713218450797).epsilon(1e-12));
+  CHECK(sync["interval_seconds"].get<double>() == sync["daly_interval_seconds"].get<double>());
+  CHECK(sync["waste_percent_at_daly"].get<double>() == Approx(12.634688776367353).epsilon(1e-10));
+  CHECK(sync["lost_gpu_hours_per_day"].get<double>() == Approx(0.12634688776367353 * 24 * 512).epsilon(1e-10));
+  CHECK(sync["simulation"].is_null());
+  const json& async = j["policies"]["async"];
+  REQUIRE(async["available"].get<bool>());
+  CHECK(async["stall_seconds"].get<double>() == 1);
+  CHECK(async["background_seconds"].get<double>() == 30);
+  // d = 1 s: sqrt(21600) = 146.96938; Daly 146.96938 * (1 + sqrt(1/21600)/3 + 1/194400) - 1 = 146.30347.
+  CHECK(async["young_interval_seconds"].get<double>() == Approx(146.9693845669907).epsilon(1e-12));
+  CHECK(async["daly_interval_seconds"].get<double>() == Approx(146.30347391567676).epsilon(1e-12));
+  CHECK(async["waste_percent_at_daly"].get<double>() < sync["waste_percent_at_daly"].get<double>());
+}
+
+TEST_CASE("ckpt-plan scales the llama3-405b preset to --gpus", "[plan_tool]") {
+  const Run own = plan({"--preset", "llama3-405b", "--save-seconds", "2.44", "--json"});
+  REQUIRE(own.code == 0);
+  const json a = own.out_json();
+  CHECK(a["mtbf_hours"].get<double>() == Approx(1296.0 / 419.0).epsilon(1e-12));
+  CHECK(a["gpus"].get<double>() == 16384);  // the preset's own GPU count
+  CHECK(a["preset"]["interruptions"].get<double>() == 419);
+  const Run half = plan({"--preset", "llama3-405b", "--gpus", "8192", "--save-seconds", "2.44", "--json"});
+  REQUIRE(half.code == 0);
+  const json b = half.out_json();
+  CHECK(b["mtbf_seconds"].get<double>() == Approx(22270.167064439138).epsilon(1e-12));
+  CHECK(b["policies"]["sync"]["young_interval_seconds"].get<double>() == Approx(329.6640946091385).epsilon(1e-12));
+  CHECK(b["policies"]["async"]["available"].get<bool>() == false);
+}
+
+TEST_CASE("ckpt-plan without a GPU count reports GPU-hours per GPU and says so", "[plan_tool]") {
+  const Run r = plan({"--mtbf-hours", "3", "--save-seconds", "60", "--json"});
+  REQUIRE(r.code == 0);
+  const json j = r.out_json();
+  CHECK(j["gpus"].get<double>() == 1);
+  CHECK_FALSE(j["gpus_known"].get<bool>());
+  const json& sync = j["policies"]["sync"];
+  CHECK(sync["lost_gpu_hours_per_day"].get<double>() == Approx(sync["waste_percent"].get<double>() / 100 * 24));
+  const Run table = plan({"--mtbf-hours", "3", "--save-seconds", "60"});
+  REQUIRE(table.code == 0);
+  CHECK(table.out.find("per GPU") != std::string::npos);
+  CHECK(table.out.find("async") != std::string::npos);  // the row is there, as n/a
+  CHECK(table.out.find("n/a") != std::string::npos);
+}
+
+TEST_CASE("ckpt-plan --simulate agrees with the model and --interval moves both", "[plan_tool]") {
+  const Run r = plan({"--gpu-failures-per-hour", "0.0001", "--gpus", "1000", "--save-seconds", "60", "--async-stall-seconds", "2",
+                      "--async-write-seconds", "50", "--interval", "900", "--simulate", "400", "--seed", "5", "--json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const json j = r.out_json();
+  CHECK(j["mtbf_seconds"].get<double>() == Approx(36000));  // 1 / (1000 * 1e-4) hours
+  CHECK(j["interval_requested_seconds"].get<double>() == 900);
+  for (const char* name : {"sync", "async"}) {
+    INFO(name);
+    const json& p = j["policies"][name];
+    CHECK(p["interval_seconds"].get<double>() == 900);
+    const json& s = p["simulation"];
+    REQUIRE(s.is_object());
+    CHECK(s["histories"].get<int>() == 400);
+    CHECK(s["seed"].get<int>() == 5);
+    CHECK(s["mean_failures_per_history"].get<double>() > 10);
+    CHECK(s["agrees"].get<bool>());
+    CHECK(std::abs(s["mean_waste_percent"].get<double>() - s["model_waste_percent"].get<double>()) <=
+          s["tolerance_percent"].get<double>());
+  }
+  // The same seed prints the same numbers.
+  const Run again = plan({"--gpu-failures-per-hour", "0.0001", "--gpus", "1000", "--save-seconds", "60", "--async-stall-seconds",
+                          "2", "--async-write-seconds", "50", "--interval", "900", "--simulate", "400", "--seed", "5", "--json"});
+  CHECK(again.out == r.out);
+}
+
+TEST_CASE("ckpt-plan exits 2 with a one-line error on bad usage", "[plan_tool]") {
+  struct Row {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  const std::vector<Row> rows = {
+      {{"--save-seconds", "60"}, "missing MTBF"},
+      {{"--mtbf-hours", "3"}, "missing save cost"},
+      {{"--mtbf-hours", "3", "--save-seconds=-5"}, "stall"},
+      {{"--mtbf-hours=-3", "--save-seconds", "5"}, "MTBF"},
+      {{"--mtbf-hours", "0", "--save-seconds", "5"}, "MTBF"},
+      {{"--mtbf-hours", "3", "--save-seconds", "5", "--restart-seconds=-1"}, "restart"},
+      {{"--preset", "gpt-5", "--save-seconds", "5"}, "unknown preset 'gpt-5'"},
+      {{"--preset", "llama3-405b", "--mtbf-hours", "3", "--save-seconds", "5"}, "only one of"},
+      {{"--gpu-failures-per-hour", "0.001", "--save-seconds", "5"}, "needs --gpus"},
+      {{"--mtbf-hours", "3", "--gpus", "0", "--save-seconds", "5"}, "--gpus"},
+      {{"--mtbf-hours", "3", "--async-write-seconds", "5"}, "needs --async-stall-seconds"},
+      {{"--mtbf-hours", "3", "--async-stall-seconds", "5"}, "needs --async-write-seconds"},
+      {{"--mtbf-hours", "3", "--save-seconds", "5", "--interval", "0"}, "interval"},
+      {{"--mtbf-hours", "3", "--save-seconds", "5", "--simulate", "1"}, "2 histories"},
+      {{"--mtbf-hours", "3", "--save-seconds", "5", "--store", "/nonexistent"}, "excludes"},
+      {{"--mtbf-hours", "3", "--store", "/nonexistent/ckpt-plan-store"}, "/nonexistent/ckpt-plan-store"},
+      {{"--mtbf-hours", "3", "--save-seconds", "5", "--bogus"}, "--bogus"},
+  };
+  for (const auto& row : rows) {
+    std::string joined;
+    for (const auto& a : row.args) joined += a + " ";
+    INFO(joined);
+    const Run r = plan(row.args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);
+    CHECK(r.first_err_line().find(row.says) != std::string::npos);
+  }
+  const Run help = plan({"--help"});
+  CHECK(help.code == 0);
+  CHECK(help.out.find("--async-write-seconds") != std::string::npos);
+}
+
+TEST_CASE("ckpt-plan --plot writes an SVG with both optima marked", "[plan_tool]") {
+  ckpt_test::TempDir dir;
+  const std::string svg_path = dir.file("plan.svg");
+  const Run r = plan({"--preset", "llama3-405b", "--gpus", "16384", "--save-seconds", "2.44", "--async-stall-seconds", "0.1",
+                      "--async-write-seconds", "2.5", "--restart-seconds", "600", "--plot", svg_path});
+  REQUIRE(r.code == 0);
+  const std::string svg = ckpt_test::read_file(svg_path);
+  REQUIRE(svg.rfind("<svg", 0) == 0);
+  CHECK(svg.find("xmlns=\"http://www.w3.org/2000/svg\"") != std::string::npos);
+  CHECK((svg.size() > 20 && svg.substr(svg.size() - 7) == "</svg>\n"));
+  for (const char* label : {"sync Young", "sync Daly", "async Young", "async Daly", "checkpoint interval", "expected waste"})
+    CHECK(svg.find(label) != std::string::npos);
+  // Well-formed enough to count: every text element closed, one polyline per curve, angle brackets paired.
+  auto count = [&](const std::string& s) {
+    std::size_t n = 0;
+    for (std::size_t at = svg.find(s); at != std::string::npos; at = svg.find(s, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("<text") == count("</text>"));
+  CHECK(count("<polyline") == 2);
+  CHECK(std::count(svg.begin(), svg.end(), '<') == std::count(svg.begin(), svg.end(), '>'));
+  // An unwritable plot path is an error, not a silent success.
+  const Run bad = plan({"--mtbf-hours", "3", "--save-seconds", "60", "--plot", dir.file("no/such/dir/plan.svg")});
+  CHECK(bad.code == 2);
+  CHECK(bad.first_err_line().rfind("ckpt-plan: ", 0) == 0);
+}
+
+TEST_CASE("ckpt-plan --store plans from the saves the store recorded", "[plan_tool]") {
+  ckpt_test::TempDir dir;
+  SECTION("sync saves: the sync row from their persist time, the async stall unknown") {
+    const std::string store = make_store(dir, "sync", 3);
+    const Run r = plan({"--mtbf-hours", "3", "--store", store, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const json j = r.out_json();
+    CHECK(j["store"]["records"].get<int>() == 3);
+    const json& sync = j["policies"]["sync"];
+    REQUIRE(sync["available"].get<bool>());
+    CHECK(sync["source"].get<std::string>().find("store") != std::string::npos);
+    CHECK(sync["stall_seconds"].get<double>() > 0);
+    CHECK(j["policies"]["async"]["available"].get<bool>() == false);
+    CHECK(j["policies"]["async"]["reason"].get<std::string>().find("--async-stall-seconds") != std::string::npos);
+    // A stall the user knows fills in the async row.
+    const Run known = plan({"--mtbf-hours", "3", "--store", store, "--async-stall-seconds", "0.001", "--json"});
+    REQUIRE(known.code == 0);
+    CHECK(known.out_json()["policies"]["async"]["stall_seconds"].get<double>() == 0.001);
+  }
+  SECTION("async saves: their stall, and persist minus stall in the background") {
+    const std::string store = make_store(dir, "async", 3, std::chrono::milliseconds(100), std::chrono::milliseconds(3000));
+    const Run r = plan({"--mtbf-hours", "3", "--store", store, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const json j = r.out_json();
+    CHECK(j["store"]["async_records_used"].get<int>() == 3);
+    const json& async = j["policies"]["async"];
+    REQUIRE(async["available"].get<bool>());
+    CHECK(async["stall_seconds"].get<double>() == Approx(0.1));
+    CHECK(async["background_seconds"].get<double>() >= 2.9);  // the save started 3 s before its commit
+    CHECK(j["policies"]["sync"]["stall_seconds"].get<double>() >= 3.0);
+  }
+  SECTION("a store without a committed save is an error") {
+    PosixFs fs;
+    StoreOptions o;
+    o.create_if_missing = true;
+    const std::string empty = dir.file("empty");
+    REQUIRE(Store<>::open(fs, empty, Access::read_write, o).ok());
+    const Run r = plan({"--mtbf-hours", "3", "--store", empty});
+    CHECK(r.code == 2);
+    CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);
+    CHECK(r.first_err_line().find("no saves") != std::string::npos);
+  }
+}

@@ -1,0 +1,315 @@
+// Tests for include/ckpt/planner.hpp: Young's and Daly's intervals against numbers worked by hand, the
+// MTBF helpers and the llama3-405b preset, the waste model (its optimum, async against sync), the save
+// costs read from recorded saves, and the Monte Carlo agreeing with the model (spec/PLAN.md).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include <ckpt/planner.hpp>
+
+using namespace ckpt::plan;
+
+namespace {
+
+constexpr double kHour = 3600.0;
+// The llama3-405b job MTBF: 54 days * 24 h / 419 interruptions = 1296/419 h = 3.09307876 h.
+constexpr double kLlamaMtbf = 1296.0 / 419.0 * kHour;  // 11135.0835 s
+
+FailureModel failures(double mtbf, double restart) { return FailureModel{mtbf, restart}; }
+
+}  // namespace
+
+TEST_CASE("Young's interval is sqrt(2 d M)", "[planner]") {
+  // d = 60 s, M = 3 h = 10800 s: 2 d M = 1,296,000 = 36^2 * 1000, so tau = 36 sqrt(1000) = 1138.41996 s.
+  CHECK(young_interval(60, 3 * kHour) == Approx(1138.4199576606165).epsilon(1e-12));
+  // d = 2.44 s on the llama3-405b MTBF: sqrt(2 * 2.44 * 11135.0835) = sqrt(54339.21) = 233.1077 s.
+  CHECK(young_interval(2.44, kLlamaMtbf) == Approx(233.10771681184536).epsilon(1e-12));
+}
+
+TEST_CASE("Daly's interval adds the higher-order terms and subtracts the stall", "[planner]") {
+  // d = 60 s, M = 10800 s: x = d / 2M = 1/360, sqrt(x) = 0.05270463; the bracket is
+  // 1 + 0.05270463/3 + (1/360)/9 = 1.01787685, so tau = 1138.41996 * 1.01787685 - 60 = 1098.77132 s.
+  CHECK(daly_interval(60, 3 * kHour) == Approx(1098.7713218450797).epsilon(1e-12));
+  // Daly is below Young when the stall is small: the -d term wins over the bracket.
+  CHECK(daly_interval(60, 3 * kHour) < young_interval(60, 3 * kHour));
+  CHECK(daly_interval(2.44, kLlamaMtbf) == Approx(231.48388793673774).epsilon(1e-12));
+}
+
+TEST_CASE("Daly's interval is the MTBF once the stall reaches twice the MTBF", "[planner]") {
+  CHECK(daly_interval(7200, 3600) == 3600);
+  CHECK(daly_interval(1e6, 3600) == 3600);
+  // Just below 2M the formula still applies: sqrt(4 M^2) (1 + 1/3 + 1/9) - 2M = 8M/9.
+  CHECK(daly_interval(7200 * (1 - 1e-12), 3600) == Approx(3200).epsilon(1e-6));
+  // The model's exact optimum tends to M from below as the stall grows (e^{(tau+d)/M}(1 - tau/M) = 1).
+  CHECK(model_optimum_interval({1e6, 0}, failures(3600, 0)) == Approx(3600).epsilon(1e-9));
+  CHECK(model_optimum_interval({1e6, 0}, failures(3600, 0)) <= 3600);
+  CHECK(model_optimum_interval({3 * 3600.0, 0}, failures(3600, 0)) < 3600);
+}
+
+TEST_CASE("the llama3-405b preset is 419 interruptions in 54 days on 16,384 GPUs", "[planner]") {
+  const Preset* p = find_preset("llama3-405b");
+  REQUIRE(p != nullptr);
+  CHECK(p->interruptions == 419);
+  CHECK(p->days == 54);
+  CHECK(p->gpus == 16384);
+  CHECK(p->job_mtbf_hours() == Approx(3.0930787589498805).epsilon(1e-12));
+  // 419 / (1296 h * 16384 GPUs) = 1.97328e-5 failures per GPU-hour.
+  CHECK(p->failures_per_gpu_hour() == Approx(1.9732816719714506e-05).epsilon(1e-12));
+  auto own = preset_mtbf_seconds(*p, std::nullopt);
+  REQUIRE(own.ok());
+  CHECK(*own == Approx(11135.083532219569).epsilon(1e-12));
+  // The same per-GPU rate on half the GPUs fails half as often.
+  auto half = preset_mtbf_seconds(*p, 8192.0);
+  REQUIRE(half.ok());
+  CHECK(*half == Approx(2 * 11135.083532219569).epsilon(1e-12));
+  CHECK(find_preset("llama3-70b") == nullptr);
+  CHECK(find_preset("") == nullptr);
+}
+
+TEST_CASE("MTBF from a per-GPU rate is 1 / (N r), from hours is 3600 h", "[planner]") {
+  auto m = mtbf_from_gpu_rate(1000, 1e-4);  // the job fails 0.1 times an hour: every 10 h
+  REQUIRE(m.ok());
+  CHECK(*m == Approx(36000).epsilon(1e-12));
+  auto h = mtbf_from_hours(3);
+  REQUIRE(h.ok());
+  CHECK(*h == 10800);
+}
+
+TEST_CASE("inputs that are not positive finite numbers are refused", "[planner]") {
+  for (const double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    INFO(bad);
+    CHECK(mtbf_from_hours(bad).status().code() == ckpt::Code::invalid_argument);
+    CHECK(mtbf_from_gpu_rate(8, bad).status().code() == ckpt::Code::invalid_argument);
+    CHECK(check_inputs({bad, 0}, failures(3600, 0)).code() == ckpt::Code::invalid_argument);
+    CHECK(check_inputs({1, 0}, failures(bad, 0)).code() == ckpt::Code::invalid_argument);
+    CHECK(check_interval(bad).code() == ckpt::Code::invalid_argument);
+  }
+  CHECK(mtbf_from_gpu_rate(0, 1e-4).status().code() == ckpt::Code::invalid_argument);
+  CHECK(check_inputs({1, -1}, failures(3600, 0)).code() == ckpt::Code::invalid_argument);
+  CHECK(check_inputs({1, 0}, failures(3600, -1)).code() == ckpt::Code::invalid_argument);
+  CHECK(check_inputs({1, 0}, failures(3600, 0)).ok());  // a background of 0 and no restart cost are fine
+  CHECK(plan_policy({1, 0}, failures(3600, 0), 0).status().code() == ckpt::Code::invalid_argument);
+}
+
+TEST_CASE("waste of a sync save is Daly's exact formula", "[planner]") {
+  // d = 60, M = 10800, R = 300 at tau = 1098.7713: T_w/T_s = M e^{R/M} (e^{(tau+d)/M} - 1) / tau
+  // = 10800 * 1.0281672 * (e^{0.10729364} - 1) / 1098.7713 = 1.1446191, waste = 1 - 1/1.1446191 = 12.63469%.
+  const SaveCost sync{60, 0};
+  const FailureModel f = failures(3 * kHour, 300);
+  CHECK(overhead_ratio(sync, f, 1098.7713218450797) == Approx(1.1446190553139084).epsilon(1e-12));
+  CHECK(waste_fraction(sync, f, 1098.7713218450797) == Approx(0.12634688776367353).epsilon(1e-12));
+  // Restarts alone: waste tends to 1 - e^{-R/M} as the save cost and interval go to 0.
+  CHECK(restart_waste_floor(f) == Approx(1 - std::exp(-300.0 / 10800)).epsilon(1e-12));
+  CHECK(waste_fraction({1e-9, 0}, f, 1e-3) == Approx(restart_waste_floor(f)).epsilon(1e-4));
+}
+
+TEST_CASE("waste at Daly's interval is no more than at nearby intervals", "[planner]") {
+  struct Row {
+    SaveCost cost;
+    FailureModel f;
+  };
+  // d well below M, where Daly's estimate holds; with and without restart cost and background write.
+  const std::vector<Row> rows = {{{60, 0}, failures(10800, 300)},    {{2.44, 0}, failures(kLlamaMtbf, 600)},
+                                 {{600, 0}, failures(3600, 300)},    {{1800, 0}, failures(3600, 0)},
+                                 {{0.1, 2.5}, failures(kLlamaMtbf, 600)}, {{5, 20}, failures(2000, 100)}};
+  for (const auto& row : rows) {
+    INFO("stall " << row.cost.stall_seconds << " background " << row.cost.background_seconds << " M " << row.f.mtbf_seconds);
+    const double tau = daly_interval(row.cost.stall_seconds, row.f.mtbf_seconds);
+    const double at_daly = waste_fraction(row.cost, row.f, tau);
+    for (const double factor : {0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 2.0}) {
+      INFO("factor " << factor);
+      CHECK(at_daly <= waste_fraction(row.cost, row.f, tau * factor));
+    }
+    // The model's own minimum is at least as good, and Daly's estimate is within 0.05 points of it.
+    const double best = model_optimum_interval(row.cost, row.f);
+    CHECK(waste_fraction(row.cost, row.f, best) - at_daly <= 1e-15);  // rounding, where the curve is flat
+    CHECK(at_daly - waste_fraction(row.cost, row.f, best) < 5e-4);
+    // And Young's interval is never better than Daly's here.
+    CHECK(at_daly <= waste_fraction(row.cost, row.f, young_interval(row.cost.stall_seconds, row.f.mtbf_seconds)));
+  }
+}
+
+TEST_CASE("an async save wastes less than a sync save that stalls for longer", "[planner]") {
+  const FailureModel f = failures(kLlamaMtbf, 600);
+  const SaveCost sync{2.44, 0}, async{0.1, 2.5};
+  auto s = plan_policy(sync, f, 16384);
+  auto a = plan_policy(async, f, 16384);
+  REQUIRE(s.ok());
+  REQUIRE(a.ok());
+  CHECK(a->waste_at_daly < s->waste_at_daly);
+  CHECK(a->lost_gpu_hours_per_day < s->lost_gpu_hours_per_day);
+  CHECK(a->daly_seconds < s->daly_seconds);  // a cheaper stall is worth taking more often
+  // At any interval, an async save beats the sync save of the same write (stall + background).
+  for (const double tau : {10.0, 47.0, 231.0, 1000.0, 5000.0})
+    CHECK(waste_fraction(async, f, tau) < waste_fraction(sync_equivalent(async), f, tau));
+}
+
+TEST_CASE("the background write scales the waste but does not move the optimum", "[planner]") {
+  const FailureModel f = failures(10800, 300);
+  const SaveCost with_write{10, 100}, without{10, 0};
+  const double tau = daly_interval(10, 10800);  // 456 s, above the 100 s write
+  // A(tau) gains exactly the factor e^{w/M} while tau >= w (spec/PLAN.md 3.2).
+  CHECK(overhead_ratio(with_write, f, tau) == Approx(overhead_ratio(without, f, tau) * std::exp(100.0 / 10800)).epsilon(1e-12));
+  CHECK(model_optimum_interval(with_write, f) == Approx(model_optimum_interval(without, f)).epsilon(1e-6));
+}
+
+TEST_CASE("a background write longer than the interval makes each save wait for the previous one", "[planner]") {
+  const FailureModel f = failures(2000, 100);
+  const SaveCost cost{1, 300};  // Young's 63 s is far below the 300 s write
+  auto p = plan_policy(cost, f, 1);
+  REQUIRE(p.ok());
+  CHECK(p->save_waits_for_write);
+  // Below w the durable points are w + d apart whatever the interval, so the best interval is w itself.
+  CHECK(p->optimum_seconds == Approx(300).epsilon(1e-6));
+  CHECK(p->waste_at_optimum < p->waste_at_daly);
+}
+
+TEST_CASE("lost GPU-hours per day are the wasted share of every GPU's day", "[planner]") {
+  CHECK(lost_gpu_hours_per_day(0.05, 16384) == Approx(0.05 * 24 * 16384));
+  CHECK(lost_gpu_hours_per_day(0.05, 1) == Approx(1.2));
+  auto p = plan_policy({60, 0}, failures(10800, 300), 1000, 600.0);
+  REQUIRE(p.ok());
+  CHECK(p->interval_seconds == 600);
+  CHECK(p->lost_gpu_hours_per_day == Approx(waste_fraction({60, 0}, failures(10800, 300), 600) * 24000));
+}
+
+TEST_CASE("the waste curve is log-spaced and lowest near Daly's interval", "[planner]") {
+  const SaveCost cost{60, 0};
+  const FailureModel f = failures(10800, 300);
+  const auto curve = waste_curve(cost, f, 10, 100000, 401);
+  REQUIRE(curve.size() == 401);
+  CHECK(curve.front().interval_seconds == Approx(10));
+  CHECK(curve.back().interval_seconds == Approx(100000));
+  CHECK(curve[200].interval_seconds == Approx(1000));  // the middle of 10..1e5 on a log scale
+  std::size_t best = 0;
+  for (std::size_t i = 0; i < curve.size(); ++i)
+    if (curve[i].waste_fraction < curve[best].waste_fraction) best = i;
+  // Adjacent samples are 10^(4/400) = 2.3% apart: the lowest one is within a step of the optimum.
+  CHECK(curve[best].interval_seconds == Approx(model_optimum_interval(cost, f)).epsilon(0.03));
+  CHECK(waste_curve(cost, f, 0, 10, 5).empty());
+}
+
+TEST_CASE("save costs from recorded saves are medians of the recent ones", "[planner]") {
+  SECTION("sync records give the sync cost and leave the async stall unknown") {
+    const std::vector<SaveSample> samples = {{2.0, 2.1, false}, {9.0, 9.5, false}, {2.2, 2.3, false}};
+    auto e = estimate_save_costs(samples);
+    REQUIRE(e.ok());
+    REQUIRE(e->sync);
+    CHECK(e->sync->stall_seconds == Approx(2.3));  // median persist: one slow save does not move it
+    CHECK(e->sync->background_seconds == 0);
+    CHECK_FALSE(e->async);
+    CHECK(e->samples == 3);
+    // A stall the caller knows fills the async row in: background = median persist - stall.
+    auto known = estimate_save_costs(samples, 0.3);
+    REQUIRE(known.ok());
+    REQUIRE(known->async);
+    CHECK(known->async->stall_seconds == Approx(0.3));
+    CHECK(known->async->background_seconds == Approx(2.0));
+  }
+  SECTION("async records give the async stall and background, and a sync estimate of the whole persist") {
+    const std::vector<SaveSample> samples = {{0.1, 2.6, true}, {0.2, 3.0, true}, {0.1, 2.5, true}, {0.15, 2.7, true}};
+    auto e = estimate_save_costs(samples);
+    REQUIRE(e.ok());
+    REQUIRE(e->async);
+    CHECK(e->async->stall_seconds == Approx(0.125));
+    CHECK(e->async->background_seconds == Approx(2.525));  // median of 2.4, 2.5, 2.55, 2.8
+    CHECK(e->sync->stall_seconds == Approx(2.65));
+    CHECK(e->async_samples == 4);
+  }
+  SECTION("only the last `recent` records count") {
+    std::vector<SaveSample> samples(40, SaveSample{100, 100, false});
+    for (int i = 0; i < 10; ++i) samples.push_back({1, 1, false});
+    auto e = estimate_save_costs(samples, std::nullopt, 10);
+    REQUIRE(e.ok());
+    CHECK(e->sync->stall_seconds == 1);
+    CHECK(e->samples == 10);
+  }
+  SECTION("no records, or a stall that is not positive, is an error") {
+    CHECK(estimate_save_costs({}).status().code() == ckpt::Code::not_found);
+    CHECK(estimate_save_costs({{1, 1, false}}, -1.0).status().code() == ckpt::Code::invalid_argument);
+  }
+}
+
+TEST_CASE("the Monte Carlo agrees with the model within 4 standard errors", "[planner][simulate]") {
+  struct Row {
+    const char* what;
+    SaveCost cost;
+    FailureModel f;
+    double interval;  // 0: Daly's
+    std::uint64_t histories;
+  };
+  const std::vector<Row> rows = {
+      {"sync, 60 s stall, 3 h MTBF", {60, 0}, failures(10800, 300), 0, 2000},
+      {"async on the llama3-405b MTBF", {0.1, 2.5}, failures(kLlamaMtbf, 600), 0, 2000},
+      {"sync, stall a sixth of the MTBF", {600, 0}, failures(3600, 300), 0, 2000},
+      {"async, each save waits for the previous write", {5, 400}, failures(2000, 100), 150, 2000},
+      {"async, background write a fifth of the MTBF", {2, 300}, failures(1500, 60), 600, 2000},
+      {"sync, stall above twice the MTBF", {8000, 0}, failures(3600, 0), 0, 300},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    const double tau = row.interval > 0 ? row.interval : daly_interval(row.cost.stall_seconds, row.f.mtbf_seconds);
+    SimulationOptions o;
+    o.histories = row.histories;
+    o.seed = 20240917;
+    auto r = simulate(row.cost, row.f, tau, o);
+    REQUIRE(r.ok());
+    INFO("simulated " << r->mean_waste << " +- " << r->standard_error << ", model " << r->model_waste << ", "
+                      << r->mean_failures << " failures per history of " << r->intervals << " intervals");
+    CHECK(r->mean_failures > 10);  // enough failures that the check means something
+    CHECK(r->standard_error > 0);
+    CHECK(std::abs(r->mean_waste - r->model_waste) <= kAgreementSigmas * r->standard_error);
+    CHECK(r->agrees);
+    // The finite job differs from the steady state only by the first interval's background write.
+    CHECK(r->model_waste == Approx(waste_fraction(row.cost, row.f, tau)).margin(1e-3));
+  }
+}
+
+TEST_CASE("the Monte Carlo tells the async model from one that forgets the in-flight write", "[planner][simulate]") {
+  // A failure during the 300 s background write loses that checkpoint too. A model that ignores this
+  // (the same stall, no background) or charges the write as stall must both be rejected by the check.
+  const SaveCost async{2, 300};
+  const FailureModel f = failures(1500, 60);
+  SimulationOptions o;
+  o.histories = 2000;
+  o.seed = 7;
+  auto r = simulate(async, f, 600, o);
+  REQUIRE(r.ok());
+  CHECK(r->agrees);
+  const double forgets = waste_fraction({2, 0}, f, 600);
+  const double as_stall = waste_fraction(sync_equivalent(async), f, 600);
+  CHECK(std::abs(r->mean_waste - forgets) > 10 * r->tolerance);
+  CHECK(std::abs(r->mean_waste - as_stall) > 10 * r->tolerance);
+}
+
+TEST_CASE("a seeded simulation is reproducible and the seed matters", "[planner][simulate]") {
+  const SaveCost cost{60, 0};
+  const FailureModel f = failures(10800, 300);
+  SimulationOptions o;
+  o.histories = 50;
+  o.intervals = 500;
+  o.seed = 42;
+  auto a = simulate(cost, f, 1000, o);
+  auto b = simulate(cost, f, 1000, o);
+  o.seed = 43;
+  auto c = simulate(cost, f, 1000, o);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(c.ok());
+  CHECK(a->mean_waste == b->mean_waste);
+  CHECK(a->standard_error == b->standard_error);
+  CHECK(a->mean_waste != c->mean_waste);
+  CHECK(a->intervals == 500);
+}
+
+TEST_CASE("a simulation needs two histories, valid inputs and a bounded amount of work", "[planner][simulate]") {
+  SimulationOptions o;
+  o.histories = 1;
+  CHECK(simulate({60, 0}, failures(10800, 300), 1000, o).status().code() == ckpt::Code::invalid_argument);
+  o.histories = 10;
+  CHECK(simulate({-1, 0}, failures(10800, 300), 1000, o).status().code() == ckpt::Code::invalid_argument);
+  CHECK(simulate({60, 0}, failures(10800, 300), 0, o).status().code() == ckpt::Code::invalid_argument);
+  // Each interval of 100 MTBFs would need about e^100 attempts.
+  CHECK(simulate({360000, 0}, failures(3600, 0), 3600, o).status().code() == ckpt::Code::unsupported);
+}
