@@ -219,7 +219,7 @@ std::string recover_and_check(SimFs& crashed, const Expectation& e, Explorer& ex
   }
   if (!store.recovery_report().unknown_entries.empty()) return "unknown entries after a crash: " + store.recovery_report().unknown_entries.front();
   if (save_again) {
-    const std::uint64_t next_step = (e.in_flight ? *e.in_flight : (last_acked ? *last_acked : 0)) + 1000;
+    const std::uint64_t next_step = e.in_flight.value_or(last_acked.value_or(0)) + 1000;
     std::uint64_t max_txn = max_txn_before;
     for (const auto& t : store.transactions()) max_txn = std::max(max_txn, t.txn);
     for (const auto& d : store.recovery_report().journal.corruption)
