@@ -2,6 +2,10 @@
 // copy+fsync) and then ckpt's save, load, verify and safetensors conversion on the same random data,
 // in one run, and reports every ckpt path as a ratio to the limit it should approach (DESIGN
 // "How it is tested": benchmarks are ratios to the machine's own limits, measured in the same run).
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -9,11 +13,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <ckpt/async_save.hpp>
 #include <ckpt/hash.hpp>
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
@@ -53,11 +59,14 @@ void check(const Result<T>& r, const std::string& what) {
 struct Config {
   std::uint64_t size = std::uint64_t{256} << 20;
   std::string dir = ".";
+  std::string shm_dir;  // RAM-backed: the disk cannot hide the hash there; empty: not measured
+  std::string shm_note;  // why shm_dir is empty
   std::vector<unsigned> threads;
   unsigned repeat = 3;
   std::uint64_t tensor_size = std::uint64_t{32} << 20;
   std::uint64_t write_size = std::uint64_t{1} << 20;
   bool json = false;
+  std::string only;  // "async": only the disk group with the async rows (tools/bench-async-vs-dcp.py)
 };
 
 // One tensor of the synthetic model: a byte range of the data buffer, stored as 1-D BF16.
@@ -272,143 +281,256 @@ int run(const Config& cfg) {
       check((*txn)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "store " + t.name);
     check((*txn)->commit(), "store commit");
   }));
+  // Async saves (spec/ASYNC.md): what save() blocks the caller for, against this machine's limit for
+  // that (a copy of the state into memory that is already faulted in) and against the synchronous commit.
+  std::unique_ptr<StagingPool> copy_pool = [&] {
+    auto p = StagingPool::create(size, std::size_t{8} << 20);
+    check(p, "staging pool");
+    return std::move(p).value();
+  }();
+  std::vector<unsigned char*> copy_slabs;
+  for (std::size_t i = 0; i < copy_pool->slab_count(); ++i) copy_slabs.push_back(copy_pool->acquire());
+  Measurement& staging_copy = add(true, measurement("staging_copy", "copy into pre-faulted staging, 1 thread", 1, size, nullptr, [&] {
+    std::size_t slab = 0, used = 0;  // packed slab after slab, as AsyncSaver::save() does
+    for (const auto& t : tensors)
+      for (std::size_t done = 0; done < t.size;) {
+        if (used == copy_pool->slab_bytes()) ++slab, used = 0;
+        const std::size_t n = std::min(t.size - done, copy_pool->slab_bytes() - used);
+        std::memcpy(copy_slabs[slab] + used, data.data() + t.offset + done, n);
+        used += n;
+        done += n;
+      }
+  }));
+  const std::string async_path = scratch.file("async-store");
+  std::unique_ptr<Store<PosixFs>> async_store;
+  std::unique_ptr<AsyncSaver<PosixFs>> saver;
+  // Untimed: the previous run's background save ends (the saver's destructor waits), then a fresh store
+  // and a saver whose pool holds the whole state, allocated and pre-faulted once.
+  auto fresh_saver = [&] {
+    saver.reset();
+    async_store.reset();
+    std::filesystem::remove_all(async_path);
+    settle(scratch.path());
+    StoreOptions sopts;
+    sopts.create_if_missing = true;
+    auto store = Store<PosixFs>::open(fs, async_path, Access::read_write, sopts);
+    check(store, "async store open");
+    async_store = std::move(store).value();
+    AsyncSaveOptions aopts;
+    aopts.staging_bytes = size;
+    auto created = AsyncSaver<PosixFs>::create(*async_store, aopts);
+    check(created, "async saver");
+    saver = std::move(created).value();
+  };
+  auto async_save = [&] {
+    SaveRequest request(1);
+    for (const auto& t : tensors) request.add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size);
+    check(saver->save(std::move(request)), "async save");
+  };
+  Measurement& async_stall = add(false, measurement("async_stall", "async save: caller blocked (save())", 1, size, fresh_saver, async_save));
+  Measurement& async_total = add(false, measurement("async_total", "async save: until committed (save + wait)", 1, size, fresh_saver, [&] {
+    async_save();
+    check(saver->wait(), "async wait");
+  }));
   comparisons.push_back({save.id, raw_write.id, true, 1.10});
   comparisons.push_back({stream.id, raw_write.id, true, 1.10});
   comparisons.push_back({store_commit.id, raw_write.id, true, 1.10});
-  run_rounds({&raw_write, &save, &stream, &store_commit}, cfg.repeat);
+  comparisons.push_back({async_stall.id, staging_copy.id, true, 1.10});
+  comparisons.push_back({async_stall.id, store_commit.id, true, std::nullopt});
+  comparisons.push_back({async_total.id, raw_write.id, true, std::nullopt});
+  run_rounds({&raw_write, &save, &stream, &store_commit, &staging_copy, &async_stall, &async_total}, cfg.repeat);
+  saver.reset();
+  async_store.reset();
+  std::filesystem::remove_all(async_path);
+  for (auto* slab : copy_slabs) copy_pool->release(slab);
+  copy_pool.reset();
   std::filesystem::remove_all(store_path);
   remove_if_present(raw_path);
   remove_if_present(stream_path);
 
-  // --- Conversion from safetensors against a plain copy+fsync of the same file.
-  write_safetensors(st_path, tensors, data.data(), size);
-  Buffer copy_buffer(kRawBlock);
-  Measurement& copy = add(true, measurement("raw_copy_fsync", "copy+fsync, pread/pwrite 8 MiB", 1, size, [&] { fresh(copy_path); },
-                                 [&] { raw_copy_file(st_path, copy_path, copy_buffer.data(), kRawBlock); }));
-#if CKPT_BENCH_HAVE_SAFETENSORS
-  Measurement& convert = add(false, measurement("convert_safetensors", "convert: safetensors_to_ckpt", 1, size, [&] { fresh(conv_path); }, [&] {
-    check(ckpt::safetensors_to_ckpt(fs, st_path, conv_path, {}), "convert " + st_path);
-  }));
-  Measurement& convert_mapped = add(false, measurement("convert_safetensors_mmap", "convert: safetensors_to_ckpt, use_mmap", 1, size,
-                                                      [&] { fresh(conv_path); }, [&] {
-    ConvertOptions options;
-    options.use_mmap = true;  // reads the input through a mapping: no copy into a buffer
-    check(ckpt::safetensors_to_ckpt(fs, st_path, conv_path, options), "convert " + st_path);
-  }));
-  comparisons.push_back({convert.id, copy.id, true, 1.20});
-  comparisons.push_back({convert_mapped.id, copy.id, true, 1.20});
-  run_rounds({&copy, &convert, &convert_mapped}, cfg.repeat);
-  remove_if_present(conv_path);
-#else
-  // TODO(issue 2): include/ckpt/safetensors.hpp was not there when this was built: conversion is not measured.
-  notes.push_back("TODO: conversion not measured: this build has no include/ckpt/safetensors.hpp (safetensors_to_ckpt)");
-  run_rounds({&copy}, cfg.repeat);
-#endif
-  remove_if_present(copy_path);
-  remove_if_present(st_path);
-  settle(scratch.path());
-
-  // --- In memory: the model file is now in the page cache, as a load right after a save finds it.
+  // Reported even when --only skips the groups that set them.
   std::vector<unsigned> threads = cfg.threads;
-  std::vector<Measurement*> memory_group;
-  const std::size_t items = (size + chunk_size - 1) / chunk_size;
-  auto item_span = [&](std::size_t i) {
-    const std::size_t off = i * chunk_size;
-    return std::make_pair(off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk_size, size - off)));
-  };
-  for (unsigned n : threads) {
-    const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
-    const std::string tag = "_t" + std::to_string(n);
-    memory_group.push_back(&add(true, measurement("memory_read" + tag, "memory read (sum), " + suffix, n, size, nullptr, [&, n] {
-      std::atomic<std::uint64_t> total{0};
-      parallel_items(n, items, [&](std::size_t i) {
-        const auto [off, len] = item_span(i);
-        total += sum_words(data.data() + off, len);
-      });
-      keep(total.load());
-    })));
-    memory_group.push_back(&add(true, measurement("xxh3" + tag, "XXH3-64, 1 MiB blocks, " + suffix, n, size, nullptr, [&, n] {
-      std::atomic<std::uint64_t> total{0};
-      parallel_items(n, items, [&](std::size_t i) {
-        const auto [off, len] = item_span(i);
-        total ^= xxh3_64(data.data() + off, len);
-      });
-      keep(total.load());
-    })));
-  }
-  memory_group.push_back(&add(true, measurement("memcpy", "memcpy (bytes read), 1 thread", 1, size, nullptr, [&] {
-    for (std::size_t i = 0; i < items; ++i) {
-      const auto [off, len] = item_span(i);
-      std::memcpy(dst.data() + off, data.data() + off, len);
+  std::string shm_used;
+  if (cfg.only.empty()) {
+    // --- RAM-backed directory: writing costs about what hashing does, so only a save whose hashing
+    // overlaps its writes (WriterOptions::pipeline) comes near raw write+fsync there.
+    // One file at a time lives there; a container's /dev/shm is often only 64 MiB.
+    std::string shm_note = cfg.shm_note;
+    struct statvfs shm_space {};
+    const std::uint64_t shm_needed = size + size / 16 + (std::uint64_t{16} << 20);
+    if (!cfg.shm_dir.empty() && ::statvfs(cfg.shm_dir.c_str(), &shm_space) == 0 &&
+        std::uint64_t(shm_space.f_bavail) * shm_space.f_frsize < shm_needed) {
+      shm_note = cfg.shm_dir + " has " + cli::human_bytes(double(std::uint64_t(shm_space.f_bavail) * shm_space.f_frsize)) +
+                 " free, the runs need " + cli::human_bytes(double(shm_needed)) + " (pass a smaller --size or --shm-dir DIR)";
     }
-    keep(dst.data()[size - 1]);
-  })));
-  memory_group.push_back(&add(true, measurement("pread_cached", "pread of a cached file, 8 MiB blocks", 1, size, nullptr, [&] {
-    keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
-  })));
-  auto load_all = [&](Verify verify) {
-    auto reader = ShardReader<PosixFs>::open(fs, ckpt_path);
-    check(reader, "open " + ckpt_path);
-    for (const auto& t : tensors) check((*reader)->read_tensor(t.name, dst.data() + t.offset, t.size, verify), "read_tensor " + t.name);
-  };
-  memory_group.push_back(&add(false, measurement("load_verified", "load: read_tensor, Verify::touched", 1, size, nullptr, [&] { load_all(Verify::touched); })));
-  memory_group.push_back(&add(false, measurement("load_unverified", "load: read_tensor, Verify::none", 1, size, nullptr, [&] { load_all(Verify::none); })));
-  comparisons.push_back({"load_verified", "xxh3_t1", false, std::nullopt});
-  comparisons.push_back({"load_verified", "memcpy", false, std::nullopt});
-  comparisons.push_back({"load_unverified", "pread_cached", false, std::nullopt});
-  for (unsigned n : threads) {
-    const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
-    for (bool use_mmap : {false, true}) {
-      const std::string id = std::string("verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(n);
-      memory_group.push_back(&add(false, measurement(id, std::string("verify_file, ") + (use_mmap ? "mmap, " : "pread, ") + suffix, n, size, nullptr,
-                                          [&, n, use_mmap] {
-        VerifyOptions vo;
-        vo.threads = n;
-        vo.use_mmap = use_mmap;
-        auto report = verify_file(fs, ckpt_path, vo);
-        check(report, "verify " + ckpt_path);
-        if (!report->ok()) throw IntegrityError(report->problems.front().message);
-        if (report->bytes_checked < size) throw IntegrityError(ckpt_path + ": verify checked fewer bytes than were written");
-      })));
-      comparisons.push_back({id, "xxh3_t" + std::to_string(n), false, 0.85});
+    if (!cfg.shm_dir.empty() && shm_note.empty()) {
+      shm_used = cfg.shm_dir;
+      ScratchDir shm(cfg.shm_dir);
+      struct statfs fs_info {};
+      const bool in_ram = ::statfs(shm.path().c_str(), &fs_info) == 0 &&
+                          (fs_info.f_type == 0x01021994 /* TMPFS_MAGIC */ || fs_info.f_type == 0x858458f6 /* RAMFS_MAGIC */);
+      if (!in_ram) notes.push_back("--shm-dir " + cfg.shm_dir + " is not tmpfs or ramfs: the shm_* rows may wait on a disk");
+      const std::string shm_raw_path = shm.file("raw.bin"), shm_ckpt_path = shm.file("model.ckpt");
+      auto shm_fresh = [&] {
+        remove_if_present(shm_raw_path);
+        remove_if_present(shm_ckpt_path);
+        settle(shm.path());
+      };
+      auto shm_save_run = [&](bool pipeline) {
+        WriterOptions o;
+        o.pipeline = pipeline;
+        auto w = ShardWriter<PosixFs>::create(fs, shm_ckpt_path, o);
+        check(w, "save");
+        for (const auto& t : tensors)
+          check((*w)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
+        check((*w)->finish(), "save finish");
+      };
+      Measurement& shm_raw = add(true, measurement("shm_write_fsync", "RAM dir: write+fsync, 8 MiB pwrites", 1, size,
+                                                   shm_fresh, [&] {
+        raw_write_file(shm_raw_path, data.data(), size, kRawBlock);
+      }));
+      Measurement& shm_save = add(false, measurement("shm_save", "RAM dir: save, add_tensor + finish", 1, size,
+                                                     shm_fresh, [&] { shm_save_run(true); }));
+      Measurement& shm_save_sync = add(false, measurement("shm_save_unpipelined", "RAM dir: save, pipeline = false", 1, size,
+                                                          shm_fresh, [&] { shm_save_run(false); }));
+      comparisons.push_back({shm_save.id, shm_raw.id, true, 1.03});
+      comparisons.push_back({shm_save_sync.id, shm_raw.id, true, std::nullopt});
+      // CPU-bound: rerun the runs that shared their core with another process.
+      run_rounds({&shm_raw, &shm_save, &shm_save_sync}, cfg.repeat, true, 2 * cfg.repeat);
+      shm_fresh();
+    } else {
+      notes.push_back("RAM-backed directory not measured (shm_* rows): " + shm_note);
     }
-  }
-  // Single-thread measurements interleave among themselves, multi-thread ones after them: mixed in
-  // one rotation, the 1-thread pread verify ran at half speed (seen on a 2-core VM, cause unknown).
-  std::vector<Measurement*> single_thread, multi_thread;
-  for (Measurement* m : memory_group) (m->threads == 1 ? single_thread : multi_thread).push_back(m);
-  run_rounds(single_thread, cfg.repeat, true, 2 * cfg.repeat);
-  run_rounds(multi_thread, cfg.repeat, true, 2 * cfg.repeat);
-  load_all(Verify::touched);
-  if (std::memcmp(dst.data(), data.data(), size) != 0) throw IntegrityError(ckpt_path + ": loaded bytes differ from the saved ones");
 
-  // --- From disk: the file's pages are dropped from the page cache before each run, as for a
-  // checkpoint verified long after it was written. Here both verify modes wait on the device.
-  auto drop = [&] { drop_cached_pages(ckpt_path); };
-  const unsigned most = threads.back();
-  Measurement& cold_read = add(true, measurement("cold_read", "read from disk, 8 MiB preads", 1, size, drop, [&] {
-    keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
-  }));
-  std::vector<Measurement*> cold_group{&cold_read};
-  std::vector<unsigned> cold_threads{1};
-  if (most > 1) cold_threads.push_back(most);
-  for (unsigned count : cold_threads) {
-    for (bool use_mmap : {false, true}) {
-      const std::string id = std::string("cold_verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(count);
-      cold_group.push_back(&add(false, measurement(id, std::string("verify from disk, ") + (use_mmap ? "mmap, " : "pread, ") +
-                                                           (count == 1 ? "1 thread" : std::to_string(count) + " threads"),
-                                                   count, size, drop, [&, use_mmap, count] {
-        VerifyOptions vo;
-        vo.threads = count;
-        vo.use_mmap = use_mmap;
-        auto report = verify_file(fs, ckpt_path, vo);
-        check(report, "verify " + ckpt_path);
-        if (!report->ok()) throw IntegrityError(report->problems.front().message);
+    // --- Conversion from safetensors against a plain copy+fsync of the same file.
+    write_safetensors(st_path, tensors, data.data(), size);
+    Buffer copy_buffer(kRawBlock);
+    Measurement& copy = add(true, measurement("raw_copy_fsync", "copy+fsync, pread/pwrite 8 MiB", 1, size, [&] { fresh(copy_path); },
+                                   [&] { raw_copy_file(st_path, copy_path, copy_buffer.data(), kRawBlock); }));
+  #if CKPT_BENCH_HAVE_SAFETENSORS
+    Measurement& convert = add(false, measurement("convert_safetensors", "convert: safetensors_to_ckpt", 1, size, [&] { fresh(conv_path); }, [&] {
+      check(ckpt::safetensors_to_ckpt(fs, st_path, conv_path, {}), "convert " + st_path);
+    }));
+    Measurement& convert_mapped = add(false, measurement("convert_safetensors_mmap", "convert: safetensors_to_ckpt, use_mmap", 1, size,
+                                                        [&] { fresh(conv_path); }, [&] {
+      ConvertOptions options;
+      options.use_mmap = true;  // reads the input through a mapping: no copy into a buffer
+      check(ckpt::safetensors_to_ckpt(fs, st_path, conv_path, options), "convert " + st_path);
+    }));
+    comparisons.push_back({convert.id, copy.id, true, 1.20});
+    comparisons.push_back({convert_mapped.id, copy.id, true, 1.20});
+    run_rounds({&copy, &convert, &convert_mapped}, cfg.repeat);
+    remove_if_present(conv_path);
+  #else
+    // TODO(issue 2): include/ckpt/safetensors.hpp was not there when this was built: conversion is not measured.
+    notes.push_back("TODO: conversion not measured: this build has no include/ckpt/safetensors.hpp (safetensors_to_ckpt)");
+    run_rounds({&copy}, cfg.repeat);
+  #endif
+    remove_if_present(copy_path);
+    remove_if_present(st_path);
+    settle(scratch.path());
+
+    // --- In memory: the model file is now in the page cache, as a load right after a save finds it.
+    std::vector<Measurement*> memory_group;
+    const std::size_t items = (size + chunk_size - 1) / chunk_size;
+    auto item_span = [&](std::size_t i) {
+      const std::size_t off = i * chunk_size;
+      return std::make_pair(off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk_size, size - off)));
+    };
+    for (unsigned n : threads) {
+      const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
+      const std::string tag = "_t" + std::to_string(n);
+      memory_group.push_back(&add(true, measurement("memory_read" + tag, "memory read (sum), " + suffix, n, size, nullptr, [&, n] {
+        std::atomic<std::uint64_t> total{0};
+        parallel_items(n, items, [&](std::size_t i) {
+          const auto [off, len] = item_span(i);
+          total += sum_words(data.data() + off, len);
+        });
+        keep(total.load());
       })));
-      comparisons.push_back({id, cold_read.id, false, std::nullopt});
+      memory_group.push_back(&add(true, measurement("xxh3" + tag, "XXH3-64, 1 MiB blocks, " + suffix, n, size, nullptr, [&, n] {
+        std::atomic<std::uint64_t> total{0};
+        parallel_items(n, items, [&](std::size_t i) {
+          const auto [off, len] = item_span(i);
+          total ^= xxh3_64(data.data() + off, len);
+        });
+        keep(total.load());
+      })));
     }
-  }
-  run_rounds(cold_group, cfg.repeat);
+    memory_group.push_back(&add(true, measurement("memcpy", "memcpy (bytes read), 1 thread", 1, size, nullptr, [&] {
+      for (std::size_t i = 0; i < items; ++i) {
+        const auto [off, len] = item_span(i);
+        std::memcpy(dst.data() + off, data.data() + off, len);
+      }
+      keep(dst.data()[size - 1]);
+    })));
+    memory_group.push_back(&add(true, measurement("pread_cached", "pread of a cached file, 8 MiB blocks", 1, size, nullptr, [&] {
+      keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
+    })));
+    auto load_all = [&](Verify verify) {
+      auto reader = ShardReader<PosixFs>::open(fs, ckpt_path);
+      check(reader, "open " + ckpt_path);
+      for (const auto& t : tensors) check((*reader)->read_tensor(t.name, dst.data() + t.offset, t.size, verify), "read_tensor " + t.name);
+    };
+    memory_group.push_back(&add(false, measurement("load_verified", "load: read_tensor, Verify::touched", 1, size, nullptr, [&] { load_all(Verify::touched); })));
+    memory_group.push_back(&add(false, measurement("load_unverified", "load: read_tensor, Verify::none", 1, size, nullptr, [&] { load_all(Verify::none); })));
+    comparisons.push_back({"load_verified", "xxh3_t1", false, std::nullopt});
+    comparisons.push_back({"load_verified", "memcpy", false, std::nullopt});
+    comparisons.push_back({"load_unverified", "pread_cached", false, std::nullopt});
+    for (unsigned n : threads) {
+      const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
+      for (bool use_mmap : {false, true}) {
+        const std::string id = std::string("verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(n);
+        memory_group.push_back(&add(false, measurement(id, std::string("verify_file, ") + (use_mmap ? "mmap, " : "pread, ") + suffix, n, size, nullptr,
+                                            [&, n, use_mmap] {
+          VerifyOptions vo;
+          vo.threads = n;
+          vo.use_mmap = use_mmap;
+          auto report = verify_file(fs, ckpt_path, vo);
+          check(report, "verify " + ckpt_path);
+          if (!report->ok()) throw IntegrityError(report->problems.front().message);
+          if (report->bytes_checked < size) throw IntegrityError(ckpt_path + ": verify checked fewer bytes than were written");
+        })));
+        comparisons.push_back({id, "xxh3_t" + std::to_string(n), false, 0.85});
+      }
+    }
+    // Single-thread measurements interleave among themselves, multi-thread ones after them: mixed in
+    // one rotation, the 1-thread pread verify ran at half speed (seen on a 2-core VM, cause unknown).
+    std::vector<Measurement*> single_thread, multi_thread;
+    for (Measurement* m : memory_group) (m->threads == 1 ? single_thread : multi_thread).push_back(m);
+    run_rounds(single_thread, cfg.repeat, true, 2 * cfg.repeat);
+    run_rounds(multi_thread, cfg.repeat, true, 2 * cfg.repeat);
+    load_all(Verify::touched);
+    if (std::memcmp(dst.data(), data.data(), size) != 0) throw IntegrityError(ckpt_path + ": loaded bytes differ from the saved ones");
+
+    // --- From disk: the file's pages are dropped from the page cache before each run, as for a
+    // checkpoint verified long after it was written. Here both verify modes wait on the device.
+    auto drop = [&] { drop_cached_pages(ckpt_path); };
+    const unsigned most = threads.back();
+    Measurement& cold_read = add(true, measurement("cold_read", "read from disk, 8 MiB preads", 1, size, drop, [&] {
+      keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
+    }));
+    std::vector<Measurement*> cold_group{&cold_read};
+    std::vector<unsigned> cold_threads{1};
+    if (most > 1) cold_threads.push_back(most);
+    for (unsigned count : cold_threads) {
+      for (bool use_mmap : {false, true}) {
+        const std::string id = std::string("cold_verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(count);
+        cold_group.push_back(&add(false, measurement(id, std::string("verify from disk, ") + (use_mmap ? "mmap, " : "pread, ") +
+                                                             (count == 1 ? "1 thread" : std::to_string(count) + " threads"),
+                                                     count, size, drop, [&, use_mmap, count] {
+          VerifyOptions vo;
+          vo.threads = count;
+          vo.use_mmap = use_mmap;
+          auto report = verify_file(fs, ckpt_path, vo);
+          check(report, "verify " + ckpt_path);
+          if (!report->ok()) throw IntegrityError(report->problems.front().message);
+        })));
+        comparisons.push_back({id, cold_read.id, false, std::nullopt});
+      }
+    }
+    run_rounds(cold_group, cfg.repeat);
+  }  // --only
 
   // --- Report.
   auto ratio_of = [&](const Comparison& c, bool median) {
@@ -425,6 +547,7 @@ int run(const Config& cfg) {
     j["tensor_count"] = tensors.size();
     j["chunk_size"] = chunk_size;
     j["dir"] = cfg.dir;
+    j["shm_dir"] = shm_used;  // empty when not measured; the notes say why
     j["repeat"] = cfg.repeat;
     j["statistic"] = "best";  // ratios use the best (shortest) run of each; medians are given beside them
     j["threads"] = threads;
@@ -461,12 +584,14 @@ int run(const Config& cfg) {
     cli::print_json(j);
     return cli::kOk;
   }
-  std::printf("ckpt-bench: %s of random data as %zu BF16 tensors, 1 MiB chunks, files in %s\n",
-              cli::human_bytes(double(size)).c_str(), tensors.size(), scratch.path().c_str());
+  std::printf("ckpt-bench: %s of random data as %zu BF16 tensors, 1 MiB chunks, files in %s, RAM-backed runs in %s\n",
+              cli::human_bytes(double(size)).c_str(), tensors.size(), scratch.path().c_str(),
+              shm_used.empty() ? "(none, see the note)" : shm_used.c_str());
   std::printf("CPU: %s, %u cores online, AVX2 %s, AVX-512 %s; XXH3 compiled for %s\n\n", cpu.model.c_str(),
               std::thread::hardware_concurrency(), cpu.avx2 ? "yes" : "no", cpu.avx512 ? "yes" : "no", xxh3_vector_name());
   auto short_name = [&](const std::string& id) -> std::string {
     if (id == "raw_write_fsync") return "write+fsync";
+    if (id == "shm_write_fsync") return "RAM write+fsync";
     if (id == "raw_copy_fsync") return "copy+fsync";
     if (id == "pread_cached") return "pread cached";
     if (id == "cold_read") return "read from disk";
@@ -519,12 +644,17 @@ int main(int argc, char** argv) {
   std::vector<unsigned> threads;
   app.add_option("--size", size_text, "bytes of data, e.g. 268435456, 256MiB, 2G (default 256MiB)");
   app.add_option("--dir", cfg.dir, "directory on the file system to measure; a scratch directory is made and removed in it (default .)");
+  std::string shm_text;
+  CLI::Option* shm_option = app.add_option("--shm-dir", shm_text, "RAM-backed directory (tmpfs) for the shm_* rows, where the disk cannot hide the hash; "
+                                       "empty to skip (default /dev/shm when it exists and is writable)");
   app.add_option("--threads", threads, "thread counts for the multi-threaded measurements; 1 is always included (default: 1 and the core count)")
       ->check(CLI::Range(1u, 1024u));
   app.add_option("--repeat", cfg.repeat, "runs of each measurement, interleaved; the best is reported, the median beside it (default 3)")->check(CLI::Range(1u, 1000u));
   app.add_option("--tensor-size", tensor_text, "bytes per tensor (default 32MiB)");
   app.add_option("--write-size", write_text, "bytes per ShardWriter::write() call in the streaming save (default 1MiB)");
   app.add_flag("--json", cfg.json, "print one JSON document instead of the table");
+  app.add_option("--only", cfg.only, "measure only this group: 'async' (disk writes, store commit, staging copy, async save)")
+      ->check(CLI::IsMember({"async"}));
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   const auto size = parse_size(size_text), tensor = parse_size(tensor_text), write = parse_size(write_text);
   if (!size || *size < 4096 || *size > (std::uint64_t{1} << 40)) {
@@ -538,6 +668,14 @@ int main(int argc, char** argv) {
   if (!write || *write < 2 || *write % 2 != 0 || *write > (std::uint64_t{1} << 32)) {
     std::fprintf(stderr, "%s: --write-size '%s' is not an even byte count up to 4GiB\n", kTool, write_text.c_str());
     return cli::kUsage;
+  }
+  if (shm_option->count() > 0) {
+    cfg.shm_dir = shm_text;
+    if (cfg.shm_dir.empty()) cfg.shm_note = "--shm-dir is empty";
+  } else if (std::error_code ec; std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) {
+    cfg.shm_dir = "/dev/shm";
+  } else {
+    cfg.shm_note = "/dev/shm is not a writable directory here; pass --shm-dir DIR";
   }
   cfg.size = *size;
   cfg.tensor_size = *tensor;
