@@ -1,12 +1,125 @@
 // ckpt: definitions for shard_writer.hpp (spec/FORMAT.md 2-6, 7 for the write protocol).
 #pragma once
 
+#include <sys/mman.h>
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <system_error>
 
 namespace ckpt {
 
 namespace detail {
+inline WriteBuffer allocate_write_buffer(std::size_t size) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  void* p = nullptr;
+  if (size < kHugePage) {
+    p = std::malloc(size);
+    if (p == nullptr) throw std::bad_alloc();
+    return WriteBuffer(static_cast<unsigned char*>(p));
+  }
+  if (::posix_memalign(&p, kHugePage, size) != 0) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  (void)::madvise(p, size / kHugePage * kHugePage, MADV_HUGEPAGE);  // best effort: refused is fine
+#endif
+  return WriteBuffer(static_cast<unsigned char*>(p));
+}
+
+template <class Fs>
+bool WriteBehind<Fs>::start() {
+  try {
+    thread_ = std::thread([this] { run(); });
+    return true;
+  } catch (const std::system_error&) {
+    return false;
+  }
+}
+
+template <class Fs>
+Result<std::uint64_t> WriteBehind<Fs>::submit(const unsigned char* data, std::size_t size, std::uint64_t offset) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  job_done_.wait(lock, [&] { return !error_.ok() || submitted_ - completed_ < kDepth; });
+  if (!error_.ok()) {
+    lock.unlock();
+    return wait(submitted());  // the error, or the exception the Fs threw
+  }
+  queue_.push_back(Job{data, size, offset});
+  const std::uint64_t ticket = ++submitted_;
+  lock.unlock();
+  has_work_.notify_one();
+  return ticket;
+}
+
+template <class Fs>
+Status WriteBehind<Fs>::wait(std::uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  job_done_.wait(lock, [&] { return completed_ >= ticket; });
+  if (thrown_) {
+    std::exception_ptr thrown = thrown_;
+    thrown_ = nullptr;  // rethrown once; later calls see error_
+    lock.unlock();
+    std::rethrow_exception(thrown);
+  }
+  return error_;
+}
+
+template <class Fs>
+std::uint64_t WriteBehind<Fs>::submitted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return submitted_;
+}
+
+template <class Fs>
+void WriteBehind<Fs>::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  has_work_.notify_all();
+  try {
+    if (thread_.joinable()) thread_.join();
+  } catch (const std::system_error&) {  // cannot happen for a joinable thread other than this one
+  }
+}
+
+template <class Fs>
+void WriteBehind<Fs>::run() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      has_work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every queued write was made
+      job = queue_.front();
+    }
+    Status s;
+    std::exception_ptr thrown;
+    try {
+      s = fs_.pwrite(file_, job.data, job.size, job.offset);
+    } catch (...) {
+      thrown = std::current_exception();
+      s = make_error(Code::io, "pwrite of " + std::to_string(job.size) + " bytes at offset " + std::to_string(job.offset) +
+                                   " threw an exception on the writer's I/O thread");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.pop_front();
+      ++completed_;
+      if (!s.ok()) {
+        // The synchronous writer stops at its first failed write: drop the rest, unmade.
+        error_ = std::move(s);
+        thrown_ = thrown;
+        completed_ += queue_.size();
+        queue_.clear();
+        failed_.store(true, std::memory_order_release);
+      }
+    }
+    job_done_.notify_all();
+  }
+}
+
 // Checks a tensor or metadata name: non-empty, bounded, valid UTF-8 (spec 5.2).
 [[nodiscard]] inline Status check_name(std::string_view what, std::string_view name) {
   if (name.empty() || name.size() > format::kMaxNameLength)
@@ -35,17 +148,21 @@ Result<std::unique_ptr<ShardWriter<Fs>>> ShardWriter<Fs>::create(Fs& fs, std::st
   const auto sb = encode_superblock(w->superblock_);
   CKPT_TRY(w->append(sb.data(), sb.size()));
   CKPT_TRY(w->pad_to(w->superblock_.data_offset));
+  CKPT_TRY(w->release_caller_memory());  // sb is a local
   return Result<std::unique_ptr<ShardWriter>>(std::move(w));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 template <class Fs>
 ShardWriter<Fs>::ShardWriter(Fs& fs, std::string path, std::string write_path, FileHandle file, WriterOptions options)
-    : fs_(fs), path_(std::move(path)), write_path_(std::move(write_path)), file_(file), options_(options) {
-  buffer_.reserve(options_.buffer_size);
+    : fs_(fs), path_(std::move(path)), write_path_(std::move(write_path)), file_(file), options_(options),
+      write_behind_(options.pipeline) {
+  buffers_.push_back(detail::allocate_write_buffer(options_.buffer_size));  // the second at the first flush
+  buffer_ticket_.assign(1, 0);
 }
 
 template <class Fs>
 ShardWriter<Fs>::~ShardWriter() {
+  if (io_) io_->stop();  // makes the queued writes: no other Fs call while one may be in flight
   if (finished_) return;
   if (file_.valid()) fs_.close(file_).ignore_error();       // abandoning: the file is removed next
   fs_.unlink(write_path_).ignore_error();                    // best effort; a store's recovery also removes it
@@ -58,12 +175,78 @@ Status ShardWriter<Fs>::fail(Status s) {
 }
 
 template <class Fs>
+Status ShardWriter<Fs>::usable() {
+  if (!failure_.ok()) return failure_;
+  if (io_ && io_->failed()) return fail(io_->drain());  // a background write failed since the last call
+  return Status();
+}
+
+// Writes one block now, or queues it for the I/O thread (ticket returned; 0 when written now). The
+// caller's memory (borrowed) is released by release_caller_memory() before the public call returns.
+template <class Fs>
+Result<std::uint64_t> ShardWriter<Fs>::write_block(const unsigned char* data, std::size_t size, std::uint64_t offset,
+                                                   bool borrowed) {
+  if (write_behind_ && !io_) {
+    io_.reset(new detail::WriteBehind<Fs>(fs_, file_));
+    if (!io_->start()) {  // no thread to be had: write in the call, as with pipeline = false
+      io_.reset();
+      write_behind_ = false;
+    }
+  }
+  if (!io_) {
+    Status s = fs_.pwrite(file_, data, size, offset);
+    if (!s.ok()) return fail(s);
+    return std::uint64_t{0};
+  }
+  auto ticket = io_->submit(data, size, offset);
+  if (!ticket.ok()) return fail(ticket.status());
+  if (borrowed) borrowed_ticket_ = *ticket;
+  return ticket;
+}
+
+// Waits for the queued writes from the caller's memory: a caller may reuse it once a call returns.
+template <class Fs>
+Status ShardWriter<Fs>::release_caller_memory() {
+  if (borrowed_ticket_ == 0) return Status();
+  const std::uint64_t ticket = borrowed_ticket_;
+  borrowed_ticket_ = 0;
+  Status s = io_->wait(ticket);
+  return s.ok() ? s : fail(s);
+}
+
+// Waits for every queued write and ends the I/O thread: what follows (sync, close, rename) is ordered
+// after them, and only this thread calls the Fs from here on.
+template <class Fs>
+Status ShardWriter<Fs>::drain_writes() {
+  write_behind_ = false;
+  if (!io_) return Status();
+  borrowed_ticket_ = 0;
+  std::fill(buffer_ticket_.begin(), buffer_ticket_.end(), 0);
+  Status s = io_->drain();
+  io_->stop();
+  io_.reset();
+  return s.ok() ? s : fail(s);
+}
+
+template <class Fs>
 Status ShardWriter<Fs>::flush() {
-  if (buffer_.empty()) return Status();
-  Status s = fs_.pwrite(file_, buffer_.data(), buffer_.size(), buffer_start_);
-  if (!s.ok()) return fail(s);
-  buffer_start_ += buffer_.size();
-  buffer_.clear();
+  if (filled_ == 0) return Status();
+  CKPT_ASSIGN_OR_RETURN(const std::uint64_t ticket, write_block(buffers_[current_].get(), filled_, buffer_start_, false));
+  buffer_ticket_[current_] = ticket;
+  buffer_start_ += filled_;
+  filled_ = 0;
+  if (io_ && buffers_.size() < 2) {  // the first buffer is on its way: fill a second meanwhile
+    buffers_.push_back(detail::allocate_write_buffer(options_.buffer_size));
+    buffer_ticket_.push_back(0);
+  }
+  current_ = (current_ + 1) % buffers_.size();
+  // The next buffer is free once its own earlier write is done.
+  if (buffer_ticket_[current_] != 0) {
+    const std::uint64_t pending = buffer_ticket_[current_];
+    buffer_ticket_[current_] = 0;
+    Status s = io_->wait(pending);
+    if (!s.ok()) return fail(s);
+  }
   return Status();
 }
 
@@ -71,21 +254,20 @@ template <class Fs>
 Status ShardWriter<Fs>::append(const void* data, std::size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
   // Large appends with an empty buffer go straight from the caller's memory to the kernel.
-  if (buffer_.empty() && size >= options_.buffer_size / 2) {
-    Status s = fs_.pwrite(file_, p, size, position_);
-    if (!s.ok()) return fail(s);
+  if (filled_ == 0 && size >= options_.buffer_size / 2) {
+    CKPT_TRY(write_block(p, size, position_, true).status());
     position_ += size;
     buffer_start_ = position_;
     return Status();
   }
   while (size > 0) {
-    const std::size_t room = options_.buffer_size - buffer_.size();
-    const std::size_t n = std::min(room, size);
-    buffer_.insert(buffer_.end(), p, p + n);
+    const std::size_t n = std::min(options_.buffer_size - filled_, size);
+    std::memcpy(buffers_[current_].get() + filled_, p, n);
+    filled_ += n;
     p += n;
     size -= n;
     position_ += n;
-    if (buffer_.size() == options_.buffer_size) CKPT_TRY(flush());
+    if (filled_ == options_.buffer_size) CKPT_TRY(flush());
   }
   return Status();
 }
@@ -111,7 +293,7 @@ Status ShardWriter<Fs>::add_tensor(std::string_view name, DType dtype, const Sha
 template <class Fs>
 Status ShardWriter<Fs>::begin_piece(std::string_view name, DType dtype, const Shape& global_shape,
                                     const Shape& offsets, const Shape& local_shape) {
-  if (!failure_.ok()) return failure_;
+  CKPT_TRY(usable());
   if (finished_) return make_error(Code::invalid_argument, path_ + ": writer already finished");
   if (open_) return make_error(Code::invalid_argument, "tensor '" + tensors_[open_->tensor].name + "': piece still open at begin_piece()");
   CKPT_TRY(detail::check_name("tensor", name));
@@ -184,23 +366,35 @@ void ShardWriter<Fs>::close_chunk() {
 
 template <class Fs>
 Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
-  if (!failure_.ok()) return failure_;
+  CKPT_TRY(usable());
   if (!open_) return make_error(Code::invalid_argument, path_ + ": write() without begin_piece()");
   auto& p = *open_;
   if (size > p.record.data_length - p.written)
     return make_error(Code::invalid_argument, "tensor '" + tensors_[p.tensor].name + "': write of " + std::to_string(size) + " bytes exceeds the piece's remaining " + std::to_string(p.record.data_length - p.written));
-  const auto* bytes = static_cast<const unsigned char*>(data);
+  const Status written = write_bytes(static_cast<const unsigned char*>(data), size);
+  // Whatever happened, the caller's memory is not referenced once write() returns.
+  const Status released = release_caller_memory();
+  return written.ok() ? released : written;
+}
+
+template <class Fs>
+Status ShardWriter<Fs>::write_bytes(const unsigned char* bytes, std::size_t size) {
+  auto& p = *open_;
   const std::uint64_t chunk_size = superblock_.chunk_size();
   // Hash a cache-sized slice, then hand the same slice on while it is still in cache: one pass over
   // DRAM (spec 7.1). A whole buffer-sized block at a buffer-aligned offset goes to the kernel straight
   // from the caller's memory, skipping the copy into the buffer, so the Fs sees exactly the writes the
   // buffer would have made. Unaligned or smaller direct writes were measured and refused: the page
   // cache sizes its folios by the writes, and later reads of the file got 10-40% slower (ckpt-bench).
+  // Pipelined, the caller's thread hashes block k+1 while the I/O thread writes block k. The last
+  // whole block of a call is copied instead of passed on: write() would otherwise wait for it to be
+  // written, and the I/O thread would then idle while the next call hashes its first block.
   constexpr std::size_t kSlice = std::size_t{256} << 10;
   const std::size_t block = options_.buffer_size;
   const bool may_bypass = block > 2 * kSlice;  // smaller buffers: append() already passes slices straight on
   while (size > 0) {
-    const bool direct = may_bypass && buffer_.empty() && size >= block && position_ % block == 0;
+    const bool direct = may_bypass && filled_ == 0 && size >= block && position_ % block == 0 &&
+                        (!write_behind_ || size - block >= block);
     const std::size_t n =
         direct ? block : static_cast<std::size_t>(std::min<std::uint64_t>({size, kSlice, chunk_size - p.chunk_filled}));
     for (std::size_t hashed = 0; hashed < n;) {
@@ -211,8 +405,7 @@ Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
       if (p.chunk_filled == chunk_size) close_chunk();
     }
     if (direct) {
-      Status s = fs_.pwrite(file_, bytes, n, position_);
-      if (!s.ok()) return fail(s);
+      CKPT_TRY(write_block(bytes, n, position_, true).status());
       position_ += n;
       buffer_start_ = position_;
     } else {
@@ -228,7 +421,7 @@ Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
 
 template <class Fs>
 Status ShardWriter<Fs>::end_piece() {
-  if (!failure_.ok()) return failure_;
+  CKPT_TRY(usable());
   if (!open_) return make_error(Code::invalid_argument, path_ + ": end_piece() without begin_piece()");
   auto& p = *open_;
   if (p.written != p.record.data_length)
@@ -242,7 +435,7 @@ Status ShardWriter<Fs>::end_piece() {
 
 template <class Fs>
 Status ShardWriter<Fs>::set_metadata(std::string key, Value value) {
-  if (!failure_.ok()) return failure_;
+  CKPT_TRY(usable());
   CKPT_TRY(detail::check_name("metadata", key));
   if (value.is_string() && !valid_utf8(value.as_string()))
     return make_error(Code::invalid_argument, "metadata '" + key + "': string value is not valid UTF-8 (store it as bytes)");
@@ -254,7 +447,7 @@ Status ShardWriter<Fs>::set_metadata(std::string key, Value value) {
 
 template <class Fs>
 Result<ShardSummary> ShardWriter<Fs>::finish() {
-  if (!failure_.ok()) return failure_;
+  CKPT_TRY(usable());
   if (finished_) return make_error(Code::invalid_argument, path_ + ": finish() called twice");
   if (open_) return make_error(Code::invalid_argument, "tensor '" + tensors_[open_->tensor].name + "': piece still open at finish()");
 
@@ -292,6 +485,8 @@ Result<ShardSummary> ShardWriter<Fs>::finish() {
   CKPT_TRY(append(index_bytes.data(), index_bytes.size()));
   const auto footer_bytes = encode_footer(footer);
   CKPT_TRY(append(footer_bytes.data(), footer_bytes.size()));
+  // Every queued write is made and its error collected before the last one and the sync (spec 7.1).
+  CKPT_TRY(drain_writes());
   CKPT_TRY(flush());
   // fsync before rename: a rename may reach disk before the data it names (spec 7.1).
   if (options_.durable) {
