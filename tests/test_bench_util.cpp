@@ -128,7 +128,7 @@ TEST_CASE("ckpt-bench runs every measurement once and reports ratios as JSON", "
   }
   for (const char* want : {"raw_write_fsync", "raw_copy_fsync", "memory_read_t1", "xxh3_t1", "xxh3_t2", "memcpy",
                            "save_add_tensor", "save_streaming", "convert_safetensors", "load_verified", "verify_pread_t1",
-                           "verify_mmap_t2", "cold_read", "cold_verify_pread_t2"}) {
+                           "verify_mmap_t2", "cold_read", "cold_verify_pread_t2", "staging_copy", "async_stall", "async_total"}) {
     INFO("measurement " << want);
     CHECK(std::find(ids.begin(), ids.end(), want) != ids.end());
   }

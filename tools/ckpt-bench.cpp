@@ -284,7 +284,7 @@ int run(const Config& cfg) {
   // Async saves (spec/ASYNC.md): what save() blocks the caller for, against this machine's limit for
   // that (a copy of the state into memory that is already faulted in) and against the synchronous commit.
   std::unique_ptr<StagingPool> copy_pool = [&] {
-    auto p = StagingPool::create(size, std::size_t{8} << 20);
+    auto p = StagingPool::create(size, std::min(size, std::size_t{8} << 20));  // a small --size: one slab
     check(p, "staging pool");
     return std::move(p).value();
   }();
