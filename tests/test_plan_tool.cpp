@@ -23,15 +23,7 @@ namespace {
 
 const std::string kPlan = std::string(CKPT_BINARY_DIR) + "/ckpt-plan";
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Run {
-  int code = -1;
-  std::string out, err;
+struct Run : ckpt_test::ProgramRun {
   [[nodiscard]] json out_json() const {
     INFO("stdout: " << out << "\nstderr: " << err);
     json j;
@@ -44,14 +36,8 @@ struct Run {
 // Runs ckpt-plan with arguments (each quoted), capturing stdout and stderr.
 Run plan(const std::vector<std::string>& args) {
   REQUIRE(::access(kPlan.c_str(), X_OK) == 0);
-  ckpt_test::TempDir scratch;
-  const std::string out = scratch.file("out"), err = scratch.file("err");
-  std::string cmd = quote(kPlan);
-  for (const auto& a : args) cmd += " " + quote(a);
   Run r;
-  r.code = ckpt_test::run_command(cmd + " >" + quote(out) + " 2>" + quote(err) + " </dev/null");
-  r.out = ckpt_test::read_file(out);
-  r.err = ckpt_test::read_file(err);
+  static_cast<ckpt_test::ProgramRun&>(r) = ckpt_test::run_program(kPlan, args);
   return r;
 }
 

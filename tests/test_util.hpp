@@ -65,4 +65,30 @@ inline void write_file(const std::string& path, const std::string& bytes) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// s as one single-quoted shell word.
+[[nodiscard]] inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// A program's exit status and output, from run_program.
+struct ProgramRun {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs program with args (each quoted), stdin from /dev/null, capturing stdout and stderr.
+[[nodiscard]] inline ProgramRun run_program(const std::string& program, const std::vector<std::string>& args) {
+  TempDir scratch;
+  const std::string out = scratch.file("out"), err = scratch.file("err");
+  std::string cmd = shell_quote(program);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  ProgramRun r;
+  r.code = run_command(cmd + " >" + shell_quote(out) + " 2>" + shell_quote(err) + " </dev/null");
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
 }  // namespace ckpt_test
