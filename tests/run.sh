@@ -16,3 +16,7 @@ cmake --build build-asan -j"$jobs"
 echo "== tests (ASan+UBSan) =="
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure --no-tests=error -j"$jobs" -LE no_sanitize)
+echo "== fuzz (libFuzzer + ASan + UBSan, fixed runs) =="
+# Each decoder's target for a fixed number of executions with a fixed seed: a finding is saved under
+# tests/regress/ and fails the run (tools/fuzz.sh; long soaks: tools/fuzz.sh SECONDS).
+CKPT_FUZZ_SEED=1 CKPT_FUZZ_JOBS="$jobs" bash tools/fuzz.sh -runs=20000

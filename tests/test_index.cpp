@@ -19,9 +19,13 @@
 #include <ckpt/shard_writer.hpp>
 #include <ckpt/verify.hpp>
 
+#include "heap_counter.hpp"  // replaces operator new in this program
+#include "hostile_shard.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
+using ckpt_test::HeapPeak;
+
 
 namespace {
 
@@ -487,6 +491,142 @@ TEST_CASE("superblock and footer codecs refuse what spec 3 and 6 forbid", "[inde
     b[63] = 'x';
     CHECK(decode_footer(b.data(), size, kPath).status().code() == Code::incomplete);
   }
+}
+
+namespace {
+
+// Bytes the decoded form holds in names, keys, values and shapes: what the decoder limit bounds.
+std::uint64_t decoded_bytes(const Index& ix) {
+  std::uint64_t n = 0;
+  for (const auto& t : ix.tensors) n += t.name.size() + 8 * t.shape.size();
+  for (const auto& p : ix.pieces) n += 8 * (p.offsets.size() + p.shape.size());
+  for (const auto& m : ix.metadata) {
+    n += m.key.size();
+    if (m.value.is_string()) n += m.value.as_string().size();
+    if (m.value.is_bytes()) n += m.value.as_bytes().size();
+  }
+  return n;
+}
+
+Result<Index> decode_hostile(const ckpt_test::HostileShard& h) {
+  return decode_index(reinterpret_cast<const unsigned char*>(h.index.data()), h.index.size(), h.sb, h.index_offset, kPath);
+}
+
+}  // namespace
+
+TEST_CASE("overlapping blob references that outgrow the index are refused before copying (issue 9)", "[index][limits]") {
+  // The issue 9 file: 2 MiB whose names and values share blob bytes; copying them would need 17 GiB.
+  const auto h = ckpt_test::hostile_shared_blob_shard(ckpt_test::issue9_shape());
+  REQUIRE(h.file.size() < (std::uint64_t{3} << 20));
+  HeapPeak peak;
+  auto ix = decode_hostile(h);
+  const std::int64_t used = peak.bytes();
+  REQUIRE_FALSE(ix.ok());
+  INFO(ix.status().message().substr(0, 400));
+  CHECK(ix.status().code() == Code::corrupt);
+  const std::string& msg = ix.status().message();
+  CHECK(msg.rfind(kPath + ": offset ", 0) == 0);
+  CHECK(msg.find("decoder limit") != std::string::npos);
+  CHECK(msg.find("expected at most") != std::string::npos);
+  CHECK(msg.find("found 65535") != std::string::npos);
+  // The refusal costs a small multiple of the index, not of what the references would copy.
+  CHECK(used < static_cast<std::int64_t>(4 * h.index.size()));
+
+  SECTION("values alone: one 1 MiB value per record is refused at the first record over the limit") {
+    ckpt_test::HostileShape s;
+    s.metadata = 512;
+    s.name_length = 8;
+    const auto values = ckpt_test::hostile_shared_blob_shard(s);
+    HeapPeak values_peak;
+    auto vx = decode_hostile(values);
+    REQUIRE_FALSE(vx.ok());
+    INFO(vx.status().message());
+    CHECK(vx.status().message().find("metadata 1 value") != std::string::npos);  // the first 1 MiB value fits in the index length
+    CHECK(values_peak.bytes() < static_cast<std::int64_t>(4 * values.index.size()));
+  }
+  SECTION("shapes: rank-64 pieces sharing one dims range are refused once they outgrow the index") {
+    Good g;
+    // 2000 empty rank-64 tensors whose shapes and pieces all read the same 128 dims entries.
+    Index big;
+    for (int i = 0; i < 2000; ++i) {
+      TensorRecord t;
+      t.name = "t" + std::to_string(i);
+      t.dtype = DType::U8;
+      t.shape.assign(64, 0);
+      t.piece_first = static_cast<std::uint64_t>(i);
+      t.piece_count = 1;
+      big.tensors.push_back(t);
+      PieceRecord p;
+      p.tensor = static_cast<std::uint64_t>(i);
+      p.offsets.assign(64, 0);
+      p.shape.assign(64, 0);
+      p.data_offset = 128;
+      big.pieces.push_back(p);
+    }
+    std::string idx = encode_index(big);
+    Layout at(idx);
+    // Keep 128 dims entries (all zero), point every shape and piece at them, drop the rest.
+    const std::uint64_t keep = 128;
+    idx.erase(at.dims + keep * 8, (at.nd - keep) * 8);
+    put_u64(reinterpret_cast<unsigned char*>(&idx[32]), keep);
+    for (std::uint64_t i = 0; i < at.nt; ++i) put_u64(reinterpret_cast<unsigned char*>(&idx[at.tensor(i) + 16]), 0);
+    for (std::uint64_t k = 0; k < at.np; ++k) put_u64(reinterpret_cast<unsigned char*>(&idx[at.piece(k) + 40]), 0);
+    // Blob offsets in the records do not move: the blob moved as a whole, and offsets are blob-relative.
+    auto dx = decode_index(reinterpret_cast<const unsigned char*>(idx.data()), idx.size(), g.sb, 128, kPath);
+    REQUIRE_FALSE(dx.ok());
+    INFO(dx.status().message());
+    CHECK(dx.status().message().find("shapes, offsets and piece shapes") != std::string::npos);
+  }
+}
+
+TEST_CASE("shared blob and dims ranges within the index length still decode (spec 5.5)", "[index][limits]") {
+  // 16 names and 64 keys of 100 bytes with overlapping ranges, 64 values sharing the same 64 bytes.
+  ckpt_test::HostileShape s;
+  s.tensors = 16;
+  s.metadata = 64;
+  s.blob = 16 << 10;
+  s.name_length = 100;
+  s.value_length = 64;
+  const auto h = ckpt_test::hostile_shared_blob_shard(s);
+  HeapPeak peak;
+  auto ix = decode_hostile(h);
+  INFO(ix.status().message().substr(0, 300));
+  REQUIRE(ix.ok());
+  const std::int64_t used = peak.bytes();
+  CHECK(ix->tensors.size() == 16);
+  CHECK(ix->metadata.size() == 64);
+  CHECK(decoded_bytes(*ix) <= 2 * h.index.size());  // the limit: each class at most the index length
+  CHECK(used < static_cast<std::int64_t>(8 * h.index.size()));
+  // And the whole file verifies intact: sharing is allowed, only outgrowing the index is not.
+  ckpt_test::TempDir dir;
+  const std::string path = dir.file("shared.ckpt");
+  ckpt_test::write_file(path, h.file);
+  PosixFs fs;
+  auto v = verify_file(fs, path);
+  REQUIRE(v.ok());
+  CHECK(v->ok());
+}
+
+TEST_CASE("ckpt-verify on the issue 9 file exits promptly with bounded memory", "[index][limits][tool]") {
+  const std::string verify = std::string(CKPT_BINARY_DIR) + "/ckpt-verify";
+  if (::access(verify.c_str(), X_OK) != 0) {
+    WARN("skipped: " << verify << " is not built (CKPT_BUILD_TOOLS=OFF)");
+    return;
+  }
+  ckpt_test::TempDir dir;
+  const std::string path = dir.file("issue9.ckpt");
+  ckpt_test::write_file(path, ckpt_test::hostile_shared_blob_shard(ckpt_test::issue9_shape()).file);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan reserves terabytes of shadow address space: an address-space limit cannot apply to it.
+  const std::string limit = "";
+  WARN("ASan build: ckpt-verify runs without ulimit -v");
+#else
+  const std::string limit = "ulimit -v 1048576; ";  // 1 GiB of address space; the old decoder wanted 17 GiB
+#endif
+  const auto run = ckpt_test::run_program("/bin/sh", {"-c", limit + "exec \"$0\" \"$1\"", verify, path});
+  INFO("stdout: " << run.out.substr(0, 600) << "\nstderr: " << run.err.substr(0, 600));
+  CHECK(run.code == 1);  // damaged, not killed (137), out of memory (2) or aborted (134)
+  CHECK(run.out.find("decoder limit") != std::string::npos);
 }
 
 namespace {

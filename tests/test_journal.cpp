@@ -354,9 +354,9 @@ TEST_CASE("records and flags from a newer writer are refused, ignorable types ar
   CHECK_FALSE(ignorable->corrupt());
   CHECK(ignorable->records.size() == 2);
   // A header of another version is refused too.
-  std::string v2 = header_record(JournalHeader{}).payload;
-  v2[8] = 2;
-  auto version = scan_journal_bytes(hand_group({{static_cast<std::uint16_t>(journal::RecordType::header), v2}}, 0));
+  std::string v3 = header_record(JournalHeader{}).payload;
+  v3[8] = 3;
+  auto version = scan_journal_bytes(hand_group({{static_cast<std::uint16_t>(journal::RecordType::header), v3}}, 0));
   REQUIRE_FALSE(version.ok());
   CHECK(version.status().code() == Code::version);
 }
@@ -365,8 +365,8 @@ TEST_CASE("a FIRST record inside an unfinished group starts the next valid group
   // Group 1 lost its end (its PAD), yet group 2 follows: the damage is mid-log and group 2 is applied.
   const std::string log = five_group_log();
   std::string damaged = log.substr(0, kPageSize);
-  damaged += frame(static_cast<std::uint16_t>(journal::RecordType::begin), journal::kFlagFirst,
-                   begin_record(make_begin(1, 100)).value().payload, kPageSize);
+  const PendingRecord begin = begin_record(make_begin(1, 100)).value();
+  damaged += frame(begin.type, journal::kFlagFirst, begin.payload, kPageSize);
   damaged.resize(2 * kPageSize, '\0');
   damaged += log.substr(2 * kPageSize);
   auto scan = scan_journal_bytes(damaged);
@@ -491,11 +491,126 @@ TEST_CASE("the worked example of spec/JOURNAL.md 14 is what the encoder writes",
   REQUIRE(log.size() == 3 * kPageSize);
   auto u64_at = [&](std::size_t off) { return get_u64(reinterpret_cast<const unsigned char*>(log.data()) + off); };
   // Frame digests as printed in the spec (checked there against the Python xxhash package).
-  CHECK(u64_at(0x30) == 0x5140de58e5b6fb96ULL);     // HEADER, seed 0
+  CHECK(u64_at(0x30) == 0xec50c1a12190ec2dULL);     // HEADER, seed 0
   CHECK(u64_at(0xff8) == 0x5fcc8dfb1f66ff7aULL);    // PAD, seed 56
-  CHECK(u64_at(0x1041) == 0x4edeed75322ee288ULL);   // BEGIN, seed 4096
+  CHECK(u64_at(0x1020) == 0x468d54980df65f62ULL);   // BEGIN_SHARDS, seed 4096
+  CHECK(u64_at(0x1ff8) == 0xf9c16851e4cd79a0ULL);   // PAD, seed 4136
   CHECK(u64_at(0x2028) == 0xf0dc549175e8353cULL);   // COMMIT, seed 8192
   CHECK(u64_at(0x2ff8) == 0x13fcc3e318bebd01ULL);   // PAD, seed 8240
   CHECK(log.substr(0, 16) == std::string("\x28\0\0\0\x01\0\x01\0CKPTJRNL", 16));
-  CHECK(log.substr(0x1028, 25) == "shard-00000-of-00001.ckpt");
+  CHECK(log.substr(0x10, 4) == std::string("\x02\0\0\0", 4));     // version 2
+  CHECK(log.substr(0x1000, 8) == std::string("\x18\0\0\0\x08\0\x01\0", 8));  // 24 bytes, type 8, FIRST
+}
+
+TEST_CASE("a BEGIN for W ranks is O(1) in W when it names the standard shard files", "[journal]") {
+  for (const std::uint32_t world : {1u, 7u, 4096u, journal::kMaxWorldSize}) {
+    INFO("world " << world);
+    BeginRecord b = make_begin(3, 30, world);
+    auto rec = begin_record(b);
+    REQUIRE(rec.ok());
+    CHECK(rec->type == static_cast<std::uint16_t>(journal::RecordType::begin_shards));
+    CHECK(rec->payload.size() == journal::kBeginShardsPayloadSize);
+    auto scan = scan_journal_bytes(header_page() + encode_group({*rec}, kPageSize));
+    REQUIRE(scan.ok());
+    REQUIRE(scan->records.size() == 2);
+    const auto* decoded = std::get_if<BeginRecord>(&scan->records[1].body);
+    REQUIRE(decoded != nullptr);
+    CHECK(decoded->files == b.files);
+  }
+  // Any other file list is spelled out, as in version 1.
+  BeginRecord odd = make_begin(4, 40, 2);
+  odd.files.pop_back();
+  auto rec = begin_record(odd);
+  REQUIRE(rec.ok());
+  CHECK(rec->type == static_cast<std::uint16_t>(journal::RecordType::begin));
+}
+
+TEST_CASE("a damaged tail is a clean tear only when the bytes look like an interrupted append", "[journal][evidence]") {
+  const std::string head = header_page();
+  const std::string group =
+      encode_group({commit_record(CommitRecord{1, 100, 418, 0x55}), save_stats_record(SaveRecord{1, 100, 9, 1, 2, false})}, kPageSize);
+  auto flipped = [&](std::size_t at) {
+    std::string g = group;
+    g[at] = static_cast<char>(g[at] ^ 0x10);
+    return g;
+  };
+  struct Row {
+    const char* what;
+    std::string tail;
+    bool clean;
+    std::size_t unapplied;
+  };
+  const std::vector<Row> rows = {
+      {"cut inside the COMMIT", group.substr(0, 30), true, 0},
+      {"cut inside the PAD", group.substr(0, 300), true, 2},
+      {"the PAD's last sector never written", group.substr(0, 3584) + std::string(512, '\0'), true, 2},
+      {"a bit flipped in the PAD's zeros", flipped(1000), false, 2},
+      {"a bit flipped in the PAD's digest", flipped(4090), false, 2},
+      {"a bit flipped in the COMMIT's payload", flipped(20), false, 1},  // SAVE_STATS still found past it
+      {"a bit flipped in SAVE_STATS", flipped(60), false, 1},
+      {"bytes no writer writes", std::string(200, 'T'), false, 0},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    auto scan = scan_journal_bytes(head + row.tail);
+    REQUIRE(scan.ok());
+    CHECK_FALSE(scan->corrupt());
+    REQUIRE(scan->torn_tail);
+    CHECK(scan->torn_tail->clean_tear == row.clean);
+    CHECK(scan->tail_damaged() == !row.clean);
+    CHECK(scan->torn_tail->unapplied.size() == row.unapplied);
+    CHECK(scan->end == kPageSize);
+  }
+}
+
+TEST_CASE("a damaged tail longer than any sync group is corruption, not a torn tail", "[journal][evidence]") {
+  std::string log = header_page();
+  log += std::string(journal::kMaxGroupSize + kPageSize, 'g');
+  auto scan = scan_journal_bytes(log);
+  REQUIRE(scan.ok());
+  CHECK_FALSE(scan->torn_tail);
+  REQUIRE(scan->corrupt());
+  CHECK(scan->corruption_summary().find("longer than any sync group") != std::string::npos);
+}
+
+TEST_CASE("the search for the next group after damage does bounded work on hostile bytes", "[journal][evidence]") {
+  // Every page holds a header that could start a group and claims almost everything after it: without
+  // a budget each would be hashed to the end, O(size^2). The scan stops undecided and calls it corruption.
+  const std::size_t pages = 2048;  // 8 MiB
+  std::string log = header_page();
+  log.resize(kPageSize * (pages + 1), 'x');
+  for (std::size_t p = 1; p <= pages; ++p) {
+    unsigned char h[8];
+    const std::uint64_t left = log.size() - p * kPageSize;
+    put_u32(h, static_cast<std::uint32_t>(std::min<std::uint64_t>(left - 16, journal::kMaxPayload)));
+    put_u16(h + 4, kIgnorable);
+    put_u16(h + 6, journal::kFlagFirst);
+    std::memcpy(&log[p * kPageSize], h, 8);
+  }
+  auto scan = scan_journal_bytes(log);
+  REQUIRE(scan.ok());
+  REQUIRE(scan->corrupt());
+  CHECK(scan->corruption_summary().find("cannot be told apart") != std::string::npos);
+}
+
+TEST_CASE("a version 1 journal still opens, with its spelled-out BEGIN", "[journal]") {
+  JournalHeader h;
+  std::string head = header_record(h).payload;
+  head[8] = 1;  // version 1: bytes [32, 40) reserved, zero
+  std::string log = hand_group({{static_cast<std::uint16_t>(journal::RecordType::header), head}}, 0);
+  BeginRecord b = make_begin(1, 10, 2);
+  b.files.push_back(TxnFile{1, "extra.ckpt"});  // not the standard list: a type 3 BEGIN
+  log += encode_group({begin_record(b).value()}, log.size());
+  log += encode_group({commit_record(CommitRecord{1, 10, 100, 7})}, log.size());
+  auto scan = scan_journal_bytes(log);
+  REQUIRE(scan.ok());
+  CHECK_FALSE(scan->corrupt());
+  CHECK(scan->header.version == 1);
+  CHECK(scan->header.txn_floor == 0);
+  REQUIRE(scan->records.size() == 3);
+  // A version 1 header with its reserved bytes set is still refused.
+  head[32] = 1;
+  auto bad = scan_journal_bytes(hand_group({{static_cast<std::uint16_t>(journal::RecordType::header), head}}, 0));
+  REQUIRE(bad.ok());
+  CHECK(bad->corrupt());
 }

@@ -5,6 +5,8 @@
 
 #include <ckpt/manifest.hpp>
 
+#include "heap_counter.hpp"  // replaces operator new in this program
+
 using namespace ckpt;
 
 namespace {
@@ -184,4 +186,32 @@ TEST_CASE("a shard entry travels between ranks unchanged", "[manifest]") {
   REQUIRE(decode_manifest_shard(d, back, "rank 3").ok());
   CHECK(back == s);
   CHECK(d.remaining() == 0);
+}
+
+TEST_CASE("a manifest of many tiny names decodes in a small multiple of its size (issue 9)", "[manifest][limits]") {
+  // 200000 optimizer tensor names of 1 to 4 bytes: 7 input bytes each, the densest a state can be.
+  Manifest m = sample_manifest();
+  m.state.optimizer_tensors.clear();
+  for (std::uint32_t i = 0; i < 200000; ++i) {
+    std::string name;
+    for (std::uint32_t v = i; name.empty() || v > 0; v /= 62) name += "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[v % 62];
+    m.state.optimizer_tensors.push_back(name);
+  }
+  const std::string bytes = encode_manifest(m);
+  ckpt_test::HeapPeak peak;
+  auto decoded = decode(bytes);
+  const std::int64_t used = peak.bytes();
+  REQUIRE(decoded.ok());
+  CHECK(decoded->state.optimizer_tensors.size() == 200000);
+  // A std::string per name is 32 bytes for 7 input bytes; duplicates are found without a second copy.
+  INFO("decode used " << used << " heap bytes for " << bytes.size() << " input bytes");
+  CHECK(used < static_cast<std::int64_t>(8 * bytes.size()));
+
+  SECTION("a duplicate among them is still found, naming the name") {
+    m.state.optimizer_tensors.back() = m.state.optimizer_tensors.front();
+    auto twice = decode(encode_manifest(m));
+    REQUIRE_FALSE(twice.ok());
+    CHECK(twice.status().code() == Code::corrupt);
+    CHECK(twice.status().message().find("optimizer tensor '0' listed twice") != std::string::npos);
+  }
 }

@@ -7,9 +7,11 @@
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
+#include "heap_counter.hpp"  // replaces operator new in this program
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -566,4 +568,29 @@ TEST_CASE("ckpt-convert maps outcomes to exit codes", "[safetensors][tool]") {
   CHECK(run(dir.file("in.safetensors") + " " + dir.file("out.ckpt") + " --force") == 0);
   CHECK(run(dir.file("out.ckpt") + " " + dir.file("back.safetensors")) == 0);
   CHECK(ckpt_test::read_file(dir.file("back.safetensors")) == ckpt_test::read_file(dir.file("in.safetensors")));
+}
+
+TEST_CASE("a header of many short entries parses in a small multiple of its size (issue 9)", "[safetensors][limits]") {
+  // 100000 __metadata__ pairs of 13 bytes and 20000 empty tensors: each is kept once, never in a DOM.
+  std::string json = "{\"__metadata__\":{";
+  for (int i = 0; i < 100000; ++i) json += (i ? ",\"" : "\"") + std::to_string(1000000 + i) + "\":\"\"";
+  json += "}";
+  for (int i = 0; i < 20000; ++i) json += ",\"t" + std::to_string(i) + "\":" + entry("U8", "[0]", 0, 0);
+  json += "}";
+  ckpt_test::HeapPeak peak;
+  auto h = parse_safetensors_json(json, 0, "many.safetensors");
+  const std::int64_t used = peak.bytes();
+  INFO(h.status().message());
+  REQUIRE(h.ok());
+  CHECK(h->metadata.size() == 100000);
+  CHECK(h->tensors.size() == 20000);
+  CHECK(std::is_sorted(h->metadata.begin(), h->metadata.end()));
+  INFO("parse used " << used << " heap bytes for " << json.size() << " header bytes");
+  CHECK(used < static_cast<std::int64_t>(8 * json.size()));
+
+  SECTION("a key given twice among them is still found") {
+    auto twice = parse_safetensors_json("{\"__metadata__\":{\"b\":\"1\",\"a\":\"\",\"b\":\"2\"}}", 0, "twice.safetensors");
+    REQUIRE_FALSE(twice.ok());
+    CHECK(twice.status().message() == "twice.safetensors: __metadata__ key 'b': key appears twice");
+  }
 }

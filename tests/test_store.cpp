@@ -58,6 +58,7 @@ Result<CommitResult> save(Store<Fs>& store, std::uint64_t step) {
 template <class Fs>
 void check_step(Store<Fs>& store, std::uint64_t step) {
   auto reader = store.open_step(step);
+  INFO(reader.status().to_string());
   REQUIRE(reader.ok());
   std::vector<float> w(kElems), m(kElems);
   REQUIRE((*reader)->read_tensor("w", w.data(), w.size() * 4).ok());
@@ -116,8 +117,14 @@ void crash_mid_save(PosixFs& fs, const std::string& store, std::uint64_t txn, st
   ckpt_test::write_file(dir + "/" + shard_file_name(0, 1), "partial shard");
   ckpt_test::write_file(dir + "/MANIFEST", "partial manifest");
   if (foreign_file) ckpt_test::write_file(dir + "/notes.txt", "not ours");
-  std::string journal = ckpt_test::read_file(journal_path);
-  ckpt_test::write_file(journal_path, journal + std::string(100, 'T'));  // a torn group
+  // A torn group: the first 100 bytes of the next append, which the crash cut inside its first record.
+  BeginRecord next;
+  next.txn = txn + 1;
+  next.step = step + 1;
+  next.files = {TxnFile{0, std::string(90, 'n') + ".ckpt"}};
+  const std::string journal = ckpt_test::read_file(journal_path);
+  const std::string group = encode_group({begin_record(next).value()}, journal.size());
+  ckpt_test::write_file(journal_path, journal + group.substr(0, 100));
 }
 
 }  // namespace
@@ -335,13 +342,20 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
       CHECK(a.done);
       actions.push_back(recovery_action_name(a.kind));
     }
-    std::vector<std::string> expected{"truncate_journal", "append_abort", "remove_file", "remove_file"};
+    std::vector<std::string> expected{"truncate_journal", "append_abort", "rewrite_journal", "remove_file", "remove_file"};
     if (!foreign) expected.push_back("remove_dir");
     expected.push_back("sync_dir");
     CHECK(actions == expected);
     CHECK(report.actions[0].offset == journal_end);
     CHECK(report.actions[0].length == 100);
-    CHECK(fsys::file_size(path + "/JOURNAL") == journal_end + journal::kPageSize);  // truncated, then one ABORT group
+    CHECK(report.journal.torn_tail->clean_tear);
+    CHECK_FALSE(report.tail_damaged());
+    // The journal was written anew: no torn bytes, the ABORT durable in it.
+    auto rescan = scan_journal(fs, path + "/JOURNAL");
+    REQUIRE(rescan.ok());
+    CHECK_FALSE(rescan->torn_tail);
+    CHECK_FALSE(rescan->corrupt());
+    CHECK(rescan->end == rescan->file_size);
     const TxnInfo& t = (*store)->transactions().back();
     CHECK(t.txn == txn);
     CHECK(t.state == TxnState::aborted);
@@ -360,7 +374,7 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
   // Recovery is idempotent: a clean store needs nothing more.
   auto again = Store<>::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(again.ok());
-  CHECK((*again)->recovery_report().actions.empty());
+  CHECK((*again)->recovery_report().clean());
   CHECK((*again)->recovery_report().unknown_entries.empty());
 }
 
@@ -379,7 +393,7 @@ TEST_CASE("check_store and a dry-run recovery plan without changing anything", "
   REQUIRE(check.ok());
   CHECK(check->dry_run);
   CHECK_FALSE(check->applied);
-  CHECK(check->actions.size() == 6);  // truncate, abort, 2 files, dir, sync
+  CHECK(check->actions.size() == 7);  // truncate, abort, rewrite, 2 files, dir, sync
   CHECK(check->next_txn == 3);
   REQUIRE(check->transactions.size() == 2);
   CHECK(check->transactions[1].state == TxnState::open);
@@ -641,7 +655,8 @@ TEST_CASE("a journal failure makes the store refuse writes until it is reopened"
   }
   auto store = Store<FaultFs<SimFs>>::open(faulty, "/s", Access::read_write, writable_options());
   REQUIRE(store.ok());
-  // The BEGIN reached the file though its sync failed: recovery aborts it.
+  // The BEGIN reached the file though its sync failed: recovery aborts it (the rewrite keeps recent history).
+  CHECK((*store)->transactions().back().txn == 2);
   CHECK((*store)->transactions().back().state == TxnState::aborted);
   CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
   auto r = save(**store, 2);
@@ -750,6 +765,12 @@ TEST_CASE("the store recovers the durable state at every persistence point of a 
     INFO("persistence point " << i + 1);
     auto store = Store<SimFs>::open(states[i], "/s", Access::read_write, writable_options(false));
     REQUIRE(store.ok());
+    for (const auto& a : (*store)->recovery_report().actions) INFO(a.describe());
+    std::string dbg;
+    for (const auto& a : (*store)->recovery_report().actions) dbg += a.describe() + "\n";
+    for (const auto& a : (*store)->recovery_report().salvaged) dbg += "salvaged " + a + "\n";
+    for (const auto& a : (*store)->recovery_report().notes) dbg += "note " + a + "\n";
+    INFO(dbg);
     const auto steps = step_numbers(**store);
     CHECK((steps == std::vector<std::uint64_t>{1} || steps == std::vector<std::uint64_t>{1, 2}));
     for (const auto s : steps) check_step(**store, s);
@@ -824,4 +845,136 @@ TEST_CASE("a committed step whose directory vanished is noted by recovery", "[st
   auto store = Store<>::open(fs, path, Access::read_only);
   REQUIRE(store.ok());
   CHECK((*store)->open_step(1).status().code() == Code::not_found);
+}
+
+namespace {
+
+// Flips one bit of the file at off (power-on bit rot after the fsync returned).
+void flip_bit(const std::string& path, std::uint64_t off, unsigned bit = 0) {
+  std::string bytes = ckpt_test::read_file(path);
+  REQUIRE(off < bytes.size());
+  bytes[static_cast<std::size_t>(off)] = static_cast<char>(bytes[static_cast<std::size_t>(off)] ^ (1u << bit));
+  ckpt_test::write_file(path, bytes);
+}
+
+// The offset of the last record of this type in the journal.
+std::uint64_t last_record(PosixFs& fs, const std::string& store, journal::RecordType type) {
+  auto scan = scan_journal(fs, store + "/JOURNAL");
+  REQUIRE(scan.ok());
+  std::uint64_t at = 0;
+  for (const auto& r : scan->records)
+    if (r.type == static_cast<std::uint16_t>(type)) at = r.offset;
+  REQUIRE(at != 0);
+  return at;
+}
+
+}  // namespace
+
+TEST_CASE("damage to the journal's last page never loses the newest committed step", "[store][evidence]") {
+  using journal::RecordType;
+  struct Row {
+    const char* what;
+    RecordType record;     // the record whose bytes are hit
+    std::uint64_t offset;  // from that record's frame start
+    bool salvaged;         // the COMMIT itself is still digest-valid and is applied where it sits
+  };
+  const std::vector<Row> rows = {
+      {"the PAD after the COMMIT", RecordType::pad, 200, true},
+      {"the PAD's header", RecordType::pad, 2, true},
+      {"the SAVE_STATS record", RecordType::save_stats, 20, true},
+      {"the COMMIT's payload", RecordType::commit, 12, false},
+      {"the COMMIT's digest", RecordType::commit, 42, false},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    ckpt_test::TempDir dir;
+    PosixFs fs;
+    const std::string path = dir.file("store");
+    {
+      auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+      REQUIRE(store.ok());
+      REQUIRE(save(**store, 1).ok());
+      REQUIRE(save(**store, 2).ok());
+    }
+    const std::uint64_t commit = last_record(fs, path, RecordType::commit);
+    std::uint64_t target = commit;
+    if (row.record == RecordType::save_stats) target = commit + 48;
+    if (row.record == RecordType::pad) target = commit + 48 + 64;
+    flip_bit(path + "/JOURNAL", target + row.offset, 3);
+
+    auto check = check_store(fs, path);
+    REQUIRE(check.ok());
+    CHECK_FALSE(check->corrupt());
+    REQUIRE(check->journal.torn_tail);
+    CHECK(check->tail_damaged());  // every byte is there: bit rot, not a torn append, and it is reported
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    REQUIRE(store.ok());
+    const RecoveryReport& report = (*store)->recovery_report();
+    CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1, 2});
+    check_step(**store, 2);
+    const bool rolled = std::any_of(report.actions.begin(), report.actions.end(),
+                                    [](const RecoveryAction& a) { return a.kind == RecoveryActionKind::append_commit; });
+    CHECK(rolled == !row.salvaged);
+    CHECK(report.salvaged.empty() == !row.salvaged);
+    // The new journal is clean and says the same.
+    auto again = check_store(fs, path);
+    REQUIRE(again.ok());
+    CHECK(again->clean());
+    store->reset();
+    auto ro = Store<>::open(fs, path, Access::read_only);
+    REQUIRE(ro.ok());
+    CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{1, 2});
+  }
+}
+
+TEST_CASE("damage to the page of a RETIRE applies the RETIRE, so retired steps stay retired", "[store][evidence]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  StoreOptions o = writable_options();
+  o.retention = RetentionPolicy{1, 0};
+  {
+    auto store = Store<>::open(fs, path, Access::read_write, o);
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+    REQUIRE(save(**store, 2).ok());  // retires step 1 in the journal's last group
+  }
+  const std::uint64_t retire = last_record(fs, path, journal::RecordType::retire);
+  flip_bit(path + "/JOURNAL", retire + 32 + 100, 1);  // inside the PAD that follows it
+  auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  REQUIRE(store.ok());
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{2});
+  CHECK((*store)->recovery_report().salvaged.size() == 1);
+  check_step(**store, 2);
+}
+
+TEST_CASE("a crash inside the MANIFEST write aborts, a damaged tail with a MANIFEST quarantines", "[store][evidence]") {
+  for (const bool damaged : {false, true}) {
+    INFO("damaged tail " << damaged);
+    ckpt_test::TempDir dir;
+    PosixFs fs;
+    const std::string path = dir.file("store");
+    {
+      auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+      REQUIRE(store.ok());
+      REQUIRE(save(**store, 1).ok());
+    }
+    crash_mid_save(fs, path, 2, 7, false);  // a partial MANIFEST, a clean tear
+    if (damaged) {
+      std::string j = ckpt_test::read_file(path + "/JOURNAL");
+      j.resize(j.size() - 100);
+      ckpt_test::write_file(path + "/JOURNAL", j + std::string(100, 'T'));  // written, yet no record: not a tear
+    }
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    REQUIRE(store.ok());
+    const RecoveryReport& report = (*store)->recovery_report();
+    CHECK(report.tail_damaged() == damaged);
+    CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
+    const std::string q = path + "/quarantine/" + step_dir_name(7, 2);
+    CHECK(fsys::exists(q) == damaged);
+    CHECK_FALSE(fsys::exists(path + "/" + step_dir_name(7, 2)));
+    if (damaged) CHECK(entries(fs, q) == std::vector<std::string>{"MANIFEST", "shard-00000-of-00001.ckpt"});
+    CHECK((*store)->recovery_report().unknown_entries.empty());
+    check_step(**store, 1);
+  }
 }

@@ -345,7 +345,7 @@ TEST_CASE("ckpt-verify options: threads, mmap, quiet, several files, gpu", "[too
   CHECK(j["files"][0]["status"] == "intact");
   CHECK(j["files"][1]["status"] == "damaged");
   CHECK(j["files"][2]["status"] == "error");
-  CHECK(j["summary"] == json({{"files", 3}, {"intact", 1}, {"damaged", 1}, {"errors", 1}, {"problems", 1}}));
+  CHECK(j["summary"] == json({{"files", 3}, {"intact", 1}, {"damaged", 1}, {"errors", 1}, {"problems", 1}, {"retired", 0}}));
   check_one_line_error(mixed, "ckpt-verify", f.missing);  // JSON on stdout, the error still on stderr
 
   // --gpu: with no usable device, exit 2 and say why; --gpu-fallback verifies on the CPU with a note.

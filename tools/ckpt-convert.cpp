@@ -1,6 +1,7 @@
 // ckpt-convert: converts between safetensors and ckpt shard files, streaming with bounded memory.
 // The direction follows the extensions: IN.safetensors -> OUT.ckpt, or IN.ckpt -> OUT.safetensors.
-// Exit status: 0 converted, 2 anything else (bad arguments, malformed or damaged input, I/O error).
+// Exit status: 0 converted, 1 a .ckpt input is damaged or incomplete, 2 anything else (bad arguments,
+// malformed safetensors input, I/O error).
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
                  "Reading a .ckpt verifies every chunk digest; its tensors must be whole in that one file.\n"
                  "safetensors metadata is string to string: other metadata types are refused unless\n"
                  "--stringify-metadata converts them to text (with a warning each).\n\n"
-                 "Exit status: 0 converted, 2 bad arguments, malformed or damaged input, or an I/O error.",
+                 "Exit status: 0 converted, 1 the .ckpt input is damaged or incomplete (a digest mismatch, a torn\n"
+                 "file), 2 bad arguments, malformed safetensors input, an unreadable input or an I/O error.",
                  kTool};
     std::string in, out;
     std::uint64_t chunk_size = 0, alignment = 0, block_size = 0;

@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
     options.retention.keep_last = keep;
     auto store = ckpt::Store<>::open(fs, store_path, ckpt::Access::read_write, options);
     if (!store.ok()) return ckpt::cli::report(kTool, store.status());
-    if (!quiet && !(*store)->recovery_report().actions.empty()) {
+    if (!quiet && !(*store)->recovery_report().clean()) {
       std::printf("recovered the store:");
       for (const auto& a : (*store)->recovery_report().actions) std::printf(" %s;", a.describe().c_str());
       std::printf("\n");

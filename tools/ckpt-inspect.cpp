@@ -191,7 +191,20 @@ void print_human(const json& doc) {
   return step_doc(step, content.manifest, shards);
 }
 
-// Every committed step of a store, one row each; a step that cannot be opened is shown with its error.
+// Whether a step whose files could not be found (not_found) was retired since the store's snapshot of
+// the journal: a live writer removes a step's files only after its RETIRE record (spec/JOURNAL.md 10).
+// Sets state to what the re-read journal says ("retired", "not in the journal") when so.
+[[nodiscard]] bool retired_meanwhile(ckpt::Store<ckpt::PosixFs>& store, const ckpt::StepInfo& info, const ckpt::Status& failure,
+                                     std::string& state) {
+  if (failure.code() != ckpt::Code::not_found) return false;
+  auto recheck = ckpt::recheck_step(store, info.step, info.txn);
+  if (!recheck.ok() || *recheck == ckpt::StepRecheck::committed) return false;  // still a step: the missing file is damage
+  state = ckpt::step_recheck_name(*recheck);
+  return true;
+}
+
+// Every committed step of a store, one row each; a step that cannot be opened is shown with its error,
+// or as retired when the writer retired it while it was being read.
 [[nodiscard]] ckpt::Result<json> inspect_store(ckpt::Store<ckpt::PosixFs>& store, bool& damaged) {
   const ckpt::RecoveryReport& report = store.recovery_report();
   json doc = {{"store", store.path()},
@@ -202,13 +215,21 @@ void print_human(const json& doc) {
               {"problems", report.problems}};
   damaged = report.corrupt();
   json steps = json::array();
-  for (const auto& info : store.steps()) {
+  const std::vector<ckpt::StepInfo> listed = store.steps();  // a copy: a recheck refreshes the store
+  for (const auto& info : listed) {
     json row = ckpt::tools::step_info_json(info);
     auto reader = store.open_step(info);
-    if (!reader.ok()) {
+    std::string retired_state;
+    if (!reader.ok() && retired_meanwhile(store, info, reader.status(), retired_state)) {
+      row["status"] = "retired";
+      row["retired_state"] = retired_state;
+      row["message"] = reader.status().message();
+    } else if (!reader.ok()) {
+      row["status"] = "damaged";
       row["error"] = {{"code", ckpt::code_name(reader.status().code())}, {"message", reader.status().message()}};
       damaged = true;
     } else {
+      row["status"] = "ok";
       const ckpt::Manifest& m = (*reader)->manifest();
       std::uint64_t data_bytes = 0, tensors = 0, file_bytes = 0;
       for (const auto& s : m.shards) {
@@ -253,11 +274,14 @@ void print_store(const json& doc) {
     std::printf("\nsteps:\n");
     std::vector<std::vector<std::string>> rows = {{"STEP", "TXN", "DIR", "SHARDS", "TENSORS", "DATA BYTES", "DATA POSITION", "STATUS"}};
     for (const auto& s : doc["steps"]) {
-      const bool ok = !s.contains("error");
+      const std::string status = s["status"].get<std::string>();
+      const bool ok = status == "ok";
       rows.push_back({num(s["step"]), num(s["txn"]), s["dir"].get<std::string>(), ok ? num(s["shard_count"]) : "-",
                       ok ? num(s["tensor_count"]) : "-", ok ? num(s["data_bytes"]) : "-",
                       ok ? "epoch " + num(s["data"]["epoch"]) + " offset " + num(s["data"]["offset"]) : "-",
-                      ok ? "ok" : "DAMAGED: " + ckpt::tools::printable(s["error"]["message"].get<std::string>())});
+                      ok                    ? "ok"
+                      : status == "retired" ? "retired while being read (not damage)"
+                                            : "DAMAGED: " + ckpt::tools::printable(s["error"]["message"].get<std::string>())});
     }
     print_table(rows, {true, true, false, true, true, true, false, false}, "  ");
   }
@@ -300,6 +324,11 @@ int main(int argc, char** argv) {
                  "check the data.\n\n"
                  "A store directory lists its journal and committed steps; with --step N or --latest it shows\n"
                  "that step: training state, manifest, and each shard. A step directory is shown the same way.\n\n"
+                 "A store may be read while its writer saves and retires steps. A listed step whose files go\n"
+                 "missing is checked again against the journal: if it was retired meanwhile it is shown as\n"
+                 "\"retired while being read\" (--json: step \"status\": \"retired\"; otherwise \"ok\" or \"damaged\"),\n"
+                 "which is not damage. --latest then shows the new latest step; --step N reports the step as\n"
+                 "retired (exit 2, no such step).\n\n"
                  "Exit status: 0 ok, 1 the file is damaged or incomplete, 2 usage error or unreadable path.",
                  kTool};
     std::string path;
@@ -341,6 +370,19 @@ int main(int argc, char** argv) {
         auto selected = ckpt::tools::select_steps(**store, selection);
         if (!selected.ok()) return ckpt::cli::report(kTool, selected.status());
         auto doc = inspect_committed_step(**store, selected->front(), with_chunks);
+        // Retired while being read: --latest follows the writer to its new latest step (a few times at most).
+        std::string retired_state;
+        for (int attempt = 0; attempt < 8 && !doc.ok() && retired_meanwhile(**store, selected->front(), doc.status(), retired_state);
+             ++attempt) {
+          if (!latest)
+            return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::not_found,
+                                                             "step " + std::to_string(selected->front().step) + " (txn " +
+                                                                 std::to_string(selected->front().txn) + ") was retired while being read (" +
+                                                                 retired_state + " in the journal): no longer a step, not damage"));
+          selected = ckpt::tools::select_steps(**store, selection);
+          if (!selected.ok()) return ckpt::cli::report(kTool, selected.status());
+          doc = inspect_committed_step(**store, selected->front(), with_chunks);
+        }
         if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
         if (as_json) ckpt::cli::print_json(*doc);
         else print_step(*doc);

@@ -3,11 +3,8 @@
 // intervals, the expected waste at each, lost GPU-hours per day, optionally a seeded Monte Carlo of the
 // same model, and an SVG of waste against interval. Save costs come from flags or from the save
 // records of a store (--store). The math is include/ckpt/planner.hpp; this file parses and presents.
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -567,12 +564,9 @@ int main(int argc, char** argv) {
     }
 
     if (!plot_path.empty()) {
-      std::ofstream out(plot_path, std::ios::binary | std::ios::trunc);
-      const std::string svg = plot_svg(s, policies);
-      out.write(svg.data(), static_cast<std::streamsize>(svg.size()));
-      out.close();
-      if (!out) {
-        std::fprintf(stderr, "%s: %s: cannot write the plot: %s\n", kTool, plot_path.c_str(), std::strerror(errno));
+      // Not std::ofstream: --plot naming a FIFO would block it forever (a device or symlink is refused too).
+      if (const auto st = ckpt::cli::write_output_file(plot_path, plot_svg(s, policies)); !st.ok()) {
+        std::fprintf(stderr, "%s: cannot write the plot: %s\n", kTool, st.message().c_str());
         return static_cast<int>(ckpt::cli::kUsage);
       }
     }

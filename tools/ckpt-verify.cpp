@@ -2,6 +2,7 @@
 // footer digests, zero padding, nothing after the footer) and reports each problem precisely.
 // Store directories (all steps, --step N or --latest) and step directories are checked through store_cli.hpp.
 // Exit status: 0 all intact, 1 damage or an incomplete file found, 2 usage error or unreadable path.
+// A store's step that the writer retires while it is being verified is reported as retired, not damaged.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -118,6 +119,9 @@ struct StepOutcome {
   std::vector<ckpt::Status> problems;  // step-level: manifest, pins, missing files
   std::vector<std::size_t> files;      // indexes into the outcomes vector
   std::uint64_t chunks = 0, bytes = 0;
+  bool files_missing = false;  // some file was not_found: retired meanwhile, or damage (recheck_step decides)
+  bool retired = false;        // retired (or dropped from the journal) while being verified: not damage
+  std::string retired_state;   // what the re-read journal says: "retired" or "not in the journal"
   bool ok = true;
 };
 
@@ -144,11 +148,13 @@ void verify_step_files(ckpt::PosixFs& fs, const std::vector<std::string>& paths,
     auto info = fs.stat(path);
     if (!info.ok() && info.status().code() == ckpt::Code::not_found) {
       step.problems.push_back(ckpt::make_error(ckpt::Code::incomplete, path + ": missing (the step's manifest names it)"));
+      step.files_missing = true;
       continue;
     }
     outcomes.push_back(verify_shard(fs, path, settings));
     step.files.push_back(outcomes.size() - 1);
     const FileOutcome& o = outcomes.back();
+    if (!o.has_report && o.error.code() == ckpt::Code::not_found) step.files_missing = true;  // removed after the stat
     if (o.has_report) {
       step.chunks += o.report.chunks_checked;
       step.bytes += o.report.bytes_checked;
@@ -157,7 +163,7 @@ void verify_step_files(ckpt::PosixFs& fs, const std::vector<std::string>& paths,
 }
 
 void finish_step(StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
-  step.ok = step.problems.empty();
+  step.ok = step.problems.empty() || step.retired;
   for (const auto k : step.files)
     if (!outcomes[k].has_report || !outcomes[k].report.ok()) step.ok = false;
 }
@@ -173,11 +179,25 @@ StepOutcome verify_committed_step(ckpt::PosixFs& fs, ckpt::Store<ckpt::PosixFs>&
   for (const auto& f : info.files) paths.push_back(ckpt::join_path(step.dir, f.name));
   verify_step_files(fs, paths, settings, step, outcomes);
   auto reader = store.open_step(info);
+  if (!reader.ok() && reader.status().code() == ckpt::Code::not_found) step.files_missing = true;
   // A missing shard was reported above; the pinning check would only repeat it.
   if (!reader.ok() && !(reader.status().code() == ckpt::Code::not_found && !step.problems.empty()))
     step.problems.push_back(reader.status().code() == ckpt::Code::not_found
                                 ? ckpt::make_error(ckpt::Code::incomplete, reader.status().message())
                                 : reader.status());
+  // Files gone: a live writer may have retired the step since our snapshot of the journal (spec 6.5).
+  if (step.files_missing) {
+    auto recheck = ckpt::recheck_step(store, info.step, info.txn);
+    if (!recheck.ok()) {
+      step.problems.push_back(recheck.status().with_context("cannot re-read the journal to tell a retired step from a damaged one"));
+    } else if (*recheck != ckpt::StepRecheck::committed) {
+      step.retired = true;
+      step.retired_state = ckpt::step_recheck_name(*recheck);
+      step.problems.clear();
+      for (const auto k : step.files)
+        if (!outcomes[k].has_report && outcomes[k].error.code() == ckpt::Code::not_found) outcomes[k].retired = true;
+    }
+  }
   finish_step(step, outcomes);
   return step;
 }
@@ -238,12 +258,19 @@ ckpt::Result<StoreOutcome> verify_store(ckpt::PosixFs& fs, const std::string& pa
 
 [[nodiscard]] int step_exit(const StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
   int code = ckpt::cli::kOk;
+  if (step.retired) return code;
   for (const auto& p : step.problems) code = std::max(code, problem_exit(p));
   for (const auto k : step.files) code = std::max(code, ckpt::tools::outcome_exit(outcomes[k]));
   return code;
 }
 
 void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcomes, bool quiet) {
+  if (step.retired) {
+    if (!quiet)
+      std::printf("%s: retired while being verified (%s in the journal re-read after its files went missing; not damage)\n",
+                  ckpt::tools::printable(step.label).c_str(), step.retired_state.c_str());
+    return;
+  }
   if (step.ok) {
     if (!quiet)
       std::printf("%s: ok (%zu file%s, %llu chunks, %s checked)%s\n", ckpt::tools::printable(step.label).c_str(), step.files.size(),
@@ -267,6 +294,8 @@ void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcome
   json j = step.info ? ckpt::tools::step_info_json(*step.info) : json::object();
   j["path"] = step.dir;
   j["ok"] = step.ok;
+  j["status"] = step.retired ? "retired" : step.ok ? "intact" : "damaged";
+  if (step.retired) j["retired_state"] = step.retired_state;
   if (!step.state.empty()) j["state_in_store"] = step.state;
   json problems = json::array();
   for (const auto& p : step.problems) problems.push_back({{"code", ckpt::code_name(p.code())}, {"message", p.message()}});
@@ -298,8 +327,15 @@ int main(int argc, char** argv) {
                  "A store directory is checked as a whole: its journal, then every committed step (or --step N,\n"
                  "or --latest), each pinned by its COMMIT record and manifest. A step directory is checked by its\n"
                  "manifest and every shard it names.\n\n"
-                 "Exit status: 0 all files intact, 1 damage or an incomplete file found,\n"
-                 "2 usage error, unreadable path, or --gpu without a usable GPU.",
+                 "A store may be verified while its writer saves and retires steps. A step whose files go missing\n"
+                 "is checked again against the journal: if it was retired meanwhile (or the journal no longer\n"
+                 "names it) it is reported as \"retired while being verified\" (--json: step \"status\": \"retired\",\n"
+                 "its vanished files \"status\": \"retired\"), which is not damage; a still-committed step with\n"
+                 "missing files is DAMAGED. Step \"status\" is \"intact\", \"damaged\" or \"retired\".\n\n"
+                 "--mmap: a file truncated while it is being hashed is an error, \"file changed during verification\",\n"
+                 "naming the file and offset (exit 2), never a crash.\n\n"
+                 "Exit status: 0 all files intact (retired steps included), 1 damage or an incomplete file found,\n"
+                 "2 usage error, unreadable path, a file that changed during verification, or --gpu without a usable GPU.",
                  kTool};
     std::vector<std::string> paths;
     bool as_json = false, use_mmap = false, gpu = false, gpu_fallback = false, quiet = false;
@@ -430,24 +466,30 @@ int main(int argc, char** argv) {
                                 {"steps", std::move(st)}});
           all_ok = all_ok && so.ok;
         }
-        std::size_t intact_steps = 0;
+        std::size_t intact_steps = 0, retired_steps = 0;
         for (const auto& st : steps) {
           step_docs.push_back(step_json(st, outcomes));
           all_ok = all_ok && st.ok;
-          if (st.ok) ++intact_steps;
+          if (st.retired) ++retired_steps;
+          else if (st.ok) ++intact_steps;
         }
         doc["stores"] = std::move(store_docs);
         doc["steps"] = std::move(step_docs);
         doc["summary"]["steps"] = steps.size();
         doc["summary"]["steps_intact"] = intact_steps;
+        doc["summary"]["steps_retired"] = retired_steps;
         doc["ok"] = all_ok && exit_code == ckpt::cli::kOk;
       }
       ckpt::cli::print_json(doc);
     } else if (!quiet && !steps.empty()) {
-      std::size_t intact = 0;
-      for (const auto& st : steps) intact += st.ok ? 1 : 0;
-      std::printf("%zu step%s: %zu intact, %zu damaged (%zu shard files checked)\n", steps.size(), steps.size() == 1 ? "" : "s",
-                  intact, steps.size() - intact, outcomes.size());
+      std::size_t intact = 0, retired = 0;
+      for (const auto& st : steps) {
+        retired += st.retired ? 1 : 0;
+        intact += st.ok && !st.retired ? 1 : 0;
+      }
+      const std::string retired_text = retired == 0 ? "" : ", " + std::to_string(retired) + " retired while being verified";
+      std::printf("%zu step%s: %zu intact, %zu damaged%s (%zu shard files checked)\n", steps.size(), steps.size() == 1 ? "" : "s",
+                  intact, steps.size() - intact - retired, retired_text.c_str(), outcomes.size());
     } else if (!quiet && outcomes.size() > 1) {
       std::size_t intact = 0, damaged = 0;
       for (const auto& o : outcomes) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ckpt/error.hpp>
+#include <ckpt/io/posix_fs.hpp>
 
 namespace ckpt::cli {
 
@@ -126,6 +127,23 @@ inline int guarded(const char* tool, const std::function<int()>& body) {
 inline int usage_error(const char* tool, const std::string& message) {
   std::fprintf(stderr, "%s: %s\nRun with --help for usage.\n", tool, message.c_str());
   return kUsage;
+}
+
+// Writes bytes to a file the user named (--plot), creating it or replacing a regular file's contents.
+// Anything else there is refused at once, never opened for writing: an open of a FIFO blocks until a
+// reader comes, a device swallows the output, a symlink is not followed. Inputs need no such helper:
+// every tool reads through PosixFs, whose open refuses all of these without blocking.
+[[nodiscard]] inline Status write_output_file(const std::string& path, const std::string& bytes) {
+  PosixFs fs;
+  auto info = fs.stat(path);
+  if (!info.ok() && info.status().code() != Code::not_found) return info.status();
+  // An existing name goes through open(read_write), which names what is there when it is not a file.
+  auto file = fs.open(path, info.ok() ? OpenMode::read_write : OpenMode::create_new);
+  if (!file.ok()) return file.status();
+  ScopedFile<PosixFs> scoped(fs, *file);
+  CKPT_TRY(fs.truncate(scoped.get(), 0).with_context(path));
+  CKPT_TRY(fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0).with_context(path));
+  return scoped.close().with_context(path);
 }
 
 // JSON goes to stdout, one document, pretty-printed with a trailing newline. Invalid UTF-8 (a path

@@ -3,7 +3,8 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-PKGS="cmake g++ make libcli11-dev libxxhash-dev catch2 nlohmann-json3-dev libopenmpi-dev openmpi-bin xxd"
+# clang and libclang-rt-dev: the libFuzzer targets of tests/fuzz (tools/fuzz.sh, the fuzz step of tests/run.sh).
+PKGS="cmake g++ make libcli11-dev libxxhash-dev catch2 nlohmann-json3-dev libopenmpi-dev openmpi-bin xxd clang libclang-rt-dev"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -168,24 +168,33 @@ struct FileOutcome {
   Status error;         // set when has_report is false
   double seconds = 0;   // wall time, for the JUnit file only
   std::string engine;   // "cpu" or "gpu"
+  // The file vanished because its step was retired while being read (the error says not_found): not damage.
+  bool retired = false;
 };
 
 // Exit status of one outcome: 0 intact, 1 damage, 2 error (cli.hpp codes, repeated here to stay light).
 [[nodiscard]] inline int outcome_exit(const FileOutcome& o) noexcept {
   auto exit_for = [](Code c) { return (c == Code::corrupt || c == Code::incomplete) ? 1 : 2; };
+  if (o.retired) return 0;
   if (!o.has_report) return exit_for(o.error.code());
   int worst = 0;
   for (const auto& p : o.report.problems) worst = std::max(worst, exit_for(p.code));
   return worst;
 }
 
+// "intact", "damaged", "error" (could not be checked) or "retired" (removed with its retired step).
 [[nodiscard]] inline const char* outcome_status(const FileOutcome& o) noexcept {
+  if (o.retired) return "retired";
   if (!o.has_report) return "error";
   return o.report.ok() ? "intact" : "damaged";
 }
 
 [[nodiscard]] inline json outcome_json(const FileOutcome& o) {
-  json j = {{"path", o.path}, {"status", outcome_status(o)}, {"ok", o.has_report && o.report.ok()}};
+  json j = {{"path", o.path}, {"status", outcome_status(o)}, {"ok", o.retired || (o.has_report && o.report.ok())}};
+  if (o.retired) {
+    j["message"] = o.error.message();
+    return j;
+  }
   if (!o.has_report) {
     j["error"] = {{"code", code_name(o.error.code())}, {"message", o.error.message()}};
     return j;
@@ -204,10 +213,11 @@ struct FileOutcome {
 
 [[nodiscard]] inline json outcomes_json(const std::vector<FileOutcome>& outcomes) {
   json files = json::array();
-  std::size_t intact = 0, damaged = 0, errors = 0, problems = 0;
+  std::size_t intact = 0, damaged = 0, errors = 0, problems = 0, retired = 0;
   for (const auto& o : outcomes) {
     files.push_back(outcome_json(o));
-    if (!o.has_report) ++errors;
+    if (o.retired) ++retired;
+    else if (!o.has_report) ++errors;
     else if (o.report.ok()) ++intact;
     else ++damaged;
     if (o.has_report) problems += o.report.problems.size();
@@ -215,7 +225,7 @@ struct FileOutcome {
   return {{"ok", damaged == 0 && errors == 0},
           {"files", std::move(files)},
           {"summary", {{"files", outcomes.size()}, {"intact", intact}, {"damaged", damaged}, {"errors", errors},
-                       {"problems", problems}}}};
+                       {"retired", retired}, {"problems", problems}}}};
 }
 
 // One line per problem: file, code, region, byte range, then tensor/piece/chunk and digests when known.
@@ -280,12 +290,14 @@ struct FileOutcome {
   return out;
 }
 
-// One testsuite, one testcase per file, a <failure> per problem and an <error> for a file that could not be read.
+// One testsuite, one testcase per file, a <failure> per problem, an <error> for a file that could not be
+// read, and <skipped> for a file whose step was retired while being read.
 [[nodiscard]] inline std::string junit_xml(const std::vector<FileOutcome>& outcomes, const std::string& suite) {
-  std::size_t failures = 0, errors = 0;
+  std::size_t failures = 0, errors = 0, skipped = 0;
   double total_seconds = 0;
   for (const auto& o : outcomes) {
-    if (!o.has_report) ++errors;
+    if (o.retired) ++skipped;
+    else if (!o.has_report) ++errors;
     else if (!o.report.ok()) ++failures;
     total_seconds += o.seconds;
   }
@@ -298,7 +310,7 @@ struct FileOutcome {
   x += "<testsuites name=\"" + xml_escape(suite) + "\" tests=\"" + std::to_string(outcomes.size()) + "\" failures=\"" +
        std::to_string(failures) + "\" errors=\"" + std::to_string(errors) + "\" time=\"" + seconds(total_seconds) + "\">\n";
   x += "  <testsuite name=\"" + xml_escape(suite) + "\" tests=\"" + std::to_string(outcomes.size()) + "\" failures=\"" +
-       std::to_string(failures) + "\" errors=\"" + std::to_string(errors) + "\" skipped=\"0\" time=\"" +
+       std::to_string(failures) + "\" errors=\"" + std::to_string(errors) + "\" skipped=\"" + std::to_string(skipped) + "\" time=\"" +
        seconds(total_seconds) + "\">\n";
   for (const auto& o : outcomes) {
     x += "    <testcase classname=\"" + xml_escape(suite) + "\" name=\"" + xml_escape(o.path) + "\" time=\"" +
@@ -308,7 +320,9 @@ struct FileOutcome {
       continue;
     }
     x += ">\n";
-    if (!o.has_report) {
+    if (o.retired) {
+      x += "      <skipped message=\"retired while being read: " + xml_escape(o.error.message()) + "\"/>\n";
+    } else if (!o.has_report) {
       x += "      <error type=\"" + std::string(code_name(o.error.code())) + "\" message=\"" +
            xml_escape(o.error.message()) + "\"/>\n";
     } else {

@@ -31,6 +31,15 @@ namespace journal {
 inline constexpr std::string_view kJournalName = "JOURNAL";
 inline constexpr std::string_view kLockName = "LOCK";
 inline constexpr std::string_view kManifestName = "MANIFEST";
+// Step directories whose fate recovery cannot prove go here, never deleted without ckpt-repair --purge (spec 6.8).
+inline constexpr std::string_view kQuarantineName = "quarantine";
+// Prefix of the temporary name a journal is written under before its rename (spec 5.1, 5.7).
+inline constexpr std::string_view kJournalTempPrefix = "JOURNAL.tmp-";
+// A writer compacts once the journal is past this size and twice its size after the last rewrite (spec 5.7).
+inline constexpr std::uint64_t kCompactMinBytes = std::uint64_t{64} << 10;
+// Finished transactions without files that compaction still keeps, newest first: their SAVE_STATS are
+// the planner's history (spec 4.8) and their records what a report shows of the recent past.
+inline constexpr std::size_t kCompactKeepHistory = 8;
 inline constexpr std::string_view kStepDirPrefix = "step-";  // step-<step>-<txn>, decimal, no leading zeros
 
 // --- Framing (spec/JOURNAL.md 3).
@@ -63,18 +72,24 @@ enum class RecordType : std::uint16_t {
   retire = 6,  // a committed step leaves the store; its files may be removed
   // How long the save took, in the COMMIT's group (spec 4.8). Ignorable: readers of 1.0 skip it.
   save_stats = kIgnorableType | 7,
+  // BEGIN whose files are the standard shard names of every rank: O(1) in the world size (spec 4.9, version 2).
+  begin_shards = 8,
 };
 [[nodiscard]] const char* record_type_name(std::uint16_t type) noexcept;
 
 // --- Payloads (spec/JOURNAL.md 4). Fixed parts; every reserved field must be zero.
 inline constexpr unsigned char kMagic[8] = {'C', 'K', 'P', 'T', 'J', 'R', 'N', 'L'};
-inline constexpr std::uint32_t kVersion = 1;
-inline constexpr std::size_t kHeaderPayloadSize = 40;  // magic 8, version u32, page_size_log2 u32, store uuid 16, reserved 8
+inline constexpr std::uint32_t kVersion = 2;        // what this build writes (spec 13)
+inline constexpr std::uint32_t kOldestVersion = 1;  // the oldest it reads
+// magic 8, version u32, page_size_log2 u32, store uuid 16, txn floor u64 (version 1: reserved, zero).
+inline constexpr std::size_t kHeaderPayloadSize = 40;
 inline constexpr std::size_t kBeginFixedSize = 24;     // txn u64, step u64, world_size u32, file_count u32
 inline constexpr std::size_t kBeginFileFixedSize = 8;  // rank u32, name_length u16, reserved u16, then the name
 inline constexpr std::size_t kCommitPayloadSize = 32;  // txn u64, step u64, manifest_size u64, manifest_digest u64
 inline constexpr std::size_t kAbortPayloadSize = 24;   // txn u64, step u64, reason u32, reserved u32
 inline constexpr std::size_t kRetirePayloadSize = 16;  // txn u64, step u64
+inline constexpr std::size_t kBeginShardsPayloadSize = 24;  // txn u64, step u64, world_size u32, pattern u32 (spec 4.9)
+inline constexpr std::uint32_t kShardPatternRanks = 1;  // one file per rank r: shard_file_name(r, world_size)
 // txn u64, step u64, bytes u64, stall_ns u64, persist_ns u64, flags u32, reserved u32 (spec 4.8).
 inline constexpr std::size_t kSaveStatsPayloadSize = 48;
 static_assert(8 * 5 + 4 + 4 == kSaveStatsPayloadSize, "SAVE_STATS payload");
@@ -86,6 +101,17 @@ inline constexpr std::uint32_t kMaxPayload = std::uint32_t{64} << 20;
 inline constexpr std::uint32_t kMaxWorldSize = std::uint32_t{1} << 20;
 inline constexpr std::uint32_t kMaxFilesPerTxn = std::uint32_t{1} << 20;
 inline constexpr std::size_t kMaxFileName = 255;
+// The largest sync group a writer of this version appends (spec 3.4). A damaged tail longer than the
+// largest group of the journal's version cannot be one interrupted append: it is corruption (spec 6.3).
+inline constexpr std::uint64_t kMaxGroupSize = std::uint64_t{4} << 20;
+inline constexpr std::uint64_t kMaxGroupSizeV1 = (std::uint64_t{kMaxPayload} + 2 * kFrameOverhead) + 2 * kPageSize;
+[[nodiscard]] constexpr std::uint64_t max_group_size(std::uint32_t version) noexcept {
+  return version <= 1 ? kMaxGroupSizeV1 : kMaxGroupSize;
+}
+static_assert(kMaxGroupSize % kPageSize == 0 && kMaxGroupSize < kMaxGroupSizeV1, "group limits");
+// Sector size assumed by the torn-write classifier (spec 6.3): a device writes 512-byte sectors whole.
+inline constexpr std::uint64_t kSectorSize = 512;
+static_assert(kPageSize % kSectorSize == 0, "sectors tile a page");
 
 }  // namespace journal
 
@@ -98,6 +124,9 @@ enum class AbortReason : std::uint32_t {
 
 struct JournalHeader {
   Uuid store_uuid{};
+  std::uint32_t version = journal::kVersion;
+  // Every txn id below this was spent, even if no record of it is left (compaction drops them; spec 4.1).
+  std::uint64_t txn_floor = 0;
 };
 // A file a transaction may create inside its step directory, and the rank that writes it.
 struct TxnFile {
@@ -166,7 +195,10 @@ struct PendingRecord {
 
 // --- Payload codecs. Decoders take untrusted bytes and check every field.
 [[nodiscard]] PendingRecord header_record(const JournalHeader& h);
-[[nodiscard]] Result<PendingRecord> begin_record(const BeginRecord& b);  // checks names and limits
+// BEGIN_SHARDS when the files are exactly the standard shard names of every rank, else BEGIN; checks names and limits.
+[[nodiscard]] Result<PendingRecord> begin_record(const BeginRecord& b);
+// The files of a BEGIN_SHARDS record: shard_file_name(r, world_size) for every rank r.
+[[nodiscard]] std::vector<TxnFile> standard_shard_files(std::uint32_t world_size);
 [[nodiscard]] PendingRecord commit_record(const CommitRecord& c);
 [[nodiscard]] PendingRecord abort_record(const AbortRecord& a);
 [[nodiscard]] PendingRecord retire_record(const RetireRecord& r);
@@ -192,7 +224,13 @@ struct JournalDamage {
   std::uint64_t offset = 0, length = 0;  // [offset, offset + length): from the group start to the next group or EOF
   std::uint64_t bad_offset = 0;          // the first record that failed
   std::string reason;                    // what failed there, expected and found
-  std::vector<JournalRecord> unapplied;  // digest-valid records of the damaged group, not applied
+  // Digest-valid records of the damaged bytes, not applied by the scan, in file order: those before the
+  // failure, then any found by following frame lengths past it. Recovery decides on them (spec 6.4).
+  std::vector<JournalRecord> unapplied;
+  // For a torn tail: the bytes look like an interrupted append (the file ends inside the group, or a
+  // sector of the failing record was never written). False: every byte is there and still does not
+  // check out, which is damage to durable data, reported (spec 6.3).
+  bool clean_tear = true;
 };
 
 struct JournalScan {
@@ -207,6 +245,8 @@ struct JournalScan {
   std::uint64_t groups = 0;                // complete groups applied
 
   [[nodiscard]] bool corrupt() const noexcept { return !corruption.empty() || !has_header; }
+  // A damaged tail that is not a clean tear: readers report it (ckpt-verify exits 1), recovery salvages it.
+  [[nodiscard]] bool tail_damaged() const noexcept { return torn_tail && !torn_tail->clean_tear; }
   // One line per problem, for errors and reports.
   [[nodiscard]] std::string corruption_summary() const;
 };
@@ -239,10 +279,19 @@ class JournalWriter {
   [[nodiscard]] static Result<JournalWriter> open(Fs& fs, std::string path, std::uint64_t end);
   // Creates a journal holding only its header group, durably: temporary name, fsync, rename, fsync dir.
   [[nodiscard]] static Status create(Fs& fs, const std::string& path, const JournalHeader& header);
+  // Replaces the journal at path by a new one holding the header and then `records`, packed into sync
+  // groups, the same way: nothing of the old file is trusted or kept (compaction, spec 5.7). Returns
+  // the new file's end. A crash leaves the old journal or the new one.
+  // Each record's offset in the new file is appended to offsets when given.
+  [[nodiscard]] static Result<std::uint64_t> rewrite(Fs& fs, const std::string& path, const JournalHeader& header,
+                                                     const std::vector<PendingRecord>& records,
+                                                     std::vector<std::uint64_t>* offsets = nullptr);
 
   // Cuts a torn tail off at `end` (a page boundary) and fsyncs, so the next group starts there.
   [[nodiscard]] Status truncate_tail(std::uint64_t end);
-  // Writes one group and fdatasyncs it; the records are durable when this returns ok.
+  // Writes one group and fdatasyncs it; the records are durable when this returns ok. Before writing it
+  // checks that the file at path is still the one it holds and still ends where its last group ended,
+  // and fails closed otherwise (a second writer that bypassed the lock, a replaced journal; spec 5.8).
   [[nodiscard]] Status append_group(const std::vector<PendingRecord>& records);
   // Offset of each record of the last group appended (for reports).
   [[nodiscard]] const std::vector<std::uint64_t>& last_offsets() const noexcept { return last_offsets_; }
@@ -250,10 +299,13 @@ class JournalWriter {
   [[nodiscard]] std::uint64_t end() const noexcept { return end_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
   [[nodiscard]] bool failed() const noexcept { return !failure_.ok(); }
+  // Refuses every later append with s: the file this writer holds may no longer be the journal.
+  [[nodiscard]] Status poison(const Status& s) { return fail(s); }
   [[nodiscard]] const Status& failure() const noexcept { return failure_; }
 
  private:
   [[nodiscard]] Status fail(const Status& s);
+  [[nodiscard]] Status check_unchanged();
 
   Fs* fs_;
   std::string path_;

@@ -71,6 +71,9 @@ struct TxnInfo {
   CommitRecord commit;              // when committed or retired
   std::optional<SaveRecord> save;   // SAVE_STATS of the commit, when the writer recorded one (spec 4.8)
   AbortReason abort_reason = AbortReason::user;
+  // Whether its step directory may still exist: compaction keeps the records of an aborted or retired
+  // transaction until its files are gone (spec 5.7).
+  bool dir_present = true;
   [[nodiscard]] std::string dir() const { return step_dir_name(step, txn); }
 };
 
@@ -85,11 +88,14 @@ struct StepInfo {
 };
 
 enum class RecoveryActionKind : std::uint8_t {
-  truncate_journal,  // cut the torn tail at offset
+  truncate_journal,  // drop the torn tail at offset (done by the rewrite)
   append_abort,      // write ABORT for a transaction left open
-  remove_file,       // a file named by an aborted or retired transaction
+  remove_file,       // a file named by an aborted or retired transaction, or a leftover temporary journal
   remove_dir,        // its step directory, once empty
   sync_dir,          // make the removals durable
+  append_commit,     // roll forward: an open transaction whose MANIFEST and shards all verify (spec 6.4)
+  quarantine,        // move a step directory whose fate is ambiguous to quarantine/ (spec 6.8)
+  rewrite_journal,   // write the journal anew from the records recovery keeps (spec 5.7, 6.4)
 };
 [[nodiscard]] const char* recovery_action_name(RecoveryActionKind k) noexcept;
 
@@ -98,6 +104,8 @@ struct RecoveryAction {
   std::string path;
   std::uint64_t txn = 0;
   std::uint64_t offset = 0, length = 0;  // truncate_journal: the torn bytes
+  std::string to;                        // quarantine: where the directory goes
+  CommitRecord commit;                   // append_commit: the record, from the MANIFEST on disk
   bool done = false;
   std::string error;  // set when the action was tried and failed
   [[nodiscard]] std::string describe() const;
@@ -112,6 +120,7 @@ struct RecoveryReport {
   std::vector<std::string> problems;         // valid records that break the protocol: blocks recovery
   std::vector<std::string> unknown_entries;  // store entries no record explains: reported, never removed
   std::vector<std::string> notes;            // e.g. files kept because no record names them
+  std::vector<std::string> salvaged;         // digest-valid records of a damaged tail that recovery applies
   std::vector<RecoveryAction> actions;       // in execution order
   std::uint64_t next_txn = 1;                // above every txn id in the journal and in any step-<s>-<t> name
   bool dry_run = true;
@@ -119,8 +128,10 @@ struct RecoveryReport {
 
   // Mid-log damage or protocol problems: only ckpt-repair may change such a store.
   [[nodiscard]] bool corrupt() const noexcept { return journal.corrupt() || !problems.empty(); }
-  // Nothing torn, nothing corrupt, nothing to clean up.
-  [[nodiscard]] bool clean() const noexcept { return !corrupt() && !journal.torn_tail && actions.empty(); }
+  // A damaged tail that is not a clean tear (spec 6.3): recovery salvages it, readers report it.
+  [[nodiscard]] bool tail_damaged() const noexcept { return journal.tail_damaged(); }
+  // Nothing torn, nothing corrupt, nothing to clean up (the rewrite every writable open does aside).
+  [[nodiscard]] bool clean() const noexcept;
   // Code::corrupt naming every problem and telling the user to run ckpt-repair; ok when not corrupt.
   [[nodiscard]] Status corruption_status() const;
 };
@@ -343,6 +354,9 @@ class Store {
   [[nodiscard]] bool failed() const noexcept { return journal_ && journal_->failed(); }
   [[nodiscard]] Status failure() const { return journal_ ? journal_->failure() : Status(); }
   [[nodiscard]] std::uint64_t next_txn() const noexcept { return next_txn_; }
+  // Rewrites the journal now from the live records (spec 5.7); between saves only. Writers do it on
+  // their own when the journal has doubled since its last rewrite, and every writable open does it.
+  [[nodiscard]] Status compact();
 
  private:
   friend class Transaction<Fs>;
@@ -365,6 +379,9 @@ class Store {
   // ABORT (unless the journal has failed), then remove what the transaction created.
   [[nodiscard]] Status abandon(std::uint64_t txn, AbortReason reason);
   [[nodiscard]] Status retire_txns(const std::vector<std::uint64_t>& txns);
+  // Rewrites the journal when it has outgrown the live steps (spec 5.7).
+  [[nodiscard]] Status compact_if_due();
+  void reindex();
 
   Fs& fs_;
   std::string path_;
@@ -380,6 +397,7 @@ class Store {
   Transaction<Fs>* open_txn_ = nullptr;
   bool participant_ = false;
   int open_world_ = 1;  // the communicator size of the open: begin() across ranks needs the same
+  std::uint64_t compacted_end_ = 0;  // journal size after its last rewrite
 };
 
 }  // namespace ckpt

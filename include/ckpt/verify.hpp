@@ -34,7 +34,9 @@ struct VerifyReport {
 
 struct VerifyOptions {
   unsigned threads = 1;
-  // Hash from a read-only mapping instead of copying through pread (PosixFs only).
+  // Hash from a read-only mapping instead of copying through pread (PosixFs only). A file truncated
+  // while mapped is reported as a Code::io problem "file changed during verification", naming the
+  // offset, never a crash (SIGBUS is caught: io/sigbus_guard.hpp).
   bool use_mmap = false;
   // Called from the verifying thread with bytes done and total; keep it cheap.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
@@ -44,6 +46,24 @@ struct VerifyOptions {
 // Damage is reported in the VerifyReport; the Status fails only when the file cannot be read at all.
 template <class Fs = PosixFs>
 [[nodiscard]] Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOptions& options = {});
+
+// --- Readers of a live store (spec/JOURNAL.md 6.5, 10) ---------------------------------------------
+// A writer with retention appends RETIRE and then removes the step's files while a reader may still
+// hold an older snapshot of the journal in which that step is committed. So a committed step whose
+// files a reader cannot find (not_found) is damage only if it is still committed once the journal is
+// read again; otherwise it was retired meanwhile and is reported as such, not as damage.
+enum class StepRecheck : std::uint8_t {
+  committed,   // still committed after the re-read: the missing file is real damage
+  retired,     // RETIRE'd since the snapshot: its files were removed on purpose
+  not_listed,  // the journal no longer names the transaction at all (rewritten meanwhile)
+};
+[[nodiscard]] const char* step_recheck_name(StepRecheck r) noexcept;
+
+// Re-reads the journal of a read-only store (store.refresh()) and says what became of transaction
+// `txn` of step `step`. StoreT is Store<Fs>, a template parameter only because store.hpp includes this
+// header. A failed refresh is returned as is: the caller keeps its verdict.
+template <class StoreT>
+[[nodiscard]] Result<StepRecheck> recheck_step(StoreT& store, std::uint64_t step, std::uint64_t txn);
 
 }  // namespace ckpt
 

@@ -330,6 +330,23 @@ inline Result<Index> decode_index(const unsigned char* bytes, std::size_t size, 
 
   const unsigned char* dims_at = bytes + table_at[3];
   const unsigned char* blob = bytes + table_at[5];
+  // Decoder limit (issue 9): ranges may be shared (spec 5.5), but all of them together may reference
+  // at most the index length of blob bytes and of dims bytes, charged before anything is copied, so a
+  // 2 MB file of overlapping ranges cannot decode to gigabytes.
+  const std::uint64_t budget = size;
+  static constexpr const char* kText = "names, keys and string and bytes values";
+  static constexpr const char* kDims = "shapes, offsets and piece shapes";
+  std::uint64_t text_used = 0, dims_used = 0;
+  auto over_budget = [&](std::uint64_t& used, std::uint64_t bytes_wanted, std::uint64_t at, const std::string& what,
+                         const char* kind) -> Status {
+    if (bytes_wanted <= budget - used) {
+      used += bytes_wanted;
+      return Status();
+    }
+    return corrupt_at(path, at, what + ": " + kind + " references total more than " + std::to_string(budget) +
+                                    " bytes, the index length (decoder limit: shared ranges may not outgrow the index); expected at most " +
+                                    std::to_string(budget - used) + " more, found " + std::to_string(bytes_wanted));
+  };
   auto blob_string = [&](std::uint64_t off, std::uint64_t len, std::string& out) {
     if (!range_within(off, len, blob_size)) return false;
     out.assign(reinterpret_cast<const char*>(blob + off), static_cast<std::size_t>(len));
@@ -364,12 +381,14 @@ inline Result<Index> decode_index(const unsigned char* bytes, std::size_t size, 
     t.piece_first = get_u64(r + 24);
     t.piece_count = get_u64(r + 32);
     const std::string which = "tensor " + std::to_string(i);
+    if (range_within(name_off, name_len, blob_size)) CKPT_TRY(over_budget(text_used, name_len, rec_at, which + " name", kText));
     if (name_len == 0 || name_len > format::kMaxNameLength || !blob_string(name_off, name_len, t.name))
       return corrupt_at(path, rec_at, which + ": name [" + std::to_string(name_off) + ", +" + std::to_string(name_len) + ") is empty or outside the blob of " + std::to_string(blob_size) + " bytes");
     if (!valid_utf8(t.name)) return corrupt_at(path, rec_at, which + ": name is not valid UTF-8");
     if (format::dtype_info(dtype) == nullptr) return corrupt_at(path, rec_at + 12, "tensor '" + t.name + "': unknown dtype code " + std::to_string(dtype));
     t.dtype = static_cast<DType>(dtype);
     if (ndim > format::kMaxRank) return corrupt_at(path, rec_at + 14, "tensor '" + t.name + "': rank " + std::to_string(ndim) + " exceeds 64");
+    if (range_within(shape_first, ndim, n_dims)) CKPT_TRY(over_budget(dims_used, std::uint64_t{ndim} * 8, rec_at + 16, "tensor '" + t.name + "' shape", kDims));
     if (!read_dims(shape_first, ndim, t.shape)) return corrupt_at(path, rec_at + 16, "tensor '" + t.name + "': shape outside the dims table");
     std::uint64_t tensor_bytes = 0;
     if (!shape_bytes(t.shape, t.dtype, tensor_bytes)) return corrupt_at(path, rec_at + 16, "tensor '" + t.name + "': shape " + shape_string(t.shape) + " overflows 64 bits");
@@ -390,6 +409,7 @@ inline Result<Index> decode_index(const unsigned char* bytes, std::size_t size, 
       const std::uint64_t dims_first = get_u64(pr + 40);
       const std::string pwhich = "tensor '" + t.name + "' piece " + std::to_string(k - t.piece_first);
       if (p.tensor != i) return corrupt_at(path, prec_at, pwhich + ": owner is " + std::to_string(p.tensor) + ", expected " + std::to_string(i));
+      if (range_within(dims_first, std::uint64_t{ndim} * 2, n_dims)) CKPT_TRY(over_budget(dims_used, std::uint64_t{ndim} * 16, prec_at + 40, pwhich + " offsets and shape", kDims));
       if (!read_dims(dims_first, ndim, p.offsets) || (ndim > 0 && !read_dims(dims_first + ndim, ndim, p.shape)))
         return corrupt_at(path, prec_at + 40, pwhich + ": offsets and shape outside the dims table");
       if (ndim == 0) p.shape.clear();
@@ -464,6 +484,10 @@ inline Result<Index> decode_index(const unsigned char* bytes, std::size_t size, 
     const std::uint32_t key_len = get_u32(r + 8);
     const std::uint16_t type = get_u16(r + 12);
     const std::uint64_t value = get_u64(r + 16), value_len = get_u64(r + 24);
+    const std::string which = "metadata " + std::to_string(i);
+    if (range_within(key_off, key_len, blob_size)) CKPT_TRY(over_budget(text_used, key_len, rec_at, which + " key", kText));
+    if ((type == 4 || type == 5) && range_within(value, value_len, blob_size))
+      CKPT_TRY(over_budget(text_used, value_len, rec_at + 24, which + " value", kText));
     if (key_len == 0 || key_len > format::kMaxNameLength || !blob_string(key_off, key_len, m.key) || !valid_utf8(m.key))
       return corrupt_at(path, rec_at, "metadata " + std::to_string(i) + ": key is empty, outside the blob, or not UTF-8");
     if (get_u16(r + 14) != 0) return corrupt_at(path, rec_at + 14, "metadata '" + m.key + "': reserved bytes must be zero");

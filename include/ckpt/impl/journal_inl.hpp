@@ -21,6 +21,7 @@ inline const char* record_type_name(std::uint16_t type) noexcept {
     case static_cast<std::uint16_t>(RecordType::abort): return "ABORT";
     case static_cast<std::uint16_t>(RecordType::retire): return "RETIRE";
     case static_cast<std::uint16_t>(RecordType::save_stats): return "SAVE_STATS";
+    case static_cast<std::uint16_t>(RecordType::begin_shards): return "BEGIN_SHARDS";
     default: return (type & kIgnorableType) != 0 ? "IGNORABLE" : "UNKNOWN";
   }
 }
@@ -134,16 +135,35 @@ inline std::string shard_file_name(std::uint32_t rank, std::uint32_t world_size)
 inline PendingRecord header_record(const JournalHeader& h) {
   Encoder e;
   e.raw(journal::kMagic, 8);
-  e.u32(journal::kVersion);
+  e.u32(journal::kVersion);  // a rewrite upgrades a version 1 journal (spec 13)
   e.u32(journal::kPageSizeLog2);
   e.raw(h.store_uuid.data(), h.store_uuid.size());
-  e.zeros(8);
+  e.u64(h.txn_floor);
   return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::header), std::move(e.str())};
+}
+
+inline std::vector<TxnFile> standard_shard_files(std::uint32_t world_size) {
+  std::vector<TxnFile> files;
+  files.reserve(world_size);
+  for (std::uint32_t r = 0; r < world_size; ++r) files.push_back(TxnFile{r, shard_file_name(r, world_size)});
+  return files;
 }
 
 inline Result<PendingRecord> begin_record(const BeginRecord& b) {
   if (b.world_size == 0 || b.world_size > journal::kMaxWorldSize)
     return make_error(Code::invalid_argument, "BEGIN: world size " + std::to_string(b.world_size) + " outside [1, 2^20]");
+  // The usual case, one standard shard per rank, is named by its pattern: O(1) in the world size (spec 4.9).
+  bool standard = b.files.size() == b.world_size;
+  for (std::uint32_t r = 0; standard && r < b.world_size; ++r)
+    standard = b.files[r].rank == r && b.files[r].name == shard_file_name(r, b.world_size);
+  if (standard) {
+    Encoder e;
+    e.u64(b.txn);
+    e.u64(b.step);
+    e.u32(b.world_size);
+    e.u32(journal::kShardPatternRanks);
+    return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::begin_shards), std::move(e.str())};
+  }
   if (b.files.size() > journal::kMaxFilesPerTxn)
     return make_error(Code::invalid_argument, "BEGIN: " + std::to_string(b.files.size()) + " files exceed the limit 2^20");
   std::set<std::string_view> seen;
@@ -222,14 +242,17 @@ inline Status decode_payload(JournalRecord& rec, const unsigned char* p, std::si
       CKPT_TRY(fixed_size(journal::kHeaderPayloadSize));
       if (std::memcmp(p, journal::kMagic, 8) != 0) return corrupt("magic is not CKPTJRNL");
       const std::uint32_t version = get_u32(p + 8);
-      if (version != journal::kVersion)
-        return make_error(Code::version, where + ": journal version " + std::to_string(version) + ", this build reads version 1");
+      if (version < journal::kOldestVersion || version > journal::kVersion)
+        return make_error(Code::version, where + ": journal version " + std::to_string(version) + ", this build reads versions " +
+                                             std::to_string(journal::kOldestVersion) + " to " + std::to_string(journal::kVersion));
       const std::uint32_t page_log2 = get_u32(p + 12);
       if (page_log2 != journal::kPageSizeLog2)
         return make_error(Code::version, where + ": page size 2^" + std::to_string(page_log2) + ", this build writes and reads 2^12");
       JournalHeader h;
+      h.version = version;
       std::memcpy(h.store_uuid.data(), p + 16, 16);
-      if (!detail::all_zero(p + 32, 8)) return corrupt("reserved bytes [32, 40) are not zero");
+      if (version == 1 && !detail::all_zero(p + 32, 8)) return corrupt("reserved bytes [32, 40) are not zero");
+      h.txn_floor = version == 1 ? 0 : get_u64(p + 32);
       rec.body = h;
       return Status();
     }
@@ -268,6 +291,20 @@ inline Status decode_payload(JournalRecord& rec, const unsigned char* p, std::si
         b.files.push_back(std::move(f));
       }
       if (d.remaining() != 0) return corrupt(std::to_string(d.remaining()) + " trailing bytes after the file list");
+      rec.body = std::move(b);
+      return Status();
+    }
+    case static_cast<std::uint16_t>(RecordType::begin_shards): {
+      CKPT_TRY(fixed_size(journal::kBeginShardsPayloadSize));
+      BeginRecord b;
+      b.txn = get_u64(p);
+      b.step = get_u64(p + 8);
+      b.world_size = get_u32(p + 16);
+      if (b.world_size == 0 || b.world_size > journal::kMaxWorldSize)
+        return corrupt("world size " + std::to_string(b.world_size) + " outside [1, 2^20]");
+      if (get_u32(p + 20) != journal::kShardPatternRanks)
+        return corrupt("file pattern " + std::to_string(get_u32(p + 20)) + ", expected 1 (one standard shard per rank)");
+      b.files = standard_shard_files(b.world_size);
       rec.body = std::move(b);
       return Status();
     }
@@ -473,10 +510,47 @@ template <class Source>
   return true;
 }
 
+// The search for the next group after damage (spec 6.3) costs O(size): a page is a candidate only when
+// its frame header could start a group (FIRST set, no unknown flag, a type that may open a group, a
+// length that fits), and the bytes hashed for candidates are capped at a budget proportional to the
+// journal's size. When the budget runs out the search stops undecided, which makes the damage
+// corruption: recovery never cuts bytes it could not examine.
+struct GroupSearch {
+  std::uint64_t budget = 0;  // bytes left to hash for candidates
+  bool exhausted = false;
+};
+
+[[nodiscard]] inline bool may_start_group(std::uint16_t type, std::uint16_t flags, std::uint32_t length) noexcept {
+  using journal::RecordType;
+  if ((flags & journal::kFlagFirst) == 0 || (flags & ~journal::kKnownFlags) != 0) return false;
+  switch (type) {
+    case static_cast<std::uint16_t>(RecordType::begin): return length >= journal::kBeginFixedSize;
+    case static_cast<std::uint16_t>(RecordType::begin_shards): return length == journal::kBeginShardsPayloadSize;
+    case static_cast<std::uint16_t>(RecordType::commit): return length == journal::kCommitPayloadSize;
+    case static_cast<std::uint16_t>(RecordType::abort): return length == journal::kAbortPayloadSize;
+    case static_cast<std::uint16_t>(RecordType::retire): return length == journal::kRetirePayloadSize;
+    default: return (type & journal::kIgnorableType) != 0 && length <= journal::kMaxPayload;
+  }
+}
+
 // The first page boundary at or after `from` holding a valid record that starts a group, or size when none.
 template <class Source>
-[[nodiscard]] Result<std::uint64_t> next_group_start(Source& src, std::uint64_t size, std::uint64_t from) {
+[[nodiscard]] Result<std::uint64_t> next_group_start(Source& src, std::uint64_t size, std::uint64_t from, GroupSearch& search) {
   for (std::uint64_t p = align_up(from, journal::kPageSize); p < size; p += journal::kPageSize) {
+    if (size - p < journal::kFrameOverhead) break;
+    const unsigned char* h = nullptr;
+    Status s = src.read(p, journal::kFrameHeaderSize, h);
+    if (s.code() == Code::incomplete) break;
+    CKPT_TRY(s);
+    const std::uint32_t length = get_u32(h + journal::fr::kLength);
+    if (!may_start_group(get_u16(h + journal::fr::kType), get_u16(h + journal::fr::kFlags), length)) continue;
+    if (length > size - p - journal::kFrameOverhead) continue;
+    const std::uint64_t cost = journal::kFrameOverhead + std::uint64_t{length};
+    if (cost > search.budget) {
+      search.exhausted = true;
+      return p;  // undecided: treated as a group boundary, so the bytes before it are corruption
+    }
+    search.budget -= cost;
     JournalRecord rec;
     const unsigned char* payload = nullptr;
     std::string why;
@@ -484,6 +558,80 @@ template <class Source>
     if (valid && (rec.flags & journal::kFlagFirst) != 0) return p;
   }
   return size;
+}
+
+// Whether a damaged tail looks like an interrupted append (spec 6.3): the file ends inside the failing
+// record, or one of the 512-byte sectors it covers is all zeros (never written: the journal only ever
+// grows by appends, and bytes past an old end read as zeros). A PAD's bytes are known in advance, so a
+// PAD counts as torn only when each of its sectors is either what the writer wrote or zeros.
+template <class Source>
+[[nodiscard]] Result<bool> looks_torn(Source& src, std::uint64_t size, std::uint64_t off) {
+  using namespace journal;
+  if (size - off < kFrameHeaderSize) return true;
+  const unsigned char* h = nullptr;
+  Status s = src.read(off, kFrameHeaderSize, h);
+  if (s.code() == Code::incomplete) return true;
+  CKPT_TRY(s);
+  const std::uint32_t length = get_u32(h + fr::kLength);
+  std::string expected_pad;
+  std::uint64_t end = 0;
+  if (get_u16(h + fr::kType) == static_cast<std::uint16_t>(RecordType::pad)) {
+    std::uint64_t room = kPageSize - off % kPageSize;
+    if (room < kFrameOverhead) room += kPageSize;
+    frame_record(expected_pad, static_cast<std::uint16_t>(RecordType::pad), kFlagLast,
+                 std::string(static_cast<std::size_t>(room - kFrameOverhead), '\0'), off);
+    end = off + room;
+  } else {
+    if (length > kMaxPayload) return false;  // a length no writer uses, in a header that was written
+    end = off + kFrameOverhead + length;
+  }
+  if (end > size) return true;  // the file ends inside the record
+  const std::uint64_t first = off - off % kSectorSize;
+  for (std::uint64_t sec = first; sec < end; sec += kSectorSize) {
+    const std::uint64_t n = std::min(kSectorSize, size - sec);
+    const unsigned char* bytes = nullptr;
+    s = src.read(sec, static_cast<std::size_t>(n), bytes);
+    if (s.code() == Code::incomplete) return true;
+    CKPT_TRY(s);
+    const bool zero = all_zero(bytes, static_cast<std::size_t>(n));
+    if (expected_pad.empty()) {
+      if (zero) return true;  // a sector of the record never written
+      continue;
+    }
+    // A PAD's sector is either what the writer wrote there or never written (zeros); anything else is damage.
+    const std::uint64_t lo = std::max(sec, off), hi = std::min(sec + n, end);
+    if (!zero && std::memcmp(bytes + (lo - sec), expected_pad.data() + (lo - off), static_cast<std::size_t>(hi - lo)) != 0)
+      return false;
+  }
+  return !expected_pad.empty();  // every sector of a PAD is as written or zero; any other record was all there
+}
+
+// Digest-valid records after a failure at `bad` inside [bad, end): follows the frame lengths that
+// headers give, so a record damaged only in its payload or digest does not hide the ones after it.
+template <class Source>
+[[nodiscard]] Result<std::vector<JournalRecord>> records_after(Source& src, std::uint64_t size, std::uint64_t bad, std::uint64_t end,
+                                                               const std::string& path) {
+  using namespace journal;
+  std::vector<JournalRecord> found;
+  std::uint64_t off = bad;
+  while (off < end && end - off >= kFrameOverhead) {
+    const unsigned char* h = nullptr;
+    Status s = src.read(off, kFrameHeaderSize, h);
+    if (s.code() == Code::incomplete) break;
+    CKPT_TRY(s);
+    const std::uint32_t length = get_u32(h + fr::kLength);
+    if (length > kMaxPayload || length > end - off - kFrameOverhead) break;
+    JournalRecord rec;
+    const unsigned char* payload = nullptr;
+    std::string why;
+    CKPT_ASSIGN_OR_RETURN(const bool valid, read_frame(src, size, off, rec, payload, why));
+    if (valid && (rec.flags & ~kKnownFlags) == 0 &&
+        decode_payload(rec, payload, static_cast<std::size_t>(rec.size - kFrameOverhead), path).ok() &&
+        rec.type != static_cast<std::uint16_t>(RecordType::pad) && rec.type != static_cast<std::uint16_t>(RecordType::header))
+      found.push_back(std::move(rec));
+    off += kFrameOverhead + length;
+  }
+  return found;
 }
 
 // Rules a digest-valid record must also follow (spec 6.2). A break is corruption even at the tail:
@@ -515,6 +663,9 @@ template <class Source>
   JournalScan scan;
   scan.path = path;
   scan.file_size = size;
+  // Candidate bytes the damage search may hash: 4x the journal plus one largest record (spec 6.3).
+  const std::uint64_t search_budget = 4 * size + journal::kMaxPayload;
+  GroupSearch search{search_budget, false};
   std::uint64_t off = 0, group_start = 0;
   std::vector<JournalRecord> pending;  // records of the group being read; applied only when it completes
   for (;;) {
@@ -560,15 +711,37 @@ template <class Source>
     damage.unapplied = std::move(pending);
     pending.clear();
     // A FIRST record inside an unfinished group may itself start the next valid group, so look there too.
-    CKPT_ASSIGN_OR_RETURN(const std::uint64_t next, next_group_start(src, size, off > group_start ? off : off + 1));
+    CKPT_ASSIGN_OR_RETURN(const std::uint64_t next, next_group_start(src, size, off > group_start ? off : off + 1, search));
     damage.length = next - group_start;
+    if (off < next) {
+      CKPT_ASSIGN_OR_RETURN(auto after, records_after(src, size, off, next, path));
+      // A record that failed the rules at `off` was digest-valid: it is listed once, by records_after.
+      for (auto& r : after) damage.unapplied.push_back(std::move(r));
+    }
+    if (search.exhausted) {
+      damage.reason += "; the search for the next group stopped after examining " + std::to_string(search_budget) +
+                       " bytes, so what follows cannot be told apart from damage";
+      scan.corruption.push_back(std::move(damage));
+      group_start = next;  // nothing after an undecided search is applied
+      break;
+    }
     if (next < size) {
       scan.corruption.push_back(std::move(damage));
       off = group_start = next;
       continue;
     }
-    if (hard) scan.corruption.push_back(std::move(damage));
-    else scan.torn_tail = std::move(damage);
+    const std::uint64_t limit = journal::max_group_size(scan.has_header ? scan.header.version : journal::kVersion);
+    if (!hard && damage.length > limit) {
+      damage.reason += "; the damaged tail of " + std::to_string(damage.length) + " bytes is longer than any sync group (" +
+                       std::to_string(limit) + " bytes), so it is not an interrupted append";
+      hard = true;
+    }
+    if (hard) {
+      scan.corruption.push_back(std::move(damage));
+    } else {
+      CKPT_ASSIGN_OR_RETURN(damage.clean_tear, looks_torn(src, size, off));
+      scan.torn_tail = std::move(damage);
+    }
     break;
   }
   scan.end = group_start;
@@ -645,6 +818,48 @@ Status JournalWriter<Fs>::create(Fs& fs, const std::string& path, const JournalH
 }
 
 template <class Fs>
+Result<std::uint64_t> JournalWriter<Fs>::rewrite(Fs& fs, const std::string& path, const JournalHeader& header,
+                                                 const std::vector<PendingRecord>& records, std::vector<std::uint64_t>* offsets) {
+  CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile<Fs>::create(fs, path));
+  std::string bytes = encode_group({header_record(header)}, 0);
+  // Records packed into groups well under the version's limit; the whole file is synced before the rename.
+  std::vector<PendingRecord> group;
+  std::uint64_t group_bytes = 0;
+  auto flush = [&]() {
+    if (group.empty()) return;
+    bytes += encode_group(group, bytes.size(), offsets);
+    group.clear();
+    group_bytes = 0;
+  };
+  for (const auto& r : records) {
+    const std::uint64_t n = journal::kFrameOverhead + r.payload.size();
+    if (group_bytes + n > journal::kMaxGroupSize / 4) flush();
+    group.push_back(r);
+    group_bytes += n;
+  }
+  flush();
+  CKPT_TRY(file->write(bytes.data(), bytes.size()));
+  CKPT_TRY(file->commit());
+  return static_cast<std::uint64_t>(bytes.size());
+}
+
+template <class Fs>
+Status JournalWriter<Fs>::check_unchanged() {
+  // The lock is advisory and not every file system honours it (spec 5.8): before writing, make sure the
+  // journal is still the file this writer holds and that nobody appended or cut it.
+  auto held = fs_->file_size(file_);
+  if (!held.ok()) return fail(held.status());
+  auto at_path = fs_->stat(path_);
+  if (!at_path.ok()) return fail(at_path.status().with_context("the journal is gone"));
+  if (*held != end_ || at_path->size != end_)
+    return fail(make_error(Code::conflict, path_ + ": expected the journal to end at offset " + std::to_string(end_) +
+                                               ", found " + std::to_string(*held) + " bytes in the open file and " +
+                                               std::to_string(at_path->size) + " at its path: another writer changed it "
+                                               "(was LOCK deleted, or is flock not shared across nodes here?); refusing to append"));
+  return Status();
+}
+
+template <class Fs>
 Status JournalWriter<Fs>::fail(const Status& s) {
   if (failure_.ok()) failure_ = s.with_context(path_);
   return failure_;
@@ -671,9 +886,13 @@ Status JournalWriter<Fs>::append_group(const std::vector<PendingRecord>& records
   for (const auto& r : records)
     if (r.payload.size() > journal::kMaxPayload)
       return make_error(Code::invalid_argument, path_ + ": record of " + std::to_string(r.payload.size()) + " bytes exceeds the 64 MiB limit");
+  CKPT_TRY(check_unchanged());
   last_offsets_.clear();
   // Each group starts on a fresh page: no page that an earlier fdatasync made durable is written again (spec 5.2).
   const std::string bytes = encode_group(records, end_, &last_offsets_);
+  if (bytes.size() > journal::kMaxGroupSize)
+    return make_error(Code::invalid_argument, path_ + ": a sync group of " + std::to_string(bytes.size()) +
+                                                  " bytes exceeds the limit of " + std::to_string(journal::kMaxGroupSize));
   Status s = fs_->pwrite(file_, bytes.data(), bytes.size(), end_);
   if (!s.ok()) return fail(s);
   s = fs_->sync_data(file_);

@@ -24,6 +24,9 @@ inline const char* recovery_action_name(RecoveryActionKind k) noexcept {
     case RecoveryActionKind::remove_file: return "remove_file";
     case RecoveryActionKind::remove_dir: return "remove_dir";
     case RecoveryActionKind::sync_dir: return "sync_dir";
+    case RecoveryActionKind::append_commit: return "append_commit";
+    case RecoveryActionKind::quarantine: return "quarantine";
+    case RecoveryActionKind::rewrite_journal: return "rewrite_journal";
   }
   return "unknown";
 }
@@ -35,10 +38,21 @@ inline std::string RecoveryAction::describe() const {
       s += " " + path + " at offset " + std::to_string(offset) + " (" + std::to_string(length) + " torn bytes)";
       break;
     case RecoveryActionKind::append_abort: s += " txn " + std::to_string(txn); break;
+    case RecoveryActionKind::append_commit:
+      s += " txn " + std::to_string(txn) + " step " + std::to_string(commit.step) + " (its MANIFEST and shards verify)";
+      break;
+    case RecoveryActionKind::quarantine: s += " " + path + " -> " + to; break;
     default: s += " " + path; break;
   }
   if (!error.empty()) s += ": failed: " + error;
   return s;
+}
+
+inline bool RecoveryReport::clean() const noexcept {
+  if (corrupt() || journal.torn_tail) return false;
+  for (const auto& a : actions)
+    if (a.kind != RecoveryActionKind::rewrite_journal) return false;
+  return true;
 }
 
 inline Status RecoveryReport::corruption_status() const {
@@ -50,85 +64,153 @@ inline Status RecoveryReport::corruption_status() const {
 
 namespace detail {
 
-// The transaction table of a log; valid records that break the protocol become problems (spec 6.6).
-inline void build_transactions(const std::vector<JournalRecord>& records, const std::string& path,
-                               std::vector<TxnInfo>& txns, std::vector<std::string>& problems, std::uint64_t& max_txn) {
-  std::map<std::uint64_t, std::size_t> index;
-  bool has_open = false;
-  std::uint64_t open = 0;  // the open transaction, when has_open
-  std::uint64_t last_begin = 0;
-  for (const auto& rec : records) {
-    const std::string at = path + ": " + rec.describe() + ": ";
-    max_txn = std::max(max_txn, rec.txn());
+// The transaction table of a log, built record by record (spec 6.6).
+class TxnTable {
+ public:
+  TxnTable(std::vector<TxnInfo>& txns, std::uint64_t& max_txn) : txns_(txns), max_txn_(max_txn) {}
+
+  [[nodiscard]] TxnInfo* find(std::uint64_t txn) {
+    const auto it = index_.find(txn);
+    return it == index_.end() ? nullptr : &txns_[it->second];
+  }
+
+  // Applies one record; returns why it breaks the protocol, or "" when applied (or informational).
+  [[nodiscard]] std::string apply(const JournalRecord& rec) {
+    max_txn_ = std::max(max_txn_, rec.txn());
     if (const auto* b = std::get_if<BeginRecord>(&rec.body)) {
-      if (b->txn == 0) {
-        problems.push_back(at + "txn id 0 is never used");
-      } else if (b->txn <= last_begin) {
-        problems.push_back(at + "txn ids must increase, the previous BEGIN had txn " + std::to_string(last_begin));
-      } else if (has_open) {
-        problems.push_back(at + "txn " + std::to_string(open) + " is still open (one transaction at a time)");
-      } else {
-        TxnInfo t;
-        t.txn = b->txn;
-        t.step = b->step;
-        t.world_size = b->world_size;
-        t.files = b->files;
-        t.begin_offset = rec.offset;
-        index.emplace(t.txn, txns.size());
-        txns.push_back(std::move(t));
-        has_open = true;
-        open = b->txn;
-      }
-      last_begin = std::max(last_begin, b->txn);
-      continue;
+      const std::uint64_t last = last_begin_;
+      last_begin_ = std::max(last_begin_, b->txn);
+      if (b->txn == 0) return "txn id 0 is never used";
+      if (b->txn <= last) return "txn ids must increase, the previous BEGIN had txn " + std::to_string(last);
+      if (has_open_) return "txn " + std::to_string(open_) + " is still open (one transaction at a time)";
+      TxnInfo t;
+      t.txn = b->txn;
+      t.step = b->step;
+      t.world_size = b->world_size;
+      t.files = b->files;
+      t.begin_offset = rec.offset;
+      index_.emplace(t.txn, txns_.size());
+      txns_.push_back(std::move(t));
+      has_open_ = true;
+      open_ = b->txn;
+      return "";
     }
     const std::uint64_t id = rec.txn();
     if (const auto* v = std::get_if<SaveRecord>(&rec.body)) {
       // Informational (spec 4.8): kept with the commit it follows in its group, never a protocol problem.
-      const auto it = index.find(id);
-      if (it != index.end() && txns[it->second].state == TxnState::committed && txns[it->second].step == v->step &&
-          !txns[it->second].save)
-        txns[it->second].save = *v;
-      continue;
+      TxnInfo* t = find(id);
+      if (t != nullptr && t->state == TxnState::committed && t->step == v->step && !t->save) t->save = *v;
+      return "";
     }
     const auto* c = std::get_if<CommitRecord>(&rec.body);
     const auto* a = std::get_if<AbortRecord>(&rec.body);
     const auto* r = std::get_if<RetireRecord>(&rec.body);
-    if (c == nullptr && a == nullptr && r == nullptr) continue;  // header, ignorable types
-    const auto it = index.find(id);
-    if (it == index.end()) {
-      problems.push_back(at + "no BEGIN for txn " + std::to_string(id));
-      continue;
-    }
-    TxnInfo& t = txns[it->second];
+    if (c == nullptr && a == nullptr && r == nullptr) return "";  // header, ignorable types
+    TxnInfo* t = find(id);
+    if (t == nullptr) return "no BEGIN for txn " + std::to_string(id);
     const std::uint64_t step = c ? c->step : a ? a->step : r->step;
-    if (step != t.step) {
-      problems.push_back(at + "BEGIN of txn " + std::to_string(id) + " says step " + std::to_string(t.step));
-      continue;
-    }
+    if (step != t->step) return "BEGIN of txn " + std::to_string(id) + " says step " + std::to_string(t->step);
     if (r != nullptr) {
-      if (t.state != TxnState::committed) {
-        problems.push_back(at + "txn " + std::to_string(id) + " is " + txn_state_name(t.state) + ", only a committed step can be retired");
-        continue;
-      }
-      t.state = TxnState::retired;
-      t.retire_offset = rec.offset;
-      continue;
+      if (t->state != TxnState::committed)
+        return "txn " + std::to_string(id) + " is " + txn_state_name(t->state) + ", only a committed step can be retired";
+      t->state = TxnState::retired;
+      t->retire_offset = rec.offset;
+      return "";
     }
-    if (t.state != TxnState::open) {
-      problems.push_back(at + "txn " + std::to_string(id) + " is already " + txn_state_name(t.state));
-      continue;
-    }
-    t.end_offset = rec.offset;
+    if (t->state != TxnState::open) return "txn " + std::to_string(id) + " is already " + txn_state_name(t->state);
+    t->end_offset = rec.offset;
     if (c != nullptr) {
-      t.state = TxnState::committed;
-      t.commit = *c;
+      t->state = TxnState::committed;
+      t->commit = *c;
     } else {
-      t.state = TxnState::aborted;
-      t.abort_reason = a->reason;
+      t->state = TxnState::aborted;
+      t->abort_reason = a->reason;
     }
-    has_open = false;
+    has_open_ = false;
+    return "";
   }
+
+ private:
+  std::vector<TxnInfo>& txns_;
+  std::uint64_t& max_txn_;
+  std::map<std::uint64_t, std::size_t> index_;
+  bool has_open_ = false;
+  std::uint64_t open_ = 0;  // the open transaction, when has_open_
+  std::uint64_t last_begin_ = 0;
+};
+
+// The transaction table of a log; valid records that break the protocol become problems (spec 6.6).
+inline void build_transactions(const std::vector<JournalRecord>& records, const std::string& path,
+                               std::vector<TxnInfo>& txns, std::vector<std::string>& problems, std::uint64_t& max_txn) {
+  TxnTable table(txns, max_txn);
+  for (const auto& rec : records) {
+    std::string why = table.apply(rec);
+    if (!why.empty()) problems.push_back(path + ": " + rec.describe() + ": " + why);
+  }
+}
+
+// What the MANIFEST of an open transaction says (spec 6.4): the COMMIT the step would have (its size and
+// digest), and whether it is the complete manifest of this transaction, as the writer fsynced it before
+// any COMMIT could be written (its own digest, txn and step check out).
+struct ManifestEvidence {
+  CommitRecord commit;
+  Status complete;  // ok: a whole manifest of this transaction; else why not
+};
+
+template <class Fs>
+[[nodiscard]] Result<ManifestEvidence> read_manifest_evidence(Fs& fs, const std::string& manifest_path, const TxnInfo& t) {
+  auto file = fs.open(manifest_path, OpenMode::read);
+  if (!file.ok()) return file.status();
+  ScopedFile<Fs> scoped(fs, *file);
+  CKPT_ASSIGN_OR_RETURN(const std::uint64_t size, fs.file_size(scoped.get()));
+  ManifestEvidence e;
+  if (size > manifest::kMaxSize) {
+    e.complete = make_error(Code::corrupt, manifest_path + ": " + std::to_string(size) + " bytes, over the manifest limit");
+    return e;
+  }
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
+  CKPT_TRY(read_exact(fs, scoped.get(), manifest_path, bytes.data(), bytes.size(), 0));
+  e.commit = CommitRecord{t.txn, t.step, size, manifest_digest(bytes.data(), bytes.size())};
+  auto m = decode_manifest(bytes.data(), bytes.size(), manifest_path);
+  if (!m.ok()) e.complete = m.status();
+  else if (m->txn != t.txn || m->step != t.step)
+    e.complete = make_error(Code::corrupt, manifest_path + ": names txn " + std::to_string(m->txn) + " step " +
+                                               std::to_string(m->step) + ", its BEGIN says txn " + std::to_string(t.txn) +
+                                               " step " + std::to_string(t.step));
+  return e;
+}
+
+// Whether the files of transaction t prove the step `c` describes complete: the MANIFEST matches c, its
+// shards match the manifest, and every chunk of every shard verifies (spec 6.4). Ok, or why not.
+template <class Fs>
+[[nodiscard]] Status verify_step_files(Fs& fs, const std::string& store, const Uuid& store_uuid, const TxnInfo& t,
+                                       const CommitRecord& c) {
+  StepInfo info;
+  info.step = t.step;
+  info.txn = t.txn;
+  info.world_size = t.world_size;
+  info.dir = t.dir();
+  info.files = t.files;
+  info.manifest_size = c.manifest_size;
+  info.manifest_digest = c.manifest_digest;
+  auto reader = StepReader<Fs>::open(fs, store, info, store_uuid);
+  if (!reader.ok()) return reader.status();
+  for (const auto& f : t.files) {
+    const std::string path = join_path(join_path(store, info.dir), f.name);
+    CKPT_ASSIGN_OR_RETURN(VerifyReport v, verify_file(fs, path));
+    if (!v.ok())
+      return make_error(v.problems.front().code, path + ": " + std::to_string(v.problems.size()) + " problems, the first: " +
+                                                     v.problems.front().message);
+  }
+  return Status();
+}
+
+// The kind of a store entry, without following a symlink; nullopt when it vanished.
+template <class Fs>
+[[nodiscard]] std::optional<EntryKind> entry_kind(Fs& fs, const std::string& path) {
+  auto info = fs.stat(path);
+  if (!info.ok()) return std::nullopt;
+  return info->kind;
 }
 
 // Plans the removal of what an aborted or retired transaction created: only the files its BEGIN named
@@ -149,7 +231,8 @@ void plan_removal(Fs& fs, const std::string& store, const TxnInfo& t, std::vecto
   std::sort(names.begin(), names.end());
   std::vector<std::string> kept;
   for (const auto& name : names) {
-    if (named.count(name) != 0) {
+    // Only a regular file is removed; a symlink or special file under a named name is kept and reported.
+    if (named.count(name) != 0 && entry_kind(fs, join_path(dir, name)) == EntryKind::file) {
       RecoveryAction a;
       a.kind = RecoveryActionKind::remove_file;
       a.path = join_path(dir, name);
@@ -190,16 +273,51 @@ void run_removals(Fs& fs, std::vector<RecoveryAction>& actions, std::size_t firs
   }
 }
 
+// Applies the digest-valid records of a damaged tail that check out (spec 6.4): BEGIN, ABORT and RETIRE
+// when the protocol allows them, COMMIT only when its MANIFEST and shards verify. Evidence is used
+// wherever it sits; what does not check out is noted and left to the rules for open transactions.
+template <class Fs>
+void salvage_tail(Fs& fs, const std::string& store, TxnTable& table, const JournalDamage& tail, const Uuid& store_uuid,
+                  RecoveryReport& report) {
+  for (const auto& rec : tail.unapplied) {
+    if (const auto* c = std::get_if<CommitRecord>(&rec.body)) {
+      const TxnInfo* t = table.find(c->txn);
+      if (t != nullptr && t->state == TxnState::open && t->step == c->step) {
+        Status v = verify_step_files(fs, store, store_uuid, *t, *c);
+        if (!v.ok()) {
+          report.notes.push_back("not applied from the damaged tail: " + rec.describe() + ": " + v.message());
+          continue;
+        }
+      }
+    }
+    std::string why = table.apply(rec);
+    if (why.empty()) {
+      if (!std::holds_alternative<SaveRecord>(rec.body)) report.salvaged.push_back(rec.describe());
+    } else {
+      report.notes.push_back("not applied from the damaged tail: " + rec.describe() + ": " + why);
+    }
+  }
+}
+
 // Fills the transaction table, unknown entries, next txn id and (unless corrupt) the plan.
 template <class Fs>
 [[nodiscard]] Status plan_recovery(Fs& fs, const std::string& store, RecoveryReport& report) {
   std::uint64_t max_txn = 0;
-  build_transactions(report.journal.records, report.journal.path, report.transactions, report.problems, max_txn);
+  const Uuid& uuid = report.journal.header.store_uuid;
+  TxnTable table(report.transactions, max_txn);
+  for (const auto& rec : report.journal.records) {
+    std::string why = table.apply(rec);
+    if (!why.empty()) report.problems.push_back(report.journal.path + ": " + rec.describe() + ": " + why);
+  }
+  // Ids below the header's floor were spent by transactions compaction dropped (spec 4.1).
+  if (report.journal.header.txn_floor > 0) max_txn = std::max(max_txn, report.journal.header.txn_floor - 1);
   // Ids seen only in damaged bytes still count: an id that may have reached disk is never reused (spec 5.6).
   for (const auto& d : report.journal.corruption)
     for (const auto& r : d.unapplied) max_txn = std::max(max_txn, r.txn());
-  if (report.journal.torn_tail)
+  if (report.journal.torn_tail) {
     for (const auto& r : report.journal.torn_tail->unapplied) max_txn = std::max(max_txn, r.txn());
+    if (!report.corrupt()) salvage_tail(fs, store, table, *report.journal.torn_tail, uuid, report);
+  }
 
   auto listing = fs.list_dir(store);
   if (!listing.ok()) return listing.status().with_context("cannot list store");
@@ -207,19 +325,28 @@ template <class Fs>
   std::sort(entries.begin(), entries.end());
   std::set<std::string> known_dirs;
   for (const auto& t : report.transactions) known_dirs.insert(t.dir());
-  std::set<std::string> present;
+  std::set<std::string> present;  // step directories that are directories, not symlinks to one
+  std::vector<std::string> temps;
   for (const auto& name : entries) {
-    present.insert(name);
     if (name == journal::kJournalName || name == journal::kLockName) continue;
+    const auto kind = entry_kind(fs, join_path(store, name));
+    if (name == journal::kQuarantineName && kind == EntryKind::directory) continue;
+    if (name.rfind(std::string(journal::kJournalTempPrefix), 0) == 0 && kind == EntryKind::file) {
+      temps.push_back(name);  // a rewrite that never reached its rename: a copy of records, never the journal
+      continue;
+    }
     std::uint64_t step = 0, txn = 0;
     if (parse_step_dir_name(name, step, txn)) max_txn = std::max(max_txn, txn);
-    if (known_dirs.count(name) == 0) report.unknown_entries.push_back(name);
+    if (known_dirs.count(name) != 0 && kind == EntryKind::directory) present.insert(name);
+    else report.unknown_entries.push_back(name);  // never followed, never removed (spec 6.8)
   }
   report.next_txn = max_txn + 1;
-  for (const auto& t : report.transactions)
-    if (t.state == TxnState::committed && present.count(t.dir()) == 0)
+  for (auto& t : report.transactions) {
+    t.dir_present = present.count(t.dir()) != 0;
+    if (t.state == TxnState::committed && !t.dir_present)
       report.notes.push_back("committed step " + std::to_string(t.step) + " (txn " + std::to_string(t.txn) +
                              "): its directory " + t.dir() + " is missing");
+  }
   if (report.corrupt()) return Status();  // nothing is changed in a corrupt store (spec 6.3)
 
   if (report.journal.torn_tail) {
@@ -230,24 +357,177 @@ template <class Fs>
     a.length = report.journal.file_size - report.journal.end;
     report.actions.push_back(std::move(a));
   }
+  std::set<std::uint64_t> kept;  // rolled forward or quarantined: nothing of theirs is removed
+  std::vector<RecoveryAction> moves;
   for (const auto& t : report.transactions) {
     if (t.state != TxnState::open) continue;
     RecoveryAction a;
-    a.kind = RecoveryActionKind::append_abort;
     a.path = report.journal.path;
     a.txn = t.txn;
+    const std::string dir = join_path(store, t.dir());
+    const std::string manifest = join_path(dir, std::string(journal::kManifestName));
+    const auto kind = t.dir_present ? entry_kind(fs, manifest) : std::nullopt;
+    if (!kind) {
+      // No MANIFEST: the transaction never reached step 4 of the commit protocol, so no COMMIT can
+      // exist for it (R3): it is provably uncommitted (spec 6.4).
+      a.kind = RecoveryActionKind::append_abort;
+      report.actions.push_back(std::move(a));
+      continue;
+    }
+    // A MANIFEST exists. A complete one was fsynced before any COMMIT could be written, so the COMMIT
+    // may exist and have been lost to damage: roll forward when every byte checks out, else keep the
+    // files aside for a person (spec 6.4, 6.8). An incomplete one is what a crash inside step 4 leaves:
+    // uncommitted, unless the journal's tail is damaged too, which makes it ambiguous.
+    Status why;
+    bool ambiguous = false;
+    if (*kind == EntryKind::file) {
+      auto e = read_manifest_evidence(fs, manifest, t);
+      if (!e.ok()) {
+        why = e.status();
+        ambiguous = true;
+      } else if (e->complete.ok()) {
+        why = verify_step_files(fs, store, uuid, t, e->commit);
+        if (why.ok()) {
+          a.kind = RecoveryActionKind::append_commit;
+          a.commit = e->commit;
+          report.actions.push_back(std::move(a));
+          kept.insert(t.txn);
+          continue;
+        }
+        ambiguous = true;
+      } else {
+        why = e->complete;
+        ambiguous = report.tail_damaged();
+      }
+    }
+    a.kind = RecoveryActionKind::append_abort;
+    report.actions.push_back(std::move(a));
+    if (!ambiguous) continue;
+    RecoveryAction m;
+    m.kind = RecoveryActionKind::quarantine;
+    m.path = dir;
+    m.to = join_path(join_path(store, std::string(journal::kQuarantineName)), t.dir());
+    m.txn = t.txn;
+    moves.push_back(std::move(m));
+    kept.insert(t.txn);
+    report.notes.push_back("txn " + std::to_string(t.txn) + " (step " + std::to_string(t.step) +
+                           ") has a MANIFEST but is not provably complete or provably uncommitted, so its directory "
+                           "goes to quarantine/: " + why.message());
+  }
+  {
+    RecoveryAction a;
+    a.kind = RecoveryActionKind::rewrite_journal;
+    a.path = report.journal.path;
     report.actions.push_back(std::move(a));
   }
+  for (auto& m : moves) report.actions.push_back(std::move(m));
   const std::size_t before = report.actions.size();
+  for (const auto& name : temps) {
+    RecoveryAction a;
+    a.kind = RecoveryActionKind::remove_file;
+    a.path = join_path(store, name);
+    report.actions.push_back(std::move(a));
+  }
   for (const auto& t : report.transactions)
-    if (t.state != TxnState::committed && present.count(t.dir()) != 0)
+    if (t.state != TxnState::committed && t.dir_present && kept.count(t.txn) == 0)
       plan_removal(fs, store, t, report.actions, report.notes);
-  if (report.actions.size() > before) {
+  if (report.actions.size() > before || !moves.empty()) {
     RecoveryAction a;
     a.kind = RecoveryActionKind::sync_dir;
     a.path = store;
     report.actions.push_back(std::move(a));
   }
+  return Status();
+}
+
+// The records a rewritten journal keeps (spec 5.7): every committed step's BEGIN, COMMIT and SAVE_STATS;
+// an aborted or retired transaction's while its directory may exist, so a later recovery still removes
+// it; and the last few retired saves for their SAVE_STATS. `which` says what each record is, so the
+// caller can point each TxnInfo at its new offsets: 0 BEGIN, 1 COMMIT or ABORT, 2 RETIRE, 3 SAVE_STATS.
+struct CompactedRecord {
+  std::size_t txn_index = 0;
+  int which = 0;
+};
+
+[[nodiscard]] inline Result<std::vector<PendingRecord>> compacted_records(const std::vector<TxnInfo>& txns,
+                                                                          std::vector<CompactedRecord>& what) {
+  std::vector<PendingRecord> out;
+  std::size_t history = 0;
+  std::vector<bool> keep(txns.size(), false);
+  for (std::size_t i = txns.size(); i-- > 0;) {
+    const TxnInfo& t = txns[i];
+    if (t.state == TxnState::open)
+      return make_error(Code::invalid_argument, "txn " + std::to_string(t.txn) + " is open: the journal cannot be rewritten now");
+    // Live steps, whatever may still have files, and the newest few others for their history.
+    keep[i] = t.state == TxnState::committed || t.dir_present || history < journal::kCompactKeepHistory;
+    if (t.state != TxnState::committed && !t.dir_present && keep[i]) ++history;
+  }
+  for (std::size_t i = 0; i < txns.size(); ++i) {
+    if (!keep[i]) continue;
+    const TxnInfo& t = txns[i];
+    BeginRecord b;
+    b.txn = t.txn;
+    b.step = t.step;
+    b.world_size = t.world_size;
+    b.files = t.files;
+    CKPT_ASSIGN_OR_RETURN(PendingRecord begin, begin_record(b));
+    out.push_back(std::move(begin));
+    what.push_back({i, 0});
+    if (t.state == TxnState::aborted) {
+      out.push_back(abort_record(AbortRecord{t.txn, t.step, t.abort_reason}));
+      what.push_back({i, 1});
+      continue;
+    }
+    out.push_back(commit_record(t.commit));
+    what.push_back({i, 1});
+    if (t.save) {
+      out.push_back(save_stats_record(*t.save));
+      what.push_back({i, 3});
+    }
+    if (t.state == TxnState::retired) {
+      out.push_back(retire_record(RetireRecord{t.txn, t.step}));
+      what.push_back({i, 2});
+    }
+  }
+  return out;
+}
+
+// Rewrites the journal from the transaction table (spec 5.7) and reopens the writer on the new file.
+// The txn floor in the new header keeps every id ever spent unusable.
+template <class Fs>
+[[nodiscard]] Status rewrite_journal(Fs& fs, JournalWriter<Fs>& journal, const Uuid& uuid, std::uint64_t next_txn,
+                                     std::vector<TxnInfo>& txns) {
+  std::vector<CompactedRecord> what;
+  CKPT_ASSIGN_OR_RETURN(std::vector<PendingRecord> records, compacted_records(txns, what));
+  JournalHeader header;
+  header.store_uuid = uuid;
+  header.txn_floor = next_txn;
+  std::vector<std::uint64_t> offsets;
+  const std::string path = journal.path();
+  // Any failure poisons the writer: after a rename it may hold the replaced file (spec 5.4).
+  auto end = JournalWriter<Fs>::rewrite(fs, path, header, records, &offsets);
+  if (!end.ok()) return journal.poison(end.status());
+  auto reopened = JournalWriter<Fs>::open(fs, path, *end);
+  if (!reopened.ok()) return journal.poison(reopened.status());
+  journal = std::move(reopened).value();
+  std::vector<bool> kept(txns.size(), false);
+  for (std::size_t k = 0; k < what.size(); ++k) {
+    TxnInfo& t = txns[what[k].txn_index];
+    kept[what[k].txn_index] = true;
+    switch (what[k].which) {
+      case 0: t.begin_offset = offsets[k]; break;
+      case 1: t.end_offset = offsets[k]; break;
+      case 2: t.retire_offset = offsets[k]; break;
+      default: break;
+    }
+  }
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < txns.size(); ++i) {
+    if (!kept[i]) continue;
+    if (n != i) txns[n] = std::move(txns[i]);
+    ++n;
+  }
+  txns.resize(n);
   return Status();
 }
 
@@ -260,51 +540,65 @@ template <class Fs>
   return report;
 }
 
-// Runs a plan: truncate, one ABORT group, removals, directory sync. Journal failures are fatal.
+// Moves a step directory into quarantine/ (spec 6.8): created on first use and made durable first.
+template <class Fs>
+[[nodiscard]] Status quarantine_dir(Fs& fs, const std::string& store, const RecoveryAction& a) {
+  const std::string q = join_path(store, std::string(journal::kQuarantineName));
+  Status s = fs.mkdir(q);
+  if (s.ok()) s = fs.sync_dir(store);
+  else if (s.code() == Code::conflict) s = Status();
+  CKPT_TRY(s);
+  CKPT_TRY(fs.rename(a.path, a.to));
+  CKPT_TRY(fs.sync_dir(q));
+  return fs.sync_dir(store);
+}
+
+// Runs a plan: the journal is rewritten first, holding the plan's decisions (ABORT or roll-forward
+// COMMIT for open transactions, salvaged records, no torn tail), then quarantine moves and removals.
+// The rewrite also makes durable whatever the page cache showed of the old journal, so nothing an
+// earlier failed fsync left behind is trusted (spec 5.4). Journal failures are fatal.
 template <class Fs>
 [[nodiscard]] Status apply_recovery(Fs& fs, JournalWriter<Fs>& journal, RecoveryReport& report) {
   report.dry_run = false;
   if (report.corrupt()) return report.corruption_status();
-  std::vector<PendingRecord> aborts;
-  std::vector<std::size_t> abort_actions;
   std::size_t i = 0;
   for (; i < report.actions.size(); ++i) {
     auto& a = report.actions[i];
-    if (a.kind == RecoveryActionKind::truncate_journal) {
-      Status s = journal.truncate_tail(a.offset);
-      if (!s.ok()) {
-        a.error = s.message();
-        return s.with_context("recovery");
+    if (a.kind == RecoveryActionKind::truncate_journal) continue;
+    if (a.kind != RecoveryActionKind::append_abort && a.kind != RecoveryActionKind::append_commit) break;
+    for (auto& t : report.transactions) {
+      if (t.txn != a.txn) continue;
+      if (a.kind == RecoveryActionKind::append_commit) {
+        t.state = TxnState::committed;
+        t.commit = a.commit;
+      } else {
+        t.state = TxnState::aborted;
+        t.abort_reason = AbortReason::recovery;
       }
-      a.done = true;
-    } else if (a.kind == RecoveryActionKind::append_abort) {
-      const auto it = std::find_if(report.transactions.begin(), report.transactions.end(),
-                                   [&](const TxnInfo& t) { return t.txn == a.txn; });
-      aborts.push_back(abort_record(AbortRecord{a.txn, it->step, AbortReason::recovery}));
-      abort_actions.push_back(i);
-    } else {
-      break;
     }
   }
-  if (!aborts.empty()) {
-    // ABORT before any removal: once durable, the files are provably part of an aborted transaction (R7).
-    Status s = journal.append_group(aborts);
+  if (i < report.actions.size() && report.actions[i].kind == RecoveryActionKind::rewrite_journal) {
+    Status s = rewrite_journal(fs, journal, report.journal.header.store_uuid, report.next_txn, report.transactions);
     if (!s.ok()) {
-      for (const auto k : abort_actions) report.actions[k].error = s.message();
+      for (std::size_t k = 0; k <= i; ++k) report.actions[k].error = s.message();
       return s.with_context("recovery");
     }
-    for (std::size_t k = 0; k < abort_actions.size(); ++k) {
-      auto& a = report.actions[abort_actions[k]];
-      a.done = true;
-      for (auto& t : report.transactions)
-        if (t.txn == a.txn) {
-          t.state = TxnState::aborted;
-          t.abort_reason = AbortReason::recovery;
-          t.end_offset = journal.last_offsets()[k];
-        }
-    }
+    for (std::size_t k = 0; k <= i; ++k) report.actions[k].done = true;
+    ++i;
+  }
+  const std::string store = parent_path(journal.path());
+  for (; i < report.actions.size() && report.actions[i].kind == RecoveryActionKind::quarantine; ++i) {
+    auto& a = report.actions[i];
+    Status s = quarantine_dir(fs, store, a);
+    if (s.ok()) a.done = true;
+    else a.error = s.message();
+    for (auto& t : report.transactions)
+      if (t.txn == a.txn && s.ok()) t.dir_present = false;
   }
   run_removals(fs, report.actions, i);
+  for (auto& t : report.transactions)
+    for (const auto& a : report.actions)
+      if (a.txn == t.txn && a.kind == RecoveryActionKind::remove_dir && a.done) t.dir_present = false;
   report.applied = true;
   return Status();
 }

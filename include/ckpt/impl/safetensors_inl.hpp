@@ -109,12 +109,20 @@ class SafetensorsHeaderParser {
           if (!seen_.insert(current_).second) fail(entry_name() + ": key appears twice in the header");
         } else if (depth == 2) {
           field_ = parsed.get<std::string>();
+          // __metadata__ pairs go straight to the result (and never into the DOM): duplicates are found
+          // there once sorted, so a 100 MiB object of short pairs is not held three times (issue 9).
+          if (current_ == safetensors::kMetadataKey) return false;
           if (!entry_keys_.insert(field_).second) fail(where() + ": key appears twice");
         }
         return true;
       case E::value:
         if (depth == 0) fail("offset 8: header must be a JSON object, found " + describe_json(parsed));
         if (depth == 1) fail(entry_name() + ": expected an object, found " + describe_json(parsed));
+        if (depth == 2 && current_ == safetensors::kMetadataKey) {
+          if (!parsed.is_string()) fail(where() + ": expected a string value, found " + describe_json(parsed));
+          header_.metadata.emplace_back(field_, std::move(parsed.get_ref<std::string&>()));
+          return false;
+        }
         // A shape longer than the rank limit is refused before it is stored (spec 8 decoder limits).
         if (depth == 3 && ++array_items_ > format::kMaxRank)
           fail(where() + ": expected at most " + std::to_string(format::kMaxRank) + " elements, found more");
@@ -123,11 +131,7 @@ class SafetensorsHeaderParser {
         return true;
       case E::object_end:
         if (depth != 1) return true;
-        if (current_ == safetensors::kMetadataKey) {
-          take_metadata(parsed);
-        } else {
-          take_tensor(parsed);
-        }
+        if (current_ != safetensors::kMetadataKey) take_tensor(parsed);  // metadata was taken pair by pair
         return false;  // validated and copied: drop it from the DOM
     }
     return true;
@@ -135,6 +139,11 @@ class SafetensorsHeaderParser {
 
   // Sorts by data offset and checks that the tensors tile the data buffer exactly (no overlap, no hole).
   [[nodiscard]] Status finish() {
+    auto& metadata = header_.metadata;
+    std::sort(metadata.begin(), metadata.end());
+    for (std::size_t i = 1; i < metadata.size(); ++i)
+      if (metadata[i - 1].first == metadata[i].first)
+        return error("__metadata__ key " + printable(metadata[i].first) + ": key appears twice");
     auto& tensors = header_.tensors;
     std::sort(tensors.begin(), tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
       if (a.begin != b.begin) return a.begin < b.begin;
@@ -188,13 +197,6 @@ class SafetensorsHeaderParser {
     return "only the fields dtype, shape, data_offsets";
   }
 
-  void take_metadata(const nlohmann::json& object) {
-    for (auto it = object.begin(); it != object.end(); ++it) {
-      if (!it.value().is_string())
-        fail("__metadata__ key " + printable(it.key()) + ": expected a string value, found " + describe_json(it.value()));
-      header_.metadata.emplace_back(it.key(), it.value().get<std::string>());
-    }
-  }
 
   void take_tensor(const nlohmann::json& object) {
     const std::string name = "tensor " + printable(current_);

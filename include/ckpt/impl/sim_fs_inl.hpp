@@ -249,9 +249,49 @@ inline std::uint64_t SimFs::link_new(std::uint64_t dir, const std::string& name,
 
 inline void SimFs::make_file_durable(Node& n) {
   if (n.pending.empty()) return;
-  n.durable = n.data;  // shared; the next write copies (mutable_data)
+  if (!n.diverged) {
+    n.durable = n.data;  // shared; the next write copies (mutable_data)
+  } else {
+    // Only what was written since the failed writeback reaches the disk.
+    auto disk = std::make_shared<std::vector<unsigned char>>(n.durable ? *n.durable : std::vector<unsigned char>{});
+    for (const FileOp& op : n.pending) {
+      if (op.is_truncate) {
+        disk->resize(static_cast<std::size_t>(op.size));
+        continue;
+      }
+      if (disk->size() < op.offset + op.size) disk->resize(static_cast<std::size_t>(op.offset + op.size));
+      std::copy(op.bytes->begin(), op.bytes->end(), disk->begin() + static_cast<std::ptrdiff_t>(op.offset));
+    }
+    n.durable = std::move(disk);
+  }
   n.pending.clear();
   ++state_.generation;
+}
+
+inline void SimFs::inject_sync_error(std::uint64_t nth) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sync_error_in_ = nth == 0 ? 1 : nth;
+}
+
+inline std::uint64_t SimFs::sync_errors() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sync_errors_taken_;
+}
+
+inline std::string SimFs::sync_error_path() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sync_error_path_;
+}
+
+inline bool SimFs::take_sync_error(Node& n, const std::string& path) {
+  if (sync_error_in_ == 0 || --sync_error_in_ != 0) return false;
+  ++sync_errors_taken_;
+  sync_error_path_ = path;
+  // The pages are clean again but never reached the disk: nothing pending, nothing made durable.
+  n.pending.clear();
+  n.diverged = true;
+  ++state_.generation;
+  return true;
 }
 
 // Drops inodes nothing can reach any more: not in a live or durable entry, an open handle, or an
@@ -387,6 +427,7 @@ inline Status SimFs::sync(FileHandle f) {
     ++state_.op_counts[static_cast<std::size_t>(FsOp::sync)];
     Handle* h = nullptr;
     CKPT_TRY(handle_of(f, "fsync", 0, h));
+    if (take_sync_error(state_.nodes.at(h->ino), h->path)) return detail::sim_error("fsync", "fd " + std::to_string(f.id), EIO);
     make_file_durable(state_.nodes.at(h->ino));
     path = h->path;
   }
@@ -401,6 +442,7 @@ inline Status SimFs::sync_data(FileHandle f) {
     ++state_.op_counts[static_cast<std::size_t>(FsOp::sync_data)];
     Handle* h = nullptr;
     CKPT_TRY(handle_of(f, "fdatasync", 0, h));
+    if (take_sync_error(state_.nodes.at(h->ino), h->path)) return detail::sim_error("fdatasync", "fd " + std::to_string(f.id), EIO);
     make_file_durable(state_.nodes.at(h->ino));
     path = h->path;
   }
@@ -614,7 +656,8 @@ inline Result<PathInfo> SimFs::stat(const std::string& path) {
   if (l.err != 0) return detail::sim_error("stat", path, l.err);
   if (l.ino == 0) return detail::sim_error("stat", path, ENOENT);
   const Node& node = state_.nodes.at(l.ino);
-  return PathInfo{node.is_dir, node.is_dir ? 0 : static_cast<std::uint64_t>(node.data->size())};
+  return PathInfo{node.is_dir, node.is_dir ? 0 : static_cast<std::uint64_t>(node.data->size()),
+                  node.is_dir ? EntryKind::directory : EntryKind::file};
 }
 
 inline Result<FileHandle> SimFs::lock(const std::string& path) {

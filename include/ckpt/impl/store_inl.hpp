@@ -425,6 +425,34 @@ Status Store<Fs>::open_writable() {
   if (report->corrupt()) return report->corruption_status();
   CKPT_TRY(detail::apply_recovery(fs_, *journal_, *report));
   adopt(std::move(report).value());
+  compacted_end_ = journal_->end();
+  return Status();
+}
+
+template <class Fs>
+void Store<Fs>::reindex() {
+  by_txn_.clear();
+  for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.emplace(txns_[i].txn, i);
+}
+
+template <class Fs>
+Status Store<Fs>::compact_if_due() {
+  // The journal grows with live steps, not history (spec 5.7): rewrite once it has doubled since the last rewrite.
+  if (!journal_ || journal_->failed() || open_txn_ != nullptr) return Status();
+  const std::uint64_t end = journal_->end();
+  if (end < journal::kCompactMinBytes || end < 2 * compacted_end_) return Status();
+  return compact();
+}
+
+template <class Fs>
+Status Store<Fs>::compact() {
+  CKPT_TRY(check_writable());
+  if (open_txn_ != nullptr)
+    return make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " is open; compact between saves");
+  Status s = detail::rewrite_journal(fs_, *journal_, uuid_, next_txn_, txns_);
+  reindex();
+  if (!s.ok()) return s.with_context(path_ + ": journal compaction");
+  compacted_end_ = journal_->end();
   return Status();
 }
 
@@ -637,6 +665,10 @@ Status Store<Fs>::remove_txn_files(const TxnInfo& t) {
   sync.path = path_;
   actions.push_back(sync);
   detail::run_removals(fs_, actions, 0);
+  bool dir_gone = false;
+  for (const auto& a : actions) dir_gone = dir_gone || (a.kind == RecoveryActionKind::remove_dir && a.done);
+  if (dir_gone)
+    if (TxnInfo* mine = find_txn(t.txn)) mine->dir_present = false;
   std::string errors;
   for (const auto& a : actions)
     if (!a.error.empty()) errors += (errors.empty() ? "" : "; ") + a.describe();
@@ -662,6 +694,7 @@ Status Store<Fs>::abandon(std::uint64_t txn, AbortReason reason) {
   }
   // No COMMIT was written for this transaction, so removing its files cannot break a step (spec 5.5).
   Status removed = remove_txn_files(*t);
+  if (result.ok() && removed.ok()) result = compact_if_due();
   return result.ok() ? removed : result;
 }
 
@@ -681,7 +714,8 @@ Status Store<Fs>::retire_txns(const std::vector<std::uint64_t>& txns) {
     Status s = remove_txn_files(*find_txn(id));
     if (result.ok() && !s.ok()) result = s;
   }
-  return result;
+  Status compacted = compact_if_due();
+  return result.ok() ? compacted : result;
 }
 
 template <class Fs>

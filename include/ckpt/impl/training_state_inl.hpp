@@ -1,8 +1,9 @@
 // ckpt: definitions for training_state.hpp (spec/JOURNAL.md 7.3).
 #pragma once
 
-#include <set>
+#include <algorithm>
 #include <string_view>
+#include <vector>
 
 #include "../index.hpp"
 
@@ -30,12 +31,16 @@ inline Status check_training_state(const TrainingState& state) {
     return make_error(Code::invalid_argument, "training state: more than 2^24 optimizer tensors");
   if (state.values.size() > training_state::kMaxValues)
     return make_error(Code::invalid_argument, "training state: more than 2^24 values");
-  std::set<std::string_view> seen;
+  std::vector<std::string_view> sorted;  // views, not copies: see decode_training_state
+  sorted.reserve(state.optimizer_tensors.size());
   for (const auto& name : state.optimizer_tensors) {
     CKPT_TRY(detail::check_state_name("optimizer tensor name", name));
-    if (!seen.insert(name).second)
-      return make_error(Code::invalid_argument, "training state: optimizer tensor '" + name + "' listed twice");
+    sorted.push_back(name);
   }
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end())
+    return make_error(Code::invalid_argument, "training state: optimizer tensor '" + std::string(*twice) + "' listed twice");
   for (const auto& [key, value] : state.values) {
     CKPT_TRY(detail::check_state_name("training state key", key));
     if (value.is_string() && !valid_utf8(value.as_string()))
@@ -91,16 +96,27 @@ inline Status decode_training_state(Decoder& in, TrainingState& state, const std
     return corrupt("optimizer tensor count " + std::to_string(count) + " exceeds the limit or the bytes left");
   state.optimizer_tensors.clear();
   state.optimizer_tensors.reserve(count);
-  std::set<std::string> seen;
+  // Duplicates are found by sorting views of the input, not by a second copy of every name: a name
+  // may be one byte, and a set node per name would multiply the input many times over (issue 9).
+  std::vector<std::string_view> sorted;
+  sorted.reserve(count);
+  const char* base = reinterpret_cast<const char*>(in.cursor()) - in.position();
   for (std::uint32_t i = 0; i < count; ++i) {
     std::uint32_t len = 0;
     if (!in.u32(len) || !in.has(len)) return corrupt("optimizer tensor name " + std::to_string(i) + " runs past the end");
-    std::string name(reinterpret_cast<const char*>(in.cursor()), len);
+    const std::string_view name(reinterpret_cast<const char*>(in.cursor()), len);
     (void)in.skip(len);
     Status s = detail::check_state_name("optimizer tensor name", name);
     if (!s.ok()) return corrupt(s.message());
-    if (!seen.insert(name).second) return corrupt("optimizer tensor '" + name + "' listed twice");
-    state.optimizer_tensors.push_back(std::move(name));
+    sorted.push_back(name);
+    state.optimizer_tensors.emplace_back(name);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end()) {
+    const char* later = std::max(twice->data(), (twice + 1)->data());  // the second copy, at its length field
+    return make_error(Code::corrupt, where + ": training state at byte " + std::to_string(later - base - 4) +
+                                         ": optimizer tensor '" + std::string(*twice) + "' listed twice");
   }
 
   if (!in.u32(count) || !in.u32(reserved)) return corrupt("value count is cut short");

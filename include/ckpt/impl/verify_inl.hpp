@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "../io/sigbus_guard.hpp"
+
 namespace ckpt {
 
 namespace detail {
@@ -210,6 +212,8 @@ Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOp
     }
   }
   std::atomic<std::size_t> next{0};
+  std::atomic<bool> file_changed{false};
+  static constexpr const char* kFileChanged = "file changed during verification";
   std::atomic<std::uint64_t> bytes_done{0}, chunks_done{0};
   std::mutex mutex;
   // Digests of an item's chunks. pread mode reads at most kReadSlice bytes at a time into a
@@ -220,11 +224,30 @@ Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOp
     found.clear();
     const std::uint64_t end = item.first + item.count;
     if (mapping.data() != nullptr) {
-      for (std::uint64_t c = item.first; c < end; ++c) {
-        const auto& rec = index.chunks[p.chunk_first + c];
-        found.push_back(xxh3_64(mapping.data() + (rec.offset - sb.data_offset), static_cast<std::size_t>(rec.length)));
-      }
-      return Status();
+      // A file truncated while mapped raises SIGBUS on the first page past its new end (issue 5): the
+      // hashing runs under run_catching_sigbus, so it allocates nothing and owns nothing.
+      found.resize(static_cast<std::size_t>(item.count));
+      std::uint64_t* out = found.data();
+      const unsigned char* base = mapping.data();
+      const ChunkRecord* chunks = index.chunks.data() + p.chunk_first;
+      const void* fault = nullptr;
+      const bool finished = run_catching_sigbus(
+          [&] {
+            for (std::uint64_t c = item.first; c < end; ++c)
+              out[c - item.first] = xxh3_64(base + (chunks[c].offset - sb.data_offset), static_cast<std::size_t>(chunks[c].length));
+          },
+          &fault);
+      if (finished) return Status();
+      const auto* at = static_cast<const unsigned char*>(fault);
+      const std::uint64_t offset = at != nullptr && at >= base && at < base + mapping.size()
+                                       ? sb.data_offset + static_cast<std::uint64_t>(at - base)
+                                       : item.offset;
+      auto now = fs.file_size(file.get());
+      return make_error(Code::io, std::string(kFileChanged) + ": bus error reading the mapping at offset " +
+                                      std::to_string(offset) + " (the file was " + std::to_string(report.file_size) +
+                                      " bytes when verification began" +
+                                      (now.ok() ? ", " + std::to_string(*now) + " bytes now" : std::string()) +
+                                      "; truncated while being read)");
     }
     buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(item.length, detail::kReadSlice)));
     for (std::uint64_t c = item.first; c < end;) {
@@ -255,7 +278,9 @@ Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOp
       const Item& item = items[i];
       const auto& p = index.pieces[item.piece];
       const auto& t = index.tensors[p.tensor];
+      if (file_changed.load()) break;  // one report is enough: every later item would fault the same way
       if (Status s = hash_item(item, buf, found); !s.ok()) {
+        if (s.message().rfind(kFileChanged, 0) == 0 && file_changed.exchange(true)) break;
         std::lock_guard<std::mutex> lock(mutex);
         Problem pr = make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, "data", item.offset, item.length,
                                   "tensor '" + t.name + "' piece " + std::to_string(item.piece - t.piece_first) + ": " + s.message());
@@ -297,6 +322,25 @@ Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOp
   std::sort(report.problems.begin(), report.problems.end(),
             [](const Problem& a, const Problem& b) { return a.offset < b.offset; });
   return report;
+}
+
+inline const char* step_recheck_name(StepRecheck r) noexcept {
+  switch (r) {
+    case StepRecheck::committed: return "committed";
+    case StepRecheck::retired: return "retired";
+    case StepRecheck::not_listed: return "not in the journal";
+  }
+  return "unknown";
+}
+
+template <class StoreT>
+Result<StepRecheck> recheck_step(StoreT& store, std::uint64_t step, std::uint64_t txn) {
+  CKPT_TRY(store.refresh());
+  for (const auto& s : store.steps())
+    if (s.txn == txn && s.step == step) return StepRecheck::committed;
+  for (const auto& t : store.transactions())
+    if (t.txn == txn && t.step == step) return StepRecheck::retired;  // known and no longer committed
+  return StepRecheck::not_listed;
 }
 
 }  // namespace ckpt

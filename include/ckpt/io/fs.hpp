@@ -1,7 +1,7 @@
 // ckpt: the file-system layer every read and write goes through, so tests can inject faults.
 //
 // An Fs is any class with these members (PosixFs is the default; SimFs and FaultFs model crashes):
-//   Result<FileHandle> open(const std::string& path, OpenMode mode);
+//   Result<FileHandle> open(const std::string& path, OpenMode mode);  // read/read_write: regular files only
 //   Status close(FileHandle f);
 //   Result<std::size_t> pread(FileHandle f, void* buf, std::size_t n, std::uint64_t off);  // short only at EOF
 //   Status pwrite(FileHandle f, const void* buf, std::size_t n, std::uint64_t off);        // all or error
@@ -18,6 +18,16 @@
 //   Result<PathInfo> stat(const std::string& path);  // Code::not_found when absent
 //   Result<FileHandle> lock(const std::string& path);  // exclusive, non-blocking; Code::conflict when held
 // Optionally: Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n) for zero-copy reads.
+//
+// Symlinks and special files (a store is only regular files and directories; a user may hand a tool anything):
+// - stat(path) does NOT follow a symlink in the last component (lstat) and reports what is there in
+//   PathInfo::kind, so a symlinked step directory is seen as a symlink, never as the folder it names.
+// - open(path, read | read_write) refuses, without blocking, anything that is not a regular file: a
+//   symlink, FIFO, device, socket or directory (Code::io, "<path>: not a regular file (a FIFO)").
+//   A FIFO with no writer must fail at once, never hang the caller.
+// - No operation follows a symlink in the last component; PosixFs also refuses one as the parent
+//   directory, so nothing is created, read or removed through a symlinked step directory. Components
+//   above the parent are followed: a store may live under a symlinked directory (/home -> /data/home).
 #pragma once
 
 #include <cstdint>
@@ -38,9 +48,13 @@ struct FileHandle {
   [[nodiscard]] bool valid() const noexcept { return id >= 0; }
 };
 
+// What stat finds at a path; symlinks are not followed (see above).
+enum class EntryKind : std::uint8_t { file, directory, symlink, other };  // other: FIFO, device, socket
+
 struct PathInfo {
-  bool is_dir = false;
-  std::uint64_t size = 0;
+  bool is_dir = false;     // kind == EntryKind::directory
+  std::uint64_t size = 0;  // bytes, for a regular file; 0 otherwise
+  EntryKind kind = EntryKind::file;
 };
 
 // Joins a directory and a name with one '/'.

@@ -146,6 +146,16 @@ class SimFs {
   [[nodiscard]] std::size_t unsynced_file_ops() const;
   [[nodiscard]] std::size_t unsynced_dir_ops() const;
 
+  // --- Writeback errors (spec/JOURNAL.md 5.4) -----------------------------------------------------
+  // The nth sync or sync_data call from now (of any file) fails with EIO, as Linux reports a failed
+  // writeback: the file's unsynced writes never reach the disk (a crash never keeps them, and no later
+  // sync makes them durable), yet reads go on seeing them, because the kernel keeps the pages cached
+  // and marks them clean. A later sync of new writes succeeds and persists only those.
+  void inject_sync_error(std::uint64_t nth = 1);
+  // Sync and sync_data calls that failed so far through inject_sync_error, and the last one's path.
+  [[nodiscard]] std::uint64_t sync_errors() const;
+  [[nodiscard]] std::string sync_error_path() const;
+
   // --- Tests and debugging --------------------------------------------------------------------
   // Runs hook at every persistence point (see above); pass nullptr to remove it.
   void set_persistence_hook(Hook hook, bool every_mutation = false);
@@ -184,6 +194,8 @@ class SimFs {
     std::shared_ptr<std::vector<unsigned char>> data;
     std::shared_ptr<std::vector<unsigned char>> durable;
     std::vector<FileOp> pending;
+    // A writeback failed: data holds bytes the disk never got, so syncs replay pending onto durable.
+    bool diverged = false;
     // Directories: live and durable entries, name -> inode.
     std::map<std::string, std::uint64_t> entries, durable_entries;
   };
@@ -216,6 +228,8 @@ class SimFs {
   [[nodiscard]] std::vector<unsigned char>& mutable_data(Node& n);
   std::uint64_t link_new(std::uint64_t dir, const std::string& name, bool is_dir, const std::string& path);
   void make_file_durable(Node& n);
+  // Applies an injected writeback error to the sync of the file at path; true when it fails.
+  [[nodiscard]] bool take_sync_error(Node& n, const std::string& path);
   void collect_garbage();
   [[nodiscard]] std::shared_ptr<const CrashPlan> plan(const CrashModel& model) const;
   [[nodiscard]] DirTable replay_dirs(const std::vector<bool>& dir_kept) const;
@@ -230,6 +244,9 @@ class SimFs {
   bool in_hook_ = false;
   std::uint64_t points_ = 0;
   std::string crash_note_;
+  std::uint64_t sync_error_in_ = 0;  // syncs left before the failing one; 0: none armed
+  std::uint64_t sync_errors_taken_ = 0;
+  std::string sync_error_path_;
 };
 
 }  // namespace ckpt

@@ -1,0 +1,15 @@
+# libFuzzer targets of tests/fuzz/ (issue 9), one per decoder; nothing at all unless CKPT_FUZZ=ON.
+# Needs clang: cmake -S . -B build-fuzz -DCKPT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ (tools/fuzz.sh does this).
+if(NOT CKPT_FUZZ)
+  return()
+endif()
+if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  message(FATAL_ERROR "CKPT_FUZZ=ON needs clang++ for -fsanitize=fuzzer (found ${CMAKE_CXX_COMPILER_ID})")
+endif()
+set(CKPT_FUZZ_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g)
+foreach(decoder index manifest journal safetensors)
+  add_executable(fuzz_${decoder} ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_${decoder}.cpp)
+  target_link_libraries(fuzz_${decoder} PRIVATE ckpt::ckpt)
+  target_compile_options(fuzz_${decoder} PRIVATE ${CKPT_FUZZ_FLAGS} ${CKPT_WARNINGS})
+  target_link_options(fuzz_${decoder} PRIVATE ${CKPT_FUZZ_FLAGS})
+endforeach()
