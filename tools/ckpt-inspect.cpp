@@ -213,7 +213,7 @@ void print_human(const json& doc) {
               {"transactions", ckpt::tools::transactions_json(report.transactions)},
               {"unknown_entries", report.unknown_entries},
               {"problems", report.problems}};
-  damaged = report.corrupt();
+  damaged = report.corrupt() || report.tail_damaged();
   json steps = json::array();
   const std::vector<ckpt::StepInfo> listed = store.steps();  // a copy: a recheck refreshes the store
   for (const auto& info : listed) {

@@ -1,7 +1,10 @@
 // ckpt-repair: explains what is wrong with a checkpoint store and fixes what can be fixed without
 // losing a committed step (spec/JOURNAL.md 6.4, 11):
-//   - a torn journal tail is truncated and transactions left open by a crash are aborted, their files
-//     (only those their BEGIN named) removed: the recovery of a writable open;
+//   - the recovery of a writable open (spec/JOURNAL.md 6.4): digest-valid records of a damaged tail are
+//     applied when what they name checks out, a transaction whose MANIFEST and shards verify is rolled
+//     forward, one that never reached its MANIFEST is aborted and only the files its BEGIN named are
+//     removed, and ambiguous ones go to STORE/quarantine/ (deleted only with --purge); the journal is
+//     then written anew;
 //   - a missing or corrupt journal is rebuilt from the step directories whose manifest and every shard
 //     verify; the new journal is written under a temporary name, fsynced and renamed into place, and
 //     the old one is kept renamed, never deleted;
@@ -167,6 +170,12 @@ ckpt::Result<Rebuild> plan_rebuild(ckpt::PosixFs& fs, const std::string& store, 
       c.verdict = Candidate::Verdict::abort;
       c.reason = "the old journal shows txn " + std::to_string(c.txn) + " begun and never committed (no damage after it): "
                  "aborted, its files are removed";
+    } else if (!c.damage.empty() && knows && k->second.commit && c.content.manifest_size == k->second.commit->manifest_size &&
+               c.content.manifest_digest == k->second.commit->manifest_digest) {
+      // Committed on evidence (a once-durable COMMIT whose MANIFEST still matches): a bad chunk makes the
+      // step damaged, never uncommitted. It stays in the journal and is reported (spec/JOURNAL.md 6.4).
+      c.verdict = Candidate::Verdict::include;
+      c.reason = "committed in the old journal and its MANIFEST matches the COMMIT, but it has damage: kept committed, reported";
     } else if (!c.damage.empty()) {
       c.verdict = Candidate::Verdict::damaged;
       c.reason = "does not verify: left in place, not in the new journal";
@@ -334,7 +343,8 @@ json step_result_json(const StepResult& r) {
 
 class Repair {
  public:
-  Repair(ckpt::PosixFs& fs, std::string store, bool dry_run, Output& out) : fs_(fs), store_(std::move(store)), dry_run_(dry_run), out_(out) {}
+  Repair(ckpt::PosixFs& fs, std::string store, bool dry_run, bool purge, Output& out)
+      : fs_(fs), store_(std::move(store)), dry_run_(dry_run), purge_(purge), out_(out) {}
 
   int run(ckpt::tools::PathKind kind) {
     out_.doc["store"] = store_;
@@ -373,26 +383,34 @@ class Repair {
 
   void list_found(const ckpt::RecoveryReport& r) {
     out_.heading("found:");
-    if (r.journal.torn_tail)
-      add_found("torn journal tail at offset " + std::to_string(r.journal.torn_tail->offset) + " (" +
-                std::to_string(r.journal.torn_tail->length) + " bytes; a crash during an append left it)");
+    if (r.journal.torn_tail) {
+      const auto& t = *r.journal.torn_tail;
+      if (t.clean_tear)
+        add_found("torn journal tail at offset " + std::to_string(t.offset) + " (" + std::to_string(t.length) +
+                  " bytes; a crash during an append left it)");
+      else
+        add_found("DAMAGED journal tail at offset " + std::to_string(t.offset) + " (" + std::to_string(t.length) +
+                  " bytes): every byte is there and still does not check out, so this is damage to durable data, "
+                  "not a torn append: " + t.reason);
+    }
+    for (const auto& rec : r.salvaged) add_found("applied from the damaged tail (digest-valid, what it names checks out): " + rec);
+    for (const auto& a : r.actions) {
+      if (a.kind == ckpt::RecoveryActionKind::append_commit)
+        add_found("transaction " + std::to_string(a.txn) + " (step " + std::to_string(a.commit.step) +
+                  ") has no durable COMMIT, but its MANIFEST and every chunk of its shards verify: it is rolled forward (committed)");
+      if (a.kind == ckpt::RecoveryActionKind::quarantine)
+        add_found("transaction " + std::to_string(a.txn) + ": its files cannot be proven committed or uncommitted, so " + a.path +
+                  " moves to " + a.to + " (kept; ckpt-repair --purge deletes quarantine)");
+    }
     for (const auto& t : r.transactions) {
       if (t.state == ckpt::TxnState::open) {
-        add_found("transaction " + std::to_string(t.txn) + " (step " + std::to_string(t.step) + ", " + t.dir() +
-                  ") began but never committed: it is rolled back and only the files its BEGIN named are removed");
-        // A complete step without a COMMIT: a crash just before the commit, or the one case of spec 6.7
-        // (damage to the last journal page looks like a torn tail). Say so before anything is removed.
-        Candidate c;
-        c.dir = t.dir();
-        c.step = t.step;
-        c.txn = t.txn;
-        if (fs_.stat(ckpt::join_path(store_, c.dir)).ok()) {
-          verify_candidate(fs_, store_, c);
-          if (c.damage.empty())
-            add_found("note: " + c.dir + " holds a complete step that verifies, but no durable COMMIT names it (a crash "
-                      "right before the commit, or damage to the journal's last page: spec/JOURNAL.md 6.7); the protocol "
-                      "rolls it back: copy it aside first (see --dry-run) if it matters");
-        }
+        bool decided = false;
+        for (const auto& a : r.actions)
+          decided = decided || (a.txn == t.txn && (a.kind == ckpt::RecoveryActionKind::append_commit ||
+                                                   a.kind == ckpt::RecoveryActionKind::quarantine));
+        if (!decided)
+          add_found("transaction " + std::to_string(t.txn) + " (step " + std::to_string(t.step) + ", " + t.dir() +
+                    ") began and never reached its MANIFEST: it is rolled back and only the files its BEGIN named are removed");
       }
       else if ((t.state == ckpt::TxnState::aborted || t.state == ckpt::TxnState::retired))
         for (const auto& a : r.actions)
@@ -454,6 +472,7 @@ class Repair {
       store = std::move(rw).value();
       final_report = store->recovery_report();
       record_actions(final_report.actions);
+      if (purge_) purge_quarantine();  // under the lock the writable open holds
     }
     unknown_ = final_report.unknown_entries;
     notes_ = final_report.notes;
@@ -509,7 +528,7 @@ class Repair {
       out_.line("  " + c.dir + ": " + verdict + " (" + c.reason + ")");
       for (const auto& d : c.damage) out_.line("      " + d);
       candidates.push_back({{"dir", c.dir}, {"step", c.step}, {"txn", c.txn}, {"verdict", verdict}, {"reason", c.reason}, {"damage", c.damage}});
-      if (c.verdict == Candidate::Verdict::damaged) rebuild_damage_.push_back(c.dir);
+      if (c.verdict == Candidate::Verdict::damaged || !c.damage.empty()) rebuild_damage_.push_back(c.dir);
     }
     if (plan->candidates.empty()) out_.line("  no step directories: the new journal holds no step");
     if (plan->high_water)
@@ -573,7 +592,64 @@ class Repair {
     return finish(ckpt::cli::kOk);
   }
 
+  // Deletes everything under STORE/quarantine/ (spec/JOURNAL.md 6.8): never followed through a symlink,
+  // since every removal goes through PosixFs's O_NOFOLLOW directory handles.
+  void remove_tree(const std::string& path, json& removed) {
+    auto info = fs_.stat(path);
+    if (!info.ok()) return;
+    if (info->kind == ckpt::EntryKind::directory) {
+      auto entries = fs_.list_dir(path);
+      if (entries.ok())
+        for (const auto& e : *entries) remove_tree(ckpt::join_path(path, e), removed);
+      ckpt::Status s = fs_.rmdir(path);
+      if (!s.ok()) {
+        error_ = s;
+        return;
+      }
+    } else {
+      ckpt::Status s = fs_.unlink(path);  // a symlink is removed itself, never what it points at
+      if (!s.ok()) {
+        error_ = s;
+        return;
+      }
+    }
+    removed.push_back(path);
+  }
+
+  void purge_quarantine() {
+    const std::string q = ckpt::join_path(store_, std::string(ckpt::journal::kQuarantineName));
+    json removed = json::array();
+    auto entries = fs_.list_dir(q);
+    if (entries.ok()) {
+      out_.heading("purging quarantine:");
+      for (const auto& e : *entries) {
+        remove_tree(ckpt::join_path(q, e), removed);
+        out_.line("  removed " + ckpt::join_path(q, e));
+      }
+      if (error_.ok()) {
+        ckpt::Status s = fs_.sync_dir(q);
+        if (s.ok()) s = fs_.rmdir(q);
+        if (s.ok()) s = fs_.sync_dir(store_);
+        if (!s.ok()) error_ = s;
+      }
+    }
+    out_.doc["purged"] = std::move(removed);
+  }
+
+  void list_quarantine() {
+    const std::string q = ckpt::join_path(store_, std::string(ckpt::journal::kQuarantineName));
+    auto entries = fs_.list_dir(q);
+    std::vector<std::string> held;
+    if (entries.ok()) held = *entries;
+    out_.doc["quarantine"] = held;
+    if (held.empty()) return;
+    quarantined_ = true;
+    out_.heading("in quarantine (kept for a person to decide; ckpt-repair --purge deletes them):");
+    for (const auto& h : held) out_.line("  " + ckpt::join_path(q, h));
+  }
+
   int finish(int code) {
+    list_quarantine();
     if (!unknown_.empty()) {
       out_.heading("not accounted for (listed, never deleted):");
       for (const auto& u : unknown_) out_.line("  " + u);
@@ -584,7 +660,7 @@ class Repair {
       if (code == ckpt::cli::kOk) code = ckpt::cli::kUsage;
     } else if (action_failed_) {
       code = ckpt::cli::kUsage;
-    } else if (!damaged_.empty() || !rebuild_damage_.empty() || pending_) {
+    } else if (!damaged_.empty() || !rebuild_damage_.empty() || pending_ || quarantined_) {
       code = std::max(code, static_cast<int>(ckpt::cli::kIntegrity));
     }
     std::string verdict;
@@ -596,6 +672,8 @@ class Repair {
       all.insert(rebuild_damage_.begin(), rebuild_damage_.end());
       verdict = "DAMAGE REMAINS: " + std::to_string(all.size()) + " step director" + (all.size() == 1 ? "y" : "ies") + " damaged:";
       for (const auto& d : all) verdict += " " + d;
+    } else if (quarantined_) {
+      verdict = "consistent, but quarantine/ holds files whose fate recovery could not prove: inspect them, then ckpt-repair --purge";
     } else {
       verdict = dry_run_ ? "consistent: nothing to repair" : "consistent";
     }
@@ -618,10 +696,10 @@ class Repair {
 
   ckpt::PosixFs& fs_;
   std::string store_;
-  bool dry_run_;
+  bool dry_run_, purge_;
   Output& out_;
   ckpt::Status error_;
-  bool action_failed_ = false, pending_ = false;
+  bool action_failed_ = false, pending_ = false, quarantined_ = false;
   std::vector<std::string> found_, unknown_, notes_, damaged_, rebuild_damage_;
 };
 
@@ -634,16 +712,20 @@ int main(int argc, char** argv) {
                  "only the files they named), rebuilds a missing or corrupt journal from the step directories\n"
                  "whose manifest and shards verify (the old journal is kept renamed), verifies every committed\n"
                  "step and names damage down to tensor and chunk. It never deletes a committed step, and lists\n"
-                 "but never deletes files it cannot account for.\n\n"
+                 "but never deletes files it cannot account for. Files whose fate recovery cannot prove are moved\n"
+                 "to STORE/quarantine/ and kept until --purge.\n\n"
                  "Exit status: 0 the store is consistent afterwards (with --dry-run: already consistent),\n"
-                 "1 damage remains that it could not repair (with --dry-run: repairs are needed),\n"
+                 "1 damage remains that it could not repair, or quarantine/ is not empty (with --dry-run: repairs\n"
+                 "are needed),\n"
                  "2 usage or I/O error.",
                  kTool};
     std::string path;
-    bool dry_run = false, as_json = false;
+    bool dry_run = false, as_json = false, purge = false;
     app.add_option("STORE", path, "store directory (holds JOURNAL and step-<step>-<txn>/ directories)")->required();
     app.add_flag("--dry-run", dry_run, "report what would be done and change nothing (takes no lock)");
     app.add_flag("--json", as_json, "print one JSON document instead of text");
+    app.add_flag("--purge", purge, "after repairing, delete everything in STORE/quarantine/ (files recovery could not prove "
+                                   "committed or uncommitted); without it they are kept and the exit status is 1");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
     while (path.size() > 1 && path.back() == '/') path.pop_back();
 
@@ -660,7 +742,8 @@ int main(int argc, char** argv) {
       default: break;
     }
     Output out(as_json);
-    Repair repair(fs, path, dry_run, out);
+    if (purge && dry_run) return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, "--purge and --dry-run exclude each other"));
+    Repair repair(fs, path, dry_run, purge, out);
     const int code = repair.run(*kind);
     if (as_json) ckpt::cli::print_json(out.doc);
     return code;

@@ -239,9 +239,17 @@ ckpt::Result<StoreOutcome> verify_store(ckpt::PosixFs& fs, const std::string& pa
   const ckpt::RecoveryReport& report = store->recovery_report();
   out.journal = report.journal;
   if (report.corrupt()) out.problems.push_back(report.corruption_status());
-  if (report.journal.torn_tail)
+  if (report.tail_damaged())  // every byte there and not checking out: damage to durable data (spec/JOURNAL.md 6.3)
+    out.problems.push_back(ckpt::make_error(ckpt::Code::corrupt, "damaged journal tail at offset " +
+                                                                     std::to_string(report.journal.torn_tail->offset) + " (" +
+                                                                     std::to_string(report.journal.torn_tail->length) +
+                                                                     " bytes, not a torn append: " + report.journal.torn_tail->reason +
+                                                                     "); run ckpt-repair, which applies what still checks out"));
+  else if (report.journal.torn_tail)
     out.notes.push_back("torn journal tail at offset " + std::to_string(report.journal.torn_tail->offset) + " (" +
                         std::to_string(report.journal.torn_tail->length) + " bytes, left by a crash; the next writer or ckpt-repair truncates it)");
+  for (const auto& u : report.unknown_entries)
+    out.notes.push_back("unknown entry '" + u + "' in the store: no journal record accounts for it (a symlink, device or FIFO is never followed)");
   for (const auto& t : report.transactions)
     if (t.state == ckpt::TxnState::open)
       out.notes.push_back("transaction " + std::to_string(t.txn) + " (step " + std::to_string(t.step) +

@@ -232,7 +232,7 @@ template <class Fs>
   json unapplied = json::array();
   for (const auto& r : d.unapplied) unapplied.push_back(r.describe());
   return {{"offset", d.offset}, {"length", d.length}, {"bad_offset", d.bad_offset}, {"reason", d.reason},
-          {"unapplied", std::move(unapplied)}};
+          {"clean_tear", d.clean_tear}, {"unapplied", std::move(unapplied)}};
 }
 
 [[nodiscard]] inline json journal_json(const JournalScan& j) {
@@ -257,9 +257,12 @@ template <class Fs>
 [[nodiscard]] inline std::string journal_line(const JournalScan& j) {
   std::string s = std::to_string(j.file_size) + " bytes, " + std::to_string(j.groups) + " complete groups, " +
                   std::to_string(j.records.size()) + " records";
-  if (j.torn_tail)
+  if (j.torn_tail && j.torn_tail->clean_tear)
     s += "; torn tail [" + std::to_string(j.torn_tail->offset) + ", " + std::to_string(j.torn_tail->offset + j.torn_tail->length) +
          ") (" + std::to_string(j.torn_tail->length) + " bytes, left by a crash during an append)";
+  else if (j.torn_tail)
+    s += "; DAMAGED tail [" + std::to_string(j.torn_tail->offset) + ", " + std::to_string(j.torn_tail->offset + j.torn_tail->length) +
+         ") (not a torn append: " + j.torn_tail->reason + ")";
   if (!j.has_header) s += "; no valid HEADER at offset 0";
   for (const auto& d : j.corruption)
     s += "; CORRUPT bytes [" + std::to_string(d.offset) + ", " + std::to_string(d.offset + d.length) + "): " + d.reason;

@@ -37,6 +37,10 @@ inline constexpr std::string_view kQuarantineName = "quarantine";
 inline constexpr std::string_view kJournalTempPrefix = "JOURNAL.tmp-";
 // A writer compacts once the journal is past this size and twice its size after the last rewrite (spec 5.7).
 inline constexpr std::uint64_t kCompactMinBytes = std::uint64_t{64} << 10;
+// Whether a writer rewrites its journal now: past kCompactMinBytes and twice its size after the last rewrite.
+[[nodiscard]] constexpr bool compaction_due(std::uint64_t end, std::uint64_t end_after_last_rewrite) noexcept {
+  return end >= kCompactMinBytes && end >= 2 * end_after_last_rewrite;
+}
 // Finished transactions without files that compaction still keeps, newest first: their SAVE_STATS are
 // the planner's history (spec 4.8) and their records what a report shows of the recent past.
 inline constexpr std::size_t kCompactKeepHistory = 8;

@@ -439,8 +439,7 @@ template <class Fs>
 Status Store<Fs>::compact_if_due() {
   // The journal grows with live steps, not history (spec 5.7): rewrite once it has doubled since the last rewrite.
   if (!journal_ || journal_->failed() || open_txn_ != nullptr) return Status();
-  const std::uint64_t end = journal_->end();
-  if (end < journal::kCompactMinBytes || end < 2 * compacted_end_) return Status();
+  if (!journal::compaction_due(journal_->end(), compacted_end_)) return Status();
   return compact();
 }
 
