@@ -300,11 +300,12 @@ TEST_CASE("ckpt-repair lists files it cannot account for and never deletes them"
   CHECK(std::get<1>(committed(store).back()) == 78);
 }
 
-TEST_CASE("ckpt-repair truncates a torn tail and rolls back the transaction a crash left open", "[repair]") {
+TEST_CASE("ckpt-repair applies what a damaged tail proves, quarantines the ambiguous and purges only when asked", "[repair]") {
   ckpt_test::TempDir dir;
   const std::string store = make_store(dir, "s");
   const auto steps = committed(store);
-  // What a writer killed mid-save leaves: a durable BEGIN, its directory with partial files, a torn group.
+  // A durable BEGIN, its directory with partial files, then 300 bytes no writer writes: every byte
+  // is there and nothing checks out, so this is damage, not a torn append (spec/JOURNAL.md 6.3).
   PosixFs fs;
   const std::string journal_path = store + "/JOURNAL";
   auto scan = scan_journal(fs, journal_path);
@@ -324,50 +325,72 @@ TEST_CASE("ckpt-repair truncates a torn tail and rolls back the transaction a cr
   ckpt_test::write_file(store + "/step-50-5/MANIFEST", "half a manifest");
   ckpt_test::write_file(journal_path, ckpt_test::read_file(journal_path) + std::string(300, 'T'));
 
+  const Run verify = run(kVerify, {store});
+  INFO(verify.out << verify.err);
+  CHECK(verify.code == 1);  // a damaged tail is reported, never passed over
+  CHECK(verify.says("damaged journal tail at offset " + std::to_string(end + 4096)));
+
   const auto before = tree(store);
   const Run dry = run(kRepair, {store, "--dry-run"});
   INFO(dry.out << dry.err);
   CHECK(dry.code == 1);
-  CHECK(dry.says("torn journal tail at offset " + std::to_string(end + 4096) + " (300 bytes"));
-  CHECK(dry.says("transaction 5 (step 50, step-50-5) began but never committed"));
-  CHECK(dry.says("would do:"));
-  CHECK(dry.says("remove_file " + store + "/step-50-5/" + kShard));
+  CHECK(dry.says("DAMAGED journal tail at offset " + std::to_string(end + 4096) + " (300 bytes)"));
+  CHECK(dry.says("quarantine " + store + "/step-50-5 -> " + store + "/quarantine/step-50-5"));
   CHECK(tree(store) == before);  // a dry run changes nothing
 
   const Run r = run(kRepair, {store, "--json"});
   INFO(r.out << r.err);
-  CHECK(r.code == 0);
+  CHECK(r.code == 1);  // quarantine is not empty: a person decides
   const json j = r.out_json();
   std::vector<std::string> kinds;
   for (const auto& a : j["actions"]) {
     kinds.push_back(a["action"].get<std::string>());
     CHECK(a["done"] == true);
   }
-  CHECK(kinds == std::vector<std::string>{"truncate_journal", "append_abort", "remove_file", "remove_file", "remove_dir", "sync_dir"});
+  CHECK(kinds == std::vector<std::string>{"truncate_journal", "append_abort", "rewrite_journal", "quarantine", "sync_dir"});
+  CHECK(j["quarantine"] == json::array({"step-50-5"}));
   CHECK_FALSE(fsys::exists(store + "/step-50-5"));
+  CHECK(ckpt_test::read_file(store + "/quarantine/step-50-5/MANIFEST") == "half a manifest");
   CHECK(committed(store) == steps);
+  CHECK(run(kVerify, {store}).code == 0);
+
+  const Run purge = run(kRepair, {store, "--purge"});
+  INFO(purge.out << purge.err);
+  CHECK(purge.code == 0);
+  CHECK_FALSE(fsys::exists(store + "/quarantine"));
+  CHECK(run(kRepair, {store, "--purge", "--dry-run"}).code == 2);
   const Run again = run(kRepair, {store});
   CHECK(again.code == 0);
   CHECK(again.says("nothing wrong with the journal"));
 }
 
-TEST_CASE("ckpt-repair warns before rolling back a complete step whose COMMIT is not durable", "[repair]") {
+TEST_CASE("ckpt-repair rolls forward a complete step whose COMMIT was lost, and keeps a committed step with damage", "[repair]") {
   ckpt_test::TempDir dir;
   const std::string store = make_store(dir, "s");
-  // Without its last page (the COMMIT of step 40), txn 4 is open though its directory is complete:
-  // a crash right before the commit, or damage to the last page (spec/JOURNAL.md 6.7).
+  // Without its last page (the COMMIT of step 40), txn 4 is open though its directory is complete and
+  // verifies: the COMMIT may have been written and lost. Acting on that evidence keeps the step.
   const std::string journal = ckpt_test::read_file(store + "/JOURNAL");
   ckpt_test::write_file(store + "/JOURNAL", journal.substr(0, journal.size() - 4096));
   const Run dry = run(kRepair, {store, "--dry-run"});
   INFO(dry.out << dry.err);
   CHECK(dry.code == 1);
-  CHECK(dry.says("transaction 4 (step 40, step-40-4) began but never committed"));
-  CHECK(dry.says("step-40-4 holds a complete step that verifies, but no durable COMMIT names it"));
-  CHECK(fsys::exists(store + "/step-40-4/MANIFEST"));
+  CHECK(dry.says("transaction 4 (step 40) has no durable COMMIT, but its MANIFEST and every chunk of its shards verify"));
   const Run r = run(kRepair, {store});
+  INFO(r.out << r.err);
   CHECK(r.code == 0);
-  CHECK_FALSE(fsys::exists(store + "/step-40-4"));
-  CHECK(committed(store).size() == 3);
+  CHECK(fsys::exists(store + "/step-40-4/MANIFEST"));
+  CHECK(committed(store).size() == 4);
+  CHECK(run(kVerify, {store}).code == 0);
+
+  // A rebuild (the journal damaged mid-log) keeps a committed step with one bad chunk committed, on
+  // the evidence of its once-durable COMMIT, and reports it.
+  const std::string shard = store + "/step-30-3/" + kShard;
+  flip_byte(shard, 4096 + 10);
+  flip_byte(store + "/JOURNAL", 4096 + 20);
+  const Run rebuilt = run(kRepair, {store, "--json"});
+  INFO(rebuilt.out << rebuilt.err);
+  CHECK(rebuilt.code == 1);  // damage remains, and says where
+  CHECK(rebuilt.out_json()["damaged"] == json::array({"step-30-3"}));
 }
 
 TEST_CASE("ckpt-repair answers bad arguments and paths with one line and exit 2", "[repair]") {

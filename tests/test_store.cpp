@@ -978,3 +978,59 @@ TEST_CASE("a crash inside the MANIFEST write aborts, a damaged tail with a MANIF
     check_step(**store, 1);
   }
 }
+
+TEST_CASE("recovery never follows a symlinked step directory out of the store", "[store][evidence]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  const std::string outside = dir.file("outside");
+  {
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 1).ok());
+  }
+  crash_mid_save(fs, path, 2, 7, false);
+  // Swap the open transaction's directory for a symlink to a folder with the same file names.
+  const std::string step_dir = path + "/" + step_dir_name(7, 2);
+  fsys::create_directory(outside);
+  for (const auto& name : entries(fs, step_dir)) fsys::copy_file(step_dir + "/" + name, outside + "/" + name);
+  fsys::remove_all(step_dir);
+  fsys::create_directory_symlink(outside, step_dir);
+  const auto kept = entries(fs, outside);
+  REQUIRE(kept.size() == 2);
+  for (const bool dry : {true, false}) {
+    auto report = recover_store(fs, path, dry);
+    REQUIRE(report.ok());
+    CHECK(std::find(report->unknown_entries.begin(), report->unknown_entries.end(), step_dir_name(7, 2)) !=
+          report->unknown_entries.end());
+    for (const auto& a : report->actions) CHECK(a.path.find(step_dir_name(7, 2)) == std::string::npos);
+  }
+  CHECK(entries(fs, outside) == kept);  // not one file outside the store was touched
+  CHECK(fsys::is_symlink(step_dir));
+  auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  REQUIRE(store.ok());
+  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
+  CHECK(entries(fs, outside) == kept);
+}
+
+TEST_CASE("a writer fails closed when the journal changes under it", "[store][evidence]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  REQUIRE(store.ok());
+  REQUIRE(save(**store, 1).ok());
+  // A second writer that bypassed the lock appends a group behind this one's back.
+  {
+    auto scan = scan_journal(fs, path + "/JOURNAL");
+    REQUIRE(scan.ok());
+    auto other = JournalWriter<PosixFs>::open(fs, path + "/JOURNAL", scan->end);
+    REQUIRE(other.ok());
+    REQUIRE(other->append_group({abort_record(AbortRecord{99, 9, AbortReason::user})}).ok());
+  }
+  auto r = save(**store, 2);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::conflict);
+  CHECK(r.status().message().find("another writer") != std::string::npos);
+  CHECK((*store)->failed());
+}

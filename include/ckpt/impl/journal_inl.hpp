@@ -619,6 +619,7 @@ template <class Source>
     Status s = src.read(off, kFrameHeaderSize, h);
     if (s.code() == Code::incomplete) break;
     CKPT_TRY(s);
+    if (all_zero(h, kFrameHeaderSize)) break;  // never written: nothing further was appended
     const std::uint32_t length = get_u32(h + fr::kLength);
     if (length > kMaxPayload || length > end - off - kFrameOverhead) break;
     JournalRecord rec;
