@@ -28,7 +28,7 @@ constexpr const char* kTool = "ckpt-bench-journal";
   } while (0)
 
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
+  return ckpt::cli::guarded(kTool, [&]() -> int {
     CLI::App app{"Measures the journal of W ranks x N saves with keep-last K: its size on disk and the time a\n"
                  "read-only open takes. The journal lives in DIR (default /dev/shm, where fdatasync costs nothing,\n"
                  "so the run measures the journal, not the disk).\n\n"
@@ -136,6 +136,6 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(v1_per_save * saves));
       std::printf("  run                    %.1f s\n", run_s);
     }
-    return ckpt::cli::kOk;
+    return static_cast<int>(ckpt::cli::kOk);
   });
 }

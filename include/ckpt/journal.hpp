@@ -283,12 +283,12 @@ class JournalWriter {
   [[nodiscard]] static Result<JournalWriter> open(Fs& fs, std::string path, std::uint64_t end);
   // Creates a journal holding only its header group, durably: temporary name, fsync, rename, fsync dir.
   [[nodiscard]] static Status create(Fs& fs, const std::string& path, const JournalHeader& header);
-  // Replaces the journal at path by a new one holding the header and then `records`, packed into sync
-  // groups, the same way: nothing of the old file is trusted or kept (compaction, spec 5.7). Returns
-  // the new file's end. A crash leaves the old journal or the new one.
-  // Each record's offset in the new file is appended to offsets when given.
+  // Replaces the journal at path by a new one holding the header and then `groups`, one sync group each
+  // (one per transaction, so damage to one stays one transaction's), the same way: nothing of the old
+  // file is trusted or kept (compaction, spec 5.7). Returns the new file's end. A crash leaves the old
+  // journal or the new one. Each record's offset in the new file is appended to offsets when given.
   [[nodiscard]] static Result<std::uint64_t> rewrite(Fs& fs, const std::string& path, const JournalHeader& header,
-                                                     const std::vector<PendingRecord>& records,
+                                                     const std::vector<std::vector<PendingRecord>>& groups,
                                                      std::vector<std::uint64_t>* offsets = nullptr);
 
   // Cuts a torn tail off at `end` (a page boundary) and fsyncs, so the next group starts there.

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +78,7 @@ void run_phases(const std::string& scratch) {
   PosixFs posix;
   const std::string dir = scratch + "/async";
   if (rank == 0) {
+    std::filesystem::remove_all(scratch);  // a rerun in the same build tree starts from an empty store
     ::mkdir(scratch.c_str(), 0755);
     auto created = Store<>::open(posix, dir, Access::read_write, small_options(true));
     MPI_CHECK(created.ok(), created.status().to_string());

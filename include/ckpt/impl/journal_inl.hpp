@@ -820,25 +820,12 @@ Status JournalWriter<Fs>::create(Fs& fs, const std::string& path, const JournalH
 
 template <class Fs>
 Result<std::uint64_t> JournalWriter<Fs>::rewrite(Fs& fs, const std::string& path, const JournalHeader& header,
-                                                 const std::vector<PendingRecord>& records, std::vector<std::uint64_t>* offsets) {
+                                                 const std::vector<std::vector<PendingRecord>>& groups,
+                                                 std::vector<std::uint64_t>* offsets) {
   CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile<Fs>::create(fs, path));
   std::string bytes = encode_group({header_record(header)}, 0);
-  // Records packed into groups well under the version's limit; the whole file is synced before the rename.
-  std::vector<PendingRecord> group;
-  std::uint64_t group_bytes = 0;
-  auto flush = [&]() {
-    if (group.empty()) return;
-    bytes += encode_group(group, bytes.size(), offsets);
-    group.clear();
-    group_bytes = 0;
-  };
-  for (const auto& r : records) {
-    const std::uint64_t n = journal::kFrameOverhead + r.payload.size();
-    if (group_bytes + n > journal::kMaxGroupSize / 4) flush();
-    group.push_back(r);
-    group_bytes += n;
-  }
-  flush();
+  for (const auto& g : groups)
+    if (!g.empty()) bytes += encode_group(g, bytes.size(), offsets);
   CKPT_TRY(file->write(bytes.data(), bytes.size()));
   CKPT_TRY(file->commit());
   return static_cast<std::uint64_t>(bytes.size());

@@ -449,9 +449,9 @@ struct CompactedRecord {
   int which = 0;
 };
 
-[[nodiscard]] inline Result<std::vector<PendingRecord>> compacted_records(const std::vector<TxnInfo>& txns,
-                                                                          std::vector<CompactedRecord>& what) {
-  std::vector<PendingRecord> out;
+[[nodiscard]] inline Result<std::vector<std::vector<PendingRecord>>> compacted_records(const std::vector<TxnInfo>& txns,
+                                                                                       std::vector<CompactedRecord>& what) {
+  std::vector<std::vector<PendingRecord>> groups;
   std::size_t history = 0;
   std::vector<bool> keep(txns.size(), false);
   for (std::size_t i = txns.size(); i-- > 0;) {
@@ -465,6 +465,7 @@ struct CompactedRecord {
   for (std::size_t i = 0; i < txns.size(); ++i) {
     if (!keep[i]) continue;
     const TxnInfo& t = txns[i];
+    std::vector<PendingRecord> out;  // one group per transaction (spec 5.7)
     BeginRecord b;
     b.txn = t.txn;
     b.step = t.step;
@@ -476,20 +477,21 @@ struct CompactedRecord {
     if (t.state == TxnState::aborted) {
       out.push_back(abort_record(AbortRecord{t.txn, t.step, t.abort_reason}));
       what.push_back({i, 1});
-      continue;
+    } else {
+      out.push_back(commit_record(t.commit));
+      what.push_back({i, 1});
+      if (t.save) {
+        out.push_back(save_stats_record(*t.save));
+        what.push_back({i, 3});
+      }
+      if (t.state == TxnState::retired) {
+        out.push_back(retire_record(RetireRecord{t.txn, t.step}));
+        what.push_back({i, 2});
+      }
     }
-    out.push_back(commit_record(t.commit));
-    what.push_back({i, 1});
-    if (t.save) {
-      out.push_back(save_stats_record(*t.save));
-      what.push_back({i, 3});
-    }
-    if (t.state == TxnState::retired) {
-      out.push_back(retire_record(RetireRecord{t.txn, t.step}));
-      what.push_back({i, 2});
-    }
+    groups.push_back(std::move(out));
   }
-  return out;
+  return groups;
 }
 
 // Rewrites the journal from the transaction table (spec 5.7) and reopens the writer on the new file.
@@ -498,7 +500,7 @@ template <class Fs>
 [[nodiscard]] Status rewrite_journal(Fs& fs, JournalWriter<Fs>& journal, const Uuid& uuid, std::uint64_t next_txn,
                                      std::vector<TxnInfo>& txns) {
   std::vector<CompactedRecord> what;
-  CKPT_ASSIGN_OR_RETURN(std::vector<PendingRecord> records, compacted_records(txns, what));
+  CKPT_ASSIGN_OR_RETURN(auto records, compacted_records(txns, what));
   JournalHeader header;
   header.store_uuid = uuid;
   header.txn_floor = next_txn;
