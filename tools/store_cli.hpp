@@ -4,6 +4,9 @@
 // forms of journal scans, steps and training state.
 #pragma once
 
+#include <chrono>
+#include <thread>
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -96,10 +99,25 @@ template <class Fs>
 
 // Opens a store for reading: never writes, takes no lock, and shows what the applied records prove
 // even when the journal has mid-log damage (which the caller reports).
+// A reader beside a live writer can catch a group mid-append: bytes past the old end that are there
+// but not yet all copied look like a damaged tail. So a damaged tail is re-read a few times, 50 ms
+// apart, and reported only once the journal stopped changing (spec/JOURNAL.md 6.9).
 [[nodiscard]] inline Result<std::unique_ptr<Store<PosixFs>>> open_store_for_reading(PosixFs& fs, const std::string& path) {
   StoreOptions o;
   o.allow_corrupt_journal = true;
-  return Store<PosixFs>::open(fs, path, Access::read_only, o);
+  auto store = Store<PosixFs>::open(fs, path, Access::read_only, o);
+  for (int attempt = 0; attempt < 4 && store.ok() && (*store)->recovery_report().tail_damaged(); ++attempt) {
+    const JournalScan& before = (*store)->recovery_report().journal;
+    const std::uint64_t size = before.file_size, end = before.end;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto again = Store<PosixFs>::open(fs, path, Access::read_only, o);
+    if (!again.ok()) return again;
+    const JournalScan& now = (*again)->recovery_report().journal;
+    const bool changed = now.file_size != size || now.end != end;
+    store = std::move(again);
+    if (!changed) break;  // the same bytes twice: damage, not an append in progress
+  }
+  return store;
 }
 
 // A step directory on its own (no journal to pin it): its MANIFEST decoded (its own digest, spec 7.4),
