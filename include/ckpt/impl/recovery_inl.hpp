@@ -139,14 +139,17 @@ class TxnTable {
   std::uint64_t last_begin_ = 0;
 };
 
-// The transaction table of a log; valid records that break the protocol become problems (spec 6.6).
-inline void build_transactions(const std::vector<JournalRecord>& records, const std::string& path,
-                               std::vector<TxnInfo>& txns, std::vector<std::string>& problems, std::uint64_t& max_txn) {
-  TxnTable table(txns, max_txn);
-  for (const auto& rec : records) {
-    std::string why = table.apply(rec);
-    if (!why.empty()) problems.push_back(path + ": " + rec.describe() + ": " + why);
-  }
+// The step a transaction is, with the manifest size and digest of commit c (its COMMIT, or one implied).
+[[nodiscard]] inline StepInfo step_of(const TxnInfo& t, const CommitRecord& c) {
+  StepInfo info;
+  info.step = t.step;
+  info.txn = t.txn;
+  info.world_size = t.world_size;
+  info.dir = t.dir();
+  info.files = t.files;
+  info.manifest_size = c.manifest_size;
+  info.manifest_digest = c.manifest_digest;
+  return info;
 }
 
 // What the MANIFEST of an open transaction says (spec 6.4): the COMMIT the step would have (its size and
@@ -185,14 +188,7 @@ template <class Fs>
 template <class Fs>
 [[nodiscard]] Status verify_step_files(Fs& fs, const std::string& store, const Uuid& store_uuid, const TxnInfo& t,
                                        const CommitRecord& c) {
-  StepInfo info;
-  info.step = t.step;
-  info.txn = t.txn;
-  info.world_size = t.world_size;
-  info.dir = t.dir();
-  info.files = t.files;
-  info.manifest_size = c.manifest_size;
-  info.manifest_digest = c.manifest_digest;
+  const StepInfo info = step_of(t, c);
   auto reader = StepReader<Fs>::open(fs, store, info, store_uuid);
   if (!reader.ok()) return reader.status();
   for (const auto& f : t.files) {

@@ -472,14 +472,7 @@ TxnInfo* Store<Fs>::find_txn(std::uint64_t txn) {
 
 template <class Fs>
 StepInfo Store<Fs>::step_info(const TxnInfo& t) const {
-  StepInfo s;
-  s.step = t.step;
-  s.txn = t.txn;
-  s.world_size = t.world_size;
-  s.dir = t.dir();
-  s.files = t.files;
-  s.manifest_size = t.commit.manifest_size;
-  s.manifest_digest = t.commit.manifest_digest;
+  StepInfo s = detail::step_of(t, t.commit);
   s.commit_offset = t.end_offset;
   return s;
 }
