@@ -68,3 +68,33 @@ foreach(mode install subdirectory)
                    -P ${PROJECT_SOURCE_DIR}/tests/consumer/run.cmake)
   set_tests_properties(build_consumer_${mode} PROPERTIES LABELS "build;no_sanitize" TIMEOUT 300)
 endforeach()
+
+# --- README's C++ example, as a user would paste it ----------------------------------------------
+# The cpp block after the readme-example marker is extracted at configure time (README.md is a
+# configure dependency), compiled like any user program and run in a scratch directory.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/README.md)
+file(READ ${PROJECT_SOURCE_DIR}/README.md CKPT_README)
+string(FIND "${CKPT_README}" "<!-- readme-example:" CKPT_README_MARK)
+if(CKPT_README_MARK LESS 0)
+  message(FATAL_ERROR "README.md has no readme-example marker: the C++ example must stay tested")
+endif()
+string(SUBSTRING "${CKPT_README}" ${CKPT_README_MARK} -1 CKPT_README_TAIL)
+string(FIND "${CKPT_README_TAIL}" "```cpp\n" CKPT_README_OPEN)
+math(EXPR CKPT_README_OPEN "${CKPT_README_OPEN} + 7")
+string(SUBSTRING "${CKPT_README_TAIL}" ${CKPT_README_OPEN} -1 CKPT_README_TAIL)
+string(FIND "${CKPT_README_TAIL}" "\n```" CKPT_README_CLOSE)
+string(SUBSTRING "${CKPT_README_TAIL}" 0 ${CKPT_README_CLOSE} CKPT_README_EXAMPLE)
+file(CONFIGURE OUTPUT ${CKPT_GENERATED_TEST_DIR}/readme_example.cpp CONTENT "${CKPT_README_EXAMPLE}\n" @ONLY)
+add_executable(readme_example ${CKPT_GENERATED_TEST_DIR}/readme_example.cpp)
+target_link_libraries(readme_example PRIVATE ckpt::ckpt)
+target_compile_options(readme_example PRIVATE ${CKPT_WARNINGS})
+set(CKPT_README_RUN_DIR ${PROJECT_BINARY_DIR}/readme-example-run)
+add_test(NAME build_readme_example
+         COMMAND ${CMAKE_COMMAND} -E chdir ${CKPT_README_RUN_DIR} $<TARGET_FILE:readme_example>)
+add_test(NAME build_readme_example_setup
+         COMMAND ${CMAKE_COMMAND} -E rm -rf ${CKPT_README_RUN_DIR})
+add_test(NAME build_readme_example_dir COMMAND ${CMAKE_COMMAND} -E make_directory ${CKPT_README_RUN_DIR})
+set_tests_properties(build_readme_example_setup PROPERTIES FIXTURES_SETUP readme_clean LABELS build)
+set_tests_properties(build_readme_example_dir PROPERTIES FIXTURES_SETUP readme_dir FIXTURES_REQUIRED readme_clean LABELS build)
+set_tests_properties(build_readme_example PROPERTIES FIXTURES_REQUIRED "readme_clean;readme_dir" LABELS build
+                     PASS_REGULAR_EXPRESSION "step 3: embed\\[0\\] = 3, 2 steps kept")

@@ -526,7 +526,7 @@ std::vector<Status> run_async_ranks(SimFs& sim, int world, Body&& body) {
 // Rank r holds rows [64 r, 64 r + 64) of a 256 x 100 U8 tensor "w", each byte step / 100 + r.
 Status save_rank_steps(int r, FaultFs<SimFs>& fs, ThreadComm& comm, const std::vector<std::uint64_t>& steps, int failing_rank) {
   CKPT_ASSIGN_OR_RETURN(auto store, (Store<FaultFs<SimFs>>::open(fs, kStore, Access::read_write, small_store(false), comm)));
-  CKPT_ASSIGN_OR_RETURN(auto saver, AsyncSaver<FaultFs<SimFs>>::create(*store, small_saver(), comm));
+  CKPT_ASSIGN_OR_RETURN(auto saver, AsyncSaver<FaultFs<SimFs>>::create(*store, small_saver()));
   // The failing rank's shard writes fail with EIO from now on; the other ranks' do not.
   if (r == failing_rank) fs.set_plan(FaultPlan::from(1, Fault::io_error, fs_ops::data_writes));
   for (const std::uint64_t step : steps) {

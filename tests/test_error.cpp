@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include <ckpt/error.hpp>
 
@@ -133,4 +134,16 @@ TEST_CASE("CKPT_ASSIGN_OR_RETURN unwraps values and forwards errors", "[error]")
   CHECK(sum_digits('1', 'y').status().message() == "not a digit: y");
   CHECK(*owned_plus_one(true) == 8);
   CHECK(owned_plus_one(false).status().code() == Code::not_found);
+}
+
+TEST_CASE("Result and Status test as booleans and give a fallback value", "[error]") {
+  Result<int> good(3), bad(make_error(Code::not_found, "no"));
+  CHECK(static_cast<bool>(good));
+  CHECK_FALSE(static_cast<bool>(bad));
+  CHECK(good.value_or(9) == 3);
+  CHECK(bad.value_or(9) == 9);
+  CHECK(Result<std::string>(make_error(Code::io, "x")).value_or("fallback") == "fallback");
+  CHECK(static_cast<bool>(Status()));
+  CHECK_FALSE(static_cast<bool>(make_error(Code::io, "x")));
+  static_assert(!std::is_convertible_v<Result<int>, bool>, "explicit: a Result never turns into an int by accident");
 }

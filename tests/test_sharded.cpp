@@ -52,7 +52,7 @@ template <class Fs>
 std::vector<Status> save_across(std::vector<Fs*> fs, const std::string& path, int world, std::uint64_t step) {
   return run_ranks(world, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
     CKPT_ASSIGN_OR_RETURN(auto store, Store<Fs>::open(*fs[rank], path, Access::read_write, small_options(), comm));
-    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step, comm));
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
     Status s = save_rank(*tx, static_cast<std::uint32_t>(world), rank, step);
     if (!s.ok()) return s;  // the transaction's destructor aborts collectively
     return tx->commit().status();
@@ -227,7 +227,7 @@ TEST_CASE("an I/O error on one rank abandons the step on every rank with that ra
     }
     const auto results = run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
       CKPT_ASSIGN_OR_RETURN(auto store, Store<FaultFs<PosixFs>>::open(*each[rank], path, Access::read_write, small_options(), comm));
-      CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step, comm));
+      CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
       // 64 KiB per rank goes straight from the caller's buffer to pwrite, inside write().
       std::vector<unsigned char> row_bytes(64 << 10, static_cast<unsigned char>(rank));
       Status s = tx->begin_piece("big", DType::U8, {4, 64 << 10}, {rank, 0}, {1, 64 << 10});
@@ -266,7 +266,7 @@ TEST_CASE("a rank's own failure passed to abort() fails commit on every other ra
   std::vector<Status> aborted(4);
   const auto results = run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
     CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, small_options(), comm));
-    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(3, comm));
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(3));
     CKPT_TRY(save_rank(*tx, 4, rank, 3));
     if (rank == 1) {
       aborted[1] = tx->abort(make_error(Code::io, "device lost"));
@@ -347,7 +347,7 @@ TEST_CASE("pieces that overlap across ranks are refused before commit, naming te
     SECTION(c.what) {
       const auto results = run_ranks(2, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
         CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, small_options(), comm));
-        CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step, comm));
+        CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
         CKPT_TRY(c.write(*tx, rank));
         return tx->commit().status();
       });
@@ -394,7 +394,7 @@ TEST_CASE("collective begin refuses ranks that disagree on the step", "[sharded]
       return make_error(Code::corrupt, "rank " + std::to_string(rank) + " has the wrong role");
     if (store->retire(1).code() != (rank == 0 ? Code::not_found : Code::invalid_argument))
       return make_error(Code::corrupt, "rank " + std::to_string(rank) + ": retire() is only rank 0's");
-    return store->begin(rank == 2 ? 6 : 5, comm).status();
+    return store->begin(rank == 2 ? 6 : 5).status();
   });
   for (const auto& s : results) {
     CHECK(s.code() == Code::invalid_argument);
@@ -414,7 +414,7 @@ TEST_CASE("participants follow commits and retention without reading the journal
     o.retention.keep_last = 2;
     CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, o, comm));
     for (std::uint64_t step = 1; step <= 4; ++step) {
-      CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step, comm));
+      CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
       CKPT_TRY(save_rank(*tx, 2, rank, step));
       CKPT_ASSIGN_OR_RETURN(auto committed, tx->commit());
       if (committed.step.step != step) return make_error(Code::corrupt, "rank " + std::to_string(rank) + ": wrong step");

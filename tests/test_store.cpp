@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <thread>
 
 #include <ckpt/io/fault_fs.hpp>
 #include <ckpt/io/sim_fs.hpp>
 #include <ckpt/store.hpp>
+#include <ckpt/thread_comm.hpp>
 
 #include "test_util.hpp"
 
@@ -622,19 +625,108 @@ TEST_CASE("unknown entries are reported and left alone, and txn ids stay above a
   CHECK(fsys::exists(path + "/README"));
 }
 
-TEST_CASE("a save across ranks needs a store opened with a communicator of that size", "[store]") {
-  struct TwoRanks {
+TEST_CASE("a store keeps the communicator it was opened with", "[store]") {
+  SimFs sim;
+  auto alone = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options());
+  REQUIRE(alone.ok());
+  CHECK((*alone)->world_size() == 1);  // the plain open is a world of one
+  CHECK((*alone)->rank() == 0);
+  // A communicator that loses every rank's message: the collective open fails on the evidence of the
+  // gather (a world of 2 sent nothing), so begin() can never run with a world the store was not opened with.
+  struct LosingComm {
     int rank() const { return 0; }
     int size() const { return 2; }
     Status barrier() { return Status(); }
     Result<std::vector<std::string>> gather(std::string, int) { return std::vector<std::string>{}; }
     Status broadcast(std::string&, int) { return Status(); }
   } comm;
-  SimFs sim;
-  auto store = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  CHECK((*store)->begin(1, comm).status().code() == Code::invalid_argument);
-  CHECK((*store)->next_txn() == 1);  // nothing was spent
+  auto two = Store<SimFs>::open(sim, "/t", Access::read_write, writable_options(), comm);
+  CHECK(two.status().code() == Code::invalid_argument);
+  CHECK(two.status().message().find("gathered 0 statuses from a world of 2") != std::string::npos);
+}
+
+namespace {
+
+// Runs one body per rank on threads over one ThreadGroup; a hang here is the failure these tests look for.
+std::vector<Status> on_ranks(int world, const std::function<Status(int, ThreadComm&)>& body) {
+  ThreadGroup group(world);
+  std::vector<Status> results(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      ThreadComm comm(group, r);
+      results[static_cast<std::size_t>(r)] = body(r, comm);
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// Rank r's row of a 3 x 300 F32 tensor, so that a step needs every rank.
+Status add_row(Transaction<>& tx, int rank, std::uint64_t step) {
+  const auto w = weights(step + static_cast<std::uint64_t>(rank));
+  CKPT_TRY(tx.begin_piece("w", DType::F32, {3, kElems}, {static_cast<std::uint64_t>(rank), 0}, {1, kElems}));
+  CKPT_TRY(tx.write(w.data(), w.size() * 4));
+  return tx.end_piece();
+}
+
+}  // namespace
+
+TEST_CASE("a rank that drops its open transaction fails the others' commit, and nobody waits", "[store][ranks]") {
+  PosixFs fs;
+  for (const int dropping : {1, 0}) {
+    INFO("rank " << dropping << " returns early");
+    ckpt_test::TempDir dir;
+    const std::string path = dir.file("store");
+    const auto results = on_ranks(3, [&](int rank, ThreadComm& comm) -> Status {
+      CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, writable_options(), comm));
+      {
+        CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
+        CKPT_TRY(add_row(*tx, rank, 1));
+        CKPT_TRY(tx->commit().status());
+      }
+      CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(2));
+      CKPT_TRY(add_row(*tx, rank, 2));
+      if (rank == dropping) return make_error(Code::io, "early return");  // tx and store destroyed, no collective
+      return tx->commit().status();
+    });
+    for (int r = 0; r < 3; ++r) {
+      INFO("rank " << r << ": " << results[static_cast<std::size_t>(r)].to_string());
+      CHECK_FALSE(results[static_cast<std::size_t>(r)].ok());
+      if (r != dropping) CHECK(results[static_cast<std::size_t>(r)].message().find("rank " + std::to_string(dropping) + " dropped step 2 (txn 2)") != std::string::npos);
+    }
+    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    REQUIRE(store.ok());
+    REQUIRE((*store)->latest());
+    CHECK((*store)->latest()->step == 1);  // the previous step is untouched
+    REQUIRE((*store)->transactions().size() == 2);
+    CHECK((*store)->transactions()[1].state == TxnState::aborted);
+    CHECK_FALSE(fsys::exists(path + "/" + (*store)->transactions()[1].dir()));
+    CHECK((*store)->recovery_report().problems.empty());
+  }
+}
+
+TEST_CASE("the commit takes the shard's pieces from its writer, and can verify the file it wrote", "[store]") {
+  PosixFs fs;
+  ckpt_test::TempDir dir;
+  for (const bool verify_written : {false, true}) {
+    INFO("verify_written " << verify_written);
+    StoreOptions o = writable_options();
+    o.verify_written = verify_written;
+    auto store = Store<>::open(fs, dir.file(verify_written ? "checked" : "plain"), Access::read_write, o);
+    REQUIRE(store.ok());
+    auto tx = (*store)->begin(7);
+    REQUIRE(tx.ok());
+    // Pieces written straight through the shard writer count like any other (the index pins them).
+    const auto w = weights(7);
+    REQUIRE((*tx)->shard_writer().add_tensor("direct", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
+    auto committed = (*tx)->commit();
+    REQUIRE(committed);
+    auto reader = (*store)->open_step(7);
+    REQUIRE(reader.ok());
+    std::vector<float> back(kElems);
+    REQUIRE((*reader)->read_tensor("direct", back.data(), back.size() * 4).ok());
+    CHECK(back == w);
+  }
 }
 
 TEST_CASE("a journal failure makes the store refuse writes until it is reopened", "[store]") {

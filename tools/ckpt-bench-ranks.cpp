@@ -105,7 +105,7 @@ std::vector<double> round_for(ckpt::MpiComm& comm, const Settings& s, const std:
     options.create_if_missing = true;
     auto store = ckpt::Store<>::open(fs, store_path, ckpt::Access::read_write, options, comm);
     check(store.status(), "open " + store_path);
-    auto tx = (*store)->begin(1, comm);
+    auto tx = (*store)->begin(1);
     check(tx.status(), "begin");
     check((*tx)->begin_piece("w", ckpt::DType::U8, {rows, kRow}, {first, 0}, {count, kRow}), "begin_piece");
     check((*tx)->write(data.data(), bytes), "write");

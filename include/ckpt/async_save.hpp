@@ -149,22 +149,18 @@ struct SaveTicket {
 template <class Fs = PosixFs>
 class AsyncSaver {
  public:
-  // A single-process saver over `store` (opened read_write).
+  // A saver over `store` (opened read_write). Across ranks (a store opened with a communicator, spec/SHARDING.md
+  // 3) every rank's worker joins the same BEGIN and COMMIT on the store's communicator, from its own thread:
+  // MPI needs MPI_THREAD_MULTIPLE.
   [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store<Fs>& store, AsyncSaveOptions options = {}) {
-    return create_with(store, std::move(options), std::nullopt, std::nullopt);
+    return create_with(store, std::move(options), std::nullopt);
   }
-  // One rank's saver of a collective store (spec/SHARDING.md 3): every rank's worker joins the same
-  // BEGIN and COMMIT on `comm`. `control` is a second communicator of the same ranks (MpiComm::duplicate)
-  // on which save() agrees whether to skip, so that every rank skips the same steps; it is needed only
-  // for WhenBusy::skip. The worker calls comm from its own thread: MPI needs MPI_THREAD_MULTIPLE.
-  template <class Comm>
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store<Fs>& store, AsyncSaveOptions options, Comm& comm) {
-    return create_with(store, std::move(options), CommRef(comm), std::nullopt);
-  }
-  template <class Comm, class Control>
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store<Fs>& store, AsyncSaveOptions options, Comm& comm,
+  // `control` is a second communicator of the same ranks (MpiComm::duplicate) on which save() agrees whether
+  // to skip, so that every rank skips the same steps; it is needed only for WhenBusy::skip across ranks.
+  template <class Control>
+  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store<Fs>& store, AsyncSaveOptions options,
                                                                   Control& control) {
-    return create_with(store, std::move(options), CommRef(comm), CommRef(control));
+    return create_with(store, std::move(options), CommRef(control));
   }
 
   AsyncSaver(const AsyncSaver&) = delete;
@@ -228,12 +224,11 @@ class AsyncSaver {
     explicit Job(SaveRequest r) : request(std::move(r)) {}
   };
 
-  AsyncSaver(Store<Fs>& store, AsyncSaveOptions options, std::optional<CommRef> comm, std::optional<CommRef> control)
-      : store_(store), options_(std::move(options)), comm_(comm), control_(control) {}
+  AsyncSaver(Store<Fs>& store, AsyncSaveOptions options, std::optional<CommRef> control)
+      : store_(store), options_(std::move(options)), control_(control) {}
   [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create_with(Store<Fs>& store, AsyncSaveOptions options,
-                                                                       std::optional<CommRef> comm,
                                                                        std::optional<CommRef> control);
-  [[nodiscard]] int world() const { return comm_ ? comm_->size() : 1; }
+  [[nodiscard]] int world() const { return store_.world_size(); }
   // The deadline in force: flush()'s, or a signal's request when obeyed.
   [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> deadline() const;
   [[nodiscard]] Status take_failure();  // under mutex_
@@ -250,7 +245,7 @@ class AsyncSaver {
 
   Store<Fs>& store_;
   AsyncSaveOptions options_;
-  std::optional<CommRef> comm_, control_;
+  std::optional<CommRef> control_;
   std::unique_ptr<StagingPool> pool_;
   std::thread worker_;
   mutable std::mutex mutex_;
@@ -269,20 +264,19 @@ class AsyncSaver {
 
 template <class Fs>
 Result<std::unique_ptr<AsyncSaver<Fs>>> AsyncSaver<Fs>::create_with(Store<Fs>& store, AsyncSaveOptions options,
-                                                                     std::optional<CommRef> comm,
                                                                      std::optional<CommRef> control) {
   if (store.access() != Access::read_write)
     return make_error(Code::invalid_argument, store.path() + ": an async saver needs a store opened read_write");
   if (options.max_in_flight == 0) return make_error(Code::invalid_argument, "max_in_flight must be at least 1");
-  if (comm && control && comm->size() != control->size())
+  if (control && store.world_size() != control->size())
     return make_error(Code::invalid_argument, "the control communicator has " + std::to_string(control->size()) +
-                                                  " ranks, the save communicator " + std::to_string(comm->size()));
-  if (comm && comm->size() > 1 && options.when_busy == WhenBusy::skip && !control)
+                                                  " ranks, the store's communicator " + std::to_string(store.world_size()));
+  if (store.world_size() > 1 && options.when_busy == WhenBusy::skip && !control)
     return make_error(Code::invalid_argument,
                       "WhenBusy::skip across ranks needs a control communicator, so every rank skips the same steps");
   // At least two slabs: one being filled while the worker writes the other (spec/ASYNC.md 3).
   std::size_t slab = std::max<std::size_t>(StagingPool::kPage, std::min(options.slab_bytes, options.staging_bytes / 2));
-  std::unique_ptr<AsyncSaver> saver(new AsyncSaver(store, options, comm, control));
+  std::unique_ptr<AsyncSaver> saver(new AsyncSaver(store, options, control));
   auto pool = StagingPool::create(options.staging_bytes, slab, options.memory);
   if (!pool.ok()) return pool.status();
   saver->pool_ = std::move(pool).value();
@@ -514,7 +508,7 @@ SaveOutcome AsyncSaver<Fs>::persist(Job& job) {
     out.status = make_error(Code::cancelled, what + " not begun: it cannot finish before the flush deadline");
     return out;
   }
-  auto begun = comm_ ? store_.begin(req.step(), *comm_) : store_.begin(req.step());
+  auto begun = store_.begin(req.step());
   if (!begun.ok()) {
     drain(job);
     out.status = begun.status().with_context(what);

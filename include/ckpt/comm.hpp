@@ -8,6 +8,11 @@
 //   Result<std::vector<std::string>> gather(std::string bytes, int root);  // root: size() entries, rank order;
 //                                                                          // other ranks: empty
 //   Status broadcast(std::string& bytes, int root);                        // root's bytes land on every rank
+// and may have
+//   void leave(const Status& why);  // this rank stops: the collectives of every other rank, waiting or
+//                                   // later, fail instead of waiting for it (ThreadComm, MpiComm)
+// A rank that drops an open transaction calls leave() instead of waiting for the others (spec/SHARDING.md 3.4):
+// without it, the other ranks wait in their next collective for as long as the communicator lets them.
 #pragma once
 
 #include <string>
@@ -36,7 +41,15 @@ class LocalComm {
     if (root != 0) return make_error(Code::invalid_argument, "broadcast root " + std::to_string(root) + " is not a rank of a world of 1");
     return Status();
   }
+  void leave(const Status& why) noexcept { (void)why; }  // no other rank waits
 };
+
+namespace detail {
+template <class Comm, class = void>
+struct has_leave : std::false_type {};
+template <class Comm>
+struct has_leave<Comm, std::void_t<decltype(std::declval<Comm&>().leave(std::declval<const Status&>()))>> : std::true_type {};
+}  // namespace detail
 
 // A non-owning, type-erased reference to any Comm, so a transaction can keep one without becoming a
 // template on it. The referenced communicator must outlive the CommRef.
@@ -50,7 +63,11 @@ class CommRef {
         size_([](void* c) { return static_cast<Comm*>(c)->size(); }),
         barrier_([](void* c) { return static_cast<Comm*>(c)->barrier(); }),
         gather_([](void* c, std::string b, int root) { return static_cast<Comm*>(c)->gather(std::move(b), root); }),
-        broadcast_([](void* c, std::string& b, int root) { return static_cast<Comm*>(c)->broadcast(b, root); }) {}
+        broadcast_([](void* c, std::string& b, int root) { return static_cast<Comm*>(c)->broadcast(b, root); }),
+        leave_([](void* c, const Status& why) {
+          if constexpr (detail::has_leave<Comm>::value) static_cast<Comm*>(c)->leave(why);
+          else (void)c, (void)why;
+        }) {}
 
   [[nodiscard]] int rank() const { return rank_(comm_); }
   [[nodiscard]] int size() const { return size_(comm_); }
@@ -59,6 +76,7 @@ class CommRef {
     return gather_(comm_, std::move(bytes), root);
   }
   [[nodiscard]] Status broadcast(std::string& bytes, int root) const { return broadcast_(comm_, bytes, root); }
+  void leave(const Status& why) const { leave_(comm_, why); }
 
  private:
   void* comm_;
@@ -67,6 +85,7 @@ class CommRef {
   Status (*barrier_)(void*);
   Result<std::vector<std::string>> (*gather_)(void*, std::string, int);
   Status (*broadcast_)(void*, std::string&, int);
+  void (*leave_)(void*, const Status&);
 };
 
 }  // namespace ckpt

@@ -21,6 +21,8 @@ enum class Code : std::uint8_t {
   unsupported,       // valid request this build cannot serve (no GPU, no mmap)
   cancelled,         // a save abandoned by a deadline-bounded flush, or not taken because one was requested
 };
+// The highest code: decoders of a Status sent between ranks accept codes up to it.
+inline constexpr Code kLastCode = Code::cancelled;
 
 [[nodiscard]] inline const char* code_name(Code c) noexcept {
   switch (c) {
@@ -46,6 +48,7 @@ class [[nodiscard]] Status {
 
   [[nodiscard]] static Status ok_status() { return Status(); }
   [[nodiscard]] bool ok() const noexcept { return code_ == Code::ok; }
+  [[nodiscard]] explicit operator bool() const noexcept { return ok(); }
   [[nodiscard]] Code code() const noexcept { return code_; }
   [[nodiscard]] const std::string& message() const noexcept { return message_; }
   [[nodiscard]] std::string to_string() const {
@@ -75,6 +78,7 @@ class [[nodiscard]] Result {
   Result(Status status) : state_(std::in_place_index<1>, std::move(status)) {}  // NOLINT implicit
 
   [[nodiscard]] bool ok() const noexcept { return state_.index() == 0; }
+  [[nodiscard]] explicit operator bool() const noexcept { return ok(); }
   [[nodiscard]] const Status& status() const& {
     static const Status ok_value;
     return ok() ? ok_value : std::get<1>(state_);
@@ -83,6 +87,15 @@ class [[nodiscard]] Result {
   [[nodiscard]] T& value() & { return std::get<0>(state_); }
   [[nodiscard]] const T& value() const& { return std::get<0>(state_); }
   [[nodiscard]] T&& value() && { return std::get<0>(std::move(state_)); }
+  // The value, or `fallback` when this holds an error.
+  template <class U>
+  [[nodiscard]] T value_or(U&& fallback) const& {
+    return ok() ? std::get<0>(state_) : static_cast<T>(std::forward<U>(fallback));
+  }
+  template <class U>
+  [[nodiscard]] T value_or(U&& fallback) && {
+    return ok() ? std::get<0>(std::move(state_)) : static_cast<T>(std::forward<U>(fallback));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }

@@ -7,6 +7,10 @@
 // The library talks on its own duplicate of the caller's communicator, so its messages never match
 // the application's, and with MPI_ERRORS_RETURN on it, so an MPI failure comes back as a Status
 // (Code::io naming the call and MPI's error string) instead of aborting the job.
+//
+// Collectives are MPI's nonblocking ones, completed while watching for a leave message: a rank that drops
+// an open transaction calls leave() (spec/SHARDING.md 3.4), and every other rank's waiting or later
+// collective fails naming it instead of waiting forever. The communicator is then broken for good.
 #pragma once
 
 // Only MPI's C interface is used: skip the deprecated C++ bindings (and their warnings).
@@ -18,9 +22,12 @@
 #endif
 #include <mpi.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,7 +43,11 @@ class MpiComm {
   [[nodiscard]] static Result<MpiComm> duplicate(MPI_Comm parent);
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;
-  MpiComm(MpiComm&& o) noexcept : comm_(o.comm_), rank_(o.rank_), size_(o.size_) { o.comm_ = MPI_COMM_NULL; }
+  MpiComm(MpiComm&& o) noexcept
+      : comm_(o.comm_), rank_(o.rank_), size_(o.size_), broken_(std::move(o.broken_)), leave_text_(std::move(o.leave_text_)),
+        leave_sends_(std::move(o.leave_sends_)) {
+    o.comm_ = MPI_COMM_NULL;
+  }
   MpiComm& operator=(MpiComm&& o) noexcept;
   ~MpiComm();  // MPI_Comm_free: collective in MPI's sense (every rank frees its handle)
 
@@ -49,13 +60,22 @@ class MpiComm {
   [[nodiscard]] Result<std::vector<std::string>> gather(std::string bytes, int root);
   // The root's bytes land on every rank; any size (sent in pieces under 1 GiB).
   [[nodiscard]] Status broadcast(std::string& bytes, int root);
+  // This rank stops taking part: every other rank's waiting and later collectives fail with `why`.
+  void leave(const Status& why);
 
  private:
+  static constexpr int kLeaveTag = 0x6c76;  // point-to-point, so it never matches a collective
   MpiComm(MPI_Comm comm, int rank, int size) noexcept : comm_(comm), rank_(rank), size_(size) {}
   [[nodiscard]] static Status mpi_error(const char* call, int code);
+  // Completes a nonblocking collective; fails when a leave message arrives first (the request is then
+  // abandoned with the communicator).
+  [[nodiscard]] Status complete(MPI_Request& request, const char* call);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  Status broken_;                            // a rank left: every collective fails with this
+  std::unique_ptr<std::string> leave_text_;  // what leave() sent; alive until its sends complete
+  std::vector<MPI_Request> leave_sends_;
 };
 
 inline Status MpiComm::mpi_error(const char* call, int code) {
@@ -89,6 +109,9 @@ inline MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
     comm_ = o.comm_;
     rank_ = o.rank_;
     size_ = o.size_;
+    broken_ = std::move(o.broken_);
+    leave_text_ = std::move(o.leave_text_);
+    leave_sends_ = std::move(o.leave_sends_);
     o.comm_ = MPI_COMM_NULL;
   }
   return *this;
@@ -97,23 +120,80 @@ inline MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
 inline MpiComm::~MpiComm() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  if (!finalized) {
+    for (auto& r : leave_sends_) {
+      int done = 0;
+      if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) {
+        // Still in flight: MPI keeps the buffer, so it must outlive this object (a few bytes, once).
+        MPI_Request_free(&r);
+        (void)leave_text_.release();
+      }
+    }
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  } else {
+    (void)leave_text_.release();  // after MPI_Finalize nothing may be asked of MPI, and nothing reads it
+  }
+}
+
+inline void MpiComm::leave(const Status& why) {
+  if (!broken_.ok() || comm_ == MPI_COMM_NULL) return;
+  broken_ = make_error(why.ok() ? Code::io : why.code(), "this rank left the communicator: " + why.message());
+  leave_text_ = std::make_unique<std::string>(why.ok() ? std::string("no reason given") : why.message());
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Isend(leave_text_->data(), static_cast<int>(leave_text_->size()), MPI_CHAR, r, kLeaveTag, comm_, &request) ==
+        MPI_SUCCESS)
+      leave_sends_.push_back(request);
+  }
+}
+
+inline Status MpiComm::complete(MPI_Request& request, const char* call) {
+  long pause_ns = 1000;
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_error(call, rc);
+    if (done) return Status();
+    int arrived = 0;
+    MPI_Status from;
+    rc = MPI_Iprobe(MPI_ANY_SOURCE, kLeaveTag, comm_, &arrived, &from);
+    if (rc != MPI_SUCCESS) return mpi_error("MPI_Iprobe", rc);
+    if (arrived) {
+      int n = 0;
+      MPI_Get_count(&from, MPI_CHAR, &n);
+      std::string why(static_cast<std::size_t>(std::max(n, 0)), '\0');
+      rc = MPI_Recv(why.empty() ? nullptr : &why[0], n, MPI_CHAR, from.MPI_SOURCE, kLeaveTag, comm_, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mpi_error("MPI_Recv", rc);
+      broken_ = make_error(Code::io, "rank " + std::to_string(from.MPI_SOURCE) + " left the communicator: " + why);
+      return broken_;
+    }
+    // Back off to 1 ms: a commit may wait seconds for the slowest rank's writes.
+    const timespec pause{0, pause_ns};
+    nanosleep(&pause, nullptr);
+    pause_ns = std::min(pause_ns * 2, 1000000L);
+  }
 }
 
 inline Status MpiComm::barrier() {
-  const int rc = MPI_Barrier(comm_);
-  return rc == MPI_SUCCESS ? Status() : mpi_error("MPI_Barrier", rc);
+  if (!broken_.ok()) return broken_;
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Ibarrier(comm_, &request);
+  return rc == MPI_SUCCESS ? complete(request, "MPI_Ibarrier") : mpi_error("MPI_Ibarrier", rc);
 }
 
 inline Result<std::vector<std::string>> MpiComm::gather(std::string bytes, int root) {
   if (root < 0 || root >= size_)
     return make_error(Code::invalid_argument, "gather root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(size_));
+  if (!broken_.ok()) return broken_;
   // Sizes travel as u64 so a message over 2 GiB is refused on every rank alike, not truncated.
   unsigned char mine[8];
   put_u64(mine, bytes.size());
   std::vector<unsigned char> sizes(rank_ == root ? static_cast<std::size_t>(size_) * 8 : 0);
-  int rc = MPI_Gather(mine, 8, MPI_BYTE, sizes.data(), 8, MPI_BYTE, root, comm_);
-  if (rc != MPI_SUCCESS) return mpi_error("MPI_Gather", rc);
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_Igather(mine, 8, MPI_BYTE, sizes.data(), 8, MPI_BYTE, root, comm_, &request);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI_Igather", rc);
+  CKPT_TRY(complete(request, "MPI_Igather"));
   // Every rank must know whether the root will accept the message sizes before the Gatherv.
   unsigned char verdict = 1;
   std::vector<int> counts, displs;
@@ -129,13 +209,15 @@ inline Result<std::vector<std::string>> MpiComm::gather(std::string bytes, int r
       if (verdict) total += n;
     }
   }
-  rc = MPI_Bcast(&verdict, 1, MPI_BYTE, root, comm_);
-  if (rc != MPI_SUCCESS) return mpi_error("MPI_Bcast", rc);
+  rc = MPI_Ibcast(&verdict, 1, MPI_BYTE, root, comm_, &request);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI_Ibcast", rc);
+  CKPT_TRY(complete(request, "MPI_Ibcast"));
   if (verdict == 0) return make_error(Code::invalid_argument, "gather: the messages add up to 2 GiB or more (MPI counts are int)");
   std::string all(static_cast<std::size_t>(total), '\0');
-  rc = MPI_Gatherv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, rank_ == root ? &all[0] : nullptr,
-                   counts.data(), displs.data(), MPI_BYTE, root, comm_);
-  if (rc != MPI_SUCCESS) return mpi_error("MPI_Gatherv", rc);
+  rc = MPI_Igatherv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, rank_ == root ? &all[0] : nullptr,
+                    counts.data(), displs.data(), MPI_BYTE, root, comm_, &request);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI_Igatherv", rc);
+  CKPT_TRY(complete(request, "MPI_Igatherv"));
   std::vector<std::string> out;
   if (rank_ == root) {
     out.reserve(static_cast<std::size_t>(size_));
@@ -149,17 +231,21 @@ inline Result<std::vector<std::string>> MpiComm::gather(std::string bytes, int r
 inline Status MpiComm::broadcast(std::string& bytes, int root) {
   if (root < 0 || root >= size_)
     return make_error(Code::invalid_argument, "broadcast root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(size_));
+  if (!broken_.ok()) return broken_;
   unsigned char size_bytes[8];
   put_u64(size_bytes, bytes.size());
-  int rc = MPI_Bcast(size_bytes, 8, MPI_BYTE, root, comm_);
-  if (rc != MPI_SUCCESS) return mpi_error("MPI_Bcast", rc);
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_Ibcast(size_bytes, 8, MPI_BYTE, root, comm_, &request);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI_Ibcast", rc);
+  CKPT_TRY(complete(request, "MPI_Ibcast"));
   const std::uint64_t n = get_u64(size_bytes);
   if (rank_ != root) bytes.assign(static_cast<std::size_t>(n), '\0');
   constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
   for (std::uint64_t done = 0; done < n;) {
     const std::uint64_t len = std::min(kPiece, n - done);
-    rc = MPI_Bcast(&bytes[static_cast<std::size_t>(done)], static_cast<int>(len), MPI_BYTE, root, comm_);
-    if (rc != MPI_SUCCESS) return mpi_error("MPI_Bcast", rc);
+    rc = MPI_Ibcast(&bytes[static_cast<std::size_t>(done)], static_cast<int>(len), MPI_BYTE, root, comm_, &request);
+    if (rc != MPI_SUCCESS) return mpi_error("MPI_Ibcast", rc);
+    CKPT_TRY(complete(request, "MPI_Ibcast"));
     done += len;
   }
   return Status();

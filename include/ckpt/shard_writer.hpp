@@ -142,6 +142,11 @@ class ShardWriter {
   [[nodiscard]] Result<ShardSummary> finish();
 
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  // A piece was begun and not ended: finish() would refuse.
+  [[nodiscard]] bool piece_open() const noexcept { return open_.has_value(); }
+  // The index finish() wrote (empty before): a store's commit takes the pieces from it instead of
+  // reading the file back (spec/JOURNAL.md 5.3).
+  [[nodiscard]] const Index& written_index() const noexcept { return written_index_; }
   [[nodiscard]] std::uint64_t bytes_written() const noexcept { return position_; }
   // Chunks (offset, length, digest) of the piece ended last, so a caller can compare digests computed
   // elsewhere before finish(): a GPU save checks them against device digests (spec/GPU.md 7).
@@ -199,6 +204,7 @@ class ShardWriter {
   std::unordered_map<std::string, std::size_t> meta_by_key_;
   Status failure_;
   bool finished_ = false;
+  Index written_index_;
 };
 
 }  // namespace ckpt

@@ -49,6 +49,9 @@ struct StoreOptions {
   std::uint32_t alignment_log2 = format::kDefaultAlignmentLog2;
   std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;
   std::size_t buffer_size = std::size_t{4} << 20;
+  // Opt-in: before a rank reports its finished shard, read it back through the reader's checks and verify
+  // every chunk (spec/FORMAT.md 7.2). Off: the commit takes the pieces from what the writer wrote.
+  bool verify_written = false;
 };
 
 enum class TxnState : std::uint8_t {
@@ -186,6 +189,10 @@ struct StepVerifyReport {
 template <class Fs>
 class Store;
 
+namespace detail {
+struct RankOutcome;  // what the coordinator decided at commit or abort (impl/store_ranks_inl.hpp)
+}  // namespace detail
+
 // How long a save of some size takes here, from the store's recorded saves (spec/JOURNAL.md 4.8).
 struct SaveEstimate {
   std::size_t samples = 0;           // records it is based on; 0: nothing recorded, nothing known
@@ -202,11 +209,13 @@ struct CommitResult {
   Status retention;  // a retention failure does not undo the commit; the next writable open finishes it
 };
 
-// One save in progress (spec/JOURNAL.md 5.3). Not committed when destroyed: aborted, its files removed.
-// Across ranks (spec/SHARDING.md 3), begin, commit and abort are collective: every rank calls them, in
+// One save in progress (spec/JOURNAL.md 5.3), over the store's communicator: one process is the world of
+// one. Across ranks (spec/SHARDING.md 3), begin, commit and abort are collective: every rank calls them, in
 // the same order. An I/O error on one rank is kept until commit() (or abort()), which then abandons the
-// transaction on every rank and returns the same Status everywhere, naming the failing rank. Destroying
-// an open transaction aborts it, collectively too: every rank must commit, abort or destroy it.
+// transaction on every rank and returns the same Status everywhere, naming the failing rank; in a world of
+// one the error abandons it at once. Destroying an open transaction never waits for other ranks: this
+// rank's unfinished shard is removed, rank 0 writes ABORT and removes the step's files, and the
+// communicator is left (Comm::leave) so that the other ranks' next collective fails instead of hanging.
 template <class Fs = PosixFs>
 class Transaction {
  public:
@@ -253,8 +262,9 @@ class Transaction {
   // Finishes the shard, writes and syncs the manifest, fsyncs the step directory, appends COMMIT.
   // On an I/O error the transaction is abandoned (ABORT, files removed) and the previous step is untouched;
   // when the COMMIT record itself cannot be made durable the store refuses further writes until reopened.
+  // A training state or a piece still open that the caller can fix leaves a one-process transaction open.
   [[nodiscard]] Result<CommitResult> commit();
-  // Writes ABORT and removes the files this transaction created.
+  // Writes ABORT and removes the files this transaction created (collective across ranks).
   [[nodiscard]] Status abort();
   // Abandons the transaction because of this rank's own failure (e.g. a device error): across ranks,
   // commit() on every other rank returns `reason` naming this rank (spec/SHARDING.md 3.4); abort() here
@@ -263,14 +273,18 @@ class Transaction {
 
  private:
   friend class Store<Fs>;
-  Transaction(Store<Fs>* store, CommRef comm, std::uint64_t txn, std::uint64_t step, std::string dir_path,
-              std::string shard_name, std::unique_ptr<ShardWriter<Fs>> writer);
-  [[nodiscard]] Status check_active() const;
+  Transaction(Store<Fs>* store, std::uint64_t txn, std::uint64_t step, std::string dir_path, std::string shard_name,
+              std::unique_ptr<ShardWriter<Fs>> writer);
+  [[nodiscard]] Status check_open() const;    // the store is open and the transaction not finished
+  [[nodiscard]] Status check_active() const;  // check_open, and no I/O error kept for commit
   [[nodiscard]] Status fail(const Status& s);  // abandons (one rank) or keeps s for commit (ranks), then returns s with context
-  // The multi-rank commit and abort (spec/SHARDING.md 3.4): one gather of shard reports, one broadcast of the outcome.
-  [[nodiscard]] Result<CommitResult> finish_ranks(bool commit, const Status& reason = Status());
-  // Rank 0's part of finish_ranks: checks every report, commits or abandons; returns the encoded outcome.
+  // The one commit and abort (spec/JOURNAL.md 5.3, spec/SHARDING.md 3.4): one gather of shard reports,
+  // rank 0's decision, one broadcast of the outcome. A world of one is the same exchange over LocalComm.
+  [[nodiscard]] Result<detail::RankOutcome> finish(bool commit, const Status& reason);
+  // Rank 0's part of finish: checks every report, commits or abandons; returns the encoded outcome.
   [[nodiscard]] std::string coordinate(bool commit, Result<std::vector<std::string>> reports);
+  // Abandons without waiting for any other rank: the destructor's path (spec/SHARDING.md 3.4).
+  void drop(const Status& why);
   // The SAVE_STATS record of this commit, timed now (just before the COMMIT is appended).
   [[nodiscard]] SaveRecord save_record(const CommitRecord& c, const Manifest& m) const;
 
@@ -282,7 +296,7 @@ class Transaction {
   TrainingState state_;
   bool finished_ = false;
   int rank_ = 0, world_ = 1;
-  Status failure_;                   // multi-rank: the first I/O error, reported at commit
+  Status failure_;                   // across ranks: the first I/O error, reported at commit
   std::vector<ReplicaDecl> replicas_;  // multi-rank: what add_replicated_tensor declared
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::nanoseconds> stall_;  // unset: blocked throughout
@@ -297,7 +311,8 @@ class Store {
   // Collective open for a save across ranks (spec/SHARDING.md 3.1): every rank of comm calls it. For
   // read_write, rank 0 takes the lock and runs recovery; then every other rank reads the journal as a
   // read-only open does and becomes a participant, which writes only its own shard files. Every rank
-  // returns the same Status (the lowest failing rank's error). A world of one is the plain open.
+  // returns the same Status (the lowest failing rank's error). The store keeps comm (which must outlive
+  // it) for every begin, commit and abort. A world of one is the plain open.
   template <class Comm>
   [[nodiscard]] static Result<std::unique_ptr<Store>> open(Fs& fs, std::string path, Access access, StoreOptions options,
                                                            Comm& comm);
@@ -335,12 +350,13 @@ class Store {
   // Every chunk of every shard file; damage is in the report, the Status fails only on misuse.
   [[nodiscard]] Result<StepVerifyReport> verify_step(std::uint64_t step, const VerifyOptions& options = {});
 
-  // Starts a transaction for `step`; only one may be open at a time. With a communicator of more than
-  // one rank the call is collective and needs a store opened collectively with a communicator of that
-  // size; every rank passes the same step and returns the same Status (spec/SHARDING.md 3.2).
+  // Starts a transaction for `step`; only one may be open at a time. Across ranks (a store opened with a
+  // communicator) the call is collective: every rank passes the same step and returns the same Status
+  // (spec/SHARDING.md 3.2).
   [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin(std::uint64_t step);
-  template <class Comm>
-  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin(std::uint64_t step, Comm& comm);
+  // The communicator the store was opened with: rank and world of its saves.
+  [[nodiscard]] int rank() const { return comm_.rank(); }
+  [[nodiscard]] int world_size() const { return comm_.size(); }
   // The process that holds the lock and writes the journal: a single-process writer, or rank 0.
   [[nodiscard]] bool coordinator() const noexcept { return journal_.has_value(); }
   // A rank other than 0 of a collective writable open: no lock, no journal, its own shard files only.
@@ -360,18 +376,17 @@ class Store {
 
  private:
   friend class Transaction<Fs>;
-  Store(Fs& fs, std::string path, Access access, StoreOptions options)
-      : fs_(fs), path_(std::move(path)), access_(access), options_(options) {}
+  Store(Fs& fs, std::string path, Access access, StoreOptions options, CommRef comm)
+      : fs_(fs), path_(std::move(path)), access_(access), options_(options), comm_(comm) {}
+  // The one open: every rank of comm (a world of one for the plain open) calls it.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_with(Fs& fs, std::string path, Access access,
+                                                                StoreOptions options, CommRef comm);
   [[nodiscard]] Status open_read_only();
   [[nodiscard]] Status open_writable();
   void adopt(RecoveryReport report);
   [[nodiscard]] Status check_writable() const;
   [[nodiscard]] TxnInfo* find_txn(std::uint64_t txn);
   [[nodiscard]] StepInfo step_info(const TxnInfo& t) const;
-  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin_with(std::uint64_t step, CommRef comm);
-  [[nodiscard]] static Result<std::unique_ptr<Store>> open_ranks(Fs& fs, std::string path, Access access,
-                                                                 StoreOptions options, CommRef comm);
-  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin_ranks(std::uint64_t step, CommRef comm);
   // Participants keep their view of the journal in step with what rank 0 broadcasts.
   void mirror_txn(const TxnInfo& t);
   // Removes the files of an aborted or retired transaction that exist; errors are collected, not fatal.
@@ -387,6 +402,7 @@ class Store {
   std::string path_;
   Access access_;
   StoreOptions options_;
+  CommRef comm_;
   Uuid uuid_{};
   RecoveryReport report_;
   std::vector<TxnInfo> txns_;
@@ -396,7 +412,6 @@ class Store {
   FileHandle lock_;
   Transaction<Fs>* open_txn_ = nullptr;
   bool participant_ = false;
-  int open_world_ = 1;  // the communicator size of the open: begin() across ranks needs the same
   std::uint64_t compacted_end_ = 0;  // journal size after its last rewrite
 };
 

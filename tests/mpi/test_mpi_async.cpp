@@ -90,7 +90,7 @@ void run_phases(const std::string& scratch) {
     auto store = Store<>::open(posix, dir, Access::read_write, small_options(), *comm);
     MPI_CHECK(store.ok(), store.status().to_string());
     if (store.ok()) {
-      auto saver = AsyncSaver<>::create(**store, saver_options(), *comm);
+      auto saver = AsyncSaver<>::create(**store, saver_options());
       MPI_CHECK(saver.ok(), saver.status().to_string());
       if (saver.ok()) {
         for (std::uint64_t step : {10, 20, 30}) {
@@ -120,7 +120,7 @@ void run_phases(const std::string& scratch) {
     if (store.ok()) {
       AsyncSaveOptions o = saver_options();
       o.when_busy = WhenBusy::skip;
-      auto saver = AsyncSaver<FaultFs<PosixFs>>::create(**store, o, *comm, *control);
+      auto saver = AsyncSaver<FaultFs<PosixFs>>::create(**store, o, *control);
       MPI_CHECK(saver.ok(), saver.status().to_string());
       if (saver.ok()) {
         const auto rows40 = rank_rows(rank, 40), rows50 = rank_rows(rank, 50);
@@ -154,7 +154,7 @@ void run_phases(const std::string& scratch) {
     if (store.ok()) {
       before = (*store)->latest() ? (*store)->latest()->step : 0;
       if (rank == 2) fs.set_plan(FaultPlan::from(1, Fault::io_error, fs_op_bit(FsOp::pwrite)));
-      auto saver = AsyncSaver<FaultFs<PosixFs>>::create(**store, saver_options(), *comm);
+      auto saver = AsyncSaver<FaultFs<PosixFs>>::create(**store, saver_options());
       MPI_CHECK(saver.ok(), saver.status().to_string());
       if (saver.ok()) {
         const auto rows = rank_rows(rank, 60);

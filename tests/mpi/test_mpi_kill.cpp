@@ -46,7 +46,7 @@ void run(const std::string& path) {
   MPI_CHECK_OK(store.status());
   if (!store.ok()) return;
   {
-    auto tx = (*store)->begin(1, *comm);
+    auto tx = (*store)->begin(1);
     MPI_CHECK_OK(tx.status());
     if (!tx.ok()) return;
     MPI_CHECK_OK(sharded_fixture::save_rank(**tx, 4, r, 1));
@@ -56,7 +56,7 @@ void run(const std::string& path) {
   if (rank == 0) std::ofstream(path + "/README") << "not the store's\n";
   if (!mpi_test::phase_passed("step 1 saved across 4 ranks")) return;
 
-  auto tx = (*store)->begin(2, *comm);
+  auto tx = (*store)->begin(2);
   MPI_CHECK_OK(tx.status());
   if (!tx.ok()) return;
   std::vector<unsigned char> row(kRowBytes, static_cast<unsigned char>(0x40 + rank));

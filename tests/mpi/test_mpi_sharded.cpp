@@ -4,7 +4,8 @@
 //   2. loading it back with 1, 2, 3 and 4 ranks, each reading only its region: bit-identical;
 //   3. a reshard round trip 4 -> 3 -> 4 through collective saves: every tensor bit-identical;
 //   4. an I/O error on rank 2 abandons the step on every rank with the same Status;
-//   5. pieces overlapping across ranks are refused on every rank, naming tensor and region.
+//   5. pieces overlapping across ranks are refused on every rank, naming tensor and region;
+//   6. a rank that returns early (its open transaction destroyed) fails the others' commit, no hang.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -125,7 +126,7 @@ void run_phases(const std::string& base) {
     MPI_CHECK_OK(store.status());
     MPI_CHECK(store.ok() && (*store)->coordinator() == (rank == 0), "only rank 0 coordinates");
     if (store.ok()) {
-      auto tx = (*store)->begin(1, *comm);
+      auto tx = (*store)->begin(1);
       MPI_CHECK_OK(tx.status());
       if (tx.ok()) {
         MPI_CHECK_OK(save_rank(**tx, 4, r, 1));
@@ -161,7 +162,7 @@ void run_phases(const std::string& base) {
         MPI_CHECK_OK(to.status());
         if (from.ok() && to.ok()) {
           auto reader = (*from)->open_latest();
-          auto tx = (*to)->begin(1, *three);
+          auto tx = (*to)->begin(1);
           MPI_CHECK_OK(reader.status());
           MPI_CHECK_OK(tx.status());
           if (reader.ok() && tx.ok()) {
@@ -180,7 +181,7 @@ void run_phases(const std::string& base) {
     if (from.ok() && to.ok()) {
       MPI_CHECK((*from)->latest() && (*from)->latest()->world_size == 3, "the middle step has 3 shards");
       auto reader = (*from)->open_latest();
-      auto tx = (*to)->begin(1, *comm);
+      auto tx = (*to)->begin(1);
       MPI_CHECK_OK(reader.status());
       MPI_CHECK_OK(tx.status());
       if (reader.ok() && tx.ok()) {
@@ -223,7 +224,7 @@ void run_phases(const std::string& base) {
     {
       auto store = Store<FaultFs<PosixFs>>::open(good, d, Access::read_write, small_options(), *comm);
       MPI_CHECK_OK(store.status());
-      auto tx = (*store)->begin(1, *comm);
+      auto tx = (*store)->begin(1);
       MPI_CHECK_OK(tx.status());
       MPI_CHECK_OK(save_rank(**tx, 4, r, 1));
       MPI_CHECK_OK((*tx)->commit().status());
@@ -232,7 +233,7 @@ void run_phases(const std::string& base) {
     {
       auto store = Store<FaultFs<PosixFs>>::open(faulty, d, Access::read_write, small_options(), *comm);
       MPI_CHECK_OK(store.status());
-      auto tx = (*store)->begin(2, *comm);
+      auto tx = (*store)->begin(2);
       MPI_CHECK_OK(tx.status());
       std::vector<unsigned char> row(64 << 10, static_cast<unsigned char>(rank));  // one direct pwrite inside write()
       Status s = (*tx)->begin_piece("big", DType::U8, {4, 64 << 10}, {r, 0}, {1, 64 << 10});
@@ -262,7 +263,7 @@ void run_phases(const std::string& base) {
     {
       auto store = Store<>::open(fs, e, Access::read_write, small_options(), *comm);
       MPI_CHECK_OK(store.status());
-      auto tx = (*store)->begin(1, *comm);
+      auto tx = (*store)->begin(1);
       MPI_CHECK_OK(tx.status());
       // Rows: rank 0 [0, 2), rank 1 [2, 5), rank 2 [4, 6), rank 3 [6, 8): row 4 twice.
       const std::uint64_t first[] = {0, 2, 4, 6}, count[] = {2, 3, 2, 2};
@@ -281,6 +282,36 @@ void run_phases(const std::string& base) {
     MPI_CHECK(store.ok() && !(*store)->latest(), "nothing was committed");
   }
   mpi_test::phase_passed("overlapping pieces across ranks are refused everywhere");
+
+  // 6. Rank 1 returns early, destroying its open transaction: its destructor enters no collective; it
+  // leaves the communicator, so the other ranks' commit fails naming it instead of waiting (spec 3.4).
+  {
+    auto broken = MpiComm::duplicate(MPI_COMM_WORLD);  // this one ends broken; *comm stays usable
+    MPI_CHECK_OK(broken.status());
+    const std::string g = base + "/g";
+    Status result;
+    if (broken.ok()) {
+      auto store = Store<>::open(fs, g, Access::read_write, small_options(), *broken);
+      MPI_CHECK_OK(store.status());
+      auto tx = (*store)->begin(1);
+      MPI_CHECK_OK(tx.status());
+      MPI_CHECK_OK(save_rank(**tx, 4, r, 1));
+      if (rank != 1) result = (*tx)->commit().status();
+    }  // rank 1: transaction and store destroyed here, without waiting for anyone
+    if (rank != 1)
+      MPI_CHECK(!result.ok() && result.message().find("rank 1 dropped step 1 (txn 1)") != std::string::npos,
+                "the others' commit fails naming rank 1: " + result.to_string());
+    MPI_CHECK_OK(comm->barrier());  // rank 0 has abandoned the step by now
+    auto store = Store<>::open(fs, g, Access::read_only);
+    MPI_CHECK_OK(store.status());
+    if (store.ok()) {
+      const auto& txns = (*store)->transactions();
+      MPI_CHECK(!(*store)->latest() && txns.size() == 1 && txns[0].state == TxnState::aborted &&
+                    !fsys::exists(g + "/" + txns[0].dir()),
+                "nothing committed; the dropped transaction is aborted and its files removed");
+    }
+  }
+  mpi_test::phase_passed("a rank that drops its transaction fails the others' commit; nobody hangs");
 
 }
 

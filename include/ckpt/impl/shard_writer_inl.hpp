@@ -517,6 +517,10 @@ Result<ShardSummary> ShardWriter<Fs>::finish() {
   summary.tensor_count = index.tensors.size();
   summary.piece_count = index.pieces.size();
   summary.chunk_count = index.chunks.size();
+  // The index is kept for the commit (written_index()); its chunk lists are not needed twice.
+  written_index_ = std::move(index);
+  pieces_.clear();
+  pieces_of_tensor_.clear();
   return summary;
 }
 

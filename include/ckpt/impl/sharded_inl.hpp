@@ -370,7 +370,7 @@ Result<ReshardSummary> reshard_to_store(Fs& fs, CheckpointSource<Fs>& source, co
   auto run_rank = [&](std::uint32_t rank) -> Status {
     ThreadComm comm(group, static_cast<int>(rank));
     CKPT_ASSIGN_OR_RETURN(auto store, Store<Fs>::open(fs, store_path, Access::read_write, store_options, comm));
-    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step, comm));
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
     Status s;
     if (rank == 0) {
       tx->state() = state;

@@ -144,25 +144,32 @@ inline bool StepVerifyReport::ok() const noexcept {
 // --- Transaction ----------------------------------------------------------------------------------
 
 template <class Fs>
-Transaction<Fs>::Transaction(Store<Fs>* store, CommRef comm, std::uint64_t txn, std::uint64_t step, std::string dir_path,
+Transaction<Fs>::Transaction(Store<Fs>* store, std::uint64_t txn, std::uint64_t step, std::string dir_path,
                              std::string shard_name, std::unique_ptr<ShardWriter<Fs>> writer)
-    : store_(store), comm_(comm), txn_(txn), step_(step), dir_path_(std::move(dir_path)),
-      shard_name_(std::move(shard_name)), writer_(std::move(writer)) {
+    : store_(store), comm_(store->comm_), txn_(txn), step_(step), dir_path_(std::move(dir_path)),
+      shard_name_(std::move(shard_name)), writer_(std::move(writer)), rank_(comm_.rank()), world_(comm_.size()) {
   state_.step = step;
 }
 
 template <class Fs>
 Transaction<Fs>::~Transaction() {
-  if (active()) abort().ignore_error();  // not committed: abandoned; recovery finishes what this cannot
+  // Never waits for other ranks: dropped here, the others told through the communicator (spec/SHARDING.md 3.4).
+  if (active()) drop(make_error(Code::cancelled, "its Transaction was destroyed before commit() or abort()"));
 }
 
 template <class Fs>
-Status Transaction<Fs>::check_active() const {
+Status Transaction<Fs>::check_open() const {
   if (store_ == nullptr) return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + ": its store is closed");
   if (finished_)
     return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + " for step " + std::to_string(step_) +
                                                   " is already committed or abandoned");
-  return failure_;  // multi-rank: an earlier I/O error of this rank, until commit() reports it everywhere
+  return Status();
+}
+
+template <class Fs>
+Status Transaction<Fs>::check_active() const {
+  CKPT_TRY(check_open());
+  return failure_;  // across ranks: an earlier I/O error of this rank, until commit() reports it everywhere
 }
 
 template <class Fs>
@@ -173,14 +180,9 @@ Status Transaction<Fs>::fail(const Status& s) {
     return failure_.with_context("rank " + std::to_string(rank_)).with_context(
         "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ") fails at commit() on every rank");
   }
-  writer_.reset();  // closes and unlinks an unfinished shard file
-  Status removed = store_->abandon(txn_, AbortReason::writer_error);
-  finished_ = true;
-  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
-  std::string msg = "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) +
-                    ") abandoned, the previous step is untouched";
-  if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
-  return s.with_context(msg);
+  // One process: nobody else writes, so the abandonment happens now, through the same finish.
+  auto outcome = finish(false, s);
+  return outcome.ok() ? outcome->decision : outcome.status();
 }
 
 template <class Fs>
@@ -226,111 +228,6 @@ Status Transaction<Fs>::end_piece() {
 }
 
 template <class Fs>
-Status Transaction<Fs>::abort() {
-  if (world_ > 1) return finish_ranks(false).status();
-  CKPT_TRY(check_active());
-  writer_.reset();
-  Status s = store_->abandon(txn_, AbortReason::user);
-  finished_ = true;
-  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
-  return s;
-}
-
-template <class Fs>
-Result<CommitResult> Transaction<Fs>::commit() {
-  if (world_ > 1) return finish_ranks(true);
-  CKPT_TRY(check_active());
-  Fs& fs = store_->fs_;
-  state_.step = step_;
-  // What the caller can still fix is checked before anything becomes final.
-  CKPT_TRY(check_training_state(state_));
-
-  // Step 3: finish the shard: data, index, footer, fsync file, fsync step directory (spec 5.3).
-  auto summary = writer_->finish();
-  // A caller mistake (a piece still open) leaves the transaction open; anything else abandons it.
-  if (!summary.ok() && summary.status().code() == Code::invalid_argument) return summary.status();
-  if (!summary.ok()) return fail(summary.status());
-  writer_.reset();
-  // Every tensor covered exactly once (spec/SHARDING.md 4): read the index back from the finished file.
-  {
-    auto pieces = detail::read_shard_pieces(fs, join_path(dir_path_, shard_name_), 0, summary->index_digest);
-    if (!pieces.ok()) return fail(pieces.status());
-    Status covered = coverage_status(check_coverage(*pieces), Code::invalid_argument, "step " + std::to_string(step_));
-    if (!covered.ok()) return fail(covered);
-  }
-
-  // The coordinator gathers every rank's shard entry (spec 8).
-  Encoder mine;
-  encode_manifest_shard(mine, manifest_shard(static_cast<std::uint32_t>(comm_.rank()), shard_name_, *summary));
-  auto gathered = comm_.gather(std::move(mine.str()), 0);
-  if (!gathered.ok()) return fail(gathered.status());
-  Manifest m;
-  m.txn = txn_;
-  m.step = step_;
-  m.world_size = static_cast<std::uint32_t>(comm_.size());
-  m.store_uuid = store_->uuid_;
-  m.state = state_;
-  for (std::size_t r = 0; r < gathered->size(); ++r) {
-    const std::string& bytes = (*gathered)[r];
-    Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-    ManifestShard s;
-    Status decoded = decode_manifest_shard(in, s, "rank " + std::to_string(r) + " shard entry");
-    if (decoded.ok() && (in.remaining() != 0 || s.rank != r || s.name != shard_file_name(s.rank, m.world_size)))
-      decoded = make_error(Code::corrupt, "rank " + std::to_string(r) + " sent an entry for rank " + std::to_string(s.rank) +
-                                              " file '" + s.name + "'");
-    if (!decoded.ok()) return fail(decoded);
-    m.shards.push_back(std::move(s));
-  }
-  Status valid = check_manifest(m);
-  if (!valid.ok()) return fail(valid);
-
-  // Step 4: MANIFEST under its final name (the journal implies it, no rename), fsynced (spec 5.3).
-  const std::string bytes = encode_manifest(m);
-  const std::string manifest_path = join_path(dir_path_, std::string(journal::kManifestName));
-  {
-    auto file = fs.open(manifest_path, OpenMode::create_new);
-    if (!file.ok()) return fail(file.status().with_context(manifest_path));
-    ScopedFile<Fs> scoped(fs, *file);
-    Status s = fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0);
-    if (s.ok()) s = fs.sync(scoped.get());
-    if (s.ok()) s = scoped.close();
-    if (!s.ok()) return fail(s.with_context(manifest_path));
-  }
-  // Step 5: fsync the step directory: the MANIFEST entry must be durable before COMMIT refers to it (R3).
-  {
-    Status s = fs.sync_dir(dir_path_);
-    if (!s.ok()) return fail(s.with_context(dir_path_));
-  }
-
-  // Step 6: COMMIT + fdatasync: the step exists once this returns (spec 5.3).
-  CommitRecord c{txn_, step_, bytes.size(), manifest_digest(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size())};
-  const SaveRecord stats = save_record(c, m);
-  Status s = store_->journal_->append_group({commit_record(c), save_stats_record(stats)});
-  finished_ = true;
-  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
-  if (!s.ok()) {
-    // The COMMIT may or may not be on disk: removing files now could break a committed step. Leave
-    // everything for the recovery of the next writable open to decide (spec 5.4).
-    return s.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) +
-                          "): the COMMIT record could not be made durable, so it may or may not have committed; "
-                          "the store refuses writes until it is reopened, and its recovery decides");
-  }
-  TxnInfo* t = store_->find_txn(txn_);
-  t->state = TxnState::committed;
-  t->commit = c;
-  t->save = stats;
-  t->end_offset = store_->journal_->last_offsets().front();
-  CommitResult result;
-  result.step = store_->step_info(*t);
-  if (store_->options_.retention.enabled()) {
-    auto retired = store_->apply_retention(store_->options_.retention);
-    if (retired.ok()) result.retired = std::move(retired).value();
-    else result.retention = retired.status();
-  }
-  return result;
-}
-
-template <class Fs>
 SaveRecord Transaction<Fs>::save_record(const CommitRecord& c, const Manifest& m) const {
   using std::chrono::duration_cast;
   using std::chrono::nanoseconds;
@@ -348,16 +245,13 @@ SaveRecord Transaction<Fs>::save_record(const CommitRecord& c, const Manifest& m
 // --- Store ----------------------------------------------------------------------------------------
 
 template <class Fs>
-Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Access access, StoreOptions options) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options));
-  CKPT_TRY(access == Access::read_only ? store->open_read_only() : store->open_writable());
-  return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
-}
-
-template <class Fs>
 Store<Fs>::~Store() {
-  if (open_txn_ != nullptr) open_txn_->abort().ignore_error();  // a transaction cannot outlive its store
+  // A transaction cannot outlive its store: dropped, without waiting for other ranks (spec/SHARDING.md 3.4).
+  if (open_txn_ != nullptr) {
+    Transaction<Fs>* tx = open_txn_;
+    tx->drop(make_error(Code::cancelled, "its store was closed before commit() or abort()"));
+    tx->store_ = nullptr;
+  }
   journal_.reset();
   if (lock_.valid()) fs_.close(lock_).ignore_error();  // releases the writer lock
 }
@@ -573,77 +467,6 @@ Status Store<Fs>::check_writable() const {
   if (journal_->failed())
     return journal_->failure().with_context(path_ + ": the journal failed earlier; reopen the store so its recovery decides what is durable");
   return Status();
-}
-
-template <class Fs>
-Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step) {
-  static LocalComm local;  // stateless
-  return begin_with(step, CommRef(local));
-}
-
-template <class Fs>
-template <class Comm>
-Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step, Comm& comm) {
-  return begin_with(step, CommRef(comm));
-}
-
-template <class Fs>
-Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_with(std::uint64_t step, CommRef comm) {
-  if (comm.size() > 1) return begin_ranks(step, comm);  // collective: every check happens inside, on every rank
-  CKPT_TRY(check_writable());
-  if (open_txn_ != nullptr)
-    return make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
-                                          std::to_string(open_txn_->step()) + " is still open");
-  const int world = comm.size();
-  if (world != 1 || comm.rank() != 0)
-    return make_error(Code::invalid_argument, path_ + ": a communicator of size " + std::to_string(world) + " with rank " +
-                                                  std::to_string(comm.rank()));
-  // The id is spent even if BEGIN fails: ids are never reused (spec 5.6).
-  const std::uint64_t txn = next_txn_++;
-  BeginRecord b;
-  b.txn = txn;
-  b.step = step;
-  b.world_size = static_cast<std::uint32_t>(world);
-  for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
-  CKPT_ASSIGN_OR_RETURN(PendingRecord record, begin_record(b));
-  // Step 1: BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
-  CKPT_TRY(journal_->append_group({record}));
-  TxnInfo t;
-  t.txn = txn;
-  t.step = step;
-  t.world_size = b.world_size;
-  t.files = b.files;
-  t.begin_offset = journal_->last_offsets().front();
-  by_txn_.emplace(txn, txns_.size());
-  txns_.push_back(t);
-
-  // Step 2: the step directory, durable in the store directory before anything is written inside it (R3).
-  const std::string dir_path = join_path(path_, t.dir());
-  const std::string shard_name = b.files[static_cast<std::size_t>(comm.rank())].name;
-  std::unique_ptr<ShardWriter<Fs>> writer;
-  Status s = fs_.mkdir(dir_path);
-  if (s.ok()) s = fs_.sync_dir(path_);
-  if (s.ok()) {
-    WriterOptions wo;
-    wo.alignment_log2 = options_.alignment_log2;
-    wo.chunk_size_log2 = options_.chunk_size_log2;
-    wo.buffer_size = options_.buffer_size;
-    wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
-    wo.durable = true;
-    auto w = ShardWriter<Fs>::create(fs_, join_path(dir_path, shard_name), wo);
-    if (w.ok()) writer = std::move(w).value();
-    else s = w.status();
-  }
-  if (!s.ok()) {
-    Status removed = abandon(txn, AbortReason::writer_error);
-    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(txn) + ") abandoned";
-    if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
-    return s.with_context(msg);
-  }
-  std::unique_ptr<Transaction<Fs>> tx(
-      new Transaction<Fs>(this, comm, txn, step, dir_path, shard_name, std::move(writer)));
-  open_txn_ = tx.get();
-  return Result<std::unique_ptr<Transaction<Fs>>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 template <class Fs>

@@ -1,6 +1,7 @@
-// ckpt: the multi-rank side of store.hpp (spec/SHARDING.md 3): collective open, begin, commit and
-// abort over a communicator. Included before store_inl.hpp, whose single-rank commit uses its helpers. Rank 0 is the coordinator: the only rank that holds the lock and writes
-// the journal and the manifest. Every other rank writes its own shard file and nothing else.
+// ckpt: the commit protocol of store.hpp (spec/JOURNAL.md 5.3, spec/SHARDING.md 3): open, begin, commit
+// and abort over the store's communicator. One process is the world of one: the same messages, gathered
+// and broadcast by LocalComm as plain copies. Rank 0 is the coordinator: the only rank that holds the
+// lock and writes the journal and the manifest. Every other rank writes its own shard file and nothing else.
 #pragma once
 
 #include <algorithm>
@@ -44,7 +45,7 @@ inline void encode_status(Encoder& out, const Status& s) {
 [[nodiscard]] inline bool decode_status(Decoder& in, Status& s) {
   std::uint8_t code = 0;
   std::string message;
-  if (!decode_u8(in, code) || code > static_cast<std::uint8_t>(Code::unsupported) ||
+  if (!decode_u8(in, code) || code > static_cast<std::uint8_t>(kLastCode) ||
       !decode_string32(in, message, std::uint32_t{64} << 20))
     return false;
   s = code == 0 ? Status() : Status(static_cast<Code>(code), std::move(message));
@@ -64,6 +65,16 @@ inline void encode_status(Encoder& out, const Status& s) {
 
 [[nodiscard]] inline std::string rank_name(int rank) { return "rank " + std::to_string(rank); }
 
+// A rank's Status as the others see it: named by its rank when there are others to tell it from.
+[[nodiscard]] inline Status from_rank(const Status& s, int rank, int world) {
+  return world > 1 ? s.with_context(rank_name(rank)) : s;
+}
+
+// "abandoned on every rank" or, for one process, "abandoned" (spec/SHARDING.md 3.4).
+[[nodiscard]] inline const char* abandoned_words(int world) noexcept {
+  return world > 1 ? " abandoned on every rank" : " abandoned";
+}
+
 // Every rank's Status goes to rank 0, which picks the lowest failing rank's ("rank r: ...") and may act
 // on it (on_root, e.g. abandon the transaction); the verdict is broadcast, so every rank returns it.
 inline Status agree(CommRef comm, const Status& local, const std::function<Status(Status)>& on_root = {}) {
@@ -73,7 +84,7 @@ inline Status agree(CommRef comm, const Status& local, const std::function<Statu
   auto gathered = comm.gather(std::move(mine.str()), 0);
   std::string verdict;
   if (comm.rank() == 0) {
-    Status combined = gathered.ok() ? local.with_context("rank 0") : gathered.status();
+    Status combined = gathered.ok() ? from_rank(local, 0, comm.size()) : gathered.status();
     if (combined.ok() && gathered->size() != static_cast<std::size_t>(comm.size()))
       combined = make_error(Code::invalid_argument, "gathered " + std::to_string(gathered->size()) + " statuses from a world of " +
                                                         std::to_string(comm.size()));
@@ -85,7 +96,7 @@ inline Status agree(CommRef comm, const Status& local, const std::function<Statu
         combined = open_message(in, RankMessage::status, rank_name(static_cast<int>(r)));
         if (combined.ok() && !decode_status(in, theirs))
           combined = make_error(Code::corrupt, rank_name(static_cast<int>(r)) + " sent a malformed status");
-        if (combined.ok() && !theirs.ok()) combined = theirs.with_context(rank_name(static_cast<int>(r)));
+        if (combined.ok() && !theirs.ok()) combined = from_rank(theirs, static_cast<int>(r), comm.size());
       }
     if (on_root) combined = on_root(combined);
     Encoder out;
@@ -99,38 +110,6 @@ inline Status agree(CommRef comm, const Status& local, const std::function<Statu
   Status result;
   if (!decode_status(in, result)) return make_error(Code::corrupt, "rank 0 broadcast a malformed status");
   return result;
-}
-
-// The pieces of a finished shard file, read back from its index (superblock, footer, index, each
-// validated as ShardReader does): authoritative even for pieces written straight through
-// shard_writer(). Every operation's error counts, the close's too: the commit is abandoned on any.
-template <class Fs>
-[[nodiscard]] Result<std::vector<GlobalPiece>> read_shard_pieces(Fs& fs, const std::string& path, std::uint32_t rank,
-                                                                 std::uint64_t index_digest) {
-  auto file = fs.open(path, OpenMode::read);
-  if (!file.ok()) return file.status().with_context(path);
-  ScopedFile<Fs> scoped(fs, *file);
-  auto size = fs.file_size(scoped.get());
-  if (!size.ok()) return size.status().with_context(path);
-  if (*size < format::kSuperblockSize + format::kFooterSize)
-    return make_error(Code::incomplete, path + ": " + std::to_string(*size) + " bytes, too short for a finished shard");
-  unsigned char sb_bytes[format::kSuperblockSize], ft_bytes[format::kFooterSize];
-  CKPT_TRY(read_exact(fs, scoped.get(), path, sb_bytes, sizeof sb_bytes, 0));
-  CKPT_TRY(read_exact(fs, scoped.get(), path, ft_bytes, sizeof ft_bytes, *size - format::kFooterSize));
-  CKPT_ASSIGN_OR_RETURN(const Superblock sb, decode_superblock(sb_bytes, path));
-  CKPT_ASSIGN_OR_RETURN(const Footer footer, decode_footer(ft_bytes, *size, path));
-  if (footer.index_digest != index_digest)
-    return make_error(Code::corrupt, path + ": reads back with index digest " + hex64(footer.index_digest) +
-                                         ", its writer finished it with " + hex64(index_digest));
-  std::vector<unsigned char> index_bytes(static_cast<std::size_t>(footer.index_length));
-  CKPT_TRY(read_exact(fs, scoped.get(), path, index_bytes.data(), index_bytes.size(), footer.index_offset));
-  if (xxh3_64(index_bytes.data(), index_bytes.size()) != footer.index_digest)
-    return make_error(Code::corrupt, path + ": the index read back does not match its digest " + hex64(footer.index_digest));
-  CKPT_ASSIGN_OR_RETURN(const Index index, decode_index(index_bytes.data(), index_bytes.size(), sb, footer.index_offset, path));
-  CKPT_TRY(scoped.close().with_context(path));
-  std::vector<GlobalPiece> pieces;
-  append_index_pieces(index, rank, pieces);
-  return pieces;
 }
 
 inline void encode_dims(Encoder& out, const Shape& dims) {
@@ -282,22 +261,32 @@ inline std::string encode_outcome(const RankOutcome& o) {
 
 }  // namespace detail
 
-// --- Store: collective open and begin -------------------------------------------------------------
+// --- Store: open and begin ------------------------------------------------------------------------
+
+template <class Fs>
+Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Access access, StoreOptions options) {
+  static LocalComm local;  // stateless
+  return open_with(fs, std::move(path), access, options, CommRef(local));
+}
 
 template <class Fs>
 template <class Comm>
 Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Access access, StoreOptions options,
                                                    Comm& comm) {
-  return open_ranks(fs, std::move(path), access, options, CommRef(comm));
+  return open_with(fs, std::move(path), access, options, CommRef(comm));
 }
 
 template <class Fs>
-Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open_ranks(Fs& fs, std::string path, Access access, StoreOptions options,
-                                                         CommRef comm) {
-  if (comm.size() == 1) return open(fs, std::move(path), access, options);
+Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open_with(Fs& fs, std::string path, Access access, StoreOptions options,
+                                                        CommRef comm) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options));
-  const int rank = comm.rank();
+  std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options, comm));
+  const int rank = comm.rank(), world = comm.size();
+  if (world == 1) {
+    // No other rank waits on this open: its Status is the answer (and carries no rank name).
+    CKPT_TRY(access == Access::read_only ? store->open_read_only() : store->open_writable());
+    return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
+  }
   Status local;
   if (access == Access::read_only) {
     local = store->open_read_only();
@@ -317,7 +306,6 @@ Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open_ranks(Fs& fs, std::string pat
     }
   }
   CKPT_TRY(detail::agree(comm, local));
-  store->open_world_ = comm.size();
   return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
@@ -334,17 +322,14 @@ void Store<Fs>::mirror_txn(const TxnInfo& t) {
 }
 
 template <class Fs>
-Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t step, CommRef comm) {
-  const int rank = comm.rank(), world = comm.size();
+Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step) {
+  const int rank = comm_.rank(), world = comm_.size();
   // Phase 1: every rank says whether it can take part; nothing is written unless all can (spec/SHARDING.md 3.2).
   Status local;
-  if (access_ != Access::read_write || world != open_world_)
-    local = make_error(Code::invalid_argument, path_ + ": a save across " + std::to_string(world) +
-                                                   " ranks needs the store opened read_write with a communicator of that size on every rank (opened: " +
-                                                   std::to_string(open_world_) + (access_ == Access::read_write ? " ranks)" : " ranks, read-only)"));
-  else if (rank == 0 ? !coordinator() : !participant_)
-    local = make_error(Code::invalid_argument, path_ + ": rank " + std::to_string(rank) + " did not open this store collectively");
-  else if (open_txn_ != nullptr)
+  if (rank == 0) local = check_writable();
+  else if (access_ != Access::read_write || !participant_)
+    local = make_error(Code::invalid_argument, path_ + ": rank " + std::to_string(rank) + " did not open this store read_write");
+  if (local.ok() && open_txn_ != nullptr)
     local = make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
                                            std::to_string(open_txn_->step()) + " is still open");
   Encoder request;
@@ -352,13 +337,13 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
   detail::encode_status(request, local);
   request.u64(step);
   request.u32(static_cast<std::uint32_t>(world));
-  auto gathered = comm.gather(std::move(request.str()), 0);
+  auto gathered = comm_.gather(std::move(request.str()), 0);
 
   // Phase 2: rank 0 writes BEGIN naming every rank's shard and makes the step directory, then tells everyone.
   TxnInfo t;
   std::string decision_bytes;
   if (rank == 0) {
-    Status decision = gathered.ok() ? local.with_context("rank 0") : gathered.status();
+    Status decision = gathered.ok() ? Status() : gathered.status();
     if (decision.ok() && gathered->size() != static_cast<std::size_t>(world))
       decision = make_error(Code::invalid_argument, "begin: gathered " + std::to_string(gathered->size()) +
                                                         " requests from a world of " + std::to_string(world));
@@ -372,13 +357,12 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
       decision = detail::open_message(in, detail::RankMessage::begin_request, from);
       if (decision.ok() && (!detail::decode_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world)))
         decision = make_error(Code::corrupt, from + " sent a malformed begin request");
-      if (decision.ok() && !theirs.ok()) decision = theirs.with_context(from);
+      if (decision.ok() && !theirs.ok()) decision = detail::from_rank(theirs, static_cast<int>(r), world);
       if (decision.ok() && (their_step != step || their_world != static_cast<std::uint32_t>(world)))
         decision = make_error(Code::invalid_argument, from + " begins step " + std::to_string(their_step) + " in a world of " +
                                                           std::to_string(their_world) + ", rank 0 step " + std::to_string(step) +
                                                           " in a world of " + std::to_string(world));
     }
-    if (decision.ok()) decision = check_writable();
     bool begun = false;
     if (decision.ok()) {
       // The id is spent even if BEGIN fails: ids are never reused (spec/JOURNAL.md 5.6).
@@ -387,6 +371,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
       b.step = step;
       b.world_size = static_cast<std::uint32_t>(world);
       for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
+      // Step 1: BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
       auto record = begin_record(b);
       decision = record.ok() ? journal_->append_group({*record}) : record.status();
       if (decision.ok()) {
@@ -397,7 +382,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
         t.begin_offset = journal_->last_offsets().front();
         mirror_txn(t);
         begun = true;
-        // The step directory is durable in the store before any rank creates a file in it (R3).
+        // Step 2: the step directory is durable in the store before any rank creates a file in it (R3).
         const std::string dir_path = join_path(path_, t.dir());
         decision = fs_.mkdir(dir_path);
         if (decision.ok()) decision = fs_.sync_dir(path_);
@@ -405,7 +390,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
     }
     if (!decision.ok() && begun) {
       Status removed = abandon(t.txn, AbortReason::writer_error);
-      std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ") abandoned";
+      std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ")" + detail::abandoned_words(world);
       if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
       decision = decision.with_context(msg);
     }
@@ -420,7 +405,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
   } else if (!gathered.ok()) {
     return gathered.status();
   }
-  CKPT_TRY(comm.broadcast(decision_bytes, 0));
+  CKPT_TRY(comm_.broadcast(decision_bytes, 0));
   {
     Decoder in(reinterpret_cast<const unsigned char*>(decision_bytes.data()), decision_bytes.size());
     Status decision = detail::open_message(in, detail::RankMessage::begin_decision, "rank 0");
@@ -446,18 +431,18 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
     wo.alignment_log2 = options_.alignment_log2;
     wo.chunk_size_log2 = options_.chunk_size_log2;
     wo.buffer_size = options_.buffer_size;
-    wo.atomic_rename = false;
+    wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
     wo.durable = true;
     auto w = ShardWriter<Fs>::create(fs_, join_path(dir_path, shard_name), wo);
     if (w.ok()) writer = std::move(w).value();
     else created = w.status();
   }
   const std::uint64_t txn = t.txn;
-  Status agreed = detail::agree(comm, created, [&](Status combined) {
+  Status agreed = detail::agree(comm_, created, [&](Status combined) {
     if (combined.ok()) return combined;
     // No rank writes after this point, so rank 0 may remove every file BEGIN named (spec/JOURNAL.md 5.5).
     Status removed = abandon(txn, AbortReason::writer_error);
-    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(txn) + ") abandoned on every rank";
+    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(txn) + ")" + detail::abandoned_words(world);
     if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
     return combined.with_context(msg);
   });
@@ -469,14 +454,12 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin_ranks(std::uint64_t st
     }
     return agreed;
   }
-  std::unique_ptr<Transaction<Fs>> tx(new Transaction<Fs>(this, comm, txn, step, dir_path, shard_name, std::move(writer)));
-  tx->rank_ = rank;
-  tx->world_ = world;
+  std::unique_ptr<Transaction<Fs>> tx(new Transaction<Fs>(this, txn, step, dir_path, shard_name, std::move(writer)));
   open_txn_ = tx.get();
   return Result<std::unique_ptr<Transaction<Fs>>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
-// --- Transaction: replicated tensors, collective commit and abort ----------------------------------
+// --- Transaction: replicated tensors, commit and abort ---------------------------------------------
 
 template <class Fs>
 Status Transaction<Fs>::add_replicated_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
@@ -525,7 +508,7 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
     decision = detail::open_message(in, detail::RankMessage::shard_report, from);
     if (decision.ok() && (!detail::decode_u8(in, wants_commit) || !detail::decode_status(in, theirs)))
       decision = make_error(Code::corrupt, from + " sent a malformed shard report");
-    if (decision.ok() && !theirs.ok()) decision = theirs.with_context(from);
+    if (decision.ok() && !theirs.ok()) decision = detail::from_rank(theirs, static_cast<int>(r), world_);
     if (!decision.ok() || wants_commit == 0) {
       if (decision.ok() && aborting_rank < 0) aborting_rank = static_cast<int>(r);
       continue;
@@ -563,8 +546,8 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
     if (decision.ok()) decision = check_manifest(m);
   }
   if (decision.ok()) {
-    // Steps 4 and 5 of spec/JOURNAL.md 5.3: every shard is durable (each rank synced file and directory
-    // before it reported), so the MANIFEST may now refer to them.
+    // Step 4 of spec/JOURNAL.md 5.3: every shard is durable (each rank synced file and directory before it
+    // reported), so the MANIFEST may now refer to them: under its final name (the journal implies it), fsynced.
     const std::string bytes = encode_manifest(m);
     const std::string manifest_path = join_path(dir_path_, std::string(journal::kManifestName));
     auto file = fs.open(manifest_path, OpenMode::create_new);
@@ -577,6 +560,7 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
       if (decision.ok()) decision = scoped.close();
       if (!decision.ok()) decision = decision.with_context(manifest_path);
     }
+    // Step 5: the MANIFEST entry is durable before COMMIT refers to it (R3).
     if (decision.ok()) decision = fs.sync_dir(dir_path_).with_context(dir_path_);
     if (decision.ok()) {
       // Step 6: COMMIT + fdatasync: the step exists once this returns.
@@ -618,7 +602,7 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
       outcome.abort_offset = t->end_offset;
       outcome.abort_reason = t->abort_reason;
     }
-    std::string msg = where + " abandoned on every rank, the previous step is untouched";
+    std::string msg = where + detail::abandoned_words(world_) + ", the previous step is untouched";
     if (!outcome.cleanup.ok()) msg += " (cleanup: " + outcome.cleanup.message() + ")";
     decision = decision.with_context(msg);
   }
@@ -627,37 +611,69 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
 }
 
 template <class Fs>
-Status Transaction<Fs>::abort(const Status& reason) {
-  if (world_ > 1) return finish_ranks(false, reason).status();
-  return abort();
+Result<CommitResult> Transaction<Fs>::commit() {
+  CKPT_TRY(check_open());
+  if (world_ == 1) {
+    // Mistakes the caller can still fix leave a one-process transaction open; across ranks they are this
+    // rank's report, since the others are already waiting (spec/SHARDING.md 3.4).
+    Status fixable = check_training_state(state_);
+    if (fixable.ok() && writer_->piece_open())
+      fixable = make_error(Code::invalid_argument, join_path(dir_path_, shard_name_) + ": a piece is still open at commit()");
+    if (!fixable.ok()) return fixable;
+  }
+  CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, finish(true, Status()));
+  if (!outcome.decision.ok()) return outcome.decision;
+  Store<Fs>& store = *store_;
+  CommitResult result;
+  if (const TxnInfo* t = store.find_txn(txn_)) result.step = store.step_info(*t);
+  for (const auto& [txn, offset] : outcome.retired)
+    if (const TxnInfo* t = store.find_txn(txn)) result.retired.push_back(store.step_info(*t));
+  result.retention = outcome.retention;
+  return result;
 }
 
 template <class Fs>
-Result<CommitResult> Transaction<Fs>::finish_ranks(bool commit, const Status& reason) {
-  if (store_ == nullptr) return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + ": its store is closed");
-  if (finished_)
-    return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + " for step " + std::to_string(step_) +
-                                                  " is already committed or abandoned");
+Status Transaction<Fs>::abort() {
+  CKPT_TRY(check_open());
+  CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, finish(false, Status()));
+  return outcome.cleanup;
+}
+
+template <class Fs>
+Status Transaction<Fs>::abort(const Status& reason) {
+  CKPT_TRY(check_open());
+  CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, finish(false, reason));
+  return outcome.cleanup;
+}
+
+template <class Fs>
+Result<detail::RankOutcome> Transaction<Fs>::finish(bool commit, const Status& reason) {
   Store<Fs>& store = *store_;
   // This rank's report: its deferred I/O error, or its finished shard (synced, with its directory) and pieces.
   Status local = failure_.ok() ? reason : failure_;
   std::string body;
   if (commit && local.ok()) local = check_training_state(state_);
   if (commit && local.ok()) {
+    // Step 3 of spec/JOURNAL.md 5.3: data, index, footer, fsync of the file and of the step directory.
     auto summary = writer_->finish();
+    if (summary.ok() && store.options_.verify_written) {
+      // Opt-in: the finished file read back through the reader's checks and every chunk verified (FORMAT 7.2).
+      auto checked = verify_file(store.fs_, summary->path, VerifyOptions{});
+      if (!checked.ok()) summary = checked.status();
+      else if (!checked->ok())
+        summary = make_error(Code::corrupt, summary->path + ": reads back with " + std::to_string(checked->problems.size()) +
+                                                " problems (ckpt-verify names them)");
+    }
     if (!summary.ok()) {
       local = summary.status();
     } else {
-      auto pieces = detail::read_shard_pieces(store.fs_, join_path(dir_path_, shard_name_), static_cast<std::uint32_t>(rank_),
-                                              summary->index_digest);
-      if (!pieces.ok()) {
-        local = pieces.status();
-      } else {
-        Encoder out;
-        detail::encode_report_body(out, manifest_shard(static_cast<std::uint32_t>(rank_), shard_name_, *summary),
-                                   state_.optimizer_tensors, replicas_, *pieces);
-        body = std::move(out.str());
-      }
+      // The pieces come from what the writer wrote, not from reading the file back (the index digest pins both).
+      std::vector<GlobalPiece> pieces;
+      append_index_pieces(writer_->written_index(), static_cast<std::uint32_t>(rank_), pieces);
+      Encoder out;
+      detail::encode_report_body(out, manifest_shard(static_cast<std::uint32_t>(rank_), shard_name_, *summary),
+                                 state_.optimizer_tensors, replicas_, pieces);
+      body = std::move(out.str());
     }
   }
   writer_.reset();  // an unfinished shard is closed and removed here; a finished one waits for rank 0's decision
@@ -672,7 +688,12 @@ Result<CommitResult> Transaction<Fs>::finish_ranks(bool commit, const Status& re
   finished_ = true;
   if (store.open_txn_ == this) store.open_txn_ = nullptr;
   if (rank_ != 0 && !gathered.ok()) return gathered.status();
-  CKPT_TRY(comm_.broadcast(outcome_bytes, 0));
+  // Rank 0 decided and acted already: its outcome stands even when a rank that left misses the broadcast.
+  Status sent = comm_.broadcast(outcome_bytes, 0);
+  if (rank_ != 0 && !sent.ok())
+    return sent.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) +
+                             "): rank 0's decision did not arrive, so this rank cannot tell whether it committed; "
+                             "the journal decides");
   detail::RankOutcome outcome;
   CKPT_TRY(detail::decode_outcome(outcome_bytes, outcome));
   if (rank_ != 0) {
@@ -696,14 +717,21 @@ Result<CommitResult> Transaction<Fs>::finish_ranks(bool commit, const Status& re
         t->retire_offset = offset;
       }
   }
-  if (!commit) return outcome.cleanup.ok() ? Result<CommitResult>(CommitResult{}) : Result<CommitResult>(outcome.cleanup);
-  if (!outcome.decision.ok()) return outcome.decision;
-  CommitResult result;
-  if (const TxnInfo* t = store.find_txn(txn_)) result.step = store.step_info(*t);
-  for (const auto& [txn, offset] : outcome.retired)
-    if (const TxnInfo* t = store.find_txn(txn)) result.retired.push_back(store.step_info(*t));
-  result.retention = outcome.retention;
-  return result;
+  return Result<detail::RankOutcome>(std::move(outcome));  // explicit: nvcc (EDG) has no C++20 implicit move
+}
+
+template <class Fs>
+void Transaction<Fs>::drop(const Status& why) {
+  Store<Fs>& store = *store_;
+  writer_.reset();  // this rank's unfinished shard is closed and removed
+  finished_ = true;
+  if (store.open_txn_ == this) store.open_txn_ = nullptr;
+  const std::string where = "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ")";
+  // The others' next collective fails instead of waiting for this rank (spec/SHARDING.md 3.4).
+  if (world_ > 1) comm_.leave(why.with_context(detail::rank_name(rank_) + " dropped " + where));
+  // The coordinator's journal is its own: ABORT and removal need no other rank. A participant's files go
+  // with rank 0's abandonment, or with the next writable open's recovery.
+  if (rank_ == 0 && store.coordinator()) store.abandon(txn_, AbortReason::user).ignore_error();
 }
 
 }  // namespace ckpt
