@@ -580,6 +580,9 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
         outcome.committed = true;
         outcome.commit = c;
         outcome.commit_offset = t->end_offset;
+        // The transaction is over once COMMIT is durable: retention and compaction run between saves (spec 5.7).
+        finished_ = true;
+        if (store.open_txn_ == this) store.open_txn_ = nullptr;
         if (store.options_.retention.enabled()) {
           auto retired = store.apply_retention(store.options_.retention);
           if (retired.ok()) {
