@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <map>
 
-#include <ckpt/io/fault_fs.hpp>
-#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 #include <ckpt/store.hpp>
 
 #include "test_util.hpp"
