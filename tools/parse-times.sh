@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parse time of the public headers next to nlohmann/json.hpp alone, measured side by side in one run
 # (issue 10 part 5; the layout decision and its numbers are in spec/LAYOUT.md).
-#   tools/parse-times.sh [--check] [--all] [--against REV] [-n REPS] [HEADER...]
+#   tools/parse-times.sh [--check] [--all] [--against REV] [--declarations] [-n REPS] [HEADER...]
 # Each header is compiled as a one-line translation unit `#include <HEADER>` with
 #   $CXX -std=c++17 -fsyntax-only -Iinclude $CXXFLAGS
 # (the library's language mode; -fsyntax-only parses and instantiates templates, generates no code).
@@ -12,6 +12,8 @@
 # --check exits 1 when a target is missed: ckpt/ckpt.hpp <= 1.5x and ckpt/store.hpp <= 1.0x json.
 # --against REV also measures the same headers as the git revision REV has them (rows REV:HEADER, in
 # the same alternating rounds), for a before/after table.
+# --declarations also measures them with every `#include "impl/..."` line removed (rows decl:HEADER):
+# what a user's translation unit would parse if the definitions were compiled once (spec/LAYOUT.md).
 # Environment: CXX (default c++), CXXFLAGS (extra flags, e.g. -I for a non-system nlohmann).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ check=0
 all=0
 reps=5
 against=
+declarations=0
 headers=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,7 +30,8 @@ while [ $# -gt 0 ]; do
     --all) all=1 ;;
     -n) reps="$2"; shift ;;
     --against) against="$2"; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --declarations) declarations=1 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) headers+=("$1") ;;
   esac
   shift
@@ -47,22 +51,30 @@ if [ "$all" = 1 ]; then
   done < <(find include/ckpt -name '*.hpp' -not -path '*/impl/*' | sort)
 fi
 all_headers=("$baseline" "${headers[@]}")
-old_include=
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 if [ -n "$against" ]; then
-  old_include=$(mktemp -d)
-  trap 'rm -rf "$old_include"' EXIT
-  git archive "$against" include | tar -x -C "$old_include"
+  mkdir -p "$scratch/rev"
+  git archive "$against" include | tar -x -C "$scratch/rev"
   for h in "${headers[@]}"; do
-    [ -f "$old_include/include/$h" ] && all_headers+=("$against:$h")
+    [ -f "$scratch/rev/include/$h" ] && all_headers+=("$against:$h")
   done
+fi
+if [ "$declarations" = 1 ]; then
+  mkdir -p "$scratch/decl"
+  cp -r include "$scratch/decl/"
+  find "$scratch/decl/include" -name '*.hpp' -exec sed -i '/#include "\(\.\.\/\)\?impl\//d' {} +
+  for h in "${headers[@]}"; do all_headers+=("decl:$h"); done
 fi
 
 # One compile, printing user+sys CPU seconds; a header that does not compile stops the run.
-# REV:HEADER compiles HEADER from the exported revision (its include/ searched first).
+# REV:HEADER compiles HEADER from the exported revision, decl:HEADER from the copy without impl/
+# (that include/ searched first).
 parse_seconds() {
   local out header=$1 extra=()
   case "$header" in
-    *:*) extra=(-I "$old_include/include"); header=${header#*:} ;;
+    decl:*) extra=(-I "$scratch/decl/include"); header=${header#*:} ;;
+    *:*) extra=(-I "$scratch/rev/include"); header=${header#*:} ;;
   esac
   out=$( { TIMEFORMAT='%3U %3S'; time "$cxx" "${extra[@]}" "${flags[@]}" -x c++ - <<<"#include <$header>" 2>/dev/null; } 2>&1 ) || {
     echo "parse-times: $1 does not compile: $cxx ${extra[*]} ${flags[*]}" >&2
