@@ -23,8 +23,8 @@
 #include <vector>
 
 #include <ckpt/async_save.hpp>
-#include <ckpt/io/fault_fs.hpp>
-#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 #include <ckpt/store.hpp>
 
 using namespace ckpt;

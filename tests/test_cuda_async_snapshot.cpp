@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <ckpt/async_save.hpp>
-#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 
 #include "../cuda/async_snapshot.cuh"
 #include "../cuda/host_backend.cuh"

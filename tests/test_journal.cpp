@@ -1,8 +1,8 @@
 // Tests for include/ckpt/journal.hpp: framing, sync-group padding, torn tails, mid-log corruption.
 #include <catch2/catch.hpp>
 
-#include <ckpt/io/fault_fs.hpp>
-#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 #include <ckpt/journal.hpp>
 
 #include "test_util.hpp"

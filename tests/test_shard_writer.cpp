@@ -1,8 +1,8 @@
 // Tests for include/ckpt/shard_writer.hpp.
 #include <catch2/catch.hpp>
 
-#include <ckpt/io/fault_fs.hpp>
-#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
 

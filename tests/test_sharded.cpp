@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include <ckpt/io/fault_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/sharded.hpp>
 #include <ckpt/thread_comm.hpp>
 #include <nlohmann/json.hpp>

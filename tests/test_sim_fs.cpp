@@ -2,9 +2,9 @@
 // crash-state enumeration, and a standalone ShardWriter save crashed at every persistence point.
 #include <catch2/catch.hpp>
 
-#include <ckpt/io/fault_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/io/posix_fs.hpp>
-#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
 #include <ckpt/verify.hpp>

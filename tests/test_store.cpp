@@ -9,8 +9,8 @@
 #include <map>
 #include <thread>
 
-#include <ckpt/io/fault_fs.hpp>
-#include <ckpt/io/sim_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 #include <ckpt/store.hpp>
 #include <ckpt/thread_comm.hpp>
 

@@ -1,4 +1,8 @@
 // ckpt: crash-consistent, checksummed training checkpoints. Umbrella header.
+// Not included here, each its own include (spec/LAYOUT.md): ckpt/safetensors.hpp (the only user of
+// nlohmann/json), ckpt/planner.hpp (ckpt-plan's interval math, pulls <random>), ckpt/mpi_comm.hpp
+// (needs <mpi.h>), and the testing helpers ckpt/testing/sim_fs.hpp and ckpt/testing/fault_fs.hpp.
+// tools/parse-times.sh measures what this header costs to parse.
 #pragma once
 
 #include "async_save.hpp"
@@ -9,15 +13,11 @@
 #include "format.hpp"
 #include "hash.hpp"
 #include "index.hpp"
-#include "io/fault_fs.hpp"
 #include "io/fs.hpp"
 #include "io/fs_op.hpp"
 #include "io/posix_fs.hpp"
-#include "io/sim_fs.hpp"
 #include "journal.hpp"
 #include "manifest.hpp"
-#include "planner.hpp"
-#include "safetensors.hpp"
 #include "shard_reader.hpp"
 #include "shard_writer.hpp"
 #include "sharded.hpp"

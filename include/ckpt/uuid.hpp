@@ -1,13 +1,13 @@
 // ckpt: random file identifiers (RFC 9562 version 4), so a footer can never be paired with another file's superblock.
 #pragma once
 
-#include <pthread.h>
-#include <sys/types.h>
+#include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstdint>
-#include <random>
+#include <cerrno>
+#include <cstddef>
+#include <stdexcept>
 
 #include "index.hpp"
 
@@ -15,41 +15,42 @@ namespace ckpt {
 
 namespace detail {
 
-[[nodiscard]] inline std::mt19937_64 fresh_uuid_engine() {
-  std::random_device device;
-  std::seed_seq seq{device(), device(), device(), device(), device(), device(), device(), device()};
-  return std::mt19937_64(seq);
-}
-
-// Bumped in every forked child (pthread_atfork), registered the first time a uuid is drawn.
-[[nodiscard]] inline std::uint64_t fork_generation() noexcept {
-  static std::atomic<std::uint64_t> generation{0};
-  static const int registered = ::pthread_atfork(nullptr, nullptr, [] { generation.fetch_add(1, std::memory_order_relaxed); });
-  (void)registered;
-  return generation.load(std::memory_order_relaxed);
+// n bytes from the kernel's generator; false when neither getrandom(2) nor /dev/urandom answers.
+[[nodiscard]] inline bool kernel_random(unsigned char* out, std::size_t n) noexcept {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::getrandom(out + got, n - got, 0);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+    } else if (r < 0 && errno != EINTR) {
+      break;  // ENOSYS (a kernel before 3.17, a seccomp filter): try the device
+    }
+  }
+  if (got == n) return true;
+  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  while (got < n) {
+    const ssize_t r = ::read(fd, out + got, n - got);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+    } else if (r == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(fd);
+  return got == n;
 }
 
 }  // namespace detail
 
-// A forked child inherits the engine's state: without a reseed parent and child draw the same uuids,
-// and two files then share one. Reseeded after fork (pthread_atfork) and whenever the pid changes
-// (a raw clone() runs no fork handlers).
+// Every uuid is drawn from the kernel, with no generator state in the process: a forked child (or a
+// raw clone()) cannot repeat its parent's sequence, which an inherited user-space engine did (two
+// files then shared one uuid). Throws std::runtime_error, as std::random_device did, only when the
+// kernel gives no randomness at all.
 [[nodiscard]] inline Uuid random_uuid() {
-  static thread_local std::mt19937_64 engine = detail::fresh_uuid_engine();
-  static thread_local pid_t owner = ::getpid();
-  static thread_local std::uint64_t generation = detail::fork_generation();
-  const pid_t pid = ::getpid();
-  const std::uint64_t now = detail::fork_generation();
-  if (pid != owner || now != generation) {
-    engine = detail::fresh_uuid_engine();
-    owner = pid;
-    generation = now;
-  }
   Uuid u{};
-  for (std::size_t i = 0; i < u.size(); i += 8) {
-    const std::uint64_t r = engine();
-    for (std::size_t k = 0; k < 8; ++k) u[i + k] = static_cast<unsigned char>(r >> (8 * k));
-  }
+  if (!detail::kernel_random(u.data(), u.size()))
+    throw std::runtime_error("ckpt: random_uuid: no randomness from getrandom(2) or /dev/urandom");
   u[6] = static_cast<unsigned char>((u[6] & 0x0F) | 0x40);
   u[8] = static_cast<unsigned char>((u[8] & 0x3F) | 0x80);
   return u;

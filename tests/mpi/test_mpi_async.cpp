@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <ckpt/async_save.hpp>
-#include <ckpt/io/fault_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/mpi_comm.hpp>
 #include <ckpt/store.hpp>
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/io/fault_fs.hpp>
+#include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/mpi_comm.hpp>
 #include <ckpt/store.hpp>
 

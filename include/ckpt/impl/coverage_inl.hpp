@@ -1,6 +1,8 @@
 // ckpt: definitions for coverage.hpp (spec/SHARDING.md 4).
 #pragma once
 
+#include "../coverage.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <map>
 #include <optional>

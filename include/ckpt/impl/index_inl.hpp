@@ -1,6 +1,8 @@
 // ckpt: definitions for index.hpp (spec/FORMAT.md sections 3, 5, 6).
 #pragma once
 
+#include "../index.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <cstring>
 

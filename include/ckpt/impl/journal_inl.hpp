@@ -1,6 +1,8 @@
 // ckpt: definitions for journal.hpp (spec/JOURNAL.md 3-6).
 #pragma once
 
+#include "../journal.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <cstring>
 #include <set>

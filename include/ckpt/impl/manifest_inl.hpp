@@ -1,6 +1,8 @@
 // ckpt: definitions for manifest.hpp (spec/JOURNAL.md 7).
 #pragma once
 
+#include "../manifest.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <cstring>
 #include <set>
 

@@ -1,6 +1,8 @@
 // ckpt: definitions for safetensors.hpp.
 #pragma once
 
+#include "../safetensors.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>

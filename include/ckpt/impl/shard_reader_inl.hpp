@@ -1,6 +1,8 @@
 // ckpt: definitions for shard_reader.hpp (spec/FORMAT.md 5.7 validation, 7.2 reads).
 #pragma once
 
+#include "../shard_reader.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <cstring>
 

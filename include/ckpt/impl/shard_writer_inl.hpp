@@ -1,6 +1,8 @@
 // ckpt: definitions for shard_writer.hpp (spec/FORMAT.md 2-6, 7 for the write protocol).
 #pragma once
 
+#include "../shard_writer.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <sys/mman.h>
 #include <stdlib.h>
 

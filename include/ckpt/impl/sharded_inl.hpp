@@ -1,6 +1,8 @@
 // ckpt: definitions for sharded.hpp (spec/SHARDING.md 5-7).
 #pragma once
 
+#include "../sharded.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <condition_variable>
 #include <exception>

@@ -1,6 +1,8 @@
 // ckpt: definitions for store.hpp (spec/JOURNAL.md 5 commit protocol, 7 manifest, 10 retention).
 #pragma once
 
+#include "../store.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <set>
 

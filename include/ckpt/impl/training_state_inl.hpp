@@ -1,6 +1,8 @@
 // ckpt: definitions for training_state.hpp (spec/JOURNAL.md 7.3).
 #pragma once
 
+#include "../training_state.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <string_view>
 #include <vector>

@@ -1,6 +1,8 @@
 // ckpt: definitions for verify.hpp.
 #pragma once
 
+#include "../verify.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>

@@ -1,5 +1,6 @@
 // ckpt: an Fs that wraps another and fails its n-th operation, so a test can walk every error path
 // of a save: run once to count the operations, then fail operation 1, 2, ... count in turn.
+// A testing helper (include/ckpt/testing/, installed, not in ckpt/ckpt.hpp): #include <ckpt/testing/fault_fs.hpp>.
 //
 // FaultFs<Inner> holds the inner Fs by reference and implements the Fs concept of io/fs.hpp. Every
 // call is one operation; a FaultPlan chooses which kinds are counted (all, or e.g. fs_ops::syncs),
@@ -31,8 +32,8 @@
 #include <vector>
 
 #include "../error.hpp"
-#include "fs.hpp"
-#include "fs_op.hpp"
+#include "../io/fs.hpp"
+#include "../io/fs_op.hpp"
 
 namespace ckpt {
 
