@@ -1,4 +1,4 @@
-// Tests for include/ckpt/io/fault_fs.hpp: each fault kind, the counting modes, and every operation of
+// Tests for include/ckpt/testing/fault_fs.hpp: each fault kind, the counting modes, and every operation of
 // a ShardWriter save failed in turn.
 #include <catch2/catch.hpp>
 

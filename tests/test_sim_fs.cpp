@@ -1,4 +1,4 @@
-// Tests for include/ckpt/io/sim_fs.hpp: the Fs contract (against PosixFs), the persistence model,
+// Tests for include/ckpt/testing/sim_fs.hpp: the Fs contract (against PosixFs), the persistence model,
 // crash-state enumeration, and a standalone ShardWriter save crashed at every persistence point.
 #include <catch2/catch.hpp>
 
