@@ -15,6 +15,7 @@
 #include <ckpt/store.hpp>
 
 #include "test_util.hpp"
+#include "tool_run.hpp"
 
 using namespace ckpt;
 using nlohmann::json;
@@ -23,22 +24,12 @@ namespace {
 
 const std::string kPlan = std::string(CKPT_BINARY_DIR) + "/ckpt-plan";
 
-struct Run : ckpt_test::ProgramRun {
-  [[nodiscard]] json out_json() const {
-    INFO("stdout: " << out << "\nstderr: " << err);
-    json j;
-    REQUIRE_NOTHROW(j = json::parse(out));
-    return j;
-  }
-  [[nodiscard]] std::string first_err_line() const { return err.substr(0, err.find('\n')); }
-};
+using Run = ckpt_test::ToolRun;
 
 // Runs ckpt-plan with arguments (each quoted), capturing stdout and stderr.
 Run plan(const std::vector<std::string>& args) {
   REQUIRE(::access(kPlan.c_str(), X_OK) == 0);
-  Run r;
-  static_cast<ckpt_test::ProgramRun&>(r) = ckpt_test::run_program(kPlan, args);
-  return r;
+  return ckpt_test::run_tool(kPlan, args);
 }
 
 // A store with `saves` committed steps; with `async_stall` set, each save is recorded as an async one

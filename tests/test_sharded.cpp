@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sharded_fixture.hpp"
+#include "store_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -23,14 +24,7 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-StoreOptions small_options() {
-  StoreOptions o;
-  o.create_if_missing = true;
-  o.chunk_size_log2 = 12;  // 4 KiB chunks, so tensors span several
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
-  return o;
-}
+StoreOptions small_options() { return ckpt_test::small_store_options(); }
 
 // Runs body(rank, comm) on `world` threads, one ThreadComm each; returns each rank's Status.
 std::vector<Status> run_ranks(int world, const std::function<Status(std::uint32_t, ThreadComm&)>& body) {
