@@ -437,6 +437,16 @@ int run(const Config& cfg) {
       const std::size_t off = i * chunk_size;
       return std::make_pair(off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk_size, size - off)));
     };
+    // One verify_file run that must find the file intact; returns the bytes it checked.
+    auto verify_intact = [&](unsigned n, bool use_mmap) {
+      VerifyOptions vo;
+      vo.threads = n;
+      vo.use_mmap = use_mmap;
+      auto report = verify_file(fs, ckpt_path, vo);
+      check(report, "verify " + ckpt_path);
+      if (!report->ok()) throw IntegrityError(report->problems.front().message);
+      return report->bytes_checked;
+    };
     for (unsigned n : threads) {
       const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
       const std::string tag = "_t" + std::to_string(n);
@@ -483,13 +493,7 @@ int run(const Config& cfg) {
         const std::string id = std::string("verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(n);
         memory_group.push_back(&add(false, measurement(id, std::string("verify_file, ") + (use_mmap ? "mmap, " : "pread, ") + suffix, n, size, nullptr,
                                             [&, n, use_mmap] {
-          VerifyOptions vo;
-          vo.threads = n;
-          vo.use_mmap = use_mmap;
-          auto report = verify_file(fs, ckpt_path, vo);
-          check(report, "verify " + ckpt_path);
-          if (!report->ok()) throw IntegrityError(report->problems.front().message);
-          if (report->bytes_checked < size) throw IntegrityError(ckpt_path + ": verify checked fewer bytes than were written");
+          if (verify_intact(n, use_mmap) < size) throw IntegrityError(ckpt_path + ": verify checked fewer bytes than were written");
         })));
         comparisons.push_back({id, "xxh3_t" + std::to_string(n), false, 0.85});
       }
@@ -518,14 +522,7 @@ int run(const Config& cfg) {
         const std::string id = std::string("cold_verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(count);
         cold_group.push_back(&add(false, measurement(id, std::string("verify from disk, ") + (use_mmap ? "mmap, " : "pread, ") +
                                                              (count == 1 ? "1 thread" : std::to_string(count) + " threads"),
-                                                     count, size, drop, [&, use_mmap, count] {
-          VerifyOptions vo;
-          vo.threads = count;
-          vo.use_mmap = use_mmap;
-          auto report = verify_file(fs, ckpt_path, vo);
-          check(report, "verify " + ckpt_path);
-          if (!report->ok()) throw IntegrityError(report->problems.front().message);
-        })));
+                                                     count, size, drop, [&, use_mmap, count] { (void)verify_intact(count, use_mmap); })));
         comparisons.push_back({id, cold_read.id, false, std::nullopt});
       }
     }
