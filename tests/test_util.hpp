@@ -73,6 +73,13 @@ inline void write_file(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// A scratch directory holding one file, `name`, with the given bytes.
+struct ScratchFile {
+  ScratchFile(const std::string& name, const std::string& bytes) : path(dir.file(name)) { write_file(path, bytes); }
+  TempDir dir;
+  std::string path;
+};
+
 // Runs a shell command and returns its exit status (not the raw wait status).
 [[nodiscard]] inline int run_command(const std::string& cmd) {
   const int status = std::system(cmd.c_str());
