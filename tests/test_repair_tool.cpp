@@ -38,7 +38,6 @@ const std::string kVerify = kBin + "/ckpt-verify";
 const std::string kTrain = kBin + "/ckpt-demo-train";
 
 using Run = ckpt_test::ToolRun;
-using ckpt_test::shell_quote;
 
 // Runs a program with arguments (each quoted), capturing stdout and stderr.
 Run run(const std::string& program, const std::vector<std::string>& args) { return ckpt_test::run_tool(program, args); }
