@@ -212,7 +212,7 @@ TEST_CASE("hostile safetensors headers are errors that name file and cause, neve
       auto converted = safetensors_to_ckpt(fs, path, file.dir.file("out.ckpt"));
       REQUIRE_FALSE(converted.ok());
       CHECK(converted.status().message() == message);
-      CHECK(files_in(dir.path()) == 1);
+      CHECK(files_in(file.dir.path()) == 1);
     }
   }
 }
