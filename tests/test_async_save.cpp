@@ -20,6 +20,7 @@
 #include <ckpt/testing/sim_fs.hpp>
 #include <ckpt/thread_comm.hpp>
 
+#include "store_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -29,14 +30,7 @@ namespace {
 
 const char* const kStore = "/store";
 
-StoreOptions small_store(bool create = true) {
-  StoreOptions o;
-  o.create_if_missing = create;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 9;
-  o.buffer_size = 4096;
-  return o;
-}
+StoreOptions small_store(bool create = true) { return ckpt_test::small_store_options(create, 9); }
 
 AsyncSaveOptions small_saver(std::size_t staging = 64 << 10, std::size_t slab = 16 << 10) {
   AsyncSaveOptions o;

@@ -414,6 +414,17 @@ std::vector<Moment> record_saves(const std::vector<std::uint64_t>& steps, std::s
   return moments;
 }
 
+// A new store on a simulated file system holding the committed steps 10 and 20, the store closed.
+SimFs store_with_steps_10_and_20() {
+  SimFs base;
+  auto store = Store<SimFs>::open(base, kStore, Access::read_write, store_options(true));
+  REQUIRE(store.ok());
+  REQUIRE(save_step(**store, 10).ok());
+  REQUIRE(save_step(**store, 20).ok());
+  store->reset();
+  return base;
+}
+
 }  // namespace
 
 TEST_CASE("every crash state of saves, retention and recovery recovers to the last acknowledged step", "[crash]") {
@@ -573,13 +584,7 @@ TEST_CASE("after an fsync error at any sync of a save, the reopen trusts only th
   // save (which retires everything older) still recovers to what was acknowledged.
   RetentionPolicy keep_one;
   keep_one.keep_last = 1;
-  SimFs base;
-  {
-    auto store = Store<SimFs>::open(base, kStore, Access::read_write, store_options(true));
-    REQUIRE(store.ok());
-    REQUIRE(save_step(**store, 10).ok());
-    REQUIRE(save_step(**store, 20).ok());
-  }
+  const SimFs base = store_with_steps_10_and_20();
   std::uint64_t syncs = 0;
   {
     SimFs sim(base);
@@ -645,13 +650,7 @@ TEST_CASE("after an fsync error at any sync of a save, the reopen trusts only th
 TEST_CASE("a save failed at any operation by ENOSPC, EIO, a short write or EINTR keeps the previous step", "[crash][fault]") {
   // A store holding steps 10 and 20; the save of step 30 is run once to count its operations, then
   // once per operation and fault kind with that operation failing.
-  SimFs base;
-  {
-    auto store = Store<SimFs>::open(base, kStore, Access::read_write, store_options(true));
-    REQUIRE(store.ok());
-    REQUIRE(save_step(**store, 10).ok());
-    REQUIRE(save_step(**store, 20).ok());
-  }
+  const SimFs base = store_with_steps_10_and_20();
   std::uint64_t ops = 0;
   {
     SimFs sim(base);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "saved_shard.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -49,18 +50,7 @@ Status save(Fs& fs, const std::string& path) {
 }
 
 // "absent", "intact", or what is wrong with the file at path.
-std::string check_saved(SimFs& fs, const std::string& path) {
-  auto info = fs.stat(path);
-  if (!info.ok()) return info.status().code() == Code::not_found ? "absent" : info.status().to_string();
-  auto report = verify_file(fs, path);
-  if (!report.ok()) return "verify: " + report.status().to_string();
-  if (!report->ok()) return "verify: " + report->problems.front().message;
-  auto reader = ShardReader<SimFs>::open(fs, path);
-  if (!reader.ok()) return "open: " + reader.status().to_string();
-  std::vector<unsigned char> back(tensor_bytes().size());
-  if (!(*reader)->read_tensor("t", back.data(), back.size()).ok() || back != tensor_bytes()) return "wrong bytes";
-  return "intact";
-}
+std::string check_saved(SimFs& fs, const std::string& path) { return ckpt_test::check_saved(fs, path, {{"t", &tensor_bytes()}}); }
 
 SimFs fresh_store() {
   SimFs fs;

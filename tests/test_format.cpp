@@ -72,6 +72,19 @@ std::map<std::string, Field> by_name(const std::vector<Field>& fields) {
   return out;
 }
 
+// The spec's table under `section` tiles `size` bytes and names exactly the fields of `code`, at its offsets.
+void check_spec_table(const std::string& section, std::size_t size, const std::map<std::string, std::size_t>& code) {
+  const auto fields = spec_fields(section);
+  check_tiles(fields, size);
+  const auto at = by_name(fields);
+  CHECK(at.size() == code.size());
+  for (const auto& [name, offset] : code) {
+    INFO(name);
+    REQUIRE(at.count(name) == 1);
+    CHECK(at.at(name).offset == offset);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("dtype codes are 1 to 17, each once, with their sizes", "[format]") {
@@ -124,39 +137,21 @@ TEST_CASE("the dtype table of the spec matches the code", "[format][spec]") {
 }
 
 TEST_CASE("the superblock table of the spec matches the code", "[format][spec]") {
-  const auto fields = spec_fields("3.1 Fields");
-  check_tiles(fields, f::kSuperblockSize);
-  const auto at = by_name(fields);
-  const std::map<std::string, std::size_t> code = {
+  check_spec_table("3.1 Fields", f::kSuperblockSize, {
       {"magic", f::sb::kMagic},     {"version", f::sb::kVersion},        {"superblock_size", f::sb::kSize},
       {"compat", f::sb::kCompat},   {"ro_compat", f::sb::kRoCompat},     {"incompat", f::sb::kIncompat},
       {"uuid", f::sb::kUuid},       {"alignment_log2", f::sb::kAlignmentLog2},
       {"chunk_size_log2", f::sb::kChunkSizeLog2}, {"hash_id", f::sb::kHashId}, {"reserved0", f::sb::kReserved0},
       {"data_offset", f::sb::kDataOffset}, {"reserved1", f::sb::kReserved1}, {"digest", f::sb::kDigest},
-  };
-  CHECK(at.size() == code.size());
-  for (const auto& [name, offset] : code) {
-    INFO(name);
-    REQUIRE(at.count(name) == 1);
-    CHECK(at.at(name).offset == offset);
-  }
+  });
 }
 
 TEST_CASE("the footer table of the spec matches the code", "[format][spec]") {
-  const auto fields = spec_fields("6. Footer");
-  check_tiles(fields, f::kFooterSize);
-  const auto at = by_name(fields);
-  const std::map<std::string, std::size_t> code = {
+  check_spec_table("6. Footer", f::kFooterSize, {
       {"index_offset", f::ft::kIndexOffset}, {"index_length", f::ft::kIndexLength},
       {"index_digest", f::ft::kIndexDigest}, {"uuid", f::ft::kUuid}, {"version", f::ft::kVersion},
       {"reserved", f::ft::kReserved},         {"digest", f::ft::kDigest}, {"magic", f::ft::kMagic},
-  };
-  CHECK(at.size() == code.size());
-  for (const auto& [name, offset] : code) {
-    INFO(name);
-    REQUIRE(at.count(name) == 1);
-    CHECK(at.at(name).offset == offset);
-  }
+  });
 }
 
 TEST_CASE("the index tables of the spec match the record sizes of the code", "[format][spec]") {

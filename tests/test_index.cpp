@@ -598,9 +598,8 @@ TEST_CASE("shared blob and dims ranges within the index length still decode (spe
   CHECK(decoded_bytes(*ix) <= 2 * h.index.size());  // the limit: each class at most the index length
   CHECK(used < static_cast<std::int64_t>(8 * h.index.size()));
   // And the whole file verifies intact: sharing is allowed, only outgrowing the index is not.
-  ckpt_test::TempDir dir;
-  const std::string path = dir.file("shared.ckpt");
-  ckpt_test::write_file(path, h.file);
+  const ckpt_test::ScratchFile file("shared.ckpt", h.file);
+  const std::string& path = file.path;
   PosixFs fs;
   auto v = verify_file(fs, path);
   REQUIRE(v.ok());
@@ -613,9 +612,8 @@ TEST_CASE("ckpt-verify on the issue 9 file exits promptly with bounded memory", 
     WARN("skipped: " << verify << " is not built (CKPT_BUILD_TOOLS=OFF)");
     return;
   }
-  ckpt_test::TempDir dir;
-  const std::string path = dir.file("issue9.ckpt");
-  ckpt_test::write_file(path, ckpt_test::hostile_shared_blob_shard(ckpt_test::issue9_shape()).file);
+  const ckpt_test::ScratchFile file("issue9.ckpt", ckpt_test::hostile_shared_blob_shard(ckpt_test::issue9_shape()).file);
+  const std::string& path = file.path;
 #if defined(__SANITIZE_ADDRESS__)
   // ASan reserves terabytes of shadow address space: an address-space limit cannot apply to it.
   const std::string limit = "";

@@ -18,6 +18,7 @@
 
 #include <ckpt/store.hpp>
 
+#include "store_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -28,11 +29,7 @@ const std::string kBin = CKPT_BINARY_DIR;
 constexpr std::size_t kElems = 256;  // 1 KiB of F32: one small chunk
 
 StoreOptions writable_options(std::uint64_t keep_last) {
-  StoreOptions o;
-  o.create_if_missing = true;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
+  StoreOptions o = ckpt_test::small_store_options();
   o.retention.keep_last = keep_last;
   return o;
 }
@@ -43,6 +40,18 @@ StoreOptions writable_options(std::uint64_t keep_last) {
   for (std::size_t i = 0; i < kElems; ++i) w[i] = static_cast<float>(step) + static_cast<float>(i);
   CKPT_TRY(tx->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4));
   return tx->commit();
+}
+
+// The writer of a new store at path keeping `keep_last` steps (0: all), with step `first` saved.
+[[nodiscard]] std::unique_ptr<Store<PosixFs>> open_writer(PosixFs& fs, const std::string& path, std::uint64_t keep_last,
+                                                          std::uint64_t first) {
+  auto store = Store<PosixFs>::open(fs, path, Access::read_write, writable_options(keep_last));
+  INFO(store.status().to_string());
+  REQUIRE(store.ok());
+  auto committed = save(**store, first);
+  INFO(committed.status().to_string());
+  REQUIRE(committed.ok());
+  return std::move(store).value();
 }
 
 [[nodiscard]] std::unique_ptr<Store<PosixFs>> open_reader(PosixFs& fs, const std::string& path) {
@@ -76,10 +85,8 @@ TEST_CASE("a step retired after a reader's snapshot is rechecked as retired, not
   ckpt_test::TempDir dir;
   const std::string path = dir.file("store");
   PosixFs fs;
-  auto writer = Store<PosixFs>::open(fs, path, Access::read_write, writable_options(0));
-  REQUIRE(writer.ok());
-  REQUIRE(save(**writer, 1).ok());
-  REQUIRE(save(**writer, 2).ok());
+  auto writer = open_writer(fs, path, 0, 1);
+  REQUIRE(save(*writer, 2).ok());
 
   auto reader = open_reader(fs, path);
   const std::vector<StepInfo> snapshot = reader->steps();
@@ -87,7 +94,7 @@ TEST_CASE("a step retired after a reader's snapshot is rechecked as retired, not
   const StepInfo step1 = snapshot.front();
 
   // The writer retires step 1 (RETIRE durable, then its files removed): the reader's snapshot is stale.
-  REQUIRE((*writer)->retire(1).ok());
+  REQUIRE(writer->retire(1).ok());
   auto opened = reader->open_step(step1);
   REQUIRE_FALSE(opened.ok());
   CHECK(opened.status().code() == Code::not_found);
@@ -150,16 +157,14 @@ TEST_CASE("readers running beside a writer that saves every step and keeps one g
   ckpt_test::TempDir dir;
   const std::string path = dir.file("store");
   PosixFs fs;
-  auto writer = Store<PosixFs>::open(fs, path, Access::read_write, writable_options(1));
-  REQUIRE(writer.ok());
-  REQUIRE(save(**writer, 1).ok());
+  auto writer = open_writer(fs, path, 1, 1);
 
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> saved{1};
   std::string writer_error;
   std::thread training([&] {
     for (std::uint64_t step = 2; !stop.load(); ++step) {
-      auto committed = save(**writer, step);
+      auto committed = save(*writer, step);
       if (!committed.ok() || !committed->retention.ok() || committed->retired.size() != 1) {
         writer_error = committed.ok() ? committed->retention.to_string() + " (retired " + std::to_string(committed->retired.size()) + ")"
                                       : committed.status().to_string();

@@ -15,6 +15,7 @@
 #include <ckpt/store.hpp>
 
 #include "test_util.hpp"
+#include "tool_run.hpp"
 
 using namespace ckpt;
 using nlohmann::json;
@@ -23,22 +24,20 @@ namespace {
 
 const std::string kPlan = std::string(CKPT_BINARY_DIR) + "/ckpt-plan";
 
-struct Run : ckpt_test::ProgramRun {
-  [[nodiscard]] json out_json() const {
-    INFO("stdout: " << out << "\nstderr: " << err);
-    json j;
-    REQUIRE_NOTHROW(j = json::parse(out));
-    return j;
-  }
-  [[nodiscard]] std::string first_err_line() const { return err.substr(0, err.find('\n')); }
-};
+using Run = ckpt_test::ToolRun;
 
 // Runs ckpt-plan with arguments (each quoted), capturing stdout and stderr.
 Run plan(const std::vector<std::string>& args) {
   REQUIRE(::access(kPlan.c_str(), X_OK) == 0);
-  Run r;
-  static_cast<ckpt_test::ProgramRun&>(r) = ckpt_test::run_program(kPlan, args);
-  return r;
+  return ckpt_test::run_tool(kPlan, args);
+}
+
+// Runs ckpt-plan, which must exit 0, and returns its --json document.
+json plan_json(const std::vector<std::string>& args) {
+  const Run r = plan(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return r.out_json();
 }
 
 // A store with `saves` committed steps; with `async_stall` set, each save is recorded as an async one
@@ -65,10 +64,8 @@ std::string make_store(const ckpt_test::TempDir& dir, const std::string& name, i
 }  // namespace
 
 TEST_CASE("ckpt-plan --json gives Young, Daly and the waste of both policies", "[plan_tool]") {
-  const Run r = plan({"--mtbf-hours", "3", "--save-seconds", "60", "--async-stall-seconds", "1", "--async-write-seconds", "30",
-                      "--restart-seconds", "300", "--gpus", "512", "--json"});
-  REQUIRE(r.code == 0);
-  const json j = r.out_json();
+  const json j = plan_json({"--mtbf-hours", "3", "--save-seconds", "60", "--async-stall-seconds", "1", "--async-write-seconds", "30",
+                            "--restart-seconds", "300", "--gpus", "512", "--json"});
   CHECK(j["mtbf_seconds"].get<double>() == Approx(10800));
   CHECK(j["restart_seconds"].get<double>() == 300);
   CHECK(j["gpus"].get<double>() == 512);
@@ -108,9 +105,7 @@ TEST_CASE("ckpt-plan scales the llama3-405b preset to --gpus", "[plan_tool]") {
 }
 
 TEST_CASE("ckpt-plan without a GPU count reports GPU-hours per GPU and says so", "[plan_tool]") {
-  const Run r = plan({"--mtbf-hours", "3", "--save-seconds", "60", "--json"});
-  REQUIRE(r.code == 0);
-  const json j = r.out_json();
+  const json j = plan_json({"--mtbf-hours", "3", "--save-seconds", "60", "--json"});
   CHECK(j["gpus"].get<double>() == 1);
   CHECK_FALSE(j["gpus_known"].get<bool>());
   const json& sync = j["policies"]["sync"];
@@ -123,8 +118,10 @@ TEST_CASE("ckpt-plan without a GPU count reports GPU-hours per GPU and says so",
 }
 
 TEST_CASE("ckpt-plan --simulate agrees with the model and --interval moves both", "[plan_tool]") {
-  const Run r = plan({"--gpu-failures-per-hour", "0.0001", "--gpus", "1000", "--save-seconds", "60", "--async-stall-seconds", "2",
-                      "--async-write-seconds", "50", "--interval", "900", "--simulate", "400", "--seed", "5", "--json"});
+  const std::vector<std::string> args = {"--gpu-failures-per-hour", "0.0001", "--gpus", "1000", "--save-seconds", "60",
+                                         "--async-stall-seconds", "2", "--async-write-seconds", "50", "--interval", "900",
+                                         "--simulate", "400", "--seed", "5", "--json"};
+  const Run r = plan(args);
   INFO(r.err);
   REQUIRE(r.code == 0);
   const json j = r.out_json();
@@ -144,8 +141,7 @@ TEST_CASE("ckpt-plan --simulate agrees with the model and --interval moves both"
           s["tolerance_percent"].get<double>());
   }
   // The same seed prints the same numbers.
-  const Run again = plan({"--gpu-failures-per-hour", "0.0001", "--gpus", "1000", "--save-seconds", "60", "--async-stall-seconds",
-                          "2", "--async-write-seconds", "50", "--interval", "900", "--simulate", "400", "--seed", "5", "--json"});
+  const Run again = plan(args);
   CHECK(again.out == r.out);
 }
 
@@ -220,10 +216,7 @@ TEST_CASE("ckpt-plan --store plans from the saves the store recorded", "[plan_to
   ckpt_test::TempDir dir;
   SECTION("sync saves: the sync row from their persist time, the async stall unknown") {
     const std::string store = make_store(dir, "sync", 3);
-    const Run r = plan({"--mtbf-hours", "3", "--store", store, "--json"});
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const json j = r.out_json();
+    const json j = plan_json({"--mtbf-hours", "3", "--store", store, "--json"});
     CHECK(j["store"]["records"].get<int>() == 3);
     const json& sync = j["policies"]["sync"];
     REQUIRE(sync["available"].get<bool>());
@@ -238,10 +231,7 @@ TEST_CASE("ckpt-plan --store plans from the saves the store recorded", "[plan_to
   }
   SECTION("async saves: their stall, and persist minus stall in the background") {
     const std::string store = make_store(dir, "async", 3, std::chrono::milliseconds(100), std::chrono::milliseconds(3000));
-    const Run r = plan({"--mtbf-hours", "3", "--store", store, "--json"});
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const json j = r.out_json();
+    const json j = plan_json({"--mtbf-hours", "3", "--store", store, "--json"});
     CHECK(j["store"]["async_records_used"].get<int>() == 3);
     const json& async = j["policies"]["async"];
     REQUIRE(async["available"].get<bool>());

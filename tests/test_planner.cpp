@@ -18,6 +18,15 @@ constexpr double kLlamaMtbf = 1296.0 / 419.0 * kHour;  // 11135.0835 s
 
 FailureModel failures(double mtbf, double restart) { return FailureModel{mtbf, restart}; }
 
+// A seeded Monte Carlo of `histories` histories (intervals 0: enough for ~50 failures each).
+SimulationOptions histories_of(std::uint64_t histories, std::uint64_t seed, std::uint64_t intervals = 0) {
+  SimulationOptions o;
+  o.histories = histories;
+  o.intervals = intervals;
+  o.seed = seed;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("Young's interval is sqrt(2 d M)", "[planner]") {
@@ -250,10 +259,7 @@ TEST_CASE("the Monte Carlo agrees with the model within 4 standard errors", "[pl
   for (const auto& row : rows) {
     INFO(row.what);
     const double tau = row.interval > 0 ? row.interval : daly_interval(row.cost.stall_seconds, row.f.mtbf_seconds);
-    SimulationOptions o;
-    o.histories = row.histories;
-    o.seed = 20240917;
-    auto r = simulate(row.cost, row.f, tau, o);
+    auto r = simulate(row.cost, row.f, tau, histories_of(row.histories, 20240917));
     REQUIRE(r.ok());
     INFO("simulated " << r->mean_waste << " +- " << r->standard_error << ", model " << r->model_waste << ", "
                       << r->mean_failures << " failures per history of " << r->intervals << " intervals");
@@ -271,10 +277,7 @@ TEST_CASE("the Monte Carlo tells the async model from one that forgets the in-fl
   // (the same stall, no background) or charges the write as stall must both be rejected by the check.
   const SaveCost async{2, 300};
   const FailureModel f = failures(1500, 60);
-  SimulationOptions o;
-  o.histories = 2000;
-  o.seed = 7;
-  auto r = simulate(async, f, 600, o);
+  auto r = simulate(async, f, 600, histories_of(2000, 7));
   REQUIRE(r.ok());
   CHECK(r->agrees);
   const double forgets = waste_fraction({2, 0}, f, 600);
@@ -286,10 +289,7 @@ TEST_CASE("the Monte Carlo tells the async model from one that forgets the in-fl
 TEST_CASE("a seeded simulation is reproducible and the seed matters", "[planner][simulate]") {
   const SaveCost cost{60, 0};
   const FailureModel f = failures(10800, 300);
-  SimulationOptions o;
-  o.histories = 50;
-  o.intervals = 500;
-  o.seed = 42;
+  SimulationOptions o = histories_of(50, 42, 500);
   auto a = simulate(cost, f, 1000, o);
   auto b = simulate(cost, f, 1000, o);
   o.seed = 43;

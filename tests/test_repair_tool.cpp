@@ -23,6 +23,7 @@
 #include <ckpt/store.hpp>
 
 #include "test_util.hpp"
+#include "tool_run.hpp"
 
 using namespace ckpt;
 using nlohmann::json;
@@ -36,38 +37,10 @@ const std::string kInspect = kBin + "/ckpt-inspect";
 const std::string kVerify = kBin + "/ckpt-verify";
 const std::string kTrain = kBin + "/ckpt-demo-train";
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-  [[nodiscard]] json out_json() const {
-    INFO("stdout: " << out << "\nstderr: " << err);
-    json j;
-    REQUIRE_NOTHROW(j = json::parse(out));
-    return j;
-  }
-  [[nodiscard]] std::size_t err_lines() const { return static_cast<std::size_t>(std::count(err.begin(), err.end(), '\n')); }
-  [[nodiscard]] bool says(const std::string& text) const { return out.find(text) != std::string::npos; }
-};
+using Run = ckpt_test::ToolRun;
 
 // Runs a program with arguments (each quoted), capturing stdout and stderr.
-Run run(const std::string& program, const std::vector<std::string>& args) {
-  static int counter = 0;
-  ckpt_test::TempDir scratch;
-  const std::string out = scratch.file("out" + std::to_string(counter)), err = scratch.file("err" + std::to_string(counter++));
-  std::string cmd = quote(program);
-  for (const auto& a : args) cmd += " " + quote(a);
-  Run r;
-  r.code = ckpt_test::run_command(cmd + " >" + quote(out) + " 2>" + quote(err) + " </dev/null");
-  r.out = ckpt_test::read_file(out);
-  r.err = ckpt_test::read_file(err);
-  return r;
-}
+Run run(const std::string& program, const std::vector<std::string>& args) { return ckpt_test::run_tool(program, args); }
 
 // Starts program with args in a child whose stdout goes to out_path; the caller waits for it.
 pid_t spawn(const std::string& program, std::vector<std::string> args, const std::string& out_path) {
@@ -119,20 +92,10 @@ std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> committed(c
   return out;
 }
 
-// Every path under dir with its bytes: equal trees, equal maps.
-std::map<std::string, std::string> tree(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
-    const std::string rel = fsys::relative(e.path(), dir).string();
-    out[rel] = e.is_directory() ? std::string("<dir>") : ckpt_test::read_file(e.path().string());
-  }
-  return out;
-}
-
 // The tree without JOURNAL: every writable open writes the journal anew (spec/JOURNAL.md 6.4), so its
 // bytes change while what it says does not (compare committed() for that).
 std::map<std::string, std::string> tree_but_journal(const std::string& dir) {
-  auto t = tree(dir);
+  auto t = ckpt_test::directory_tree(dir);
   t.erase("JOURNAL");
   return t;
 }
@@ -172,20 +135,20 @@ TEST_CASE("ckpt-repair rebuilds a deleted JOURNAL from the step directories that
   ckpt_test::TempDir dir;
   const std::string store = make_store(dir, "s");
   const auto steps = committed(store);
-  const auto data_before = tree(store + "/step-40-4");
+  const auto data_before = ckpt_test::directory_tree(store + "/step-40-4");
   REQUIRE(fsys::remove(store + "/JOURNAL"));
   // Readers and verifiers see a store that lost its journal: damage, and a pointer to the repair.
   const Run verify = run(kVerify, {store});
   CHECK(verify.code == 1);
   CHECK(verify.err.find("ckpt-repair") != std::string::npos);
   // A dry run says what it would do and changes nothing.
-  const auto tree_before = tree(store);
+  const auto tree_before = ckpt_test::directory_tree(store);
   const Run dry = run(kRepair, {store, "--dry-run"});
   INFO(dry.out << dry.err);
   CHECK(dry.code == 1);
   CHECK(dry.says("JOURNAL is missing"));
   CHECK(dry.says("step-20-2: commit"));
-  CHECK(tree(store) == tree_before);
+  CHECK(ckpt_test::directory_tree(store) == tree_before);
 
   const Run r = run(kRepair, {store, "--json"});
   INFO(r.out << r.err);
@@ -196,7 +159,7 @@ TEST_CASE("ckpt-repair rebuilds a deleted JOURNAL from the step directories that
   CHECK(j["rebuild"]["kept_as"].is_null());  // nothing to keep
   // The same steps, the same txn ids and manifests, the same bytes; and a writer can go on.
   CHECK(committed(store) == steps);
-  CHECK(tree(store + "/step-40-4") == data_before);
+  CHECK(ckpt_test::directory_tree(store + "/step-40-4") == data_before);
   CHECK(run(kVerify, {store}).code == 0);
   const Run again = run(kTrain, {"--store", store, "--steps", "50", "--save-every", "10", "--keep", "0"});
   INFO(again.out << again.err);
@@ -340,13 +303,13 @@ TEST_CASE("ckpt-repair applies what a damaged tail proves, quarantines the ambig
   CHECK(verify.code == 1);  // a damaged tail is reported, never passed over
   CHECK(verify.says("damaged journal tail at offset " + std::to_string(end + 4096)));
 
-  const auto before = tree(store);
+  const auto before = ckpt_test::directory_tree(store);
   const Run dry = run(kRepair, {store, "--dry-run"});
   INFO(dry.out << dry.err);
   CHECK(dry.code == 1);
   CHECK(dry.says("DAMAGED journal tail at offset " + std::to_string(end + 4096) + " (300 bytes)"));
   CHECK(dry.says("quarantine " + store + "/step-50-5 -> " + store + "/quarantine/step-50-5"));
-  CHECK(tree(store) == before);  // a dry run changes nothing
+  CHECK(ckpt_test::directory_tree(store) == before);  // a dry run changes nothing
 
   const Run r = run(kRepair, {store, "--json"});
   INFO(r.out << r.err);

@@ -197,9 +197,8 @@ TEST_CASE("hostile safetensors headers are errors that name file and cause, neve
   };
   for (const auto& c : cases) {
     SECTION(c.label) {
-      ckpt_test::TempDir dir;
-      const std::string path = dir.file("hostile.safetensors");
-      ckpt_test::write_file(path, c.bytes);
+      const ckpt_test::ScratchFile file("hostile.safetensors", c.bytes);
+      const std::string& path = file.path;
       PosixFs fs;
       auto header = parse_safetensors_header(fs, path);
       REQUIRE_FALSE(header.ok());
@@ -210,10 +209,10 @@ TEST_CASE("hostile safetensors headers are errors that name file and cause, neve
       CHECK(message.find(c.expect) != std::string::npos);
       CHECK(message.find('\n') == std::string::npos);
       // The converter refuses it the same way and leaves nothing behind.
-      auto converted = safetensors_to_ckpt(fs, path, dir.file("out.ckpt"));
+      auto converted = safetensors_to_ckpt(fs, path, file.dir.file("out.ckpt"));
       REQUIRE_FALSE(converted.ok());
       CHECK(converted.status().message() == message);
-      CHECK(files_in(dir.path()) == 1);
+      CHECK(files_in(file.dir.path()) == 1);
     }
   }
 }
@@ -239,9 +238,8 @@ TEST_CASE("edge cases that safetensors allows are accepted", "[safetensors]") {
   };
   for (const auto& c : cases) {
     SECTION(c.label) {
-      ckpt_test::TempDir dir;
-      const std::string path = dir.file("edge.safetensors");
-      ckpt_test::write_file(path, st_bytes(c.json, c.data));
+      const ckpt_test::ScratchFile file("edge.safetensors", st_bytes(c.json, c.data));
+      const std::string& path = file.path;
       PosixFs fs;
       auto header = parse_safetensors_header(fs, path);
       INFO(header.status().to_string());

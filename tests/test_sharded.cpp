@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sharded_fixture.hpp"
+#include "store_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -23,13 +24,15 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-StoreOptions small_options() {
-  StoreOptions o;
-  o.create_if_missing = true;
-  o.chunk_size_log2 = 12;  // 4 KiB chunks, so tensors span several
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
-  return o;
+StoreOptions small_options() { return ckpt_test::small_store_options(); }
+
+// Writes one piece of tensor `name`, every byte `fill`.
+Status write_piece(Transaction<>& tx, const std::string& name, DType dtype, const Shape& shape, const Shape& offsets,
+                   const Shape& piece_shape, unsigned char fill = 1) {
+  std::vector<unsigned char> bytes(elements(piece_shape) * element_size(dtype), fill);
+  CKPT_TRY(tx.begin_piece(name, dtype, shape, offsets, piece_shape));
+  CKPT_TRY(tx.write(bytes.data(), bytes.size()));
+  return tx.end_piece();
 }
 
 // Runs body(rank, comm) on `world` threads, one ThreadComm each; returns each rank's Status.
@@ -299,41 +302,21 @@ TEST_CASE("pieces that overlap across ranks are refused before commit, naming te
        [](Transaction<>& tx, std::uint32_t rank) {
          // Rank 0 rows [0, 3), rank 1 rows [2, 4): row 2 is written twice.
          const std::uint64_t first = rank == 0 ? 0 : 2, rows = rank == 0 ? 3 : 2;
-         std::vector<unsigned char> bytes(rows * 4, static_cast<unsigned char>(rank));
-         Status s = tx.begin_piece("w", DType::U8, {4, 4}, {first, 0}, {rows, 4});
-         if (s.ok()) s = tx.write(bytes.data(), bytes.size());
-         if (s.ok()) s = tx.end_piece();
-         return s;
+         return write_piece(tx, "w", DType::U8, {4, 4}, {first, 0}, {rows, 4}, static_cast<unsigned char>(rank));
        },
        "tensor 'w': the piece of rank 0 at offsets [0, 0] shape [3, 4] and the piece of rank 1 at offsets [2, 0] shape [2, 4] overlap in offsets [2, 0] shape [1, 4]"},
       {"gap",
        [](Transaction<>& tx, std::uint32_t rank) {
          // Rank 0 rows [0, 1), rank 1 rows [2, 4): row 1 is missing.
          const std::uint64_t first = rank == 0 ? 0 : 2, rows = rank == 0 ? 1 : 2;
-         std::vector<unsigned char> bytes(rows * 4, 1);
-         Status s = tx.begin_piece("w", DType::U8, {4, 4}, {first, 0}, {rows, 4});
-         if (s.ok()) s = tx.write(bytes.data(), bytes.size());
-         if (s.ok()) s = tx.end_piece();
-         return s;
+         return write_piece(tx, "w", DType::U8, {4, 4}, {first, 0}, {rows, 4});
        },
        "tensor 'w': its pieces hold 12 of 16 elements; no piece holds offsets [1, 0] shape [1, 4]"},
       {"dtype",
-       [](Transaction<>& tx, std::uint32_t rank) {
-         std::vector<unsigned char> bytes(rank == 0 ? 2 : 4, 1);
-         Status s = tx.begin_piece("w", rank == 0 ? DType::U8 : DType::I16, {4}, {rank * 2}, {2});
-         if (s.ok()) s = tx.write(bytes.data(), bytes.size());
-         if (s.ok()) s = tx.end_piece();
-         return s;
-       },
+       [](Transaction<>& tx, std::uint32_t rank) { return write_piece(tx, "w", rank == 0 ? DType::U8 : DType::I16, {4}, {rank * 2}, {2}); },
        "tensor 'w': dtype I16 on rank 1, U8 on rank 0"},
       {"shape",
-       [](Transaction<>& tx, std::uint32_t rank) {
-         std::vector<unsigned char> bytes(2, 1);
-         Status s = tx.begin_piece("w", DType::U8, {rank == 0 ? 4u : 5u}, {rank * 2}, {2});
-         if (s.ok()) s = tx.write(bytes.data(), bytes.size());
-         if (s.ok()) s = tx.end_piece();
-         return s;
-       },
+       [](Transaction<>& tx, std::uint32_t rank) { return write_piece(tx, "w", DType::U8, {rank == 0 ? 4u : 5u}, {rank * 2}, {2}); },
        "tensor 'w': global shape [5] on rank 1, [4] on rank 0"},
       {"replica",
        [](Transaction<>& tx, std::uint32_t rank) {

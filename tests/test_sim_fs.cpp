@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "saved_shard.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -788,19 +789,7 @@ Status save(Fs& fs, const std::string& path, WriterOptions o) {
 
 // What a reader finds at path: "absent", "intact", or why it is not.
 std::string check_saved(SimFs& fs, const std::string& path) {
-  auto info = fs.stat(path);
-  if (!info.ok()) return info.status().code() == Code::not_found ? "absent" : info.status().to_string();
-  auto report = verify_file(fs, path);
-  if (!report.ok()) return "verify: " + report.status().to_string();
-  if (!report->ok()) return "verify: " + report->problems.front().message;
-  auto reader = ShardReader<SimFs>::open(fs, path);
-  if (!reader.ok()) return "open: " + reader.status().to_string();
-  std::vector<unsigned char> w(payload().w.size()), b(payload().b.size()), e(payload().e.size());
-  if (!(*reader)->read_tensor("w", w.data(), w.size()).ok() || !(*reader)->read_tensor("b", b.data(), b.size()).ok() ||
-      !(*reader)->read_tensor("e", e.data(), e.size()).ok())
-    return "read failed";
-  if (w != payload().w || b != payload().b || e != payload().e) return "wrong bytes";
-  return "intact";
+  return ckpt_test::check_saved(fs, path, {{"w", &payload().w}, {"b", &payload().b}, {"e", &payload().e}});
 }
 
 struct CrashTally {

@@ -14,6 +14,7 @@
 #include <ckpt/store.hpp>
 #include <ckpt/thread_comm.hpp>
 
+#include "store_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -27,14 +28,7 @@ constexpr FsOpSet kWrites = fs_op_bit(FsOp::pwrite) | fs_op_bit(FsOp::truncate) 
                             fs_op_bit(FsOp::sync) | fs_op_bit(FsOp::sync_data) | fs_op_bit(FsOp::sync_dir) |
                             fs_op_bit(FsOp::lock);
 
-StoreOptions writable_options(bool create = true) {
-  StoreOptions o;
-  o.create_if_missing = create;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
-  return o;
-}
+StoreOptions writable_options(bool create = true) { return ckpt_test::small_store_options(create); }
 
 std::vector<float> weights(std::uint64_t step) {
   std::vector<float> w(kElems);
@@ -80,16 +74,6 @@ template <class Fs>
 std::vector<std::uint64_t> step_numbers(const Store<Fs>& store) {
   std::vector<std::uint64_t> out;
   for (const auto& s : store.steps()) out.push_back(s.step);
-  return out;
-}
-
-// Every path under dir with its bytes (directories as "<dir>"): equal trees, equal maps.
-std::map<std::string, std::string> tree(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
-    const std::string rel = fsys::relative(e.path(), dir).string();
-    out[rel] = e.is_directory() ? std::string("<dir>") : ckpt_test::read_file(e.path().string());
-  }
   return out;
 }
 
@@ -301,7 +285,7 @@ TEST_CASE("a read-only open never writes, even with a torn tail and an open tran
     REQUIRE(save(**store, 1).ok());
   }
   crash_mid_save(fs, path, 2, 2, false);
-  const auto before = tree(path);
+  const auto before = ckpt_test::directory_tree(path);
   FaultFs<PosixFs> guarded(fs, FaultPlan::from(1, Fault::io_error, kWrites));  // any write would fail
   auto ro = Store<FaultFs<PosixFs>>::open(guarded, path, Access::read_only);
   REQUIRE(ro.ok());
@@ -316,7 +300,7 @@ TEST_CASE("a read-only open never writes, even with a torn tail and an open tran
   CHECK(check_store(guarded, path).ok());
   CHECK(guarded.count() == 0);  // not one write-kind operation was even tried
   ro->reset();
-  CHECK(tree(path) == before);
+  CHECK(ckpt_test::directory_tree(path) == before);
 }
 
 TEST_CASE("a writable open truncates a torn tail and aborts an open transaction, removing only the files its BEGIN named",
@@ -391,7 +375,7 @@ TEST_CASE("check_store and a dry-run recovery plan without changing anything", "
     REQUIRE(save(**store, 1).ok());
   }
   crash_mid_save(fs, path, 2, 2, false);
-  const auto before = tree(path);
+  const auto before = ckpt_test::directory_tree(path);
   auto check = check_store(fs, path);
   REQUIRE(check.ok());
   CHECK(check->dry_run);
@@ -405,7 +389,7 @@ TEST_CASE("check_store and a dry-run recovery plan without changing anything", "
   CHECK(dry->actions.size() == check->actions.size());
   for (std::size_t i = 0; i < dry->actions.size(); ++i) CHECK(dry->actions[i].describe() == check->actions[i].describe());
   fsys::remove(path + "/LOCK");  // the dry run's lock file is the only thing it may leave
-  CHECK(tree(path) == [&] {
+  CHECK(ckpt_test::directory_tree(path) == [&] {
     auto t = before;
     t.erase("LOCK");
     return t;
@@ -434,7 +418,7 @@ TEST_CASE("mid-log corruption refuses a writable open and is reported read-only"
   REQUIRE(bytes.size() == 7 * journal::kPageSize);
   bytes[3 * journal::kPageSize + 30] = static_cast<char>(bytes[3 * journal::kPageSize + 30] ^ 0x04);
   ckpt_test::write_file(journal_path, bytes);
-  const auto before = tree(path);
+  const auto before = ckpt_test::directory_tree(path);
 
   auto rw = Store<>::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE_FALSE(rw.ok());
@@ -467,7 +451,7 @@ TEST_CASE("mid-log corruption refuses a writable open and is reported read-only"
   fsys::remove(path + "/LOCK");
   auto expected = before;
   expected.erase("LOCK");
-  CHECK(tree(path) == expected);  // nothing was changed by any of it
+  CHECK(ckpt_test::directory_tree(path) == expected);  // nothing was changed by any of it
 }
 
 TEST_CASE("retention keeps the last N and every K-th step, writing RETIRE before deleting", "[store]") {

@@ -15,6 +15,7 @@
 #include <ckpt/shard_writer.hpp>
 
 #include "test_util.hpp"
+#include "tool_run.hpp"
 
 using namespace ckpt;
 using nlohmann::json;
@@ -24,23 +25,8 @@ namespace {
 const std::string kInspect = std::string(CKPT_BINARY_DIR) + "/ckpt-inspect";
 const std::string kVerify = std::string(CKPT_BINARY_DIR) + "/ckpt-verify";
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-  [[nodiscard]] json out_json() const {
-    INFO("stdout: " << out);
-    json j;
-    REQUIRE_NOTHROW(j = json::parse(out));
-    return j;
-  }
-  [[nodiscard]] std::size_t err_lines() const { return static_cast<std::size_t>(std::count(err.begin(), err.end(), '\n')); }
-};
+using Run = ckpt_test::ToolRun;
+using ckpt_test::shell_quote;
 
 // The test's files: a good shard, damaged copies, and things that are not shards.
 struct Files {
@@ -102,12 +88,7 @@ struct Files {
 
   Run run(const std::string& tool, const std::string& args) const {
     REQUIRE(::access(tool.c_str(), X_OK) == 0);
-    const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-    Run r;
-    r.code = ckpt_test::run_command(quote(tool) + " " + args + " >" + quote(out) + " 2>" + quote(err) + " </dev/null");
-    r.out = ckpt_test::read_file(out);
-    r.err = ckpt_test::read_file(err);
-    return r;
+    return Run(ckpt_test::run_shell(shell_quote(tool) + " " + args));
   }
 };
 
@@ -129,17 +110,17 @@ TEST_CASE("--help exits 0 and bad usage exits 2", "[tools]") {
     CHECK(help.out.find("Usage") != std::string::npos);
     CHECK(help.out.find("--json") != std::string::npos);
     CHECK(f.run(tool, "").code == 2);
-    CHECK(f.run(tool, "--no-such-flag " + quote(f.good)).code == 2);
+    CHECK(f.run(tool, "--no-such-flag " + shell_quote(f.good)).code == 2);
   }
-  CHECK(f.run(kInspect, quote(f.good) + " " + quote(f.good)).code == 2);  // one path only
-  CHECK(f.run(kVerify, "--threads 0 " + quote(f.good)).code == 2);
-  CHECK(f.run(kVerify, "--threads many " + quote(f.good)).code == 2);
+  CHECK(f.run(kInspect, shell_quote(f.good) + " " + shell_quote(f.good)).code == 2);  // one path only
+  CHECK(f.run(kVerify, "--threads 0 " + shell_quote(f.good)).code == 2);
+  CHECK(f.run(kVerify, "--threads many " + shell_quote(f.good)).code == 2);
   CHECK(f.run(kVerify, "--junit").code == 2);
 }
 
 TEST_CASE("ckpt-inspect prints the layout as a table and as JSON", "[tools]") {
   Files f;
-  const Run human = f.run(kInspect, quote(f.good));
+  const Run human = f.run(kInspect, shell_quote(f.good));
   REQUIRE(human.code == 0);
   CHECK(human.err.empty());
   for (const char* want : {"format version", "uuid", "alignment", "chunk size", "file size", "data bytes",
@@ -148,7 +129,7 @@ TEST_CASE("ckpt-inspect prints the layout as a table and as JSON", "[tools]") {
     CHECK(human.out.find(want) != std::string::npos);
   CHECK(human.out.find("DIGEST") == std::string::npos);
 
-  const Run run = f.run(kInspect, "--json " + quote(f.good));
+  const Run run = f.run(kInspect, "--json " + shell_quote(f.good));
   REQUIRE(run.code == 0);
   CHECK(run.err.empty());
   const json j = run.out_json();
@@ -192,7 +173,7 @@ TEST_CASE("ckpt-inspect prints the layout as a table and as JSON", "[tools]") {
 
 TEST_CASE("ckpt-inspect --chunks lists every chunk with its digest", "[tools]") {
   Files f;
-  const Run run = f.run(kInspect, "--json --chunks " + quote(f.good));
+  const Run run = f.run(kInspect, "--json --chunks " + shell_quote(f.good));
   REQUIRE(run.code == 0);
   const json j = run.out_json();
   REQUIRE(j["chunks"].size() == f.index.chunks.size());
@@ -213,7 +194,7 @@ TEST_CASE("ckpt-inspect --chunks lists every chunk with its digest", "[tools]") 
     }
   }
   CHECK(i == f.index.chunks.size());
-  const Run human = f.run(kInspect, "--chunks " + quote(f.good));
+  const Run human = f.run(kInspect, "--chunks " + shell_quote(f.good));
   REQUIRE(human.code == 0);
   CHECK(human.out.find("DIGEST") != std::string::npos);
   for (const auto& rec : f.index.chunks) CHECK(human.out.find(hex64(rec.digest)) != std::string::npos);
@@ -234,17 +215,17 @@ TEST_CASE("exit codes: 0 intact, 1 damaged or incomplete, 2 unreadable", "[tools
   };
   for (const auto& row : rows) {
     INFO(row.name);
-    const Run inspect = f.run(kInspect, quote(row.path));
+    const Run inspect = f.run(kInspect, shell_quote(row.path));
     CHECK(inspect.code == row.inspect);
     if (row.inspect != 0) {
       check_one_line_error(inspect, "ckpt-inspect", row.path);
       CHECK(inspect.out.empty());
     }
-    const Run inspect_json = f.run(kInspect, "--json " + quote(row.path));
+    const Run inspect_json = f.run(kInspect, "--json " + shell_quote(row.path));
     CHECK(inspect_json.code == row.inspect);
     if (row.inspect != 0) check_one_line_error(inspect_json, "ckpt-inspect", row.path);
 
-    const Run verify = f.run(kVerify, quote(row.path));
+    const Run verify = f.run(kVerify, shell_quote(row.path));
     CHECK(verify.code == row.verify);
     if (row.verify == 2) {
       check_one_line_error(verify, "ckpt-verify", row.path);
@@ -255,7 +236,7 @@ TEST_CASE("exit codes: 0 intact, 1 damaged or incomplete, 2 unreadable", "[tools
       CHECK(verify.err.empty());
       CHECK(verify.out.find(row.path + ": ok") != std::string::npos);
     }
-    const Run verify_json = f.run(kVerify, "--json " + quote(row.path));
+    const Run verify_json = f.run(kVerify, "--json " + shell_quote(row.path));
     CHECK(verify_json.code == row.verify);
     const json j = verify_json.out_json();
     REQUIRE(j["files"].size() == 1);
@@ -269,10 +250,10 @@ TEST_CASE("exit codes: 0 intact, 1 damaged or incomplete, 2 unreadable", "[tools
     const std::string locked = f.dir.file("locked.ckpt");
     ckpt_test::write_file(locked, ckpt_test::read_file(f.good));
     REQUIRE(::chmod(locked.c_str(), 0) == 0);
-    const Run inspect = f.run(kInspect, quote(locked));
+    const Run inspect = f.run(kInspect, shell_quote(locked));
     CHECK(inspect.code == 2);
     check_one_line_error(inspect, "ckpt-inspect", locked);
-    const Run verify = f.run(kVerify, quote(locked));
+    const Run verify = f.run(kVerify, shell_quote(locked));
     CHECK(verify.code == 2);
     check_one_line_error(verify, "ckpt-verify", locked);
   }
@@ -282,7 +263,7 @@ TEST_CASE("ckpt-verify names each damaged chunk: file, region, tensor, piece, ch
   Files f;
   const auto& t = *f.index.find_tensor("layer/w");
   const auto& rec = f.index.chunks[f.index.pieces[t.piece_first].chunk_first + 2];
-  const Run human = f.run(kVerify, quote(f.damaged_data));
+  const Run human = f.run(kVerify, shell_quote(f.damaged_data));
   REQUIRE(human.code == 1);
   const std::string line = f.damaged_data + ": corrupt data bytes [" + std::to_string(rec.offset) + ", " +
                            std::to_string(rec.offset + rec.length) + ") tensor 'layer/w' piece 0 chunk 2: expected " +
@@ -290,7 +271,7 @@ TEST_CASE("ckpt-verify names each damaged chunk: file, region, tensor, piece, ch
   INFO(human.out);
   CHECK(human.out.find(line) != std::string::npos);
 
-  const Run run = f.run(kVerify, "--json --threads 3 " + quote(f.damaged_data));
+  const Run run = f.run(kVerify, "--json --threads 3 " + shell_quote(f.damaged_data));
   REQUIRE(run.code == 1);
   const json j = run.out_json();
   const json& file = j["files"][0];
@@ -311,7 +292,7 @@ TEST_CASE("ckpt-verify names each damaged chunk: file, region, tensor, piece, ch
   CHECK(j["summary"]["damaged"] == 1);
 
   // Structural damage carries its explanation.
-  const Run index = f.run(kVerify, quote(f.damaged_index));
+  const Run index = f.run(kVerify, shell_quote(f.damaged_index));
   CHECK(index.code == 1);
   CHECK(index.out.find(f.damaged_index + ": corrupt index bytes [") != std::string::npos);
   CHECK(index.out.find("digest expected") != std::string::npos);
@@ -321,24 +302,24 @@ TEST_CASE("ckpt-verify options: threads, mmap, quiet, several files, gpu", "[too
   Files f;
   for (const char* opts : {"--threads 1", "--threads 7", "--mmap", "--mmap --threads 2"}) {
     INFO(opts);
-    const Run good = f.run(kVerify, std::string(opts) + " " + quote(f.good));
+    const Run good = f.run(kVerify, std::string(opts) + " " + shell_quote(f.good));
     CHECK(good.code == 0);
-    const Run bad = f.run(kVerify, std::string(opts) + " --json " + quote(f.damaged_data));
+    const Run bad = f.run(kVerify, std::string(opts) + " --json " + shell_quote(f.damaged_data));
     CHECK(bad.code == 1);
     CHECK(bad.out_json()["files"][0]["problems"][0]["chunk"] == 2);
   }
-  const Run quiet = f.run(kVerify, "--quiet " + quote(f.good) + " " + quote(f.good));
+  const Run quiet = f.run(kVerify, "--quiet " + shell_quote(f.good) + " " + shell_quote(f.good));
   CHECK(quiet.code == 0);
   CHECK(quiet.out.empty());
   CHECK(quiet.err.empty());
-  const Run quiet_bad = f.run(kVerify, "-q " + quote(f.good) + " " + quote(f.damaged_data));
+  const Run quiet_bad = f.run(kVerify, "-q " + shell_quote(f.good) + " " + shell_quote(f.damaged_data));
   CHECK(quiet_bad.code == 1);
   CHECK(quiet_bad.out.find(f.good) == std::string::npos);
   CHECK(quiet_bad.out.find(f.damaged_data) != std::string::npos);
 
   // The worst outcome decides: damage over intact, an unreadable path over damage.
-  CHECK(f.run(kVerify, quote(f.good) + " " + quote(f.damaged_data)).code == 1);
-  const Run mixed = f.run(kVerify, "--json " + quote(f.good) + " " + quote(f.damaged_data) + " " + quote(f.missing));
+  CHECK(f.run(kVerify, shell_quote(f.good) + " " + shell_quote(f.damaged_data)).code == 1);
+  const Run mixed = f.run(kVerify, "--json " + shell_quote(f.good) + " " + shell_quote(f.damaged_data) + " " + shell_quote(f.missing));
   CHECK(mixed.code == 2);
   const json j = mixed.out_json();
   REQUIRE(j["files"].size() == 3);
@@ -349,22 +330,22 @@ TEST_CASE("ckpt-verify options: threads, mmap, quiet, several files, gpu", "[too
   check_one_line_error(mixed, "ckpt-verify", f.missing);  // JSON on stdout, the error still on stderr
 
   // --gpu: with no usable device, exit 2 and say why; --gpu-fallback verifies on the CPU with a note.
-  const Run gpu = f.run(kVerify, "--json --gpu " + quote(f.good));
+  const Run gpu = f.run(kVerify, "--json --gpu " + shell_quote(f.good));
   if (gpu.code == 2) {
     INFO(gpu.err);
     CHECK(gpu.err_lines() == 1);
     CHECK(gpu.err.find("GPU") != std::string::npos);
     CHECK(gpu.out.empty());
-    const Run fallback = f.run(kVerify, "--json --gpu-fallback " + quote(f.good));
+    const Run fallback = f.run(kVerify, "--json --gpu-fallback " + shell_quote(f.good));
     CHECK(fallback.code == 0);
     CHECK(fallback.err.find("note") != std::string::npos);
     CHECK(fallback.out_json()["files"][0]["engine"] == "cpu");
-    const Run fallback_bad = f.run(kVerify, "--gpu-fallback " + quote(f.damaged_data));
+    const Run fallback_bad = f.run(kVerify, "--gpu-fallback " + shell_quote(f.damaged_data));
     CHECK(fallback_bad.code == 1);
   } else {
     REQUIRE(gpu.code == 0);  // a device was found: the GPU verdict must match the CPU's
     CHECK(gpu.out_json()["files"][0]["engine"] == "gpu");
-    const Run bad = f.run(kVerify, "--json --gpu " + quote(f.damaged_data));
+    const Run bad = f.run(kVerify, "--json --gpu " + shell_quote(f.damaged_data));
     CHECK(bad.code == 1);
     CHECK(bad.out_json()["files"][0]["problems"][0]["chunk"] == 2);
   }
@@ -372,16 +353,16 @@ TEST_CASE("ckpt-verify options: threads, mmap, quiet, several files, gpu", "[too
 
 TEST_CASE("JSON and JUnit output stay valid for any path", "[tools]") {
   Files f;
-  const Run inspect = f.run(kInspect, "--json " + quote(f.odd_name));
+  const Run inspect = f.run(kInspect, "--json " + shell_quote(f.odd_name));
   CHECK(inspect.code == 0);
   CHECK(inspect.out_json()["tensor_count"] == 4);
-  const Run verify = f.run(kVerify, "--json " + quote(f.odd_name));
+  const Run verify = f.run(kVerify, "--json " + shell_quote(f.odd_name));
   CHECK(verify.code == 0);
   CHECK(verify.out_json()["ok"] == true);
 
   const std::string xml_path = f.dir.file("report.xml");
-  const Run run = f.run(kVerify, "--quiet --junit " + quote(xml_path) + " " + quote(f.good) + " " + quote(f.damaged_data) +
-                                     " " + quote(f.odd_name) + " " + quote(f.missing) + " " + quote(f.truncated));
+  const Run run = f.run(kVerify, "--quiet --junit " + shell_quote(xml_path) + " " + shell_quote(f.good) + " " + shell_quote(f.damaged_data) +
+                                     " " + shell_quote(f.odd_name) + " " + shell_quote(f.missing) + " " + shell_quote(f.truncated));
   CHECK(run.code == 2);
   const std::string xml = ckpt_test::read_file(xml_path);
   INFO(xml);
@@ -403,10 +384,10 @@ TEST_CASE("JSON and JUnit output stay valid for any path", "[tools]") {
   if (ckpt_test::run_command("python3 -c 'import xml.etree.ElementTree' >/dev/null 2>&1") == 0) {
     CHECK(ckpt_test::run_command("python3 -c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
                                  "sys.exit(0 if len(r.findall(\"testsuite/testcase\")) == 5 else 1)' " +
-                                 quote(xml_path)) == 0);
+                                 shell_quote(xml_path)) == 0);
   }
   // A JUnit file that cannot be written is an error, after the verdicts are printed.
-  const Run unwritable = f.run(kVerify, "--junit " + quote(f.dir.file("no/such/dir/x.xml")) + " " + quote(f.good));
+  const Run unwritable = f.run(kVerify, "--junit " + shell_quote(f.dir.file("no/such/dir/x.xml")) + " " + shell_quote(f.good));
   CHECK(unwritable.code == 2);
   CHECK(unwritable.err.find("JUnit") != std::string::npos);
 }

@@ -3,9 +3,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -54,10 +57,28 @@ class TempDir {
   return ss.str();
 }
 
+// Every path under dir with its bytes (directories as "<dir>"): equal trees, equal maps.
+[[nodiscard]] inline std::map<std::string, std::string> directory_tree(const std::string& dir) {
+  namespace fsys = std::filesystem;
+  std::map<std::string, std::string> out;
+  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
+    const std::string rel = fsys::relative(e.path(), dir).string();
+    out[rel] = e.is_directory() ? std::string("<dir>") : read_file(e.path().string());
+  }
+  return out;
+}
+
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
+
+// A scratch directory holding one file, `name`, with the given bytes.
+struct ScratchFile {
+  ScratchFile(const std::string& name, const std::string& bytes) : path(dir.file(name)) { write_file(path, bytes); }
+  TempDir dir;
+  std::string path;
+};
 
 // Runs a shell command and returns its exit status (not the raw wait status).
 [[nodiscard]] inline int run_command(const std::string& cmd) {
@@ -76,19 +97,27 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 struct ProgramRun {
   int code = -1;
   std::string out, err;
+  [[nodiscard]] std::size_t err_lines() const { return static_cast<std::size_t>(std::count(err.begin(), err.end(), '\n')); }
+  [[nodiscard]] std::string first_err_line() const { return err.substr(0, err.find('\n')); }
+  [[nodiscard]] bool says(const std::string& text) const { return out.find(text) != std::string::npos; }
 };
 
-// Runs program with args (each quoted), stdin from /dev/null, capturing stdout and stderr.
-[[nodiscard]] inline ProgramRun run_program(const std::string& program, const std::vector<std::string>& args) {
+// Runs a shell command line, stdin from /dev/null, capturing stdout and stderr.
+[[nodiscard]] inline ProgramRun run_shell(const std::string& command_line) {
   TempDir scratch;
   const std::string out = scratch.file("out"), err = scratch.file("err");
-  std::string cmd = shell_quote(program);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
   ProgramRun r;
-  r.code = run_command(cmd + " >" + shell_quote(out) + " 2>" + shell_quote(err) + " </dev/null");
+  r.code = run_command(command_line + " >" + shell_quote(out) + " 2>" + shell_quote(err) + " </dev/null");
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+// Runs program with args (each quoted), stdin from /dev/null, capturing stdout and stderr.
+[[nodiscard]] inline ProgramRun run_program(const std::string& program, const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(program);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  return run_shell(cmd);
 }
 
 }  // namespace ckpt_test

@@ -213,14 +213,17 @@ inline void remove_if_present(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("unlink " + path);
 }
 
-// Flushes everything dirty on the file system of dir, so one measurement does not pay for the last.
-inline void settle(const std::string& dir) {
+// Runs a sync call (fsync, syncfs) on a directory; a failure throws, naming the call and the directory.
+inline void sync_directory(const std::string& dir, int (*sync_call)(int), const char* call_name) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw_errno("open " + dir);
-  const int r = ::syncfs(fd);
+  const int r = sync_call(fd);
   ::close(fd);
-  if (r != 0) throw_errno("syncfs " + dir);
+  if (r != 0) throw_errno(std::string(call_name) + " " + dir);
 }
+
+// Flushes everything dirty on the file system of dir, so one measurement does not pay for the last.
+inline void settle(const std::string& dir) { sync_directory(dir, ::syncfs, "syncfs"); }
 
 // Evicts a file's clean pages from the page cache (its own pages only, nothing else on the machine).
 inline void drop_cached_pages(const std::string& path) {
@@ -252,13 +255,7 @@ inline void fsync_or_throw(int fd, const std::string& path) {
   if (::fsync(fd) != 0) throw_errno("fsync " + path);
 }
 
-inline void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_errno("open " + dir);
-  const int r = ::fsync(fd);
-  ::close(fd);
-  if (r != 0) throw_errno("fsync " + dir);
-}
+inline void fsync_dir(const std::string& dir) { sync_directory(dir, ::fsync, "fsync"); }
 
 // The raw write limit: create, pwrite in large blocks straight from memory, fsync, close.
 inline void raw_write_file(const std::string& path, const unsigned char* data, std::size_t size, std::size_t block) {

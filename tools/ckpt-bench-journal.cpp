@@ -27,13 +27,15 @@ constexpr const char* kTool = "ckpt-bench-journal";
     if (!ckpt_try_exit_.ok()) return ckpt::cli::report(kTool, ckpt_try_exit_); \
   } while (0)
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Measures the journal of W ranks x N saves with keep-last K: its size on disk and the time a
+read-only open takes. The journal lives in DIR (default /dev/shm, where fdatasync costs nothing,
+so the run measures the journal, not the disk).
+
+Exit status: 0 done, 2 usage or I/O error.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&]() -> int {
-    CLI::App app{"Measures the journal of W ranks x N saves with keep-last K: its size on disk and the time a\n"
-                 "read-only open takes. The journal lives in DIR (default /dev/shm, where fdatasync costs nothing,\n"
-                 "so the run measures the journal, not the disk).\n\n"
-                 "Exit status: 0 done, 2 usage or I/O error.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) -> int {
     std::uint32_t ranks = 10000;
     std::uint64_t saves = 10000, keep = 3;
     unsigned repeat = 5;

@@ -437,6 +437,16 @@ int run(const Config& cfg) {
       const std::size_t off = i * chunk_size;
       return std::make_pair(off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk_size, size - off)));
     };
+    // One verify_file run that must find the file intact; returns the bytes it checked.
+    auto verify_intact = [&](unsigned n, bool use_mmap) {
+      VerifyOptions vo;
+      vo.threads = n;
+      vo.use_mmap = use_mmap;
+      auto report = verify_file(fs, ckpt_path, vo);
+      check(report, "verify " + ckpt_path);
+      if (!report->ok()) throw IntegrityError(report->problems.front().message);
+      return report->bytes_checked;
+    };
     for (unsigned n : threads) {
       const std::string suffix = n == 1 ? "1 thread" : std::to_string(n) + " threads";
       const std::string tag = "_t" + std::to_string(n);
@@ -483,13 +493,7 @@ int run(const Config& cfg) {
         const std::string id = std::string("verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(n);
         memory_group.push_back(&add(false, measurement(id, std::string("verify_file, ") + (use_mmap ? "mmap, " : "pread, ") + suffix, n, size, nullptr,
                                             [&, n, use_mmap] {
-          VerifyOptions vo;
-          vo.threads = n;
-          vo.use_mmap = use_mmap;
-          auto report = verify_file(fs, ckpt_path, vo);
-          check(report, "verify " + ckpt_path);
-          if (!report->ok()) throw IntegrityError(report->problems.front().message);
-          if (report->bytes_checked < size) throw IntegrityError(ckpt_path + ": verify checked fewer bytes than were written");
+          if (verify_intact(n, use_mmap) < size) throw IntegrityError(ckpt_path + ": verify checked fewer bytes than were written");
         })));
         comparisons.push_back({id, "xxh3_t" + std::to_string(n), false, 0.85});
       }
@@ -518,14 +522,7 @@ int run(const Config& cfg) {
         const std::string id = std::string("cold_verify_") + (use_mmap ? "mmap" : "pread") + "_t" + std::to_string(count);
         cold_group.push_back(&add(false, measurement(id, std::string("verify from disk, ") + (use_mmap ? "mmap, " : "pread, ") +
                                                              (count == 1 ? "1 thread" : std::to_string(count) + " threads"),
-                                                     count, size, drop, [&, use_mmap, count] {
-          VerifyOptions vo;
-          vo.threads = count;
-          vo.use_mmap = use_mmap;
-          auto report = verify_file(fs, ckpt_path, vo);
-          check(report, "verify " + ckpt_path);
-          if (!report->ok()) throw IntegrityError(report->problems.front().message);
-        })));
+                                                     count, size, drop, [&, use_mmap, count] { (void)verify_intact(count, use_mmap); })));
         comparisons.push_back({id, cold_read.id, false, std::nullopt});
       }
     }
@@ -635,69 +632,71 @@ int run(const Config& cfg) {
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Measures this machine's limits (memory, raw XXH3-64, raw write+fsync, copy+fsync) and ckpt's save, load,
+verify and conversion paths on the same random data, and prints each ckpt path as a ratio to its limit.
+
+Exit status: 0 measured, 1 a self-check found the bytes read back differ from those written (or a
+verify reported damage), 2 bad arguments, a --dir or --shm-dir that is not a directory, or an I/O error.)";
+
 int main(int argc, char** argv) {
-  CLI::App app{"Measures this machine's limits (memory, raw XXH3-64, raw write+fsync, copy+fsync) and ckpt's save, load, "
-               "verify and conversion paths on the same random data, and prints each ckpt path as a ratio to its limit.\n\n"
-               "Exit status: 0 measured, 1 a self-check found the bytes read back differ from those written (or a\n"
-               "verify reported damage), 2 bad arguments, a --dir or --shm-dir that is not a directory, or an I/O error.",
-               kTool};
-  Config cfg;
-  std::string size_text = "256MiB", tensor_text = "32MiB", write_text = "1MiB";
-  std::vector<unsigned> threads;
-  app.add_option("--size", size_text, "bytes of data, e.g. 268435456, 256MiB, 2G (default 256MiB)");
-  app.add_option("--dir", cfg.dir, "directory on the file system to measure; a scratch directory is made and removed in it (default .)");
-  std::string shm_text;
-  CLI::Option* shm_option = app.add_option("--shm-dir", shm_text, "RAM-backed directory (tmpfs) for the shm_* rows, where the disk cannot hide the hash; "
-                                       "empty to skip (default /dev/shm when it exists and is writable)");
-  app.add_option("--threads", threads, "thread counts for the multi-threaded measurements; 1 is always included (default: 1 and the core count)")
-      ->check(CLI::Range(1u, 1024u));
-  app.add_option("--repeat", cfg.repeat, "runs of each measurement, interleaved; the best is reported, the median beside it (default 3)")->check(CLI::Range(1u, 1000u));
-  app.add_option("--tensor-size", tensor_text, "bytes per tensor (default 32MiB)");
-  app.add_option("--write-size", write_text, "bytes per ShardWriter::write() call in the streaming save (default 1MiB)");
-  app.add_flag("--json", cfg.json, "print one JSON document instead of the table");
-  app.add_option("--only", cfg.only, "measure only this group: 'async' (disk writes, store commit, staging copy, async save)")
-      ->check(CLI::IsMember({"async"}));
-  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  const auto size = parse_size(size_text), tensor = parse_size(tensor_text), write = parse_size(write_text);
-  if (!size || *size < 4096 || *size > (std::uint64_t{1} << 40)) {
-    std::fprintf(stderr, "%s: --size '%s' is not a byte count between 4KiB and 1TiB\n", kTool, size_text.c_str());
-    return cli::kUsage;
-  }
-  if (!tensor || *tensor < 2 || *tensor % 2 != 0) {
-    std::fprintf(stderr, "%s: --tensor-size '%s' is not an even byte count (BF16 elements)\n", kTool, tensor_text.c_str());
-    return cli::kUsage;
-  }
-  if (!write || *write < 2 || *write % 2 != 0 || *write > (std::uint64_t{1} << 32)) {
-    std::fprintf(stderr, "%s: --write-size '%s' is not an even byte count up to 4GiB\n", kTool, write_text.c_str());
-    return cli::kUsage;
-  }
-  // Checked before any work (stat only, nothing opened): a FIFO or a file given as a directory exits 2 at once.
-  for (const auto& [flag, dir] : {std::pair<const char*, std::string>{"--dir", cfg.dir}, {"--shm-dir", shm_text}}) {
-    if (dir.empty()) continue;
-    std::error_code ec;
-    if (std::filesystem::is_directory(dir, ec)) continue;
-    const bool exists = std::filesystem::exists(std::filesystem::symlink_status(dir, ec));
-    std::fprintf(stderr, "%s: %s '%s': %s\n", kTool, flag, dir.c_str(), exists ? "not a directory" : "no such directory");
-    return cli::kUsage;
-  }
-  if (shm_option->count() > 0) {
-    cfg.shm_dir = shm_text;
-    if (cfg.shm_dir.empty()) cfg.shm_note = "--shm-dir is empty";
-  } else if (std::error_code ec; std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) {
-    cfg.shm_dir = "/dev/shm";
-  } else {
-    cfg.shm_note = "/dev/shm is not a writable directory here; pass --shm-dir DIR";
-  }
-  cfg.size = *size;
-  cfg.tensor_size = *tensor;
-  cfg.write_size = *write;
-  const bool threads_given = !threads.empty();
-  threads.push_back(1);
-  if (!threads_given) threads.push_back(std::max(1u, std::thread::hardware_concurrency()));
-  std::sort(threads.begin(), threads.end());
-  threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
-  cfg.threads = threads;
-  return cli::guarded(kTool, [&] {
+  return cli::run_tool(kTool, kAbout, [&](CLI::App& app) -> int {
+    Config cfg;
+    std::string size_text = "256MiB", tensor_text = "32MiB", write_text = "1MiB";
+    std::vector<unsigned> threads;
+    app.add_option("--size", size_text, "bytes of data, e.g. 268435456, 256MiB, 2G (default 256MiB)");
+    app.add_option("--dir", cfg.dir, "directory on the file system to measure; a scratch directory is made and removed in it (default .)");
+    std::string shm_text;
+    CLI::Option* shm_option = app.add_option("--shm-dir", shm_text, "RAM-backed directory (tmpfs) for the shm_* rows, where the disk cannot hide the hash; "
+                                         "empty to skip (default /dev/shm when it exists and is writable)");
+    app.add_option("--threads", threads, "thread counts for the multi-threaded measurements; 1 is always included (default: 1 and the core count)")
+        ->check(CLI::Range(1u, 1024u));
+    app.add_option("--repeat", cfg.repeat, "runs of each measurement, interleaved; the best is reported, the median beside it (default 3)")->check(CLI::Range(1u, 1000u));
+    app.add_option("--tensor-size", tensor_text, "bytes per tensor (default 32MiB)");
+    app.add_option("--write-size", write_text, "bytes per ShardWriter::write() call in the streaming save (default 1MiB)");
+    app.add_flag("--json", cfg.json, "print one JSON document instead of the table");
+    app.add_option("--only", cfg.only, "measure only this group: 'async' (disk writes, store commit, staging copy, async save)")
+        ->check(CLI::IsMember({"async"}));
+    if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+    const auto size = parse_size(size_text), tensor = parse_size(tensor_text), write = parse_size(write_text);
+    if (!size || *size < 4096 || *size > (std::uint64_t{1} << 40)) {
+      std::fprintf(stderr, "%s: --size '%s' is not a byte count between 4KiB and 1TiB\n", kTool, size_text.c_str());
+      return cli::kUsage;
+    }
+    if (!tensor || *tensor < 2 || *tensor % 2 != 0) {
+      std::fprintf(stderr, "%s: --tensor-size '%s' is not an even byte count (BF16 elements)\n", kTool, tensor_text.c_str());
+      return cli::kUsage;
+    }
+    if (!write || *write < 2 || *write % 2 != 0 || *write > (std::uint64_t{1} << 32)) {
+      std::fprintf(stderr, "%s: --write-size '%s' is not an even byte count up to 4GiB\n", kTool, write_text.c_str());
+      return cli::kUsage;
+    }
+    // Checked before any work (stat only, nothing opened): a FIFO or a file given as a directory exits 2 at once.
+    for (const auto& [flag, dir] : {std::pair<const char*, std::string>{"--dir", cfg.dir}, {"--shm-dir", shm_text}}) {
+      if (dir.empty()) continue;
+      std::error_code ec;
+      if (std::filesystem::is_directory(dir, ec)) continue;
+      const bool exists = std::filesystem::exists(std::filesystem::symlink_status(dir, ec));
+      std::fprintf(stderr, "%s: %s '%s': %s\n", kTool, flag, dir.c_str(), exists ? "not a directory" : "no such directory");
+      return cli::kUsage;
+    }
+    if (shm_option->count() > 0) {
+      cfg.shm_dir = shm_text;
+      if (cfg.shm_dir.empty()) cfg.shm_note = "--shm-dir is empty";
+    } else if (std::error_code ec; std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) {
+      cfg.shm_dir = "/dev/shm";
+    } else {
+      cfg.shm_note = "/dev/shm is not a writable directory here; pass --shm-dir DIR";
+    }
+    cfg.size = *size;
+    cfg.tensor_size = *tensor;
+    cfg.write_size = *write;
+    const bool threads_given = !threads.empty();
+    threads.push_back(1);
+    if (!threads_given) threads.push_back(std::max(1u, std::thread::hardware_concurrency()));
+    std::sort(threads.begin(), threads.end());
+    threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+    cfg.threads = threads;
     try {
       return run(cfg);
     } catch (const IntegrityError& e) {

@@ -40,29 +40,26 @@ enum class Direction { to_ckpt, to_safetensors, unknown };
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Converts a safetensors file to a ckpt shard file or back, in one streaming pass with bounded
+memory. The direction follows the extensions: IN.safetensors OUT.ckpt, or IN.ckpt OUT.safetensors.
+Names, dtypes, shapes, bytes and __metadata__ survive a round trip exactly. The output is written
+under a temporary name, fsynced and renamed, so it is complete or absent.
+Reading a .ckpt verifies every chunk digest; its tensors must be whole in that one file.
+safetensors metadata is string to string: other metadata types are refused unless
+--stringify-metadata converts them to text (with a warning each).
+
+Exit status: 0 converted, 1 the .ckpt input is damaged or incomplete (a digest mismatch, a torn
+file), 2 bad arguments, malformed safetensors input, an unreadable input or an I/O error.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"Converts a safetensors file to a ckpt shard file or back, in one streaming pass with bounded\n"
-                 "memory. The direction follows the extensions: IN.safetensors OUT.ckpt, or IN.ckpt OUT.safetensors.\n"
-                 "Names, dtypes, shapes, bytes and __metadata__ survive a round trip exactly. The output is written\n"
-                 "under a temporary name, fsynced and renamed, so it is complete or absent.\n"
-                 "Reading a .ckpt verifies every chunk digest; its tensors must be whole in that one file.\n"
-                 "safetensors metadata is string to string: other metadata types are refused unless\n"
-                 "--stringify-metadata converts them to text (with a warning each).\n\n"
-                 "Exit status: 0 converted, 1 the .ckpt input is damaged or incomplete (a digest mismatch, a torn\n"
-                 "file), 2 bad arguments, malformed safetensors input, an unreadable input or an I/O error.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string in, out;
-    std::uint64_t chunk_size = 0, alignment = 0, block_size = 0;
+    ckpt::cli::LayoutFlags layout;
     bool stringify = false, as_json = false, force = false, use_mmap = false;
     app.add_option("IN", in, "input file (.safetensors or .ckpt)")->required();
     app.add_option("OUT", out, "output file (.ckpt or .safetensors)")->required();
-    app.add_option("--chunk-size", chunk_size, "ckpt output: bytes per checksummed chunk, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
-        ->transform(CLI::AsSizeValue(false));
-    app.add_option("--alignment", alignment, "ckpt output: alignment of each tensor's data, a power of two in [64, 2 MiB] (default 4096)")
-        ->transform(CLI::AsSizeValue(false));
-    app.add_option("--block-size", block_size, "bytes read per call, at least 4 KiB (default 8 MiB); memory use is a small multiple of it")
-        ->transform(CLI::AsSizeValue(false));
+    ckpt::cli::add_layout_options(app, layout, "ckpt output: ");
     app.add_flag("--stringify-metadata", stringify, "safetensors output: write int64/float64/bool/bytes metadata as text");
     app.add_flag("--mmap", use_mmap, "safetensors input: read through a memory mapping (faster; the input must not be truncated meanwhile)");
     app.add_flag("--json", as_json, "print a JSON summary (tensors, bytes, output, seconds) and no progress");
@@ -77,41 +74,19 @@ int main(int argc, char** argv) {
     options.overwrite = force;
     options.stringify_metadata = stringify;
     options.use_mmap = use_mmap;
-    if (block_size != 0) {
-      if (block_size < 4096 || block_size > (std::uint64_t{1} << 30))
-        return usage_error("--block-size " + std::to_string(block_size) + ": expected 4096 to 1073741824 bytes");
-      options.block_size = static_cast<std::size_t>(block_size);
-    }
-    if (direction == Direction::to_safetensors && (chunk_size != 0 || alignment != 0))
+    if (direction == Direction::to_safetensors && (layout.chunk_size != 0 || layout.alignment != 0))
       return usage_error("--chunk-size and --alignment apply only when writing a .ckpt file");
-    if (chunk_size != 0) {
-      const int k = ckpt::cli::power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
-      if (k < 0) return usage_error("--chunk-size " + std::to_string(chunk_size) + ": expected a power of two from 4096 to 1073741824");
-      options.chunk_size_log2 = static_cast<std::uint32_t>(k);
-    }
-    if (alignment != 0) {
-      const int k = ckpt::cli::power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
-      if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
-      options.alignment_log2 = static_cast<std::uint32_t>(k);
-    }
+    if (auto bad = ckpt::cli::apply_layout(layout, options.chunk_size_log2, options.alignment_log2, options.block_size); !bad.empty())
+      return usage_error(bad);
     if (direction == Direction::to_safetensors && use_mmap)
       return usage_error("--mmap applies only when reading a .safetensors file");
     if (direction == Direction::to_ckpt && stringify)
       return usage_error("--stringify-metadata applies only when writing a .safetensors file");
 
-    std::unique_ptr<ckpt::cli::Progress> bar;
-    if (!as_json)
-      options.progress = [&](std::uint64_t done, std::uint64_t total) {
-        if (!bar) bar = std::make_unique<ckpt::cli::Progress>(in, total, true);
-        bar->update(done);
-      };
-
     ckpt::PosixFs fs;
-    const auto start = std::chrono::steady_clock::now();
-    auto result = direction == Direction::to_ckpt ? ckpt::safetensors_to_ckpt(fs, in, out, options)
-                                                  : ckpt::ckpt_to_safetensors(fs, in, out, options);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    bar.reset();
+    auto [result, seconds] = ckpt::cli::timed_with_progress(in, as_json, options.progress, [&] {
+      return direction == Direction::to_ckpt ? ckpt::safetensors_to_ckpt(fs, in, out, options) : ckpt::ckpt_to_safetensors(fs, in, out, options);
+    });
     if (!result.ok()) {
       std::string message = result.status().message();
       if (message.find(in) == std::string::npos && message.find(out) == std::string::npos) message = in + ": " + message;

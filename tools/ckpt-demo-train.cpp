@@ -305,15 +305,17 @@ ckpt::Status resume(ckpt::Store<>& store, Trainer& t, std::vector<unsigned char>
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(A small deterministic training run (a 2-layer MLP trained by Adam on synthetic data) that
+checkpoints weights, optimizer state, RNG state, data position and step into a ckpt store
+every K steps, and resumes from the latest committed step when the store has one. The last
+line is "final step N weights xxh3 HEX": equal for an interrupted-and-resumed run and an
+uninterrupted one.
+
+Exit status: 0 finished, 1 the store is damaged, 2 usage or I/O error.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"A small deterministic training run (a 2-layer MLP trained by Adam on synthetic data) that\n"
-                 "checkpoints weights, optimizer state, RNG state, data position and step into a ckpt store\n"
-                 "every K steps, and resumes from the latest committed step when the store has one. The last\n"
-                 "line is \"final step N weights xxh3 HEX\": equal for an interrupted-and-resumed run and an\n"
-                 "uninterrupted one.\n\n"
-                 "Exit status: 0 finished, 1 the store is damaged, 2 usage or I/O error.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string store_path;
     std::uint64_t steps = 200, save_every = 20, seed = 1, extra_mib = 0, batch = 32, keep = 3;
     bool quiet = false, async = false;

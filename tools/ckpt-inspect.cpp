@@ -317,20 +317,24 @@ void print_step(const json& doc) {
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Prints the layout of a ckpt shard file: format, tensors, pieces, metadata and, with --chunks,
+every chunk and its digest. Reads only the superblock, footer and index; use ckpt-verify to
+check the data.
+
+A store directory lists its journal and committed steps; with --step N or --latest it shows
+that step: training state, manifest, and each shard. A step directory is shown the same way.
+
+A store may be read while its writer saves and retires steps. A listed step whose files go
+missing is checked again against the journal: if it was retired meanwhile it is shown as
+"retired while being read" (--json: step "status": "retired"; otherwise "ok" or "damaged"),
+which is not damage. --latest then shows the new latest step; --step N reports the step as
+retired (exit 2, no such step).
+
+Exit status: 0 ok, 1 the file is damaged or incomplete, 2 usage error or unreadable path.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"Prints the layout of a ckpt shard file: format, tensors, pieces, metadata and, with --chunks,\n"
-                 "every chunk and its digest. Reads only the superblock, footer and index; use ckpt-verify to\n"
-                 "check the data.\n\n"
-                 "A store directory lists its journal and committed steps; with --step N or --latest it shows\n"
-                 "that step: training state, manifest, and each shard. A step directory is shown the same way.\n\n"
-                 "A store may be read while its writer saves and retires steps. A listed step whose files go\n"
-                 "missing is checked again against the journal: if it was retired meanwhile it is shown as\n"
-                 "\"retired while being read\" (--json: step \"status\": \"retired\"; otherwise \"ok\" or \"damaged\"),\n"
-                 "which is not damage. --latest then shows the new latest step; --step N reports the step as\n"
-                 "retired (exit 2, no such step).\n\n"
-                 "Exit status: 0 ok, 1 the file is damaged or incomplete, 2 usage error or unreadable path.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string path;
     bool as_json = false, with_chunks = false;
     std::uint64_t step_number = 0;

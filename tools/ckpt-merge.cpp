@@ -23,33 +23,32 @@ constexpr const char* kTool = "ckpt-merge";
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Writes the tensors of one or more checkpoints into one standalone .ckpt file, each tensor whole.
+Each SRC is a .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store (its latest
+step): merging one step consolidates all of its shards. With several sources, a tensor name or
+metadata key found in more than one is a conflict: --on-conflict error (the default) refuses,
+first or last picks. --take N=PATTERN limits source N (1-based) to matching tensors; the
+patterns @optimizer and @model select the tensors its training state lists as optimizer state,
+and the others. The training state (key ckpt.training_state) comes along, its optimizer list
+holding what was taken. Reads stream in blocks and verify every chunk; the output is written
+under a temporary name, fsynced and renamed, so it is complete or absent.
+
+Example: ckpt-merge run-a/ run-b/ -o out.ckpt --take 1=@model --take 2=@optimizer
+
+Exit status: 0 written, 1 a source is damaged or incomplete, 2 bad arguments, a conflict, or an I/O error.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"Writes the tensors of one or more checkpoints into one standalone .ckpt file, each tensor whole.\n"
-                 "Each SRC is a .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store (its latest\n"
-                 "step): merging one step consolidates all of its shards. With several sources, a tensor name or\n"
-                 "metadata key found in more than one is a conflict: --on-conflict error (the default) refuses,\n"
-                 "first or last picks. --take N=PATTERN limits source N (1-based) to matching tensors; the\n"
-                 "patterns @optimizer and @model select the tensors its training state lists as optimizer state,\n"
-                 "and the others. The training state (key ckpt.training_state) comes along, its optimizer list\n"
-                 "holding what was taken. Reads stream in blocks and verify every chunk; the output is written\n"
-                 "under a temporary name, fsynced and renamed, so it is complete or absent.\n\n"
-                 "Example: ckpt-merge run-a/ run-b/ -o out.ckpt --take 1=@model --take 2=@optimizer\n\n"
-                 "Exit status: 0 written, 1 a source is damaged or incomplete, 2 bad arguments, a conflict, or an I/O error.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::vector<std::string> inputs, takes;
     std::string output, on_conflict = "error";
-    std::uint64_t chunk_size = 0, alignment = 0, block_size = 0;
+    ckpt::cli::LayoutFlags layout;
     bool as_json = false, force = false;
     app.add_option("SRC", inputs, "checkpoints to merge, in order")->required();
     app.add_option("-o,--output", output, "the .ckpt file to write")->required();
     app.add_option("--on-conflict", on_conflict, "a tensor name, metadata key or training state in several sources: error, first or last");
     app.add_option("--take", takes, "N=PATTERN: source N contributes only tensors matching the glob PATTERN, @optimizer or @model (repeatable)");
-    app.add_option("--chunk-size", chunk_size, "bytes per checksummed chunk, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
-        ->transform(CLI::AsSizeValue(false));
-    app.add_option("--alignment", alignment, "alignment of each tensor's data, a power of two in [64, 2 MiB] (default 4096)")
-        ->transform(CLI::AsSizeValue(false));
-    app.add_option("--block-size", block_size, "bytes read per call, 4 KiB to 1 GiB (default 8 MiB)")->transform(CLI::AsSizeValue(false));
+    ckpt::cli::add_layout_options(app, layout);
     app.add_flag("--force", force, "replace OUT if it exists");
     app.add_flag("--json", as_json, "print a JSON summary (tensors, bytes, resolved conflicts, seconds) and no progress");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
@@ -59,21 +58,8 @@ int main(int argc, char** argv) {
     if (!policy.ok()) return usage_error("--on-conflict: " + policy.status().message());
     options.on_conflict = *policy;
     options.overwrite = force;
-    if (chunk_size != 0) {
-      const int k = ckpt::cli::power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
-      if (k < 0) return usage_error("--chunk-size " + std::to_string(chunk_size) + ": expected a power of two from 4096 to 1073741824");
-      options.chunk_size_log2 = static_cast<std::uint32_t>(k);
-    }
-    if (alignment != 0) {
-      const int k = ckpt::cli::power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
-      if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
-      options.alignment_log2 = static_cast<std::uint32_t>(k);
-    }
-    if (block_size != 0) {
-      if (block_size < 4096 || block_size > (std::uint64_t{1} << 30))
-        return usage_error("--block-size " + std::to_string(block_size) + ": expected 4096 to 1073741824 bytes");
-      options.block_size = static_cast<std::size_t>(block_size);
-    }
+    if (auto bad = ckpt::cli::apply_layout(layout, options.chunk_size_log2, options.alignment_log2, options.block_size); !bad.empty())
+      return usage_error(bad);
     std::vector<ckpt::SourceSelection> selections(inputs.size());
     for (const auto& take : takes) {
       const auto eq = take.find('=');
@@ -97,16 +83,8 @@ int main(int argc, char** argv) {
       pointers.push_back(source->get());
       sources.push_back(std::move(source).value());
     }
-    std::unique_ptr<ckpt::cli::Progress> bar;
-    if (!as_json)
-      options.progress = [&](std::uint64_t done, std::uint64_t total) {
-        if (!bar) bar = std::make_unique<ckpt::cli::Progress>(output, total, true);
-        bar->update(done);
-      };
-    const auto start = std::chrono::steady_clock::now();
-    auto result = ckpt::merge_to_file(fs, pointers, selections, output, options);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    bar.reset();
+    auto [result, seconds] = ckpt::cli::timed_with_progress(output, as_json, options.progress,
+                                                            [&] { return ckpt::merge_to_file(fs, pointers, selections, output, options); });
     if (!result.ok()) return ckpt::cli::report(kTool, result.status());
     for (const auto& line : result->resolved)
       if (!as_json) std::fprintf(stderr, "%s: resolved: %s\n", kTool, line.c_str());

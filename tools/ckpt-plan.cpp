@@ -424,16 +424,19 @@ void print_plan(const Setting& s, const std::vector<Policy>& policies) {
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Plans how often to checkpoint: Young's and Daly's intervals for a sync and an async save, the
+expected fraction of wall time wasted (stalls, lost work, restarts) and the GPU-hours it costs a
+day, under Daly's exponential-failure model (spec/PLAN.md). --simulate checks the model with a
+seeded Monte Carlo of the same timeline; --plot draws waste against interval as SVG.
+
+Failures: one of --mtbf-hours, --gpu-failures-per-hour with --gpus, or --preset.
+Save cost: --save-seconds (sync), --async-stall-seconds with --async-write-seconds, or --store.
+
+Exit status: 0 ok, 1 a simulation disagreed with the model, 2 usage error or unreadable store.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"Plans how often to checkpoint: Young's and Daly's intervals for a sync and an async save, the\n"
-                 "expected fraction of wall time wasted (stalls, lost work, restarts) and the GPU-hours it costs a\n"
-                 "day, under Daly's exponential-failure model (spec/PLAN.md). --simulate checks the model with a\n"
-                 "seeded Monte Carlo of the same timeline; --plot draws waste against interval as SVG.\n\n"
-                 "Failures: one of --mtbf-hours, --gpu-failures-per-hour with --gpus, or --preset.\n"
-                 "Save cost: --save-seconds (sync), --async-stall-seconds with --async-write-seconds, or --store.\n\n"
-                 "Exit status: 0 ok, 1 a simulation disagreed with the model, 2 usage error or unreadable store.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     double save_seconds = 0, async_stall = 0, async_write = 0, mtbf_hours = 0, gpus = 0, gpu_rate = 0, restart = 300,
            interval = 0;
     std::string store_dir, preset_name, plot_path;

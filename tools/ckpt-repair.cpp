@@ -705,20 +705,22 @@ class Repair {
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Repairs a ckpt checkpoint store. Prints what it found and what it will do, then does it:
+truncates a torn journal tail, rolls back transactions a crash left uncommitted (removing
+only the files they named), rebuilds a missing or corrupt journal from the step directories
+whose manifest and shards verify (the old journal is kept renamed), verifies every committed
+step and names damage down to tensor and chunk. It never deletes a committed step, and lists
+but never deletes files it cannot account for. Files whose fate recovery cannot prove are moved
+to STORE/quarantine/ and kept until --purge.
+
+Exit status: 0 the store is consistent afterwards (with --dry-run: already consistent),
+1 damage remains that it could not repair, or quarantine/ is not empty (with --dry-run: repairs
+are needed),
+2 usage or I/O error.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"Repairs a ckpt checkpoint store. Prints what it found and what it will do, then does it:\n"
-                 "truncates a torn journal tail, rolls back transactions a crash left uncommitted (removing\n"
-                 "only the files they named), rebuilds a missing or corrupt journal from the step directories\n"
-                 "whose manifest and shards verify (the old journal is kept renamed), verifies every committed\n"
-                 "step and names damage down to tensor and chunk. It never deletes a committed step, and lists\n"
-                 "but never deletes files it cannot account for. Files whose fate recovery cannot prove are moved\n"
-                 "to STORE/quarantine/ and kept until --purge.\n\n"
-                 "Exit status: 0 the store is consistent afterwards (with --dry-run: already consistent),\n"
-                 "1 damage remains that it could not repair, or quarantine/ is not empty (with --dry-run: repairs\n"
-                 "are needed),\n"
-                 "2 usage or I/O error.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string path;
     bool dry_run = false, as_json = false, purge = false;
     app.add_option("STORE", path, "store directory (holds JOURNAL and step-<step>-<txn>/ directories)")->required();

@@ -23,21 +23,24 @@ constexpr const char* kTool = "ckpt-reshard";
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Rewrites a checkpoint as a new committed step of M shard files in a store, with the same step
+number. SRC is a standalone .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store
+(its latest step). DST is a store directory, created when missing. Each tensor is split evenly
+along dimension 0 (uneven sizes when M does not divide it; scalars whole on rank 0) unless a
+--split rule matches its name first. M threads write the M shards through the store's
+multi-rank transaction, so the step commits whole or not at all; memory stays bounded (block
+reads). Every chunk read is verified. The training state and metadata are carried over.
+
+Exit status: 0 written, 1 the source is damaged or incomplete, 2 bad arguments or an I/O error.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"Rewrites a checkpoint as a new committed step of M shard files in a store, with the same step\n"
-                 "number. SRC is a standalone .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store\n"
-                 "(its latest step). DST is a store directory, created when missing. Each tensor is split evenly\n"
-                 "along dimension 0 (uneven sizes when M does not divide it; scalars whole on rank 0) unless a\n"
-                 "--split rule matches its name first. M threads write the M shards through the store's\n"
-                 "multi-rank transaction, so the step commits whole or not at all; memory stays bounded (block\n"
-                 "reads). Every chunk read is verified. The training state and metadata are carried over.\n\n"
-                 "Exit status: 0 written, 1 the source is damaged or incomplete, 2 bad arguments or an I/O error.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string source_path, output;
     std::uint32_t world = 0;
     std::vector<std::string> split_texts;
-    std::uint64_t step = 0, chunk_size = 0, alignment = 0, block_size = 0;
+    std::uint64_t step = 0;
+    ckpt::cli::LayoutFlags layout;
     unsigned parallel = 0;
     std::string on_conflict = "error";
     bool as_json = false;
@@ -50,11 +53,7 @@ int main(int argc, char** argv) {
     auto* step_option = app.add_option("--step", step, "step number of the new step (default: the source's; a file without training state: 0)");
     app.add_option("--on-conflict", on_conflict, "shard metadata keys with different values in the source: error, first or last (default error)");
     app.add_option("--parallel", parallel, "ranks writing at once (default: min(M, CPU threads)); memory ~ parallel x (block + 1 MiB)");
-    app.add_option("--chunk-size", chunk_size, "bytes per checksummed chunk of the new shards, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
-        ->transform(CLI::AsSizeValue(false));
-    app.add_option("--alignment", alignment, "alignment of each piece's data, a power of two in [64, 2 MiB] (default 4096)")
-        ->transform(CLI::AsSizeValue(false));
-    app.add_option("--block-size", block_size, "bytes read per call, 4 KiB to 1 GiB (default 8 MiB)")->transform(CLI::AsSizeValue(false));
+    ckpt::cli::add_layout_options(app, layout, "new shards: ");
     app.add_flag("--json", as_json, "print a JSON summary (step, txn, shards, tensors, bytes, seconds) and no progress");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
@@ -71,37 +70,17 @@ int main(int argc, char** argv) {
     options.on_conflict = *policy;
     if (*step_option) options.step = step;
     options.parallelism = parallel;
-    if (chunk_size != 0) {
-      const int k = ckpt::cli::power_of_two_log2(chunk_size, ckpt::format::kMinChunkSizeLog2, ckpt::format::kMaxChunkSizeLog2);
-      if (k < 0) return usage_error("--chunk-size " + std::to_string(chunk_size) + ": expected a power of two from 4096 to 1073741824");
-      options.store.chunk_size_log2 = static_cast<std::uint32_t>(k);
-    }
-    if (alignment != 0) {
-      const int k = ckpt::cli::power_of_two_log2(alignment, ckpt::format::kMinAlignmentLog2, ckpt::format::kMaxAlignmentLog2);
-      if (k < 0) return usage_error("--alignment " + std::to_string(alignment) + ": expected a power of two from 64 to 2097152");
-      options.store.alignment_log2 = static_cast<std::uint32_t>(k);
-    }
-    if (block_size != 0) {
-      if (block_size < 4096 || block_size > (std::uint64_t{1} << 30))
-        return usage_error("--block-size " + std::to_string(block_size) + ": expected 4096 to 1073741824 bytes");
-      options.block_size = static_cast<std::size_t>(block_size);
-    }
+    if (auto bad = ckpt::cli::apply_layout(layout, options.store.chunk_size_log2, options.store.alignment_log2, options.block_size);
+        !bad.empty())
+      return usage_error(bad);
     // Each writing rank keeps one write buffer: smaller ones for wide worlds keep memory bounded.
     options.store.buffer_size = world > 16 ? std::size_t{256} << 10 : std::size_t{1} << 20;
 
     ckpt::PosixFs fs;
     auto source = ckpt::CheckpointSource<>::open(fs, source_path);
     if (!source.ok()) return ckpt::cli::report(kTool, source.status());
-    std::unique_ptr<ckpt::cli::Progress> bar;
-    if (!as_json)
-      options.progress = [&](std::uint64_t done, std::uint64_t total) {
-        if (!bar) bar = std::make_unique<ckpt::cli::Progress>(source_path, total, true);
-        bar->update(done);
-      };
-    const auto start = std::chrono::steady_clock::now();
-    auto result = ckpt::reshard_to_store(fs, **source, output, options);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    bar.reset();
+    auto [result, seconds] = ckpt::cli::timed_with_progress(source_path, as_json, options.progress,
+                                                            [&] { return ckpt::reshard_to_store(fs, **source, output, options); });
     if (!result.ok()) return ckpt::cli::report(kTool, result.status());
     if (as_json) {
       nlohmann::json j;

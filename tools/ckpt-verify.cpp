@@ -327,24 +327,29 @@ void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcome
 
 }  // namespace
 
+// --help: what the tool does and its exit status (README "Exit codes").
+constexpr const char* kAbout = R"(Checks every byte of ckpt shard files: chunk digests, superblock, index and footer digests,
+zero padding, and that nothing follows the footer. Each problem is printed with file, region,
+tensor, piece, chunk, byte range, expected and found digest.
+
+A store directory is checked as a whole: its journal, then every committed step (or --step N,
+or --latest), each pinned by its COMMIT record and manifest. A step directory is checked by its
+manifest and every shard it names.
+
+A store may be verified while its writer saves and retires steps. A step whose files go missing
+is checked again against the journal: if it was retired meanwhile (or the journal no longer
+names it) it is reported as "retired while being verified" (--json: step "status": "retired",
+its vanished files "status": "retired"), which is not damage; a still-committed step with
+missing files is DAMAGED. Step "status" is "intact", "damaged" or "retired".
+
+--mmap: a file truncated while it is being hashed is an error, "file changed during verification",
+naming the file and offset (exit 2), never a crash.
+
+Exit status: 0 all files intact (retired steps included), 1 damage or an incomplete file found,
+2 usage error, unreadable path, a file that changed during verification, or --gpu without a usable GPU.)";
+
 int main(int argc, char** argv) {
-  return ckpt::cli::guarded(kTool, [&] {
-    CLI::App app{"Checks every byte of ckpt shard files: chunk digests, superblock, index and footer digests,\n"
-                 "zero padding, and that nothing follows the footer. Each problem is printed with file, region,\n"
-                 "tensor, piece, chunk, byte range, expected and found digest.\n\n"
-                 "A store directory is checked as a whole: its journal, then every committed step (or --step N,\n"
-                 "or --latest), each pinned by its COMMIT record and manifest. A step directory is checked by its\n"
-                 "manifest and every shard it names.\n\n"
-                 "A store may be verified while its writer saves and retires steps. A step whose files go missing\n"
-                 "is checked again against the journal: if it was retired meanwhile (or the journal no longer\n"
-                 "names it) it is reported as \"retired while being verified\" (--json: step \"status\": \"retired\",\n"
-                 "its vanished files \"status\": \"retired\"), which is not damage; a still-committed step with\n"
-                 "missing files is DAMAGED. Step \"status\" is \"intact\", \"damaged\" or \"retired\".\n\n"
-                 "--mmap: a file truncated while it is being hashed is an error, \"file changed during verification\",\n"
-                 "naming the file and offset (exit 2), never a crash.\n\n"
-                 "Exit status: 0 all files intact (retired steps included), 1 damage or an incomplete file found,\n"
-                 "2 usage error, unreadable path, a file that changed during verification, or --gpu without a usable GPU.",
-                 kTool};
+  return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::vector<std::string> paths;
     bool as_json = false, use_mmap = false, gpu = false, gpu_fallback = false, quiet = false;
     std::string junit;

@@ -8,13 +8,16 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <new>
 #include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <ckpt/error.hpp>
+#include <ckpt/format.hpp>
 #include <ckpt/io/posix_fs.hpp>
 
 namespace ckpt::cli {
@@ -116,11 +119,78 @@ inline int guarded(const char* tool, const std::function<int()>& body) {
   return kUsage;
 }
 
+// The main of every tool: its CLI::App (name and --help text), then `body` declares the options,
+// parses (ckpt::cli::parse) and does the work, guarded: nothing escapes as a crash.
+template <class Body>
+int run_tool(const char* tool, const char* about, Body&& body) {
+  return guarded(tool, [&]() -> int {
+    CLI::App app{about, tool};
+    return body(app);
+  });
+}
+
 // log2 of v when v is a power of two in [2^lo, 2^hi], else -1 (--chunk-size and --alignment).
 [[nodiscard]] inline int power_of_two_log2(std::uint64_t v, std::uint32_t lo, std::uint32_t hi) {
   for (std::uint32_t k = lo; k <= hi; ++k)
     if (v == (std::uint64_t{1} << k)) return static_cast<int>(k);
   return -1;
+}
+
+// --chunk-size, --alignment and --block-size of the tools that write shard files (convert, merge,
+// reshard). 0 means not given: the library's default stays.
+struct LayoutFlags {
+  std::uint64_t chunk_size = 0, alignment = 0, block_size = 0;
+};
+
+// Declares the three layout options; `scope` prefixes the help of the first two ("ckpt output: ").
+inline void add_layout_options(CLI::App& app, LayoutFlags& flags, const std::string& scope = "") {
+  app.add_option("--chunk-size", flags.chunk_size, scope + "bytes per checksummed chunk, a power of two in [4 KiB, 1 GiB] (default 1 MiB)")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("--alignment", flags.alignment, scope + "alignment of each piece's data, a power of two in [64, 2 MiB] (default 4096)")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("--block-size", flags.block_size, "bytes read per call, 4 KiB to 1 GiB (default 8 MiB); memory use is a small multiple of it")
+      ->transform(CLI::AsSizeValue(false));
+}
+
+// Checks the layout options given and writes them into a tool's options. Returns the usage error
+// message, or "" when all are fine.
+[[nodiscard]] inline std::string apply_layout(const LayoutFlags& flags, std::uint32_t& chunk_size_log2, std::uint32_t& alignment_log2,
+                                              std::size_t& block_size) {
+  if (flags.chunk_size != 0) {
+    const int k = power_of_two_log2(flags.chunk_size, format::kMinChunkSizeLog2, format::kMaxChunkSizeLog2);
+    if (k < 0) return "--chunk-size " + std::to_string(flags.chunk_size) + ": expected a power of two from 4096 to 1073741824";
+    chunk_size_log2 = static_cast<std::uint32_t>(k);
+  }
+  if (flags.alignment != 0) {
+    const int k = power_of_two_log2(flags.alignment, format::kMinAlignmentLog2, format::kMaxAlignmentLog2);
+    if (k < 0) return "--alignment " + std::to_string(flags.alignment) + ": expected a power of two from 64 to 2097152";
+    alignment_log2 = static_cast<std::uint32_t>(k);
+  }
+  if (flags.block_size != 0) {
+    if (flags.block_size < 4096 || flags.block_size > (std::uint64_t{1} << 30))
+      return "--block-size " + std::to_string(flags.block_size) + ": expected 4096 to 1073741824 bytes";
+    block_size = static_cast<std::size_t>(flags.block_size);
+  }
+  return "";
+}
+
+// Runs `work`, a library call that reports its bytes through `progress`, with a progress bar named
+// `label` (none when `quiet`, e.g. --json). Returns what it returned and the seconds it took.
+template <class Work>
+[[nodiscard]] auto timed_with_progress(const std::string& label, bool quiet,
+                                       std::function<void(std::uint64_t done, std::uint64_t total)>& progress, Work&& work) {
+  std::unique_ptr<Progress> bar;
+  if (!quiet)
+    progress = [&](std::uint64_t done, std::uint64_t total) {
+      if (!bar) bar = std::make_unique<Progress>(label, total, true);
+      bar->update(done);
+    };
+  const auto start = std::chrono::steady_clock::now();
+  auto result = work();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  bar.reset();
+  progress = nullptr;  // it refers to this frame's bar
+  return std::make_pair(std::move(result), seconds);
 }
 
 // Prints "tool: message" and the --help hint on stderr; returns the usage exit code.

@@ -8,6 +8,7 @@ computed with the Python `xxhash` package. Section numbers below refer to spec/F
     data = reader.tensor_bytes("weight")       # whole tensor, row-major, chunk digests checked
 """
 
+import math
 import struct
 
 import xxhash
@@ -48,13 +49,6 @@ def xxh3(data):
 
 def align_up(v, a):
     return (v + a - 1) // a * a
-
-
-def product(dims):
-    n = 1
-    for d in dims:
-        n *= d
-    return n
 
 
 def utf8(raw, offset, what):
@@ -194,7 +188,7 @@ class CkptFile:
                 raise FormatError("corrupt", base + rec + 14, "rank %d" % ndim)
             shape = dims_range(shape_first, ndim, rec + 16)
             itemsize = DTYPES[dtype][1]
-            if product(shape) * itemsize >= 1 << 64:
+            if math.prod(shape) * itemsize >= 1 << 64:
                 raise FormatError("corrupt", base + rec + 16, "tensor size overflows 64 bits")
             if piece_first != next_piece or not 1 <= piece_count <= MAX_PIECES or piece_first + piece_count > n_p:
                 raise FormatError("corrupt", base + rec + 24, "piece range of tensor '%s'" % name)
@@ -210,7 +204,7 @@ class CkptFile:
                 for d in range(ndim):
                     if offsets[d] > shape[d] or local[d] > shape[d] - offsets[d]:
                         raise FormatError("corrupt", base + prec + 40, "piece outside the global shape")
-                if length != product(local) * itemsize:
+                if length != math.prod(local) * itemsize:
                     raise FormatError("corrupt", base + prec + 16, "piece data length %d" % length)
                 if off % self.alignment or off < self.data_offset or off + length > self.index_offset:
                     raise FormatError("corrupt", base + prec + 8, "piece data [%d, +%d) misplaced" % (off, length))
@@ -246,7 +240,7 @@ class CkptFile:
 
         # 4.3: pieces of a tensor never overlap.
         for t in self.tensors:
-            ps = [p for p in t["pieces"] if product(p["shape"]) > 0]
+            ps = [p for p in t["pieces"] if math.prod(p["shape"]) > 0]
             for a in range(len(ps)):
                 for b in range(a + 1, len(ps)):
                     pa, pb = ps[a], ps[b]
@@ -316,9 +310,9 @@ class CkptFile:
         """The whole tensor, row-major, assembled from its pieces; None if they do not cover it."""
         t = self.tensor(name)
         shape, size = t["shape"], t["itemsize"]
-        if sum(product(p["shape"]) for p in t["pieces"]) != product(shape):
+        if sum(math.prod(p["shape"]) for p in t["pieces"]) != math.prod(shape):
             return None  # pieces never overlap, so counting elements decides coverage
-        out = bytearray(product(shape) * size)
+        out = bytearray(math.prod(shape) * size)
         rank = len(shape)
         strides = [size] * rank
         for d in range(rank - 2, -1, -1):
@@ -326,10 +320,10 @@ class CkptFile:
         for p in t["pieces"]:
             src = self.piece_bytes(p)
             local = p["shape"]
-            if product(local) == 0:
+            if math.prod(local) == 0:
                 continue
             row = (local[-1] if rank else 1) * size
-            n_rows = product(local[:-1]) if rank else 1
+            n_rows = math.prod(local[:-1]) if rank else 1
             for r in range(n_rows):
                 # Global byte offset of the first element of this row of the piece.
                 idx, rem = [], r

@@ -7,6 +7,7 @@ independent oracle for ckpt's converter.
 """
 import argparse
 import ctypes
+import math
 import os
 import sys
 
@@ -25,15 +26,8 @@ DTYPE_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "U32": 4, "I32":
                "F16": 2, "BF16": 2, "F32": 4, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8}
 
 
-def elements(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def random_bytes(rng, dtype, shape):
-    n = elements(shape) * DTYPE_SIZES[dtype]
+    n = math.prod(shape) * DTYPE_SIZES[dtype]
     raw = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
     if dtype == "BOOL":  # only 0 and 1 are booleans
         raw = bytes(b & 1 for b in raw)

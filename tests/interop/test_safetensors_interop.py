@@ -148,19 +148,26 @@ def corruptions(valid):
     return out
 
 
+def convert_alone(convert, workdir, label, name, content, out_name):
+    """Converts `content`, written as `name` in a fresh directory of its own. Returns the exit status,
+    stderr, the input's path and what the directory holds afterwards."""
+    sub = os.path.join(workdir, "hostile-" + label.replace(" ", "_").replace("^", ""))
+    os.mkdir(sub)
+    path = os.path.join(sub, name)
+    with open(path, "wb") as f:
+        f.write(content)
+    rc, _, err = run(convert, path, os.path.join(sub, out_name))
+    return rc, err, path, os.listdir(sub)
+
+
 def hostile(tools, corpus_files, workdir):
     convert = tools[0]
     with open(corpus_files["large"], "rb") as f:
         valid = f.read()
     for label, content in corruptions(valid):
-        sub = os.path.join(workdir, "hostile-" + label.replace(" ", "_").replace("^", ""))
-        os.mkdir(sub)
-        path = os.path.join(sub, "in.safetensors")
-        with open(path, "wb") as f:
-            f.write(content)
-        rc, out, err = run(convert, path, os.path.join(sub, "out.ckpt"))
+        rc, err, path, left = convert_alone(convert, workdir, label, "in.safetensors", content, "out.ckpt")
         lines = err.strip().splitlines()
-        check(rc == 2 and len(lines) == 1 and path in lines[0] and os.listdir(sub) == ["in.safetensors"],
+        check(rc == 2 and len(lines) == 1 and path in lines[0] and left == ["in.safetensors"],
               "hostile %s: exit 2, one line naming the file, no output (got %d: %s)" % (label, rc, err.strip()))
     # A damaged or truncated .ckpt is refused as an integrity finding: exit 1, no output.
     ckpt = os.path.join(workdir, "hostile-ckpt.ckpt")
@@ -170,14 +177,9 @@ def hostile(tools, corpus_files, workdir):
         content = bytearray(f.read())
     for label, damaged in [("flipped data byte", content[:70000] + bytes([content[70000] ^ 1]) + content[70001:]),
                            ("truncated ckpt", content[:len(content) // 2])]:
-        sub = os.path.join(workdir, "hostile-" + label.replace(" ", "_"))
-        os.mkdir(sub)
-        path = os.path.join(sub, "in.ckpt")
-        with open(path, "wb") as f:
-            f.write(damaged)
-        rc, _, err = run(convert, path, os.path.join(sub, "out.safetensors"))
+        rc, err, _, left = convert_alone(convert, workdir, label, "in.ckpt", damaged, "out.safetensors")
         lines = err.strip().splitlines()
-        check(rc == 1 and len(lines) == 1 and os.listdir(sub) == ["in.ckpt"],
+        check(rc == 1 and len(lines) == 1 and left == ["in.ckpt"],
               "hostile %s: exit 1, one line, no output (got %d: %s)" % (label, rc, err.strip()))
 
 

@@ -49,6 +49,17 @@ inline bool phase_passed(const char* name) {
   return total == 0;
 }
 
+// Whether the job is the 4 ranks these tests are written for, given one path (named `arg` in the
+// usage rank 0 prints otherwise). When not, MPI is finalized and main returns 2.
+[[nodiscard]] inline bool four_ranks_and_a_path(int argc, char** argv, const char* arg) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world == 4 && argc == 2) return true;
+  if (world_rank() == 0) std::fprintf(stderr, "usage: mpirun -np 4 %s %s\n", argv[0], arg);
+  MPI_Finalize();
+  return false;
+}
+
 // Exit status of the job: 0 when no rank failed anywhere.
 inline int finish() {
   int mine = failures(), total = 0;

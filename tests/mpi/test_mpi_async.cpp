@@ -183,13 +183,7 @@ int main(int argc, char** argv) {
   int provided = 0;
   // The saver's worker calls MPI from its own thread while save() may use the control communicator.
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world != 4 || argc != 2) {
-    if (mpi_test::world_rank() == 0) std::fprintf(stderr, "usage: mpirun -np 4 %s SCRATCH_DIR\n", argv[0]);
-    MPI_Finalize();
-    return 2;
-  }
+  if (!mpi_test::four_ranks_and_a_path(argc, argv, "SCRATCH_DIR")) return 2;
   if (provided < MPI_THREAD_MULTIPLE) {
     if (mpi_test::world_rank() == 0) std::fprintf(stderr, "this MPI does not provide MPI_THREAD_MULTIPLE (got %d)\n", provided);
     MPI_Finalize();

@@ -80,13 +80,7 @@ void run(const std::string& path) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world != 4 || argc != 2) {
-    if (mpi_test::world_rank() == 0) std::fprintf(stderr, "usage: mpirun -np 4 %s STORE\n", argv[0]);
-    MPI_Finalize();
-    return 2;
-  }
+  if (!mpi_test::four_ranks_and_a_path(argc, argv, "STORE")) return 2;
   run(argv[1]);
   return mpi_test::finish();
 }

@@ -16,6 +16,7 @@
 #include <ckpt/store.hpp>
 
 #include "../sharded_fixture.hpp"
+#include "../store_test_util.hpp"
 #include "mpi_test_util.hpp"
 
 using namespace ckpt;
@@ -24,14 +25,7 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-StoreOptions small_options() {
-  StoreOptions o;
-  o.create_if_missing = true;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
-  return o;
-}
+StoreOptions small_options() { return ckpt_test::small_store_options(); }
 
 std::string as_string(const std::vector<unsigned char>& v) { return std::string(v.begin(), v.end()); }
 
@@ -63,6 +57,27 @@ Status reshard_rank(StepReader<>& from, Transaction<Fs>& tx, std::uint32_t world
   }
   if (rank == 0) tx.state() = from.state();
   return Status();
+}
+
+// Reshards the latest step of store `from` (saved by `from_world` ranks) into step 1 of store `to`,
+// written collectively by the `world` ranks of comm, this one being `rank`.
+void reshard_store(PosixFs& fs, const std::string& from_path, const std::string& to_path, MpiComm& comm, std::uint32_t from_world,
+                   std::uint32_t world, std::uint32_t rank) {
+  auto from = Store<>::open(fs, from_path, Access::read_only);
+  auto to = Store<>::open(fs, to_path, Access::read_write, small_options(), comm);
+  MPI_CHECK_OK(from.status());
+  MPI_CHECK_OK(to.status());
+  if (!from.ok() || !to.ok()) return;
+  MPI_CHECK((*from)->latest() && (*from)->latest()->world_size == from_world,
+            "the source step has " + std::to_string(from_world) + " shards");
+  auto reader = (*from)->open_latest();
+  auto tx = (*to)->begin(1);
+  MPI_CHECK_OK(reader.status());
+  MPI_CHECK_OK(tx.status());
+  if (reader.ok() && tx.ok()) {
+    MPI_CHECK_OK(reshard_rank(**reader, **tx, world, rank));
+    MPI_CHECK_OK((*tx)->commit().status());
+  }
 }
 
 // Phase 2: the first `world` ranks each read their even split along dimension 0; rank 0 reassembles.
@@ -156,39 +171,12 @@ void run_phases(const std::string& base) {
       {
         auto three = MpiComm::duplicate(sub);
         MPI_CHECK_OK(three.status());
-        auto from = Store<>::open(fs, a, Access::read_only);
-        auto to = Store<>::open(fs, b, Access::read_write, small_options(), *three);
-        MPI_CHECK_OK(from.status());
-        MPI_CHECK_OK(to.status());
-        if (from.ok() && to.ok()) {
-          auto reader = (*from)->open_latest();
-          auto tx = (*to)->begin(1);
-          MPI_CHECK_OK(reader.status());
-          MPI_CHECK_OK(tx.status());
-          if (reader.ok() && tx.ok()) {
-            MPI_CHECK_OK(reshard_rank(**reader, **tx, 3, r));
-            MPI_CHECK_OK((*tx)->commit().status());
-          }
-        }
+        if (three.ok()) reshard_store(fs, a, b, *three, 4, 3, r);
       }
       MPI_Comm_free(&sub);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    auto from = Store<>::open(fs, b, Access::read_only);
-    auto to = Store<>::open(fs, c, Access::read_write, small_options(), *comm);
-    MPI_CHECK_OK(from.status());
-    MPI_CHECK_OK(to.status());
-    if (from.ok() && to.ok()) {
-      MPI_CHECK((*from)->latest() && (*from)->latest()->world_size == 3, "the middle step has 3 shards");
-      auto reader = (*from)->open_latest();
-      auto tx = (*to)->begin(1);
-      MPI_CHECK_OK(reader.status());
-      MPI_CHECK_OK(tx.status());
-      if (reader.ok() && tx.ok()) {
-        MPI_CHECK_OK(reshard_rank(**reader, **tx, 4, r));
-        MPI_CHECK_OK((*tx)->commit().status());
-      }
-    }
+    reshard_store(fs, b, c, *comm, 3, 4, r);
     if (rank == 0) {
       auto original = Store<>::open(fs, a, Access::read_only);
       auto final_store = Store<>::open(fs, c, Access::read_only);
@@ -319,13 +307,7 @@ void run_phases(const std::string& base) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world != 4 || argc != 2) {
-    if (mpi_test::world_rank() == 0) std::fprintf(stderr, "usage: mpirun -np 4 %s SCRATCH_DIR\n", argv[0]);
-    MPI_Finalize();
-    return 2;
-  }
+  if (!mpi_test::four_ranks_and_a_path(argc, argv, "SCRATCH_DIR")) return 2;
   run_phases(argv[1]);  // every communicator it made is freed before MPI_Finalize
   return mpi_test::finish();
 }
