@@ -193,41 +193,44 @@ inline Result<PendingRecord> begin_record(const BeginRecord& b) {
   return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::begin), std::move(e.str())};
 }
 
-inline PendingRecord commit_record(const CommitRecord& c) {
+namespace detail {
+// Every transaction record's payload starts with txn and step (spec 4); `rest` encodes what follows.
+template <class Rest>
+[[nodiscard]] PendingRecord txn_record(journal::RecordType type, std::uint64_t txn, std::uint64_t step, Rest&& rest) {
   Encoder e;
-  e.u64(c.txn);
-  e.u64(c.step);
-  e.u64(c.manifest_size);
-  e.u64(c.manifest_digest);
-  return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::commit), std::move(e.str())};
+  e.u64(txn);
+  e.u64(step);
+  rest(e);
+  return PendingRecord{static_cast<std::uint16_t>(type), std::move(e.str())};
+}
+}  // namespace detail
+
+inline PendingRecord commit_record(const CommitRecord& c) {
+  return detail::txn_record(journal::RecordType::commit, c.txn, c.step, [&](Encoder& e) {
+    e.u64(c.manifest_size);
+    e.u64(c.manifest_digest);
+  });
 }
 
 inline PendingRecord abort_record(const AbortRecord& a) {
-  Encoder e;
-  e.u64(a.txn);
-  e.u64(a.step);
-  e.u32(static_cast<std::uint32_t>(a.reason));
-  e.u32(0);
-  return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::abort), std::move(e.str())};
+  return detail::txn_record(journal::RecordType::abort, a.txn, a.step, [&](Encoder& e) {
+    e.u32(static_cast<std::uint32_t>(a.reason));
+    e.u32(0);
+  });
 }
 
 inline PendingRecord retire_record(const RetireRecord& r) {
-  Encoder e;
-  e.u64(r.txn);
-  e.u64(r.step);
-  return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::retire), std::move(e.str())};
+  return detail::txn_record(journal::RecordType::retire, r.txn, r.step, [](Encoder&) {});
 }
 
 inline PendingRecord save_stats_record(const SaveRecord& r) {
-  Encoder e;
-  e.u64(r.txn);
-  e.u64(r.step);
-  e.u64(r.bytes);
-  e.u64(r.stall_ns);
-  e.u64(r.persist_ns);
-  e.u32(r.async ? journal::kSaveStatsAsync : 0);
-  e.u32(0);
-  return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::save_stats), std::move(e.str())};
+  return detail::txn_record(journal::RecordType::save_stats, r.txn, r.step, [&](Encoder& e) {
+    e.u64(r.bytes);
+    e.u64(r.stall_ns);
+    e.u64(r.persist_ns);
+    e.u32(r.async ? journal::kSaveStatsAsync : 0);
+    e.u32(0);
+  });
 }
 
 inline Status decode_payload(JournalRecord& rec, const unsigned char* p, std::size_t n, const std::string& path) {

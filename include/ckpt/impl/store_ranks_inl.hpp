@@ -23,10 +23,15 @@ enum class RankMessage : std::uint8_t {
 };
 inline constexpr std::uint32_t kMaxReportNames = std::uint32_t{1} << 24;
 
+// u32 length, bytes: the string form of every rank message (spec/SHARDING.md 3.5); decode_string32 reads it.
+inline void encode_string32(Encoder& out, std::string_view text) {
+  out.u32(static_cast<std::uint32_t>(text.size()));
+  out.bytes(text);
+}
+
 inline void encode_status(Encoder& out, const Status& s) {
   out.u8(static_cast<std::uint8_t>(s.code()));
-  out.u32(static_cast<std::uint32_t>(s.message().size()));
-  out.bytes(s.message());
+  encode_string32(out, s.message());
 }
 
 [[nodiscard]] inline bool decode_u8(Decoder& in, std::uint8_t& v) {
@@ -129,14 +134,10 @@ inline void encode_report_body(Encoder& out, const ManifestShard& entry, const s
                                const std::vector<ReplicaDecl>& replicas, const std::vector<GlobalPiece>& pieces) {
   encode_manifest_shard(out, entry);
   out.u32(static_cast<std::uint32_t>(optimizer.size()));
-  for (const auto& name : optimizer) {
-    out.u32(static_cast<std::uint32_t>(name.size()));
-    out.bytes(name);
-  }
+  for (const auto& name : optimizer) encode_string32(out, name);
   out.u32(static_cast<std::uint32_t>(replicas.size()));
   for (const auto& r : replicas) {
-    out.u32(static_cast<std::uint32_t>(r.tensor.size()));
-    out.bytes(r.tensor);
+    encode_string32(out, r.tensor);
     out.u16(static_cast<std::uint16_t>(r.dtype));
     out.u16(static_cast<std::uint16_t>(r.shape.size()));
     out.u32(r.owner);
@@ -145,8 +146,7 @@ inline void encode_report_body(Encoder& out, const ManifestShard& entry, const s
   }
   out.u32(static_cast<std::uint32_t>(pieces.size()));
   for (const auto& p : pieces) {
-    out.u32(static_cast<std::uint32_t>(p.tensor.size()));
-    out.bytes(p.tensor);
+    encode_string32(out, p.tensor);
     out.u16(static_cast<std::uint16_t>(p.dtype));
     out.u16(static_cast<std::uint16_t>(p.global_shape.size()));
     encode_dims(out, p.global_shape);

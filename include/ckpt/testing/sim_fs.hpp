@@ -235,6 +235,8 @@ class SimFs {
   [[nodiscard]] Status handle_of(FileHandle f, const char* op, int read_only_errno, Handle*& out);
   [[nodiscard]] std::vector<unsigned char>& mutable_data(Node& n);
   std::uint64_t link_new(std::uint64_t dir, const std::string& name, bool is_dir, const std::string& path);
+  // Removes the entry l names (a file or an empty directory) and records it for the crash model.
+  void unlink_entry(const Lookup& l, const std::string& path);
   void make_file_durable(Node& n);
   // Applies an injected writeback error to the sync of the file at path; true when it fails.
   [[nodiscard]] bool take_sync_error(Node& n, const std::string& path);
@@ -783,20 +785,24 @@ inline Status SimFs::unlink(const std::string& path) {
     if (l.err != 0) return detail::sim_error("unlink", path, l.err);
     if (l.ino == 0) return detail::sim_error("unlink", path, ENOENT);
     if (state_.nodes.at(l.ino).is_dir) return detail::sim_error("unlink", path, EISDIR);
-    state_.nodes.at(l.parent).entries.erase(l.name);
-    DirOp op;
-    op.kind = DirOpKind::unlink;
-    op.seq = state_.next_seq++;
-    op.dir = l.parent;
-    op.name = l.name;
-    op.ino = l.ino;
-    op.path = path;
-    state_.dir_ops.push_back(std::move(op));
-    ++state_.generation;
-    collect_garbage();
+    unlink_entry(l, path);
   }
   fire(FsOp::unlink, path, true);
   return Status();
+}
+
+inline void SimFs::unlink_entry(const Lookup& l, const std::string& path) {
+  state_.nodes.at(l.parent).entries.erase(l.name);
+  DirOp op;
+  op.kind = DirOpKind::unlink;
+  op.seq = state_.next_seq++;
+  op.dir = l.parent;
+  op.name = l.name;
+  op.ino = l.ino;
+  op.path = path;
+  state_.dir_ops.push_back(std::move(op));
+  ++state_.generation;
+  collect_garbage();
 }
 
 inline Status SimFs::mkdir(const std::string& path) {
@@ -823,17 +829,7 @@ inline Status SimFs::rmdir(const std::string& path) {
     const Node& node = state_.nodes.at(l.ino);
     if (!node.is_dir) return detail::sim_error("rmdir", path, ENOTDIR);
     if (!node.entries.empty()) return detail::sim_error("rmdir", path, ENOTEMPTY);
-    state_.nodes.at(l.parent).entries.erase(l.name);
-    DirOp op;
-    op.kind = DirOpKind::unlink;
-    op.seq = state_.next_seq++;
-    op.dir = l.parent;
-    op.name = l.name;
-    op.ino = l.ino;
-    op.path = path;
-    state_.dir_ops.push_back(std::move(op));
-    ++state_.generation;
-    collect_garbage();
+    unlink_entry(l, path);
   }
   fire(FsOp::rmdir, path, true);
   return Status();
