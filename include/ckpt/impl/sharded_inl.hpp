@@ -280,8 +280,8 @@ Result<std::vector<MetaEntry>> CheckpointSource<Fs>::metadata(ConflictPolicy pol
 template <class Fs>
 Status CheckpointSource<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                         std::size_t dst_size) {
-  if (file_) return file_->read_slice(name, offsets, shape, dst, dst_size, Verify::touched);
-  return step_reader_->read_slice(name, offsets, shape, dst, dst_size, Verify::touched);
+  if (file_) return file_->read_slice(name, offsets, shape, dst, dst_size, ReadCheck::touched);
+  return step_reader_->read_slice(name, offsets, shape, dst, dst_size, ReadCheck::touched);
 }
 
 namespace detail {
