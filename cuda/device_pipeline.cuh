@@ -328,7 +328,7 @@ template <class B, class Fs = PosixFs>
     p.file = path;
     report.problems.push_back(std::move(p));
   };
-  detail::add_padding_problems(fs, reader.file(), path, index, reader.footer().index_offset, problem);
+  ckpt::detail::add_padding_problems(fs, reader.file(), path, index, reader.footer().index_offset, problem);
 
   // Chunks in file order, each with its piece; blocks of whole chunks, each at most slot_bytes long.
   std::vector<std::uint32_t> piece_of(index.chunks.size());

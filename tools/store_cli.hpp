@@ -19,7 +19,7 @@
 #include <ckpt/journal.hpp>
 #include <ckpt/manifest.hpp>
 #include <ckpt/shard_reader.hpp>
-#include <ckpt/checkpoint.hpp>
+#include <ckpt/path_kind.hpp>
 #include <ckpt/store.hpp>
 
 #include "report_json.hpp"
@@ -28,7 +28,7 @@ namespace ckpt::tools {
 
 using nlohmann::json;
 
-// Telling a shard file, a store and a step directory apart: the library's (ckpt/checkpoint.hpp).
+// Telling a shard file, a store and a step directory apart: the library's (ckpt/path_kind.hpp).
 using ckpt::classify_path;
 using ckpt::not_a_store_error;
 using ckpt::path_kind_name;
