@@ -238,3 +238,28 @@ TEST_CASE("a bare step directory is read and verified by its manifest alone", "[
     CHECK(r.problems[0].code == Code::incomplete);
   }
 }
+
+TEST_CASE("a step opened by StepReader verifies through it, each shard once", "[step_reader]") {
+  TwoSteps t;
+  auto reader = t.store->open_step(1);
+  REQUIRE(reader.ok());
+  std::vector<std::string> asked;
+  const FileVerifier counting = [&](const std::string& path) {
+    asked.push_back(path);
+    return verify_file(t.fs, path);
+  };
+  StepVerifyReport r = verify_step(**reader, counting);
+  CHECK(r.ok());
+  CHECK(asked == std::vector<std::string>{t.shard1});
+  CHECK(r.step.step == 1);
+  CHECK(r.dir == t.path + "/step-1-1");
+
+  // Data damaged after the open: found by the verifier, once.
+  std::string b = ckpt_test::read_file(t.shard1);
+  b[128 + 10] = static_cast<char>(b[128 + 10] ^ 1);
+  ckpt_test::write_file(t.shard1, b);
+  r = verify_step(**reader, cpu_file_verifier(t.fs));
+  const auto problems = all_problems(r);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].region == "data");
+}

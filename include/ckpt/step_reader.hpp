@@ -122,6 +122,10 @@ inline constexpr const char* kFile = "file";          // the verifier could not 
 template <class Fs>
 [[nodiscard]] StepVerifyReport verify_step(Fs& fs, const std::string& store_path, const StepInfo& info, const Uuid& store_uuid,
                                            const FileVerifier& verify_one);
+// A step already opened by StepReader::open (its manifest and pins checked): every shard through
+// verify_one, nothing read twice at the step level.
+template <class Fs>
+[[nodiscard]] StepVerifyReport verify_step(StepReader<Fs>& reader, const FileVerifier& verify_one);
 // A step directory on its own, pinned by its MANIFEST alone.
 template <class Fs>
 [[nodiscard]] StepVerifyReport verify_step_directory(Fs& fs, const std::string& dir, const FileVerifier& verify_one);
@@ -417,6 +421,21 @@ StepVerifyReport verify_step(Fs& fs, const std::string& store_path, const StepIn
   auto parts = detail::open_step_parts(fs, dir, where, &info, &store_uuid, false);
   StepVerifyReport report = detail::verify_parts(parts, dir, verify_one);
   report.step = info;
+  return report;
+}
+
+template <class Fs>
+StepVerifyReport verify_step(StepReader<Fs>& reader, const FileVerifier& verify_one) {
+  detail::StepParts<Fs> parts;  // what the reader proved: the manifest and every pin hold
+  std::string dir;
+  for (std::size_t i = 0; i < reader.shard_count(); ++i) {
+    typename detail::StepParts<Fs>::Shard s;
+    s.path = reader.shard(i).path();
+    dir = parent_path(s.path);
+    parts.shards.push_back(std::move(s));
+  }
+  StepVerifyReport report = detail::verify_parts(parts, dir, verify_one);
+  report.step = reader.info();
   return report;
 }
 
