@@ -302,48 +302,6 @@ template <class Fs>
   return true;
 }
 
-template <class Fs>
-void add_padding_problems(Fs& fs, FileHandle file, const std::string& path, const Index& index, std::uint64_t index_offset,
-                          const std::function<void(Problem)>& problem) {
-  // Padding must be zero (spec/FORMAT.md 4.2): superblock tail, gaps between pieces, gap before the index.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans, gaps;
-  for (const auto& p : index.pieces) spans.emplace_back(p.data_offset, p.data_offset + p.data_length);
-  std::sort(spans.begin(), spans.end());
-  std::uint64_t at = format::kSuperblockSize;
-  for (const auto& s : spans) {
-    if (s.first > at) gaps.emplace_back(at, s.first - at);
-    at = std::max(at, s.second);
-  }
-  if (index_offset > at) gaps.emplace_back(at, index_offset - at);
-  std::vector<unsigned char> buf;
-  for (const auto& g : gaps) {
-    buf.resize(static_cast<std::size_t>(g.second));
-    if (Status s = read_exact(fs, file, path, buf.data(), buf.size(), g.first); !s.ok()) {
-      Problem p;
-      p.code = s.code() == Code::incomplete ? Code::incomplete : Code::io;
-      p.region = "padding";
-      p.offset = g.first;
-      p.length = g.second;
-      p.message = s.message();
-      problem(std::move(p));
-      continue;
-    }
-    for (std::size_t i = 0; i < buf.size(); ++i) {
-      if (buf[i] == 0) continue;
-      Problem p;
-      p.region = "padding";
-      p.offset = g.first + i;
-      p.length = 1;
-      p.expected = "00";
-      p.found = hex64(buf[i]).substr(14);
-      p.message = "padding [" + std::to_string(g.first) + ", " + std::to_string(g.first + g.second) +
-                  ") must be zero, found byte 0x" + p.found + " at offset " + std::to_string(g.first + i);
-      problem(std::move(p));
-      break;
-    }
-  }
-}
-
 }  // namespace detail
 
 // ckpt::verify_file with every chunk digest computed on the device: pieces are read in large blocks
@@ -367,9 +325,10 @@ template <class B, class Fs = PosixFs>
   report.chunks_total = index.chunks.size();
   auto problem = [&](Problem p) {
     if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
+    p.file = path;
     report.problems.push_back(std::move(p));
   };
-  detail::add_padding_problems(fs, reader.file(), path, index, reader.footer().index_offset, problem);
+  ckpt::detail::add_padding_problems(fs, reader.file(), path, index, reader.footer().index_offset, problem);
 
   // Chunks in file order, each with its piece; blocks of whole chunks, each at most slot_bytes long.
   std::vector<std::uint32_t> piece_of(index.chunks.size());

@@ -126,7 +126,7 @@ std::string check_step_exact(Store<Fs>& store, const StepInfo& info) {
   if (!verified.ok()) return where + verified.status().to_string();
   if (!verified->ok()) {
     std::string p = where + "verify_step found damage:";
-    for (const auto& line : verified->problems) p += " " + line;
+    for (const auto& line : verified->problems) p += " " + line.message;
     for (const auto& shard : verified->shards)
       for (const auto& prob : shard.problems) p += " " + prob.message;
     return p;

@@ -724,7 +724,7 @@ void exercise_file(PosixFs& fs, const std::string& path) {
       CHECK((st.ok() || st.code() == Code::corrupt || st.code() == Code::not_found));
     }
     for (std::size_t k = 0; k < (*r)->index().pieces.size(); ++k) {
-      auto m = (*r)->map_piece(k, Verify::touched);
+      auto m = (*r)->map_piece(k, ReadCheck::touched);
       CHECK((m.ok() || m.status().code() == Code::corrupt));
     }
   } else {

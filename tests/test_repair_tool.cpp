@@ -214,6 +214,18 @@ TEST_CASE("ckpt-repair names a committed step with a deleted shard as damaged, d
   const json j = run(kRepair, {store, "--json"}).out_json();
   CHECK(j["damaged"] == json::array({"step-20-2"}));
   CHECK(j["exit"] == 1);
+  // The missing shard is one problem, a structured record (no de-duplication of message text).
+  const json& damaged_step = j["steps"][1];
+  CHECK(damaged_step["step"] == 20);
+  REQUIRE(damaged_step["problems"].size() == 1);
+  CHECK(damaged_step["problems"][0]["region"] == "missing");
+  CHECK(damaged_step["problems"][0]["code"] == "incomplete");
+  CHECK(damaged_step["problems"][0]["file"] == store + "/step-20-2/" + kShard);
+  const json v = run(kVerify, {store, "--step", "20", "--json"}).out_json();
+  REQUIRE(v["steps"].size() == 1);
+  REQUIRE(v["steps"][0]["problems"].size() == 1);
+  CHECK(v["steps"][0]["problems"][0]["region"] == "missing");
+  CHECK(v["steps"][0]["problems"][0]["message"].get<std::string>().find("missing") != std::string::npos);
   // ckpt-verify agrees, for the store and for that step; the other steps are intact.
   CHECK(run(kVerify, {store}).code == 1);
   CHECK(run(kVerify, {store, "--step", "20"}).code == 1);

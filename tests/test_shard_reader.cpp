@@ -197,7 +197,7 @@ TEST_CASE("whole tensors of every rank and dtype read back bit for bit", "[shard
     CHECK(rec->dtype == t.dtype);
     CHECK(rec->shape == t.shape);
     CHECK(rec->piece_count == t.pieces.size());
-    for (Verify v : {Verify::touched, Verify::none}) {
+    for (ReadCheck v : {ReadCheck::touched, ReadCheck::none}) {
       Bytes8 back(t.data.size() + 1, 0xAB);
       REQUIRE(r->read_tensor(t.name, back.data(), t.data.size(), v).ok());
       CHECK(std::equal(t.data.begin(), t.data.end(), back.begin()));
@@ -218,7 +218,7 @@ TEST_CASE("random hyper-rectangular slices match the reference", "[shard_reader]
       INFO("tensor " << t.name << " slice at " << shape_string(off) << " shape " << shape_string(len));
       const Bytes8 want = extract(t.data, t.shape, t.esize(), off, len);
       Bytes8 got(want.size(), 0xCD);
-      const Verify v = i % 5 == 4 ? Verify::none : Verify::touched;
+      const ReadCheck v = i % 5 == 4 ? ReadCheck::none : ReadCheck::touched;
       REQUIRE(r->read_slice(t.name, off, len, got.data(), got.size(), v).ok());
       CHECK(got == want);
       ++slices;
@@ -247,7 +247,7 @@ TEST_CASE("a read verifies exactly the chunks it touches", "[shard_reader]") {
   std::string bytes = ckpt_test::read_file(s.path);
   bytes[file_offset] = static_cast<char>(bytes[file_offset] ^ 0x40);
   ckpt_test::write_file(s.path, bytes);
-  // The damaged reference: what Verify::none must return.
+  // The damaged reference: what ReadCheck::none must return.
   Bytes8 damaged = t.data;
   const std::uint64_t local_byte = chunk_no * kChunk + byte_in_chunk;
   {
@@ -297,8 +297,8 @@ TEST_CASE("a read verifies exactly the chunks it touches", "[shard_reader]") {
       CHECK(got == want);
       ++passed;
     }
-    // Verify::none never looks at digests and returns the bytes as they are on disk.
-    REQUIRE(r->read_slice(name, off, len, got.data(), got.size(), Verify::none).ok());
+    // ReadCheck::none never looks at digests and returns the bytes as they are on disk.
+    REQUIRE(r->read_slice(name, off, len, got.data(), got.size(), ReadCheck::none).ok());
     CHECK(got == extract(damaged, t.shape, t.esize(), off, len));
   }
   CHECK(failed > 10);  // both outcomes are exercised
@@ -307,7 +307,7 @@ TEST_CASE("a read verifies exactly the chunks it touches", "[shard_reader]") {
   Bytes8 whole(t.data.size());
   Status st = r->read_tensor(name, whole.data(), whole.size());
   CHECK(st.code() == Code::corrupt);
-  REQUIRE(r->read_tensor(name, whole.data(), whole.size(), Verify::none).ok());
+  REQUIRE(r->read_tensor(name, whole.data(), whole.size(), ReadCheck::none).ok());
   CHECK(whole == damaged);
   // Other tensors are untouched by the damage.
   for (const auto& other : s.tensors) {
@@ -319,13 +319,13 @@ TEST_CASE("a read verifies exactly the chunks it touches", "[shard_reader]") {
   const std::size_t piece_index = r->index().find_tensor(name)->piece_first + piece_no;
   Bytes8 pbytes(piece.data_length);
   CHECK(r->read_piece(piece_index, pbytes.data(), pbytes.size()).code() == Code::corrupt);
-  CHECK(r->read_piece(piece_index, pbytes.data(), pbytes.size(), Verify::none).ok());
+  CHECK(r->read_piece(piece_index, pbytes.data(), pbytes.size(), ReadCheck::none).ok());
   CHECK(r->verify_piece_chunks(piece_index, 0, chunk_no).ok());
   CHECK(r->verify_piece_chunks(piece_index, chunk_no + 1, piece.chunk_count - chunk_no - 1).ok());
   CHECK(r->verify_piece_chunks(piece_index, chunk_no, 1).code() == Code::corrupt);
   CHECK(r->verify_piece_chunks(piece_index, 0, piece.chunk_count + 1).code() == Code::invalid_argument);
   CHECK(r->map_piece(piece_index).status().code() == Code::corrupt);
-  auto unverified = r->map_piece(piece_index, Verify::none);
+  auto unverified = r->map_piece(piece_index, ReadCheck::none);
   REQUIRE(unverified.ok());
   CHECK(unverified->size() == piece.data_length);
 }
@@ -392,7 +392,7 @@ TEST_CASE("a region the file's pieces do not cover is not_found", "[shard_reader
   CHECK((*r)->read_slice("w", {3, 0}, {4, 8}, cross.data(), cross.size()).code() == Code::not_found);
   CHECK((*r)->read_slice("w", {4, 0}, {2, 8}, cross.data(), 2 * 8 * 4).code() == Code::not_found);
   // The partial read reports how much this file holds: rows 3 and 6 of [3, 7).
-  auto copied = (*r)->read_slice_partial(*(*r)->index().find_tensor("w"), {3, 0}, {4, 8}, cross.data(), Verify::touched);
+  auto copied = (*r)->read_slice_partial(*(*r)->index().find_tensor("w"), {3, 0}, {4, 8}, cross.data(), ReadCheck::touched);
   REQUIRE(copied.ok());
   CHECK(*copied == 2 * 8);
   CHECK(std::equal(cross.begin(), cross.begin() + 8 * 4, data.begin() + 3 * 8 * 4));
@@ -501,7 +501,7 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
   }
   Bytes8 whole(data.size());
   CHECK((*r)->read_piece(0, whole.data(), whole.size()).code() == Code::corrupt);
-  REQUIRE((*r)->read_piece(0, whole.data(), whole.size(), Verify::none).ok());
+  REQUIRE((*r)->read_piece(0, whole.data(), whole.size(), ReadCheck::none).ok());
   CHECK(whole[damaged - 4096] == (data[damaged - 4096] ^ 0x02));
   CHECK((*r)->verify_piece_chunks(0, 0, 1).ok());
   CHECK((*r)->verify_piece_chunks(0, 2, 2).ok());

@@ -421,9 +421,9 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
     std::vector<PosixFs*> each(4, &fs);
     for (const auto& s : save_across(each, a, 4, 9)) REQUIRE(s.ok());
   }
-  auto src = CheckpointSource<>::open(fs, a);
+  auto src = Checkpoint<>::open(fs, a);
   REQUIRE(src.ok());
-  CHECK((*src)->kind() == CheckpointSource<>::Kind::step);
+  CHECK((*src)->kind() == Checkpoint<>::Kind::step);
   CHECK((*src)->world_size() == 4);
   ReshardOptions options;
   options.world_size = 3;
@@ -434,7 +434,7 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   REQUIRE(to3.ok());
   CHECK(to3->step.step == 9);
   CHECK(to3->world_size == 3);
-  auto mid = CheckpointSource<>::open(fs, b + "/" + to3->step.dir);  // a step directory
+  auto mid = Checkpoint<>::open(fs, b + "/" + to3->step.dir);  // a step directory
   REQUIRE(mid.ok());
   CHECK((*mid)->world_size() == 3);
   options.world_size = 4;
@@ -442,14 +442,14 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   auto to4 = reshard_to_store(fs, **mid, c, options);
   REQUIRE(to4.ok());
   const std::string merged = dir.file("merged.ckpt");
-  auto last = CheckpointSource<>::open(fs, c);
+  auto last = Checkpoint<>::open(fs, c);
   REQUIRE(last.ok());
   auto m = merge_to_file(fs, {last->get()}, {}, merged, MergeOptions{});
   REQUIRE(m.ok());
   CHECK(m->tensors == specs().size());
-  auto single = CheckpointSource<>::open(fs, merged);
+  auto single = Checkpoint<>::open(fs, merged);
   REQUIRE(single.ok());
-  CHECK((*single)->kind() == CheckpointSource<>::Kind::file);
+  CHECK((*single)->kind() == Checkpoint<>::Kind::file);
   // Every tensor, whole, from every stage equals the original.
   for (auto* s : {src->get(), mid->get(), last->get(), single->get()}) {
     for (const auto& t : specs()) {
@@ -496,7 +496,7 @@ TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
     content[4096 + 40000] ^= 0x10;  // one bit of one chunk in the middle of the data
     ckpt_test::write_file(file, content);
   }
-  auto src = CheckpointSource<>::open(fs, file);
+  auto src = Checkpoint<>::open(fs, file);
   REQUIRE(src.ok());
   ReshardOptions options;
   options.world_size = 4;
@@ -518,18 +518,18 @@ TEST_CASE("a source opens a file, a store or a step directory, and refuses anyth
     std::vector<PosixFs*> each(2, &fs);
     for (const auto& s : save_across(each, dir.file("s"), 2, 4)) REQUIRE(s.ok());
   }
-  auto store = CheckpointSource<>::open(fs, dir.file("s") + "/");
+  auto store = Checkpoint<>::open(fs, dir.file("s") + "/");
   REQUIRE(store.ok());
   CHECK((*store)->description().find("step 4 (txn 1, 2 shards)") != std::string::npos);
   // One shard file of that step holds only part of its tensors: not a checkpoint on its own.
   const std::string shard = dir.file("s") + "/step-4-1/shard-00000-of-00002.ckpt";
-  auto part = CheckpointSource<>::open(fs, shard);
+  auto part = Checkpoint<>::open(fs, shard);
   CHECK(part.status().code() == Code::invalid_argument);
   CHECK(part.status().message().find("tensor 'emb': its pieces hold 30 of 60 elements; no piece holds offsets [5, 0] shape [5, 6]") !=
         std::string::npos);
   fsys::create_directories(dir.file("plain"));
-  CHECK(CheckpointSource<>::open(fs, dir.file("plain")).status().code() == Code::invalid_argument);
-  CHECK(CheckpointSource<>::open(fs, dir.file("absent")).status().code() == Code::not_found);
+  CHECK(Checkpoint<>::open(fs, dir.file("plain")).status().code() == Code::invalid_argument);
+  CHECK(Checkpoint<>::open(fs, dir.file("absent")).status().code() == Code::not_found);
   // A step directory that is not a committed step: an aborted transaction.
   {
     auto s = Store<>::open(fs, dir.file("s"), Access::read_write, small_options());
@@ -539,9 +539,38 @@ TEST_CASE("a source opens a file, a store or a step directory, and refuses anyth
     REQUIRE((*tx)->abort().ok());
   }
   fsys::create_directories(dir.file("s") + "/step-5-2");  // as if its removal had not happened
-  auto aborted = CheckpointSource<>::open(fs, dir.file("s") + "/step-5-2");
+  auto aborted = Checkpoint<>::open(fs, dir.file("s") + "/step-5-2");
   CHECK(aborted.status().code() == Code::not_found);
   CHECK(aborted.status().message().find("transaction 2 is not a committed step (aborted)") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint opens the step a selector names, and refuses a step its path does not hold", "[sharded]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  {
+    std::vector<PosixFs*> each(2, &fs);
+    for (const auto& s : save_across(each, dir.file("s"), 2, 4)) REQUIRE(s.ok());
+    for (const auto& s : save_across(each, dir.file("s"), 2, 6)) REQUIRE(s.ok());
+  }
+  auto latest = Checkpoint<>::open(fs, dir.file("s"));
+  REQUIRE(latest.ok());
+  CHECK((*latest)->step() == std::optional<std::uint64_t>(6));
+  StepSelector four;
+  four.step = 4;
+  auto older = Checkpoint<>::open(fs, dir.file("s"), four);
+  REQUIRE(older.ok());
+  CHECK((*older)->step() == std::optional<std::uint64_t>(4));
+  CHECK((*older)->kind() == Checkpoint<>::Kind::step);
+  StepSelector five;
+  five.step = 5;
+  CHECK(Checkpoint<>::open(fs, dir.file("s"), five).status().code() == Code::not_found);
+  // A step directory holds one step: asking it for another is a usage error.
+  auto dir_ok = Checkpoint<>::open(fs, dir.file("s") + "/step-4-1", four);
+  REQUIRE(dir_ok.ok());
+  CHECK((*dir_ok)->step() == std::optional<std::uint64_t>(4));
+  auto dir_other = Checkpoint<>::open(fs, dir.file("s") + "/step-4-1", five);
+  CHECK(dir_other.status().code() == Code::invalid_argument);
+  CHECK(dir_other.status().message().find("holds step 4") != std::string::npos);
 }
 
 TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[sharded]") {
@@ -563,13 +592,13 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
   };
   make(dir.file("a.ckpt"), 1, 100);
   make(dir.file("b.ckpt"), 2, 200);
-  auto a = CheckpointSource<>::open(fs, dir.file("a.ckpt"));
-  auto b = CheckpointSource<>::open(fs, dir.file("b.ckpt"));
+  auto a = Checkpoint<>::open(fs, dir.file("a.ckpt"));
+  auto b = Checkpoint<>::open(fs, dir.file("b.ckpt"));
   REQUIRE(a.ok());
   REQUIRE(b.ok());
-  const std::vector<CheckpointSource<>*> both = {a->get(), b->get()};
+  const std::vector<Checkpoint<>*> both = {a->get(), b->get()};
   auto read_all = [&](const std::string& path, const std::string& name) {
-    auto s = CheckpointSource<>::open(fs, path);
+    auto s = Checkpoint<>::open(fs, path);
     REQUIRE(s.ok());
     std::vector<unsigned char> v(16);
     REQUIRE((*s)->read_slice(name, {0}, {16}, v.data(), v.size()).ok());
@@ -592,7 +621,7 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
       CHECK(r->resolved.size() == 4);  // w, adam.m/w, metadata 'run', the training state
       const unsigned char want = policy == ConflictPolicy::first ? 1 : 2;
       CHECK(read_all(dir.file("out.ckpt"), "w") == want);
-      auto out = CheckpointSource<>::open(fs, dir.file("out.ckpt"));
+      auto out = Checkpoint<>::open(fs, dir.file("out.ckpt"));
       REQUIRE(out.ok());
       CHECK((*out)->state()->step == (policy == ConflictPolicy::first ? 100u : 200u));
       CHECK((*out)->metadata(ConflictPolicy::error)->at(0).value.as_string() == std::string(1, static_cast<char>('a' + want)));
@@ -606,7 +635,7 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
     CHECK(r->tensors == 2);
     CHECK(read_all(dir.file("mix.ckpt"), "w") == 1);
     CHECK(read_all(dir.file("mix.ckpt"), "adam.m/w") == 2);
-    auto out = CheckpointSource<>::open(fs, dir.file("mix.ckpt"));
+    auto out = Checkpoint<>::open(fs, dir.file("mix.ckpt"));
     REQUIRE(out.ok());
     CHECK((*out)->state()->optimizer_tensors == std::vector<std::string>{"adam.m/w"});
   }
@@ -643,7 +672,7 @@ TEST_CASE("ckpt-reshard and ckpt-merge round trip a store through the command li
   REQUIRE(ckpt_test::run_command(kMerge + " " + dir.file("b") + " -o " + dir.file("m.ckpt") + " --json > " + out) == 0);
   CHECK(nlohmann::json::parse(ckpt_test::read_file(out))["tensors"] == specs().size());
   REQUIRE(ckpt_test::run_command(kReshard + " " + dir.file("m.ckpt") + " -o " + dir.file("c") + " --world-size 4 --json > " + out) == 0);
-  auto c = CheckpointSource<>::open(fs, dir.file("c"));
+  auto c = Checkpoint<>::open(fs, dir.file("c"));
   REQUIRE(c.ok());
   CHECK((*c)->world_size() == 4);
   for (const auto& t : specs()) {

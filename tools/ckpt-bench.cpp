@@ -477,13 +477,13 @@ int run(const Config& cfg) {
     memory_group.push_back(&add(true, measurement("pread_cached", "pread of a cached file, 8 MiB blocks", 1, size, nullptr, [&] {
       keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
     })));
-    auto load_all = [&](Verify verify) {
+    auto load_all = [&](ReadCheck read_check) {
       auto reader = ShardReader<PosixFs>::open(fs, ckpt_path);
       check(reader, "open " + ckpt_path);
-      for (const auto& t : tensors) check((*reader)->read_tensor(t.name, dst.data() + t.offset, t.size, verify), "read_tensor " + t.name);
+      for (const auto& t : tensors) check((*reader)->read_tensor(t.name, dst.data() + t.offset, t.size, read_check), "read_tensor " + t.name);
     };
-    memory_group.push_back(&add(false, measurement("load_verified", "load: read_tensor, Verify::touched", 1, size, nullptr, [&] { load_all(Verify::touched); })));
-    memory_group.push_back(&add(false, measurement("load_unverified", "load: read_tensor, Verify::none", 1, size, nullptr, [&] { load_all(Verify::none); })));
+    memory_group.push_back(&add(false, measurement("load_verified", "load: read_tensor, ReadCheck::touched", 1, size, nullptr, [&] { load_all(ReadCheck::touched); })));
+    memory_group.push_back(&add(false, measurement("load_unverified", "load: read_tensor, ReadCheck::none", 1, size, nullptr, [&] { load_all(ReadCheck::none); })));
     comparisons.push_back({"load_verified", "xxh3_t1", false, std::nullopt});
     comparisons.push_back({"load_verified", "memcpy", false, std::nullopt});
     comparisons.push_back({"load_unverified", "pread_cached", false, std::nullopt});
@@ -504,7 +504,7 @@ int run(const Config& cfg) {
     for (Measurement* m : memory_group) (m->threads == 1 ? single_thread : multi_thread).push_back(m);
     run_rounds(single_thread, cfg.repeat, true, 2 * cfg.repeat);
     run_rounds(multi_thread, cfg.repeat, true, 2 * cfg.repeat);
-    load_all(Verify::touched);
+    load_all(ReadCheck::touched);
     if (std::memcmp(dst.data(), data.data(), size) != 0) throw IntegrityError(ckpt_path + ": loaded bytes differ from the saved ones");
 
     // --- From disk: the file's pages are dropped from the page cache before each run, as for a

@@ -298,21 +298,19 @@ std::vector<StepResult> verify_committed(ckpt::Store<ckpt::PosixFs>& store) {
   for (const auto& info : store.steps()) {
     StepResult r;
     r.info = info;
-    // One line per problem; a missing file is reported by both the step check and the file check: once is enough.
-    auto add = [&r](const std::string& line) {
-      const auto colon = line.find(": ");
-      const std::string core = colon == std::string::npos ? line : line.substr(colon + 2);
-      for (const auto& l : r.lines)
-        if (l.find(core) != std::string::npos) return;
-      r.lines.push_back(line);
-      r.problems.push_back({{"message", line}});
-    };
     auto v = store.verify_step(info.step);
     if (!v.ok()) {
       r.ok = false;
-      add(v.status().to_string());
+      r.lines.push_back(v.status().to_string());
+      r.problems.push_back({{"message", r.lines.back()}});
     } else {
-      for (const auto& p : v->problems) add(p);
+      // The library reports each problem once: step-level ones, then each shard's own.
+      for (const auto& p : v->problems) {
+        r.lines.push_back(std::string(ckpt::code_name(p.code)) + ": " + p.message);
+        json j = tools::problem_json(p);
+        j["message"] = r.lines.back();  // the spelling this tool always printed
+        r.problems.push_back(std::move(j));
+      }
       for (const auto& shard : v->shards) {
         r.chunks += shard.chunks_checked;
         r.bytes += shard.bytes_checked;

@@ -109,15 +109,16 @@ void print_outcome(const FileOutcome& o, bool quiet) {
 
 using ckpt::tools::json;
 
-// One step: the checks that pin it (COMMIT -> MANIFEST -> shard size, UUID, index digest), then every
-// chunk of every shard through verify_shard, so --threads, --mmap and --gpu apply to stores too.
+// One step, verified by the library (ckpt::verify_step: COMMIT -> MANIFEST -> shard size, UUID, index
+// digest, coverage, each problem once), every shard hashed through verify_shard, so --threads, --mmap
+// and --gpu apply to stores too.
 struct StepOutcome {
   std::string label;  // "step 300 (txn 3, STORE/step-300-3)" or the directory
   std::string dir;    // full path
   std::optional<ckpt::StepInfo> info;
   std::string state;  // for a bare step directory: its state in the enclosing store, if any
-  std::vector<ckpt::Status> problems;  // step-level: manifest, pins, missing files
-  std::vector<std::size_t> files;      // indexes into the outcomes vector
+  std::vector<ckpt::Problem> problems;  // step-level: manifest, pins, missing files, unreadable shards
+  std::vector<std::size_t> files;       // indexes into the outcomes vector
   std::uint64_t chunks = 0, bytes = 0;
   bool files_missing = false;  // some file was not_found: retired meanwhile, or damage (recheck_step decides)
   bool retired = false;        // retired (or dropped from the journal) while being verified: not damage
@@ -134,32 +135,29 @@ struct StoreOutcome {
   bool ok = true;
 };
 
-// Exit status of a step-level problem: damage is 1, an I/O error or misuse is 2.
-[[nodiscard]] int problem_exit(const ckpt::Status& s) {
-  return s.code() == ckpt::Code::io || s.code() == ckpt::Code::invalid_argument || s.code() == ckpt::Code::unsupported
-             ? ckpt::cli::kUsage
-             : ckpt::cli::kIntegrity;
+// Exit status of a problem's code: damage is 1, an I/O error or misuse is 2.
+[[nodiscard]] int problem_exit(ckpt::Code c) {
+  return c == ckpt::Code::io || c == ckpt::Code::invalid_argument || c == ckpt::Code::unsupported ? ckpt::cli::kUsage
+                                                                                                 : ckpt::cli::kIntegrity;
 }
 
-// Verifies the shard files of a step; a file a committed step names but that is missing is damage (1).
-void verify_step_files(ckpt::PosixFs& fs, const std::vector<std::string>& paths, const Settings& settings, StepOutcome& step,
-                       std::vector<FileOutcome>& outcomes) {
-  for (const auto& path : paths) {
-    auto info = fs.stat(path);
-    if (!info.ok() && info.status().code() == ckpt::Code::not_found) {
-      step.problems.push_back(ckpt::make_error(ckpt::Code::incomplete, path + ": missing (the step's manifest names it)"));
-      step.files_missing = true;
-      continue;
-    }
+// The per-file verifier the library's step verification calls: verify_shard, its outcome kept for output.
+[[nodiscard]] ckpt::FileVerifier shard_verifier(ckpt::PosixFs& fs, const Settings& settings, std::vector<FileOutcome>& outcomes) {
+  return [&fs, &settings, &outcomes](const std::string& path) -> ckpt::Result<ckpt::VerifyReport> {
     outcomes.push_back(verify_shard(fs, path, settings));
-    step.files.push_back(outcomes.size() - 1);
     const FileOutcome& o = outcomes.back();
-    if (!o.has_report && o.error.code() == ckpt::Code::not_found) step.files_missing = true;  // removed after the stat
-    if (o.has_report) {
-      step.chunks += o.report.chunks_checked;
-      step.bytes += o.report.bytes_checked;
-    }
-  }
+    if (!o.has_report) return o.error;
+    return o.report;
+  };
+}
+
+// Takes the library's report into the step's outcome; files are outcomes [first, outcomes.size()).
+void take_report(StepOutcome& step, ckpt::StepVerifyReport&& report, std::size_t first, const std::vector<FileOutcome>& outcomes) {
+  step.problems = std::move(report.problems);
+  step.chunks = report.chunks_checked;
+  step.bytes = report.bytes_checked;
+  step.files_missing = report.files_missing();
+  for (std::size_t k = first; k < outcomes.size(); ++k) step.files.push_back(k);
 }
 
 void finish_step(StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
@@ -175,21 +173,19 @@ StepOutcome verify_committed_step(ckpt::PosixFs& fs, ckpt::Store<ckpt::PosixFs>&
   step.info = info;
   step.dir = ckpt::join_path(store.path(), info.dir);
   step.label = "step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ", " + step.dir + ")";
-  std::vector<std::string> paths;
-  for (const auto& f : info.files) paths.push_back(ckpt::join_path(step.dir, f.name));
-  verify_step_files(fs, paths, settings, step, outcomes);
-  auto reader = store.open_step(info);
-  if (!reader.ok() && reader.status().code() == ckpt::Code::not_found) step.files_missing = true;
-  // A missing shard was reported above; the pinning check would only repeat it.
-  if (!reader.ok() && !(reader.status().code() == ckpt::Code::not_found && !step.problems.empty()))
-    step.problems.push_back(reader.status().code() == ckpt::Code::not_found
-                                ? ckpt::make_error(ckpt::Code::incomplete, reader.status().message())
-                                : reader.status());
+  const std::size_t first = outcomes.size();
+  take_report(step, ckpt::verify_step(fs, store.path(), info, store.uuid(), shard_verifier(fs, settings, outcomes)), first,
+              outcomes);
   // Files gone: a live writer may have retired the step since our snapshot of the journal (spec 6.5).
   if (step.files_missing) {
     auto recheck = ckpt::recheck_step(store, info.step, info.txn);
     if (!recheck.ok()) {
-      step.problems.push_back(recheck.status().with_context("cannot re-read the journal to tell a retired step from a damaged one"));
+      ckpt::Problem p;
+      p.code = recheck.status().code();
+      p.region = "journal";
+      p.file = store.path();
+      p.message = recheck.status().with_context("cannot re-read the journal to tell a retired step from a damaged one").message();
+      step.problems.push_back(std::move(p));
     } else if (*recheck != ckpt::StepRecheck::committed) {
       step.retired = true;
       step.retired_state = ckpt::step_recheck_name(*recheck);
@@ -205,7 +201,7 @@ StepOutcome verify_committed_step(ckpt::PosixFs& fs, ckpt::Store<ckpt::PosixFs>&
 // A step directory given directly: pinned by its store's COMMIT when it has one, else by its MANIFEST alone.
 StepOutcome verify_step_directory(ckpt::PosixFs& fs, const std::string& dir, const Settings& settings,
                                   std::vector<FileOutcome>& outcomes) {
-  const ckpt::tools::StepInStore where = ckpt::tools::locate_step_directory(fs, dir);
+  const ckpt::StepInStore where = ckpt::locate_step_directory(fs, dir);
   if (where.info) {
     auto store = ckpt::tools::open_store_for_reading(fs, where.store);
     if (store.ok()) return verify_committed_step(fs, **store, *where.info, settings, outcomes);
@@ -214,17 +210,8 @@ StepOutcome verify_step_directory(ckpt::PosixFs& fs, const std::string& dir, con
   step.dir = dir;
   step.label = dir;
   step.state = where.store.empty() ? "" : where.state;
-  auto content = ckpt::tools::read_step_directory(fs, dir);
-  if (!content.ok()) {
-    step.problems.push_back(content.status().code() == ckpt::Code::not_found
-                                ? ckpt::make_error(ckpt::Code::incomplete, content.status().message())
-                                : content.status());
-    finish_step(step, outcomes);
-    return step;
-  }
-  for (const auto& p : content->shard_problems)
-    if (p.code() != ckpt::Code::not_found) step.problems.push_back(p);  // a missing file is reported by verify_step_files
-  verify_step_files(fs, content->shard_paths, settings, step, outcomes);
+  const std::size_t first = outcomes.size();
+  take_report(step, ckpt::verify_step_directory(fs, dir, shard_verifier(fs, settings, outcomes)), first, outcomes);
   finish_step(step, outcomes);
   return step;
 }
@@ -267,7 +254,7 @@ ckpt::Result<StoreOutcome> verify_store(ckpt::PosixFs& fs, const std::string& pa
 [[nodiscard]] int step_exit(const StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
   int code = ckpt::cli::kOk;
   if (step.retired) return code;
-  for (const auto& p : step.problems) code = std::max(code, problem_exit(p));
+  for (const auto& p : step.problems) code = std::max(code, problem_exit(p.code));
   for (const auto k : step.files) code = std::max(code, ckpt::tools::outcome_exit(outcomes[k]));
   return code;
 }
@@ -288,13 +275,10 @@ void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcome
     return;
   }
   std::printf("%s: DAMAGED\n", ckpt::tools::printable(step.label).c_str());
-  for (const auto& p : step.problems) std::printf("  %s: %s\n", ckpt::code_name(p.code()), ckpt::tools::printable(p.message()).c_str());
-  for (const auto k : step.files) {
-    const FileOutcome& o = outcomes[k];
-    if (!o.has_report) std::printf("  %s: %s\n", ckpt::code_name(o.error.code()), ckpt::tools::printable(o.error.message()).c_str());
-    else
-      for (const auto& p : o.report.problems) std::printf("  %s\n", ckpt::tools::problem_line(o.path, p).c_str());
-  }
+  // Each problem once: a shard the verifier could not read is one of the step's problems.
+  for (const auto& p : step.problems) std::printf("  %s: %s\n", ckpt::code_name(p.code), ckpt::tools::printable(p.message).c_str());
+  for (const auto k : step.files)
+    for (const auto& p : outcomes[k].report.problems) std::printf("  %s\n", ckpt::tools::problem_line(outcomes[k].path, p).c_str());
   std::fflush(stdout);
 }
 
@@ -306,7 +290,7 @@ void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcome
   if (step.retired) j["retired_state"] = step.retired_state;
   if (!step.state.empty()) j["state_in_store"] = step.state;
   json problems = json::array();
-  for (const auto& p : step.problems) problems.push_back({{"code", ckpt::code_name(p.code())}, {"message", p.message()}});
+  for (const auto& p : step.problems) problems.push_back(ckpt::tools::problem_json(p));
   j["problems"] = std::move(problems);
   json files = json::array();
   for (const auto k : step.files) files.push_back(outcomes[k].path);
@@ -419,7 +403,7 @@ int main(int argc, char** argv) {
           }
           stores.push_back(std::move(store).value());
           const StoreOutcome& so = stores.back();
-          for (const auto& p : so.problems) exit_code = std::max(exit_code, problem_exit(p));
+          for (const auto& p : so.problems) exit_code = std::max(exit_code, problem_exit(p.code()));
           if (!as_json) {
             const char* journal = !so.problems.empty() ? "journal CORRUPT"
                                   : so.journal && so.journal->torn_tail ? "journal intact up to a torn tail"
@@ -439,7 +423,7 @@ int main(int argc, char** argv) {
           for (const auto& p : steps[k].problems) {
             FileOutcome f;
             f.path = steps[k].dir;
-            f.error = p;
+            f.error = ckpt::make_error(p.code, p.message);
             step_failures.push_back(std::move(f));
           }
         }

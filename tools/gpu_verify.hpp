@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include <ckpt/step_reader.hpp>
 #include <ckpt/verify.hpp>
 
 namespace ckpt::tools {
@@ -30,5 +31,10 @@ inline Result<VerifyReport> gpu_verify_file(const std::string&, const GpuVerifyO
   return make_error(Code::unsupported, "this build of ckpt has no CUDA support");
 }
 #endif
+
+// The GPU back end as the per-file verifier of step verification (ckpt::verify_step).
+[[nodiscard]] inline FileVerifier gpu_file_verifier(GpuVerifyOptions options) {
+  return [options](const std::string& path) { return gpu_verify_file(path, options); };
+}
 
 }  // namespace ckpt::tools

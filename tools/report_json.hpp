@@ -156,6 +156,7 @@ template <class Fs>
   j["chunk"] = p.chunk < 0 ? json(nullptr) : json(p.chunk);
   j["expected"] = p.expected.empty() ? json(nullptr) : json(p.expected);
   j["found"] = p.found.empty() ? json(nullptr) : json(p.found);
+  if (!p.file.empty()) j["file"] = p.file;
   j["message"] = p.message;
   return j;
 }

@@ -19,6 +19,7 @@
 #include <ckpt/journal.hpp>
 #include <ckpt/manifest.hpp>
 #include <ckpt/shard_reader.hpp>
+#include <ckpt/path_kind.hpp>
 #include <ckpt/store.hpp>
 
 #include "report_json.hpp"
@@ -27,52 +28,11 @@ namespace ckpt::tools {
 
 using nlohmann::json;
 
-enum class PathKind : std::uint8_t {
-  file,        // anything that is not a directory: a shard file (*.ckpt) or not
-  store,       // a directory holding JOURNAL
-  step_dir,    // a directory holding MANIFEST
-  broken_store,  // a directory without JOURNAL that holds step-<s>-<t> directories (a lost journal)
-  other_dir,   // a directory that is neither
-};
-
-[[nodiscard]] inline const char* path_kind_name(PathKind k) noexcept {
-  switch (k) {
-    case PathKind::file: return "file";
-    case PathKind::store: return "store";
-    case PathKind::step_dir: return "step directory";
-    case PathKind::broken_store: return "store without a journal";
-    case PathKind::other_dir: return "directory";
-  }
-  return "unknown";
-}
-
-// What a path names; not_found when it does not exist.
-[[nodiscard]] inline Result<PathKind> classify_path(PosixFs& fs, const std::string& path) {
-  auto info = fs.stat(path);
-  if (!info.ok()) return info.status();
-  if (!info->is_dir) return PathKind::file;
-  auto journal = fs.stat(join_path(path, std::string(journal::kJournalName)));
-  if (journal.ok()) return PathKind::store;
-  auto manifest = fs.stat(join_path(path, std::string(journal::kManifestName)));
-  if (manifest.ok()) return PathKind::step_dir;
-  auto entries = fs.list_dir(path);
-  if (!entries.ok()) return entries.status();
-  for (const auto& e : *entries) {
-    std::uint64_t step = 0, txn = 0;
-    if (parse_step_dir_name(e, step, txn)) return PathKind::broken_store;
-  }
-  return PathKind::other_dir;
-}
-
-// The error for a directory that is not a store or a step: an integrity problem when it looks like a
-// store that lost its journal, a usage error otherwise.
-[[nodiscard]] inline Status not_a_store_error(const std::string& path, PathKind kind) {
-  if (kind == PathKind::broken_store)
-    return make_error(Code::corrupt, path + ": holds step directories but no JOURNAL; ckpt-repair can rebuild the journal "
-                                            "from the step directories that verify");
-  return make_error(Code::invalid_argument, path + ": a directory that is neither a ckpt store (no JOURNAL) nor a step "
-                                                   "directory (no MANIFEST)");
-}
+// Telling a shard file, a store and a step directory apart: the library's (ckpt/path_kind.hpp).
+using ckpt::classify_path;
+using ckpt::not_a_store_error;
+using ckpt::path_kind_name;
+using ckpt::PathKind;
 
 // Which steps of a store a command acts on.
 struct StepSelection {
@@ -120,90 +80,12 @@ template <class Fs>
   return store;
 }
 
-// A step directory on its own (no journal to pin it): its MANIFEST decoded (its own digest, spec 7.4),
-// and each shard opened and compared with the manifest entry (size, UUID, index digest, spec 7.5).
-struct StepDirectory {
-  std::string path;
-  Manifest manifest;
-  std::uint64_t manifest_size = 0, manifest_digest = 0;
-  std::vector<std::string> shard_paths;   // in manifest order
-  std::vector<Status> shard_problems;     // a shard that is missing or does not match its manifest entry
-  [[nodiscard]] bool shards_match() const noexcept { return shard_problems.empty(); }
-};
+// A step directory on its own, read by the library (ckpt/step_reader.hpp).
+using ckpt::read_step_directory;
+using ckpt::StepDirectory;
 
-// Reads and decodes dir/MANIFEST; Code::corrupt, incomplete or not_found when it cannot be trusted.
-template <class Fs>
-[[nodiscard]] Result<StepDirectory> read_step_directory(Fs& fs, const std::string& dir) {
-  StepDirectory out;
-  out.path = dir;
-  const std::string manifest_path = join_path(dir, std::string(journal::kManifestName));
-  auto file = fs.open(manifest_path, OpenMode::read);
-  if (!file.ok()) return file.status();
-  ScopedFile<Fs> scoped(fs, *file);
-  CKPT_ASSIGN_OR_RETURN(const std::uint64_t size, fs.file_size(scoped.get()));
-  // The size is on disk, not pinned by anything yet: bound it before allocating (spec 9).
-  if (size > manifest::kMaxSize)
-    return make_error(Code::corrupt, manifest_path + ": " + std::to_string(size) + " bytes, over the 256 MiB limit");
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
-  CKPT_TRY(read_exact(fs, scoped.get(), manifest_path, bytes.data(), bytes.size(), 0));
-  CKPT_ASSIGN_OR_RETURN(out.manifest, decode_manifest(bytes.data(), bytes.size(), manifest_path));
-  out.manifest_size = size;
-  out.manifest_digest = manifest_digest(bytes.data(), bytes.size());
-  for (const auto& s : out.manifest.shards) {
-    const std::string shard_path = join_path(dir, s.name);
-    out.shard_paths.push_back(shard_path);
-    auto reader = ShardReader<Fs>::open(fs, shard_path);
-    if (!reader.ok()) {
-      out.shard_problems.push_back(reader.status());
-      continue;
-    }
-    const auto& r = **reader;
-    if (r.file_size() != s.file_size)
-      out.shard_problems.push_back(make_error(r.file_size() < s.file_size ? Code::incomplete : Code::corrupt,
-                                              shard_path + ": " + std::to_string(r.file_size()) + " bytes, the manifest says " +
-                                                  std::to_string(s.file_size)));
-    else if (r.footer().uuid != s.uuid)
-      out.shard_problems.push_back(make_error(Code::corrupt, shard_path + ": uuid " + uuid_string(r.footer().uuid) +
-                                                                 ", the manifest says " + uuid_string(s.uuid)));
-    else if (r.footer().index_digest != s.index_digest)
-      out.shard_problems.push_back(make_error(Code::corrupt, shard_path + ": index digest " + hex64(r.footer().index_digest) +
-                                                                 ", the manifest says " + hex64(s.index_digest)));
-  }
-  return out;
-}
-
-// If dir is step-<s>-<t> inside a store, that store's view of the step: its StepInfo when committed,
-// or why it is not (open, aborted, retired, unknown to the journal). Empty store path when not inside one.
-struct StepInStore {
-  std::string store;             // the parent directory when it holds a JOURNAL
-  std::optional<StepInfo> info;  // set when the journal commits exactly this directory
-  std::string state;             // "committed", "open", "aborted", "retired", "not in the journal"
-};
-
-template <class Fs>
-[[nodiscard]] StepInStore locate_step_directory(Fs& fs, const std::string& dir) {
-  StepInStore out;
-  std::string trimmed = dir;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  std::uint64_t step = 0, txn = 0;
-  if (!parse_step_dir_name(base_name(trimmed), step, txn)) return out;
-  const std::string parent = parent_path(trimmed);
-  if (!fs.stat(join_path(parent, std::string(journal::kJournalName))).ok()) return out;
-  out.store = parent;
-  StoreOptions o;
-  o.allow_corrupt_journal = true;
-  auto store = Store<Fs>::open(fs, parent, Access::read_only, o);
-  if (!store.ok()) {
-    out.state = "unreadable journal (" + store.status().message() + ")";
-    return out;
-  }
-  out.state = "not in the journal";
-  for (const auto& t : (*store)->transactions())
-    if (t.txn == txn && t.step == step) out.state = txn_state_name(t.state);
-  for (const auto& s : (*store)->steps())
-    if (s.txn == txn && s.step == step) out.info = s;
-  return out;
-}
+using ckpt::locate_step_directory;
+using ckpt::StepInStore;
 
 // --- JSON ------------------------------------------------------------------------------------------
 

@@ -98,6 +98,11 @@ struct BoxRef {
 [[nodiscard]] std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes(const std::vector<BoxRef>& boxes,
                                                                                         std::size_t rank);
 [[nodiscard]] std::string shape_string(const Shape& shape);
+// The one check of a read region against a tensor (spec/FORMAT.md 7.2): rank, bounds (that cannot
+// overflow) and, unless dst_size is kAnySize, the buffer size. Returns the region's element count.
+inline constexpr std::size_t kAnySize = ~std::size_t{0};
+[[nodiscard]] Result<std::uint64_t> check_slice(const TensorRecord& tensor, const Shape& offsets, const Shape& shape,
+                                                std::size_t dst_size = kAnySize);
 [[nodiscard]] std::string uuid_string(const Uuid& uuid);
 [[nodiscard]] bool valid_utf8(std::string_view s) noexcept;
 

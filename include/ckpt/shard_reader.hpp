@@ -12,16 +12,20 @@
 #include "hash.hpp"
 #include "index.hpp"
 #include "io/posix_fs.hpp"
+#include "problem.hpp"
 
 namespace ckpt {
 
-// Whether a read checks the digests of the chunks it touches.
-enum class Verify : std::uint8_t { none, touched };
+// Whether a read checks the digests of the chunks it touches (full-file checks: verify.hpp).
+enum class ReadCheck : std::uint8_t { none, touched };
+
+template <class Fs>
+class StepReader;
 
 template <class Fs = PosixFs>
 class ShardReader {
  public:
-  // Reads and validates superblock, footer and index; data is not read.
+  // Reads and validates superblock, footer and index (detail::read_shard_head); data is not read.
   [[nodiscard]] static Result<std::unique_ptr<ShardReader>> open(Fs& fs, std::string path);
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
@@ -37,24 +41,28 @@ class ShardReader {
 
   // Reads a whole tensor; its pieces in this file must cover it. dst_size must equal its byte size.
   [[nodiscard]] Status read_tensor(std::string_view name, void* dst, std::size_t dst_size,
-                                   Verify verify = Verify::touched);
+                                   ReadCheck check = ReadCheck::touched);
   // Reads the region [offsets, offsets + shape) of a tensor, row-major, into dst.
   [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
-                                  std::size_t dst_size, Verify verify = Verify::touched);
+                                  std::size_t dst_size, ReadCheck check = ReadCheck::touched);
   // Copies the part of the region that this file's pieces hold; returns the element count copied.
   // Multi-file readers (a sharded step) add the counts to prove full coverage.
   [[nodiscard]] Result<std::uint64_t> read_slice_partial(const TensorRecord& tensor, const Shape& offsets,
-                                                         const Shape& shape, void* dst, Verify verify);
+                                                         const Shape& shape, void* dst, ReadCheck check);
   // Reads one piece's bytes (piece is an index into index().pieces).
-  [[nodiscard]] Status read_piece(std::size_t piece, void* dst, std::size_t dst_size, Verify verify = Verify::touched);
+  [[nodiscard]] Status read_piece(std::size_t piece, void* dst, std::size_t dst_size, ReadCheck check = ReadCheck::touched);
   // Checks the digests of chunks [first, first + count) of a piece.
   [[nodiscard]] Status verify_piece_chunks(std::size_t piece, std::uint64_t first, std::uint64_t count);
-  // Zero-copy view of a piece's bytes, verified first unless verify is none (PosixFs only).
-  [[nodiscard]] Result<Mapping> map_piece(std::size_t piece, Verify verify = Verify::touched);
+  // Zero-copy view of a piece's bytes, verified first unless check is none (PosixFs only).
+  [[nodiscard]] Result<Mapping> map_piece(std::size_t piece, ReadCheck check = ReadCheck::touched);
 
  private:
   ShardReader(Fs& fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}
+  friend class StepReader<Fs>;  // reads a region it has already checked (check_slice) from every shard
   [[nodiscard]] Status load();
+  // read_slice_partial without the region check: callers ran check_slice against this tensor's record.
+  [[nodiscard]] Result<std::uint64_t> copy_overlap(const TensorRecord& tensor, const Shape& offsets, const Shape& shape, void* dst,
+                                                   ReadCheck check);
   [[nodiscard]] Status chunk_mismatch(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const;
   [[nodiscard]] Status check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const;
 

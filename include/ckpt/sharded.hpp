@@ -18,6 +18,7 @@
 #include "error.hpp"
 #include "index.hpp"
 #include "io/posix_fs.hpp"
+#include "path_kind.hpp"
 #include "shard_reader.hpp"
 #include "shard_writer.hpp"
 #include "store.hpp"
@@ -78,7 +79,7 @@ inline constexpr std::string_view kTrainingStateKey = "ckpt.training_state";
 enum class ConflictPolicy : std::uint8_t { error, first, last };
 [[nodiscard]] Result<ConflictPolicy> parse_conflict_policy(std::string_view text);
 
-// --- A source: a standalone .ckpt, a step directory, or a store meaning its latest step ------------
+// --- One reader: a standalone .ckpt, a step directory, or a store (its latest step or a given one) ---
 
 struct TensorInfo {
   std::string name;
@@ -87,17 +88,25 @@ struct TensorInfo {
   std::uint64_t bytes = 0;
 };
 
+// Which step of a store Checkpoint::open reads.
+struct StepSelector {
+  std::optional<std::uint64_t> step;  // this step; default: the latest committed step
+};
+
 template <class Fs = PosixFs>
-class CheckpointSource {
+class Checkpoint {
  public:
   enum class Kind : std::uint8_t { file, step };
   // A regular file is a shard file holding every tensor whole (else invalid_argument naming the tensor
   // and the missing region); a directory holding JOURNAL is a store (its latest step); a directory
   // step-<s>-<t> inside a store is that transaction, which must be committed and not retired. A step is
   // opened as Store::open_step does: manifest against COMMIT, shards against manifest, coverage.
-  [[nodiscard]] static Result<std::unique_ptr<CheckpointSource>> open(Fs& fs, const std::string& path);
-  CheckpointSource(const CheckpointSource&) = delete;
-  CheckpointSource& operator=(const CheckpointSource&) = delete;
+  // The path is told apart by classify_path (path_kind.hpp). selector.step picks a store's step; for a
+  // file or a step directory it must be that file's or directory's step (else invalid_argument).
+  [[nodiscard]] static Result<std::unique_ptr<Checkpoint>> open(Fs& fs, const std::string& path,
+                                                                const StepSelector& selector = {});
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
 
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
@@ -119,7 +128,7 @@ class CheckpointSource {
                                   std::size_t dst_size);
 
  private:
-  CheckpointSource() = default;
+  Checkpoint() = default;
   void add_tensors(const Index& index);
 
   Kind kind_ = Kind::file;
@@ -160,7 +169,7 @@ struct ReshardSummary {
 // state is the source's; shard metadata goes to rank 0's shard. Fs must be safe to use from several
 // threads (PosixFs is).
 template <class Fs>
-[[nodiscard]] Result<ReshardSummary> reshard_to_store(Fs& fs, CheckpointSource<Fs>& source, const std::string& store_path,
+[[nodiscard]] Result<ReshardSummary> reshard_to_store(Fs& fs, Checkpoint<Fs>& source, const std::string& store_path,
                                                       const ReshardOptions& options);
 
 // --- Merge (spec/SHARDING.md 6.2) -----------------------------------------------------------------
@@ -192,7 +201,7 @@ struct MergeSummary {
 // in several sources is a conflict the policy resolves; the training state is the first (or last)
 // source's, its optimizer list restricted to the tensors taken from the sources that listed them.
 template <class Fs>
-[[nodiscard]] Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<CheckpointSource<Fs>*>& sources,
+[[nodiscard]] Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<Checkpoint<Fs>*>& sources,
                                                  const std::vector<SourceSelection>& selections, const std::string& output,
                                                  const MergeOptions& options);
 

@@ -27,6 +27,7 @@
 #include "manifest.hpp"
 #include "shard_reader.hpp"
 #include "shard_writer.hpp"
+#include "step_reader.hpp"
 #include "training_state.hpp"
 #include "verify.hpp"
 
@@ -78,16 +79,6 @@ struct TxnInfo {
   // transaction until its files are gone (spec 5.7).
   bool dir_present = true;
   [[nodiscard]] std::string dir() const { return step_dir_name(step, txn); }
-};
-
-// A committed, not retired step.
-struct StepInfo {
-  std::uint64_t step = 0, txn = 0;
-  std::uint32_t world_size = 1;
-  std::string dir;             // name of its directory inside the store
-  std::vector<TxnFile> files;  // shard files, from BEGIN
-  std::uint64_t manifest_size = 0, manifest_digest = 0;
-  std::uint64_t commit_offset = 0;
 };
 
 enum class RecoveryActionKind : std::uint8_t {
@@ -146,45 +137,6 @@ template <class Fs>
 // not changed: the report comes back with corrupt() set and applied false.
 template <class Fs>
 [[nodiscard]] Result<RecoveryReport> recover_store(Fs& fs, const std::string& path, bool dry_run);
-
-// A committed step opened for reading: the manifest was checked against its COMMIT digest and every
-// shard's size, UUID and index digest against the manifest. Chunks are verified as reads touch them.
-template <class Fs = PosixFs>
-class StepReader {
- public:
-  [[nodiscard]] static Result<std::unique_ptr<StepReader>> open(Fs& fs, const std::string& store_path, const StepInfo& info,
-                                                                const Uuid& store_uuid);
-  StepReader(const StepReader&) = delete;
-  StepReader& operator=(const StepReader&) = delete;
-
-  [[nodiscard]] const StepInfo& info() const noexcept { return info_; }
-  [[nodiscard]] const Manifest& manifest() const noexcept { return manifest_; }
-  [[nodiscard]] const TrainingState& state() const noexcept { return manifest_.state; }
-  [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
-  [[nodiscard]] ShardReader<Fs>& shard(std::size_t i) { return *shards_[i]; }
-  // Every tensor name of the step, sorted, each once.
-  [[nodiscard]] std::vector<std::string> tensor_names() const;
-  // The tensor's record in the first shard that holds a piece of it; nullptr when none does.
-  [[nodiscard]] const TensorRecord* find_tensor(std::string_view name) const;
-  // Reads a whole tensor, gathering its pieces from every shard file.
-  [[nodiscard]] Status read_tensor(std::string_view name, void* dst, std::size_t dst_size, Verify verify = Verify::touched);
-  [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
-                                  std::size_t dst_size, Verify verify = Verify::touched);
-
- private:
-  StepReader(StepInfo info) : info_(std::move(info)) {}
-  StepInfo info_;
-  Manifest manifest_;
-  std::vector<std::unique_ptr<ShardReader<Fs>>> shards_;
-};
-
-// Full verification of a step: manifest and cross-file checks, then every chunk of every shard.
-struct StepVerifyReport {
-  StepInfo step;
-  std::vector<std::string> problems;  // manifest, missing files, mismatches; one line each
-  std::vector<VerifyReport> shards;   // one per shard file that could be read
-  [[nodiscard]] bool ok() const noexcept;
-};
 
 template <class Fs>
 class Store;

@@ -8,21 +8,11 @@
 #include <vector>
 
 #include "error.hpp"
+#include "problem.hpp"
 #include "io/posix_fs.hpp"
 #include "shard_reader.hpp"
 
 namespace ckpt {
-
-struct Problem {
-  Code code = Code::corrupt;  // corrupt or incomplete
-  std::string region;         // superblock, padding, data, index, footer, file
-  std::string tensor;         // set when region is data
-  std::int64_t piece = -1;    // piece number within the tensor
-  std::int64_t chunk = -1;    // chunk number within the piece
-  std::uint64_t offset = 0, length = 0;  // byte range in the file
-  std::string expected, found;
-  std::string message;  // one line naming all of the above
-};
 
 struct VerifyReport {
   std::string path;

@@ -49,6 +49,23 @@ inline std::string shape_string(const Shape& shape) {
   return s + "]";
 }
 
+inline Result<std::uint64_t> check_slice(const TensorRecord& t, const Shape& offsets, const Shape& shape, std::size_t dst_size) {
+  if (offsets.size() != t.shape.size() || shape.size() != t.shape.size())
+    return make_error(Code::invalid_argument, "tensor '" + t.name + "': slice rank " + std::to_string(shape.size()) +
+                                                  ", tensor rank " + std::to_string(t.shape.size()));
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (offsets[d] > t.shape[d] || shape[d] > t.shape[d] - offsets[d])
+      return make_error(Code::invalid_argument, "tensor '" + t.name + "': slice at " + shape_string(offsets) + " of shape " +
+                                                    shape_string(shape) + " exceeds " + shape_string(t.shape));
+  std::uint64_t bytes = 0, elements = 0;
+  (void)shape_bytes(shape, t.dtype, bytes);  // a region within a valid tensor cannot overflow
+  (void)shape_elements(shape, elements);
+  if (dst_size != kAnySize && bytes != dst_size)
+    return make_error(Code::invalid_argument, "tensor '" + t.name + "': slice is " + std::to_string(bytes) + " bytes, buffer is " +
+                                                  std::to_string(dst_size));
+  return elements;
+}
+
 inline std::string uuid_string(const Uuid& uuid) {
   static const char digits[] = "0123456789abcdef";
   std::string s;

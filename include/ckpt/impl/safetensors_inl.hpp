@@ -581,7 +581,7 @@ Result<ConvertSummary> ckpt_to_safetensors(Fs& fs, const std::string& in, const 
     while (true) {
       extent[split] = std::min(rows, t.shape[split] - offsets[split]);
       const auto n = static_cast<std::size_t>(extent[split] * inner[split]);
-      CKPT_TRY(reader.read_slice(t.name, offsets, extent, block.data(), n, Verify::touched));
+      CKPT_TRY(reader.read_slice(t.name, offsets, extent, block.data(), n, ReadCheck::touched));
       CKPT_TRY(file.write(block.data(), n));
       done += n;
       if (options.progress) options.progress(done, data_size);

@@ -33,6 +33,157 @@ template <class Fs>
   }
   return hasher.digest();
 }
+
+[[nodiscard]] inline Problem make_problem(Code code, std::string region, std::uint64_t offset, std::uint64_t length,
+                                          std::string message) {
+  Problem p;
+  p.code = code;
+  p.region = std::move(region);
+  p.offset = offset;
+  p.length = length;
+  p.message = std::move(message);
+  return p;
+}
+
+// Reads the fields of a superblock whose digest failed, when they are still in range, so the rest
+// of the file can be checked (the damage is reported either way).
+[[nodiscard]] inline bool salvage_superblock(const unsigned char* b, Superblock& sb) {
+  namespace f = format::sb;
+  if (std::memcmp(b, format::kSuperblockMagic, 8) != 0) return false;
+  sb.alignment_log2 = get_u32(b + f::kAlignmentLog2);
+  sb.chunk_size_log2 = get_u32(b + f::kChunkSizeLog2);
+  if (sb.alignment_log2 < format::kMinAlignmentLog2 || sb.alignment_log2 > format::kMaxAlignmentLog2) return false;
+  if (sb.chunk_size_log2 < format::kMinChunkSizeLog2 || sb.chunk_size_log2 > format::kMaxChunkSizeLog2) return false;
+  std::memcpy(sb.uuid.data(), b + f::kUuid, 16);
+  sb.data_offset = align_up(format::kSuperblockSize, sb.alignment());
+  return true;
+}
+
+
+// What a shard's head holds once validated.
+struct ShardHead {
+  std::uint64_t file_size = 0;  // up to the end of the footer (trailing bytes after it, when salvaged, left out)
+  Superblock superblock;
+  Footer footer;
+  Index index;
+};
+
+// The one function that reads and validates a shard's head (spec/FORMAT.md 7.2): size, superblock,
+// footer, footer against superblock, index digest, index. Each problem goes to `problems` naming
+// region, byte range, expected and found. Without salvage (a reader) the first problem ends it. With
+// salvage (the verifier) a superblock whose digest fails is still read for its fields where they are
+// in range, and a footer followed by extra bytes is found and the extra bytes reported, so the rest of
+// the file can be checked. The Result fails when the head cannot be used; problems then says why.
+template <class Fs>
+[[nodiscard]] Result<ShardHead> read_shard_head(Fs& fs, FileHandle file, const std::string& path, std::uint64_t file_size,
+                                                bool salvage, std::vector<Problem>& problems) {
+  auto problem = [&](Problem p) {
+    if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
+    problems.push_back(std::move(p));
+  };
+  auto read_status = [&](const Status& s, const char* region, std::uint64_t off, std::uint64_t len) {
+    problem(make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, region, off, len, s.message()));
+  };
+  auto unusable = [&]() -> Result<ShardHead> {
+    return make_error(problems.back().code, problems.back().message);  // every exit below records its problem first
+  };
+  if (file_size < format::kSuperblockSize + format::kFooterSize) {
+    problem(make_problem(Code::incomplete, "file", 0, file_size,
+                         "file is " + std::to_string(file_size) + " bytes, smaller than a superblock and a footer (192): incomplete"));
+    return unusable();
+  }
+  // Superblock (spec 3).
+  unsigned char sb_bytes[format::kSuperblockSize];
+  if (Status s = read_exact(fs, file, path, sb_bytes, sizeof sb_bytes, 0); !s.ok()) {
+    read_status(s, "superblock", 0, format::kSuperblockSize);
+    return unusable();
+  }
+  Superblock sb;
+  if (auto decoded = decode_superblock(sb_bytes, path); decoded.ok()) {
+    sb = *decoded;
+  } else {
+    Problem p = make_problem(decoded.status().code(), "superblock", 0, format::kSuperblockSize, decoded.status().message());
+    const std::uint64_t stored = get_u64(sb_bytes + format::sb::kDigest), computed = xxh3_64(sb_bytes, format::sb::kDigest);
+    if (std::memcmp(sb_bytes, format::kSuperblockMagic, 8) == 0 && stored != computed) {  // digests only for a digest mismatch
+      p.expected = hex64(stored);
+      p.found = hex64(computed);
+    }
+    problem(std::move(p));
+    if (!salvage || !salvage_superblock(sb_bytes, sb)) return unusable();
+  }
+
+  // Footer (spec 6); bytes after a valid footer are named as trailing data.
+  unsigned char ft_bytes[format::kFooterSize];
+  if (Status s = read_exact(fs, file, path, ft_bytes, sizeof ft_bytes, file_size - format::kFooterSize); !s.ok()) {
+    read_status(s, "footer", file_size - format::kFooterSize, format::kFooterSize);
+    return unusable();
+  }
+  auto footer = decode_footer(ft_bytes, file_size, path);
+  if (!footer.ok()) {
+    problem(make_problem(footer.status().code(), "footer", file_size - format::kFooterSize, format::kFooterSize,
+                         footer.status().message()));
+    if (!salvage) return unusable();
+    // Look back for a footer followed by extra bytes (a file appended to, or a copy padded).
+    const std::uint64_t window = std::min<std::uint64_t>(file_size, std::uint64_t{1} << 20);
+    std::vector<unsigned char> tail(static_cast<std::size_t>(window));
+    if (!read_exact(fs, file, path, tail.data(), tail.size(), file_size - window).ok()) return unusable();
+    for (std::size_t q = tail.size() - 8; q >= format::ft::kMagic && q > 0; --q) {
+      if (std::memcmp(tail.data() + q, format::kFooterMagic, 8) != 0) continue;
+      const std::uint64_t end = file_size - window + q + 8;
+      auto candidate = decode_footer(tail.data() + q - format::ft::kMagic, end, path);
+      if (!candidate.ok()) continue;
+      problems.pop_back();  // the footer is intact: the only damage is what follows it
+      problem(make_problem(Code::corrupt, "file", end, file_size - end,
+                           std::to_string(file_size - end) + " bytes of trailing data after the footer that ends at offset " + std::to_string(end)));
+      footer = candidate;
+      file_size = end;
+      break;
+    }
+    if (!footer.ok()) return unusable();
+  }
+  if (footer->uuid != sb.uuid) {
+    Problem p = make_problem(Code::corrupt, "footer", file_size - format::kFooterSize + format::ft::kUuid, 16,
+                             "footer uuid does not match the superblock: the footer belongs to another file");
+    p.expected = uuid_string(sb.uuid);
+    p.found = uuid_string(footer->uuid);
+    problem(std::move(p));
+    if (!salvage) return unusable();
+  }
+  if (footer->index_offset < sb.data_offset) {
+    problem(make_problem(Code::corrupt, "footer", file_size - format::kFooterSize, format::kFooterSize,
+                         "index offset " + std::to_string(footer->index_offset) + " lies inside the superblock area"));
+    return unusable();
+  }
+
+  // Index (spec 5).
+  std::vector<unsigned char> index_bytes(static_cast<std::size_t>(footer->index_length));
+  if (Status s = read_exact(fs, file, path, index_bytes.data(), index_bytes.size(), footer->index_offset); !s.ok()) {
+    read_status(s, "index", footer->index_offset, footer->index_length);
+    return unusable();
+  }
+  const std::uint64_t index_digest = xxh3_64(index_bytes.data(), index_bytes.size());
+  if (index_digest != footer->index_digest) {
+    Problem p = make_problem(Code::corrupt, "index", footer->index_offset, footer->index_length,
+                             "index [" + std::to_string(footer->index_offset) + ", " + std::to_string(footer->index_offset + footer->index_length) +
+                                 "): digest expected " + hex64(footer->index_digest) + ", found " + hex64(index_digest));
+    p.expected = hex64(footer->index_digest);
+    p.found = hex64(index_digest);
+    problem(std::move(p));
+    return unusable();
+  }
+  auto decoded_index = decode_index(index_bytes.data(), index_bytes.size(), sb, footer->index_offset, path);
+  if (!decoded_index.ok()) {
+    problem(make_problem(decoded_index.status().code(), "index", footer->index_offset, footer->index_length,
+                         decoded_index.status().message()));
+    return unusable();
+  }
+  ShardHead head;
+  head.file_size = file_size;
+  head.superblock = sb;
+  head.footer = *footer;
+  head.index = std::move(decoded_index).value();
+  return head;
+}
 }  // namespace detail
 
 template <class Fs>
@@ -54,36 +205,12 @@ Status ShardReader<Fs>::load() {
   auto size = fs_.file_size(file_);
   if (!size.ok()) return size.status().with_context(path_);
   file_size_ = *size;
-  constexpr std::uint64_t kSmallest = format::kSuperblockSize + format::kFooterSize;
-  if (file_size_ < kSmallest)
-    return make_error(Code::incomplete, path_ + ": file is " + std::to_string(file_size_) +
-                                            " bytes, smaller than a superblock and a footer (192)");
-  unsigned char sb_bytes[format::kSuperblockSize];
-  CKPT_TRY(read_exact(fs_, file_, path_, sb_bytes, sizeof sb_bytes, 0));
-  auto sb = decode_superblock(sb_bytes, path_);
-  if (!sb.ok()) return sb.status();
-  superblock_ = *sb;
-  unsigned char ft_bytes[format::kFooterSize];
-  CKPT_TRY(read_exact(fs_, file_, path_, ft_bytes, sizeof ft_bytes, file_size_ - format::kFooterSize));
-  auto ft = decode_footer(ft_bytes, file_size_, path_);
-  if (!ft.ok()) return ft.status();
-  footer_ = *ft;
-  if (footer_.uuid != superblock_.uuid)
-    return make_error(Code::corrupt, path_ + ": offset " + std::to_string(file_size_ - format::kFooterSize + format::ft::kUuid) +
-                                         ": footer uuid " + uuid_string(footer_.uuid) + " does not match superblock uuid " +
-                                         uuid_string(superblock_.uuid));
-  if (footer_.index_offset < superblock_.data_offset)
-    return make_error(Code::corrupt, path_ + ": index offset " + std::to_string(footer_.index_offset) + " is inside the superblock area");
-  std::vector<unsigned char> index_bytes(static_cast<std::size_t>(footer_.index_length));
-  CKPT_TRY(read_exact(fs_, file_, path_, index_bytes.data(), index_bytes.size(), footer_.index_offset));
-  const std::uint64_t digest = xxh3_64(index_bytes.data(), index_bytes.size());
-  if (digest != footer_.index_digest)
-    return make_error(Code::corrupt, path_ + ": index [" + std::to_string(footer_.index_offset) + ", +" +
-                                         std::to_string(footer_.index_length) + "): digest expected " +
-                                         hex64(footer_.index_digest) + ", found " + hex64(digest));
-  auto index = decode_index(index_bytes.data(), index_bytes.size(), superblock_, footer_.index_offset, path_);
-  if (!index.ok()) return index.status();
-  index_ = std::move(index).value();
+  std::vector<Problem> problems;
+  auto head = detail::read_shard_head(fs_, file_, path_, file_size_, false, problems);
+  if (!head.ok()) return head.status();
+  superblock_ = head->superblock;
+  footer_ = head->footer;
+  index_ = std::move(head->index);
   return Status();
 }
 
@@ -122,13 +249,13 @@ Status ShardReader<Fs>::verify_piece_chunks(std::size_t piece, std::uint64_t fir
 }
 
 template <class Fs>
-Status ShardReader<Fs>::read_piece(std::size_t piece, void* dst, std::size_t dst_size, Verify verify) {
+Status ShardReader<Fs>::read_piece(std::size_t piece, void* dst, std::size_t dst_size, ReadCheck check) {
   if (piece >= index_.pieces.size()) return make_error(Code::invalid_argument, path_ + ": no piece " + std::to_string(piece));
   const auto& p = index_.pieces[piece];
   if (dst_size != p.data_length)
     return make_error(Code::invalid_argument, path_ + ": piece is " + std::to_string(p.data_length) + " bytes, buffer is " + std::to_string(dst_size));
   auto* out = static_cast<unsigned char*>(dst);
-  if (verify == Verify::none) return read_exact(fs_, file_, path_, out, dst_size, p.data_offset);
+  if (check == ReadCheck::none) return read_exact(fs_, file_, path_, out, dst_size, p.data_offset);
   // Read straight into the caller's buffer, a slice at a time, and hash each slice while it is in cache.
   for (std::uint64_t c = 0; c < p.chunk_count; ++c) {
     const auto& rec = index_.chunks[p.chunk_first + c];
@@ -140,40 +267,31 @@ Status ShardReader<Fs>::read_piece(std::size_t piece, void* dst, std::size_t dst
 }
 
 template <class Fs>
-Result<Mapping> ShardReader<Fs>::map_piece(std::size_t piece, Verify verify) {
+Result<Mapping> ShardReader<Fs>::map_piece(std::size_t piece, ReadCheck check) {
   if (piece >= index_.pieces.size()) return make_error(Code::invalid_argument, path_ + ": no piece " + std::to_string(piece));
   const auto& p = index_.pieces[piece];
   auto mapping = fs_.map(file_, p.data_offset, static_cast<std::size_t>(p.data_length));
   if (!mapping.ok()) return mapping.status().with_context(path_);
-  if (verify == Verify::touched)
+  if (check == ReadCheck::touched)
     for (std::uint64_t c = 0; c < p.chunk_count; ++c)
       CKPT_TRY(check_chunk(piece, c, mapping->data() + c * superblock_.chunk_size()));
   return mapping;
 }
 
 template <class Fs>
-Status ShardReader<Fs>::read_tensor(std::string_view name, void* dst, std::size_t dst_size, Verify verify) {
+Status ShardReader<Fs>::read_tensor(std::string_view name, void* dst, std::size_t dst_size, ReadCheck check) {
   const TensorRecord* t = index_.find_tensor(name);
   if (t == nullptr) return make_error(Code::not_found, path_ + ": no tensor '" + std::string(name) + "'");
-  return read_slice(name, Shape(t->shape.size(), 0), t->shape, dst, dst_size, verify);
+  return read_slice(name, Shape(t->shape.size(), 0), t->shape, dst, dst_size, check);
 }
 
 template <class Fs>
 Status ShardReader<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
-                                   std::size_t dst_size, Verify verify) {
+                                   std::size_t dst_size, ReadCheck check) {
   const TensorRecord* t = index_.find_tensor(name);
   if (t == nullptr) return make_error(Code::not_found, path_ + ": no tensor '" + std::string(name) + "'");
-  if (offsets.size() != t->shape.size() || shape.size() != t->shape.size())
-    return make_error(Code::invalid_argument, "tensor '" + t->name + "': slice rank " + std::to_string(shape.size()) + ", tensor rank " + std::to_string(t->shape.size()));
-  for (std::size_t d = 0; d < shape.size(); ++d)
-    if (offsets[d] > t->shape[d] || shape[d] > t->shape[d] - offsets[d])
-      return make_error(Code::invalid_argument, "tensor '" + t->name + "': slice at " + shape_string(offsets) + " of shape " + shape_string(shape) + " exceeds " + shape_string(t->shape));
-  std::uint64_t bytes = 0, elements = 0;
-  (void)shape_bytes(shape, t->dtype, bytes);
-  (void)shape_elements(shape, elements);
-  if (bytes != dst_size)
-    return make_error(Code::invalid_argument, "tensor '" + t->name + "': slice is " + std::to_string(bytes) + " bytes, buffer is " + std::to_string(dst_size));
-  auto copied = read_slice_partial(*t, offsets, shape, dst, verify);
+  CKPT_ASSIGN_OR_RETURN(const std::uint64_t elements, check_slice(*t, offsets, shape, dst_size));
+  auto copied = copy_overlap(*t, offsets, shape, dst, check);
   if (!copied.ok()) return copied.status();
   if (*copied != elements)
     return make_error(Code::not_found, path_ + ": tensor '" + t->name + "': pieces in this file hold " + std::to_string(*copied) + " of the " + std::to_string(elements) + " requested elements");
@@ -182,14 +300,16 @@ Status ShardReader<Fs>::read_slice(std::string_view name, const Shape& offsets, 
 
 template <class Fs>
 Result<std::uint64_t> ShardReader<Fs>::read_slice_partial(const TensorRecord& t, const Shape& offsets, const Shape& shape,
-                                                          void* dst, Verify verify) {
+                                                          void* dst, ReadCheck check) {
+  // Public entry point for multi-file readers: bounds are checked here, never assumed.
+  CKPT_TRY(check_slice(t, offsets, shape).status().with_context(path_));
+  return copy_overlap(t, offsets, shape, dst, check);
+}
+
+template <class Fs>
+Result<std::uint64_t> ShardReader<Fs>::copy_overlap(const TensorRecord& t, const Shape& offsets, const Shape& shape, void* dst,
+                                                    ReadCheck check) {
   const std::size_t rank = t.shape.size();
-  // Public entry point for multi-file readers: bounds are checked here too, never assumed.
-  if (offsets.size() != rank || shape.size() != rank)
-    return make_error(Code::invalid_argument, path_ + ": tensor '" + t.name + "': slice rank does not match tensor rank " + std::to_string(rank));
-  for (std::size_t d = 0; d < rank; ++d)
-    if (offsets[d] > t.shape[d] || shape[d] > t.shape[d] - offsets[d])
-      return make_error(Code::invalid_argument, path_ + ": tensor '" + t.name + "': slice at " + shape_string(offsets) + " of shape " + shape_string(shape) + " exceeds " + shape_string(t.shape));
   const std::uint64_t esize = format::dtype_info(t.dtype)->size;
   const std::uint64_t chunk_size = superblock_.chunk_size();
   auto* out = static_cast<unsigned char*>(dst);
@@ -238,7 +358,7 @@ Result<std::uint64_t> ShardReader<Fs>::read_slice_partial(const TensorRecord& t,
         const std::uint64_t chunk_start = c * chunk_size;
         const auto& rec = index_.chunks[p.chunk_first + c];
         const std::uint64_t in_chunk = std::min(n, chunk_start + rec.length - src_b);
-        if (verify == Verify::none) {
+        if (check == ReadCheck::none) {
           CKPT_TRY(read_exact(fs_, file_, path_, out + dst_b, static_cast<std::size_t>(n), p.data_offset + src_b));
           break;
         }

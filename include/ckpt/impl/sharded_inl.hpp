@@ -164,10 +164,10 @@ inline Result<ConflictPolicy> parse_conflict_policy(std::string_view text) {
   return make_error(Code::invalid_argument, "conflict policy '" + std::string(text) + "': expected error, first or last");
 }
 
-// --- CheckpointSource ------------------------------------------------------------------------------
+// --- Checkpoint ------------------------------------------------------------------------------
 
 template <class Fs>
-void CheckpointSource<Fs>::add_tensors(const Index& index) {
+void Checkpoint<Fs>::add_tensors(const Index& index) {
   for (const auto& t : index.tensors) {
     if (!by_name_.emplace(t.name, tensors_.size()).second) continue;  // a later shard's piece of a known tensor
     TensorInfo info{t.name, t.dtype, t.shape, 0};
@@ -178,20 +178,25 @@ void CheckpointSource<Fs>::add_tensors(const Index& index) {
 }
 
 template <class Fs>
-const TensorInfo* CheckpointSource<Fs>::find(std::string_view name) const {
+const TensorInfo* Checkpoint<Fs>::find(std::string_view name) const {
   const auto it = by_name_.find(std::string(name));
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
 template <class Fs>
-Result<std::unique_ptr<CheckpointSource<Fs>>> CheckpointSource<Fs>::open(Fs& fs, const std::string& raw_path) {
+Result<std::unique_ptr<Checkpoint<Fs>>> Checkpoint<Fs>::open(Fs& fs, const std::string& raw_path, const StepSelector& selector) {
   std::string path = raw_path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  auto info = fs.stat(path);
-  if (!info.ok()) return info.status().with_context(path);
-  std::unique_ptr<CheckpointSource> source(new CheckpointSource());
+  auto kind = classify_path(fs, path);
+  if (!kind.ok()) return kind.status().with_context(path);
+  std::unique_ptr<Checkpoint> source(new Checkpoint());
   source->path_ = path;
-  if (!info->is_dir) {
+  auto wrong_step = [&](std::optional<std::uint64_t> has) {
+    return make_error(Code::invalid_argument, path + ": step " + std::to_string(*selector.step) + " was asked for, this " +
+                                                  (*kind == PathKind::file ? "file" : "step directory") + " holds " +
+                                                  (has ? "step " + std::to_string(*has) : std::string("no step number")));
+  };
+  if (*kind == PathKind::file) {
     CKPT_ASSIGN_OR_RETURN(source->file_, ShardReader<Fs>::open(fs, path));
     source->kind_ = Kind::file;
     source->description_ = "file " + path;
@@ -209,16 +214,18 @@ Result<std::unique_ptr<CheckpointSource<Fs>>> CheckpointSource<Fs>::open(Fs& fs,
       source->step_ = state.step;
       source->state_ = std::move(state);
     }
-    return Result<std::unique_ptr<CheckpointSource>>(std::move(source));
+    if (selector.step && source->step_ != selector.step) return wrong_step(source->step_);
+    return Result<std::unique_ptr<Checkpoint>>(std::move(source));
   }
   std::string store_path = path;
   std::optional<std::uint64_t> txn;
-  if (!fs.stat(join_path(path, std::string(journal::kJournalName))).ok()) {
+  if (*kind != PathKind::store) {
     std::uint64_t s = 0, t = 0;
     const std::string parent = parent_path(path);
     if (!parse_step_dir_name(base_name(path), s, t) || !fs.stat(join_path(parent, std::string(journal::kJournalName))).ok())
       return make_error(Code::invalid_argument, path + ": a directory that is neither a store (it has no JOURNAL) nor a step "
                                                        "directory step-<step>-<txn> inside one");
+    if (selector.step && *selector.step != s) return wrong_step(s);
     store_path = parent;
     txn = t;
   }
@@ -233,6 +240,8 @@ Result<std::unique_ptr<CheckpointSource<Fs>>> CheckpointSource<Fs>::open(Fs& fs,
         if (t.txn == *txn) state = txn_state_name(t.state);
       return make_error(Code::not_found, path + ": transaction " + std::to_string(*txn) + " is not a committed step (" + state + ")");
     }
+  } else if (selector.step) {
+    CKPT_ASSIGN_OR_RETURN(chosen, source->store_->find(*selector.step));
   } else {
     chosen = source->store_->latest();
     if (!chosen) return make_error(Code::not_found, store_path + ": the store has no committed step");
@@ -246,11 +255,11 @@ Result<std::unique_ptr<CheckpointSource<Fs>>> CheckpointSource<Fs>::open(Fs& fs,
                          (chosen->world_size == 1 ? "" : "s") + ")";
   for (std::size_t i = 0; i < source->step_reader_->shard_count(); ++i) source->add_tensors(source->step_reader_->shard(i).index());
   source->state_ = source->step_reader_->state();
-  return Result<std::unique_ptr<CheckpointSource>>(std::move(source));
+  return Result<std::unique_ptr<Checkpoint>>(std::move(source));
 }
 
 template <class Fs>
-Result<std::vector<MetaEntry>> CheckpointSource<Fs>::metadata(ConflictPolicy policy) const {
+Result<std::vector<MetaEntry>> Checkpoint<Fs>::metadata(ConflictPolicy policy) const {
   std::vector<MetaEntry> merged;
   std::unordered_map<std::string, std::pair<std::size_t, std::string>> seen;  // key -> position, file
   auto take = [&](const Index& index, const std::string& file) -> Status {
@@ -280,17 +289,17 @@ Result<std::vector<MetaEntry>> CheckpointSource<Fs>::metadata(ConflictPolicy pol
 }
 
 template <class Fs>
-Status CheckpointSource<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+Status Checkpoint<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                         std::size_t dst_size) {
-  if (file_) return file_->read_slice(name, offsets, shape, dst, dst_size, Verify::touched);
-  return step_reader_->read_slice(name, offsets, shape, dst, dst_size, Verify::touched);
+  if (file_) return file_->read_slice(name, offsets, shape, dst, dst_size, ReadCheck::touched);
+  return step_reader_->read_slice(name, offsets, shape, dst, dst_size, ReadCheck::touched);
 }
 
 namespace detail {
 
 // Streams one region of a source tensor into an open piece, block by block.
 template <class Fs, class Sink>
-[[nodiscard]] Status copy_region(CheckpointSource<Fs>& source, const TensorInfo& t, const Box& box, std::uint64_t block_size,
+[[nodiscard]] Status copy_region(Checkpoint<Fs>& source, const TensorInfo& t, const Box& box, std::uint64_t block_size,
                                  std::vector<unsigned char>& buffer, Sink& sink, const std::function<void(std::uint64_t)>& done) {
   const std::uint64_t element_size = format::dtype_info(t.dtype)->size;
   Shape absolute(box.offsets.size());
@@ -334,7 +343,7 @@ class WriteSlots {
 // --- Reshard ---------------------------------------------------------------------------------------
 
 template <class Fs>
-Result<ReshardSummary> reshard_to_store(Fs& fs, CheckpointSource<Fs>& source, const std::string& store_path,
+Result<ReshardSummary> reshard_to_store(Fs& fs, Checkpoint<Fs>& source, const std::string& store_path,
                                         const ReshardOptions& options) {
   const std::uint32_t world = options.world_size;
   if (world == 0 || world > journal::kMaxWorldSize)
@@ -470,7 +479,7 @@ namespace detail {
 }  // namespace detail
 
 template <class Fs>
-Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<CheckpointSource<Fs>*>& sources,
+Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<Checkpoint<Fs>*>& sources,
                                    const std::vector<SourceSelection>& selections, const std::string& output,
                                    const MergeOptions& options) {
   if (sources.empty()) return make_error(Code::invalid_argument, "merge: no source");
@@ -479,7 +488,7 @@ Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<CheckpointSource<Fs
                                                   std::to_string(sources.size()) + " sources");
   MergeSummary summary;
   summary.output = output;
-  auto conflict = [&](const std::string& what, const CheckpointSource<Fs>& kept, const CheckpointSource<Fs>& other) -> Status {
+  auto conflict = [&](const std::string& what, const Checkpoint<Fs>& kept, const Checkpoint<Fs>& other) -> Status {
     if (options.on_conflict == ConflictPolicy::error)
       return make_error(Code::conflict, what + " is in both " + kept.description() + " and " + other.description() +
                                             " (choose with --on-conflict first or last)");

@@ -15,29 +15,38 @@ namespace ckpt {
 
 namespace detail {
 
-[[nodiscard]] inline Problem make_problem(Code code, std::string region, std::uint64_t offset, std::uint64_t length,
-                                          std::string message) {
-  Problem p;
-  p.code = code;
-  p.region = std::move(region);
-  p.offset = offset;
-  p.length = length;
-  p.message = std::move(message);
-  return p;
-}
-
-// Reads the fields of a superblock whose digest failed, when they are still in range, so the rest
-// of the file can be checked (the damage is reported either way).
-[[nodiscard]] inline bool salvage_superblock(const unsigned char* b, Superblock& sb) {
-  namespace f = format::sb;
-  if (std::memcmp(b, format::kSuperblockMagic, 8) != 0) return false;
-  sb.alignment_log2 = get_u32(b + f::kAlignmentLog2);
-  sb.chunk_size_log2 = get_u32(b + f::kChunkSizeLog2);
-  if (sb.alignment_log2 < format::kMinAlignmentLog2 || sb.alignment_log2 > format::kMaxAlignmentLog2) return false;
-  if (sb.chunk_size_log2 < format::kMinChunkSizeLog2 || sb.chunk_size_log2 > format::kMaxChunkSizeLog2) return false;
-  std::memcpy(sb.uuid.data(), b + f::kUuid, 16);
-  sb.data_offset = align_up(format::kSuperblockSize, sb.alignment());
-  return true;
+// Padding must be zero (spec/FORMAT.md 4.2): superblock tail, gaps between pieces, gap before the
+// index. Shared by verify_file and the device verifier (cuda/device_pipeline.cuh).
+template <class Fs>
+void add_padding_problems(Fs& fs, FileHandle file, const std::string& path, const Index& index, std::uint64_t index_offset,
+                          const std::function<void(Problem)>& problem) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans, gaps;
+  for (const auto& p : index.pieces) spans.emplace_back(p.data_offset, p.data_offset + p.data_length);
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t at = format::kSuperblockSize;
+  for (const auto& s : spans) {
+    if (s.first > at) gaps.emplace_back(at, s.first - at);
+    at = std::max(at, s.second);
+  }
+  if (index_offset > at) gaps.emplace_back(at, index_offset - at);
+  std::vector<unsigned char> buf;
+  for (const auto& g : gaps) {
+    buf.resize(static_cast<std::size_t>(g.second));
+    if (Status s = read_exact(fs, file, path, buf.data(), buf.size(), g.first); !s.ok()) {
+      problem(make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, "padding", g.first, g.second, s.message()));
+      continue;
+    }
+    for (std::size_t i = 0; i < buf.size(); ++i) {
+      if (buf[i] == 0) continue;
+      Problem p = make_problem(Code::corrupt, "padding", g.first + i, 1,
+                               "padding [" + std::to_string(g.first) + ", " + std::to_string(g.first + g.second) +
+                                   ") must be zero, found byte 0x" + hex64(buf[i]).substr(14) + " at offset " + std::to_string(g.first + i));
+      p.expected = "00";
+      p.found = hex64(buf[i]).substr(14);
+      problem(std::move(p));
+      break;
+    }
+  }
 }
 
 }  // namespace detail
@@ -53,140 +62,22 @@ Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOp
   auto size = fs.file_size(file.get());
   if (!size.ok()) return size.status().with_context(path);
   report.file_size = *size;
-  std::uint64_t file_size = *size;
   auto problem = [&](Problem p) {
     if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
+    p.file = path;
     report.problems.push_back(std::move(p));
   };
-  auto read_status = [&](const Status& s, const char* region, std::uint64_t off, std::uint64_t len) {
-    problem(make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, region, off, len, s.message()));
-  };
 
-  if (file_size < format::kSuperblockSize + format::kFooterSize) {
-    problem(make_problem(Code::incomplete, "file", 0, file_size,
-                         "file is " + std::to_string(file_size) + " bytes, smaller than a superblock and a footer (192): incomplete"));
-    return report;
-  }
-  // Superblock (spec 3).
-  unsigned char sb_bytes[format::kSuperblockSize];
-  if (Status s = read_exact(fs, file.get(), path, sb_bytes, sizeof sb_bytes, 0); !s.ok()) {
-    read_status(s, "superblock", 0, format::kSuperblockSize);
-    return report;
-  }
-  Superblock sb;
-  if (auto decoded = decode_superblock(sb_bytes, path); decoded.ok()) {
-    sb = *decoded;
-  } else {
-    Problem p = make_problem(decoded.status().code(), "superblock", 0, format::kSuperblockSize, decoded.status().message());
-    const std::uint64_t stored = get_u64(sb_bytes + format::sb::kDigest), computed = xxh3_64(sb_bytes, format::sb::kDigest);
-    if (std::memcmp(sb_bytes, format::kSuperblockMagic, 8) == 0 && stored != computed) {  // digests only for a digest mismatch
-      p.expected = hex64(stored);
-      p.found = hex64(computed);
-    }
-    problem(std::move(p));
-    if (!detail::salvage_superblock(sb_bytes, sb)) return report;
-  }
-
-  // Footer (spec 6); bytes after a valid footer are named as trailing data.
-  unsigned char ft_bytes[format::kFooterSize];
-  if (Status s = read_exact(fs, file.get(), path, ft_bytes, sizeof ft_bytes, file_size - format::kFooterSize); !s.ok()) {
-    read_status(s, "footer", file_size - format::kFooterSize, format::kFooterSize);
-    return report;
-  }
-  auto footer = decode_footer(ft_bytes, file_size, path);
-  if (!footer.ok()) {
-    problem(make_problem(footer.status().code(), "footer", file_size - format::kFooterSize, format::kFooterSize,
-                         footer.status().message()));
-    // Look back for a footer followed by extra bytes (a file appended to, or a copy padded).
-    const std::uint64_t window = std::min<std::uint64_t>(file_size, std::uint64_t{1} << 20);
-    std::vector<unsigned char> tail(static_cast<std::size_t>(window));
-    if (!read_exact(fs, file.get(), path, tail.data(), tail.size(), file_size - window).ok()) return report;
-    for (std::size_t q = tail.size() - 8; q >= format::ft::kMagic && q > 0; --q) {
-      if (std::memcmp(tail.data() + q, format::kFooterMagic, 8) != 0) continue;
-      const std::uint64_t end = file_size - window + q + 8;
-      auto candidate = decode_footer(tail.data() + q - format::ft::kMagic, end, path);
-      if (!candidate.ok()) continue;
-      report.problems.pop_back();  // the footer is intact: the only damage is what follows it
-      problem(make_problem(Code::corrupt, "file", end, file_size - end,
-                           std::to_string(file_size - end) + " bytes of trailing data after the footer that ends at offset " + std::to_string(end)));
-      footer = candidate;
-      file_size = end;
-      break;
-    }
-    if (!footer.ok()) return report;
-  }
-  if (footer->uuid != sb.uuid) {
-    Problem p = make_problem(Code::corrupt, "footer", file_size - format::kFooterSize + format::ft::kUuid, 16,
-                             "footer uuid does not match the superblock: the footer belongs to another file");
-    p.expected = uuid_string(sb.uuid);
-    p.found = uuid_string(footer->uuid);
-    problem(std::move(p));
-  }
-  if (footer->index_offset < sb.data_offset) {
-    problem(make_problem(Code::corrupt, "footer", file_size - format::kFooterSize, format::kFooterSize,
-                         "index offset " + std::to_string(footer->index_offset) + " lies inside the superblock area"));
-    return report;
-  }
-
-  // Index (spec 5).
-  std::vector<unsigned char> index_bytes(static_cast<std::size_t>(footer->index_length));
-  if (Status s = read_exact(fs, file.get(), path, index_bytes.data(), index_bytes.size(), footer->index_offset); !s.ok()) {
-    read_status(s, "index", footer->index_offset, footer->index_length);
-    return report;
-  }
-  const std::uint64_t index_digest = xxh3_64(index_bytes.data(), index_bytes.size());
-  if (index_digest != footer->index_digest) {
-    Problem p = make_problem(Code::corrupt, "index", footer->index_offset, footer->index_length,
-                             "index [" + std::to_string(footer->index_offset) + ", " + std::to_string(footer->index_offset + footer->index_length) +
-                                 "): digest expected " + hex64(footer->index_digest) + ", found " + hex64(index_digest));
-    p.expected = hex64(footer->index_digest);
-    p.found = hex64(index_digest);
-    problem(std::move(p));
-    return report;
-  }
-  auto decoded_index = decode_index(index_bytes.data(), index_bytes.size(), sb, footer->index_offset, path);
-  if (!decoded_index.ok()) {
-    problem(make_problem(decoded_index.status().code(), "index", footer->index_offset, footer->index_length,
-                         decoded_index.status().message()));
-    return report;
-  }
-  index_bytes = {};
-  const Index& index = *decoded_index;
+  // The head (superblock, footer, index) is read by the reader's own function, salvaging what it can.
+  auto head = detail::read_shard_head(fs, file.get(), path, *size, true, report.problems);
+  for (auto& p : report.problems) p.file = path;
+  if (!head.ok()) return report;
+  const Superblock& sb = head->superblock;
+  const Footer* footer = &head->footer;
+  const Index& index = head->index;
   report.chunks_total = index.chunks.size();
 
-  // Padding must be zero (spec 4.2): superblock tail, gaps between pieces, gap before the index.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps;
-  {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
-    for (const auto& p : index.pieces) spans.emplace_back(p.data_offset, p.data_offset + p.data_length);
-    std::sort(spans.begin(), spans.end());
-    std::uint64_t at = format::kSuperblockSize;
-    for (const auto& s : spans) {
-      if (s.first > at) gaps.emplace_back(at, s.first - at);
-      at = std::max(at, s.second);
-    }
-    if (footer->index_offset > at) gaps.emplace_back(at, footer->index_offset - at);
-  }
-  {
-    std::vector<unsigned char> buf;
-    for (const auto& g : gaps) {
-      buf.resize(static_cast<std::size_t>(g.second));
-      if (Status s = read_exact(fs, file.get(), path, buf.data(), buf.size(), g.first); !s.ok()) {
-        read_status(s, "padding", g.first, g.second);
-        continue;
-      }
-      for (std::size_t i = 0; i < buf.size(); ++i) {
-        if (buf[i] == 0) continue;
-        Problem p = make_problem(Code::corrupt, "padding", g.first + i, 1,
-                                 "padding [" + std::to_string(g.first) + ", " + std::to_string(g.first + g.second) +
-                                     ") must be zero, found byte 0x" + hex64(buf[i]).substr(14) + " at offset " + std::to_string(g.first + i));
-        p.expected = "00";
-        p.found = hex64(buf[i]).substr(14);
-        problem(std::move(p));
-        break;
-      }
-    }
-  }
+  detail::add_padding_problems(fs, file.get(), path, index, footer->index_offset, problem);
 
   // Chunks: grouped into work items of up to 4 MiB of one piece, handed to threads as they free up.
   struct Item { std::size_t piece; std::uint64_t first, count, offset, length; };

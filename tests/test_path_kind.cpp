@@ -1,0 +1,98 @@
+// Tests for include/ckpt/path_kind.hpp: what a path names, and where a step directory stands in its store.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <ckpt/path_kind.hpp>
+
+#include "test_util.hpp"
+
+using namespace ckpt;
+namespace fsys = std::filesystem;
+
+namespace {
+
+StoreOptions small_options() {
+  StoreOptions o;
+  o.create_if_missing = true;
+  o.chunk_size_log2 = 12;
+  o.alignment_log2 = 6;
+  o.buffer_size = 4096;
+  return o;
+}
+
+Status save(Store<PosixFs>& store, std::uint64_t step) {
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  const std::vector<float> w(64, static_cast<float>(step));
+  CKPT_TRY(tx->add_tensor("w", DType::F32, {64}, w.data(), w.size() * 4));
+  return tx->commit().status();
+}
+
+}  // namespace
+
+TEST_CASE("a path is classified as file, store, step directory, store without journal or other directory", "[path_kind]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string store_path = dir.file("store");
+  {
+    auto store = Store<PosixFs>::open(fs, store_path, Access::read_write, small_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 3).ok());
+  }
+  const std::string lost = dir.file("lost");
+  fsys::create_directories(lost);
+  fsys::copy(store_path + "/step-3-1", lost + "/step-3-1", fsys::copy_options::recursive);
+  fsys::create_directories(dir.file("empty"));
+  ckpt_test::write_file(dir.file("notes.txt"), "hello");
+
+  struct Case {
+    std::string path;
+    PathKind kind;
+    const char* name;
+  };
+  const std::vector<Case> cases = {
+      {store_path, PathKind::store, "store"},
+      {store_path + "/step-3-1", PathKind::step_dir, "step directory"},
+      {store_path + "/step-3-1/" + shard_file_name(0, 1), PathKind::file, "file"},
+      {dir.file("notes.txt"), PathKind::file, "file"},
+      {lost, PathKind::broken_store, "store without a journal"},
+      {dir.file("empty"), PathKind::other_dir, "directory"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.path);
+    auto kind = classify_path(fs, c.path);
+    REQUIRE(kind.ok());
+    CHECK(*kind == c.kind);
+    CHECK(std::string(path_kind_name(*kind)) == c.name);
+  }
+  CHECK(classify_path(fs, dir.file("nothing")).status().code() == Code::not_found);
+  CHECK(not_a_store_error(lost, PathKind::broken_store).code() == Code::corrupt);
+  CHECK(not_a_store_error(dir.file("empty"), PathKind::other_dir).code() == Code::invalid_argument);
+}
+
+TEST_CASE("a step directory inside a store is located by the store's journal", "[path_kind]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string store_path = dir.file("store");
+  {
+    auto store = Store<PosixFs>::open(fs, store_path, Access::read_write, small_options());
+    REQUIRE(store.ok());
+    REQUIRE(save(**store, 3).ok());
+  }
+  const StepInStore committed = locate_step_directory(fs, store_path + "/step-3-1/");
+  CHECK(committed.store == store_path);
+  REQUIRE(committed.info.has_value());
+  CHECK(committed.info->step == 3);
+  CHECK(committed.state == "committed");
+
+  const StepInStore unknown = locate_step_directory(fs, store_path + "/step-9-9");
+  CHECK(unknown.store == store_path);
+  CHECK_FALSE(unknown.info.has_value());
+  CHECK(unknown.state == "not in the journal");
+
+  const StepInStore outside = locate_step_directory(fs, dir.file("elsewhere"));
+  CHECK(outside.store.empty());
+  CHECK_FALSE(outside.info.has_value());
+}
