@@ -13,16 +13,7 @@
 // Exit status: 0 the store is consistent afterwards, 1 damage remains that it could not repair,
 // 2 usage or I/O error.
 //
-// Rebuild rules. Facts are the old journal's applied records plus the digest-valid records inside
-// mid-log corruption (those groups were complete once); records of a torn tail never were durable.
-// Each step-<s>-<t> directory then gets one verdict:
-//   abort    the facts say txn t was aborted or retired, or began and never committed with no damage
-//            after its BEGIN: BEGIN (the files it named) + ABORT, so recovery removes only those files;
-//   commit   its MANIFEST decodes, names this step and txn and the store's uuid, matches a known
-//            COMMIT's digest if one is known, and every chunk of every shard verifies: BEGIN + COMMIT;
-//   damaged  anything else: left in place, not in the new journal, reported (exit 1).
-// Groups are written in txn order, one per transaction. If the old journal used a txn id above every
-// directory left, a BEGIN + ABORT for that id (whose directory does not exist) keeps it spent (spec 5.6).
+// The rebuild rules are the library's (include/ckpt/journal_rebuild.hpp); this tool presents them.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -31,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/io/atomic_file.hpp>
+#include <ckpt/journal_rebuild.hpp>
 #include <ckpt/store.hpp>
 
 #include "cli.hpp"
@@ -62,226 +53,6 @@ class Output {
  private:
   bool as_json_;
 };
-
-// What the journal, applied or damaged-but-once-durable, says about a transaction.
-struct Known {
-  std::optional<ckpt::BeginRecord> begin;
-  std::optional<ckpt::CommitRecord> commit;
-  bool aborted = false, retired = false;
-  std::uint64_t begin_offset = 0;
-};
-
-// One step directory considered for a rebuilt journal.
-struct Candidate {
-  std::string dir;  // name inside the store
-  std::uint64_t step = 0, txn = 0;
-  enum class Verdict { include, abort, damaged, foreign } verdict = Verdict::damaged;
-  std::string reason;
-  tools::StepDirectory content;
-  std::vector<std::string> damage;  // one line per problem
-};
-
-// The rebuild of a missing or corrupt journal (spec/JOURNAL.md 5.1 framing, 4 records).
-struct Rebuild {
-  ckpt::Uuid uuid{};
-  std::string uuid_source;
-  std::vector<Candidate> candidates;
-  std::optional<ckpt::BeginRecord> high_water;  // keeps the largest txn id ever used from being reused
-  std::string journal_bytes;
-};
-
-// The old journal's records: applied ones, and digest-valid ones inside mid-log corruption (they were
-// durable once). Records in a torn tail never were, so they do not count as facts.
-std::map<std::uint64_t, Known> known_transactions(const ckpt::JournalScan& scan, std::uint64_t& max_txn) {
-  std::map<std::uint64_t, Known> known;
-  auto take = [&](const ckpt::JournalRecord& r) {
-    max_txn = std::max(max_txn, r.txn());
-    if (const auto* b = std::get_if<ckpt::BeginRecord>(&r.body)) {
-      known[b->txn].begin = *b;
-      known[b->txn].begin_offset = r.offset;
-    } else if (const auto* c = std::get_if<ckpt::CommitRecord>(&r.body)) {
-      known[c->txn].commit = *c;
-    } else if (const auto* a = std::get_if<ckpt::AbortRecord>(&r.body)) {
-      known[a->txn].aborted = true;
-    } else if (const auto* t = std::get_if<ckpt::RetireRecord>(&r.body)) {
-      known[t->txn].retired = true;
-    }
-  };
-  for (const auto& r : scan.records) take(r);
-  for (const auto& d : scan.corruption)
-    for (const auto& r : d.unapplied) take(r);
-  if (scan.torn_tail)
-    for (const auto& r : scan.torn_tail->unapplied) max_txn = std::max(max_txn, r.txn());  // an id that may have reached disk
-  return known;
-}
-
-// Verifies one step directory completely: manifest, shard pins, every chunk of every shard.
-void verify_candidate(ckpt::PosixFs& fs, const std::string& store, Candidate& c) {
-  auto content = tools::read_step_directory(fs, ckpt::join_path(store, c.dir));
-  if (!content.ok()) {
-    c.damage.push_back(content.status().to_string());
-    return;
-  }
-  c.content = std::move(content).value();
-  const auto& m = c.content.manifest;
-  if (m.step != c.step || m.txn != c.txn)
-    c.damage.push_back("MANIFEST says step " + std::to_string(m.step) + " txn " + std::to_string(m.txn) +
-                       ", the directory name says step " + std::to_string(c.step) + " txn " + std::to_string(c.txn));
-  for (const auto& p : c.content.shard_problems) c.damage.push_back(p.to_string());
-  for (const auto& shard_path : c.content.shard_paths) {
-    auto v = ckpt::verify_file(fs, shard_path);
-    if (!v.ok()) {
-      if (v.status().code() != ckpt::Code::not_found) c.damage.push_back(v.status().to_string());
-      continue;  // a missing shard is already a shard problem
-    }
-    for (const auto& p : v->problems) c.damage.push_back(tools::problem_line(shard_path, p));
-  }
-}
-
-// Plans a new journal from the step directories (and what the old journal still proves).
-ckpt::Result<Rebuild> plan_rebuild(ckpt::PosixFs& fs, const std::string& store, const ckpt::JournalScan* old) {
-  Rebuild plan;
-  std::uint64_t max_txn = 0;
-  std::map<std::uint64_t, Known> known;
-  if (old != nullptr) known = known_transactions(*old, max_txn);
-  // The first offset of mid-log damage: an "open" transaction that began before it may have ended inside it.
-  std::optional<std::uint64_t> last_damage;
-  if (old != nullptr)
-    for (const auto& d : old->corruption) last_damage = std::max(last_damage.value_or(0), d.offset);
-
-  CKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(store));
-  std::sort(entries.begin(), entries.end());
-  std::uint64_t max_dir_txn = 0;
-  for (const auto& name : entries) {
-    Candidate c;
-    c.dir = name;
-    if (!ckpt::parse_step_dir_name(name, c.step, c.txn)) continue;
-    auto info = fs.stat(ckpt::join_path(store, name));
-    if (!info.ok() || !info->is_dir) continue;
-    max_dir_txn = std::max(max_dir_txn, c.txn);
-    verify_candidate(fs, store, c);
-    const auto k = known.find(c.txn);
-    const bool knows = k != known.end() && k->second.begin && k->second.begin->step == c.step;
-    if (knows && (k->second.aborted || k->second.retired)) {
-      c.verdict = Candidate::Verdict::abort;
-      c.reason = std::string("the old journal ") + (k->second.retired ? "retired" : "aborted") + " txn " + std::to_string(c.txn) +
-                 ": its files are removed";
-    } else if (knows && !k->second.commit && (!last_damage || *last_damage < k->second.begin_offset)) {
-      c.verdict = Candidate::Verdict::abort;
-      c.reason = "the old journal shows txn " + std::to_string(c.txn) + " begun and never committed (no damage after it): "
-                 "aborted, its files are removed";
-    } else if (!c.damage.empty() && knows && k->second.commit && c.content.manifest_size == k->second.commit->manifest_size &&
-               c.content.manifest_digest == k->second.commit->manifest_digest) {
-      // Committed on evidence (a once-durable COMMIT whose MANIFEST still matches): a bad chunk makes the
-      // step damaged, never uncommitted. It stays in the journal and is reported (spec/JOURNAL.md 6.4).
-      c.verdict = Candidate::Verdict::include;
-      c.reason = "committed in the old journal and its MANIFEST matches the COMMIT, but it has damage: kept committed, reported";
-    } else if (!c.damage.empty()) {
-      c.verdict = Candidate::Verdict::damaged;
-      c.reason = "does not verify: left in place, not in the new journal";
-    } else if (knows && k->second.commit && k->second.commit->manifest_digest != c.content.manifest_digest) {
-      c.verdict = Candidate::Verdict::damaged;
-      c.reason = "its MANIFEST digest " + ckpt::hex64(c.content.manifest_digest) + " differs from the old COMMIT's " +
-                 ckpt::hex64(k->second.commit->manifest_digest) + ": left in place, not in the new journal";
-      c.damage.push_back(c.reason);
-    } else {
-      c.verdict = Candidate::Verdict::include;
-      c.reason = knows && k->second.commit ? "committed in the old journal, and every chunk verifies"
-                                           : "its manifest and every chunk of its shards verify";
-    }
-    plan.candidates.push_back(std::move(c));
-  }
-  std::sort(plan.candidates.begin(), plan.candidates.end(), [](const Candidate& a, const Candidate& b) { return a.txn < b.txn; });
-
-  // The store's identity: the old HEADER's, else the one the verified manifests agree on.
-  if (old != nullptr && old->has_header) {
-    plan.uuid = old->header.store_uuid;
-    plan.uuid_source = "the old journal's HEADER";
-  } else {
-    std::map<ckpt::Uuid, int> votes;
-    for (const auto& c : plan.candidates)
-      if (c.verdict == Candidate::Verdict::include) ++votes[c.content.manifest.store_uuid];
-    if (!votes.empty()) {
-      plan.uuid = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
-      plan.uuid_source = "the step manifests";
-    } else {
-      plan.uuid = ckpt::random_uuid();
-      plan.uuid_source = "new (nothing records the old one)";
-    }
-  }
-  for (auto& c : plan.candidates)
-    if (c.verdict == Candidate::Verdict::include && c.content.manifest.store_uuid != plan.uuid) {
-      c.verdict = Candidate::Verdict::foreign;
-      c.reason = "its MANIFEST belongs to store " + ckpt::uuid_string(c.content.manifest.store_uuid) + ": left in place";
-    }
-
-  // The records: one group per transaction, in txn order (one transaction open at a time, spec 6.6).
-  ckpt::JournalHeader header;
-  header.store_uuid = plan.uuid;
-  std::string& bytes = plan.journal_bytes;
-  bytes = ckpt::encode_group({ckpt::header_record(header)}, 0);
-  std::uint64_t max_written = 0;
-  for (const auto& c : plan.candidates) {
-    if (c.verdict != Candidate::Verdict::include && c.verdict != Candidate::Verdict::abort) continue;
-    ckpt::BeginRecord b;
-    b.txn = c.txn;
-    b.step = c.step;
-    const auto k = known.find(c.txn);
-    if (c.verdict == Candidate::Verdict::include) {
-      b.world_size = c.content.manifest.world_size;
-      for (const auto& s : c.content.manifest.shards) b.files.push_back(ckpt::TxnFile{s.rank, s.name});
-    } else if (k != known.end() && k->second.begin) {
-      b = *k->second.begin;  // exactly the files that transaction named, nothing more (R7)
-    } else {
-      b.files.push_back(ckpt::TxnFile{0, ckpt::shard_file_name(0, 1)});
-    }
-    CKPT_ASSIGN_OR_RETURN(ckpt::PendingRecord begin, ckpt::begin_record(b));
-    std::vector<ckpt::PendingRecord> group{begin};
-    if (c.verdict == Candidate::Verdict::include)
-      group.push_back(ckpt::commit_record(ckpt::CommitRecord{c.txn, c.step, c.content.manifest_size, c.content.manifest_digest}));
-    else
-      group.push_back(ckpt::abort_record(ckpt::AbortRecord{c.txn, c.step, ckpt::AbortReason::recovery}));
-    bytes += ckpt::encode_group(group, bytes.size());
-    max_written = std::max(max_written, c.txn);
-  }
-  // An id the old journal used above every directory left must stay spent (spec 5.6): an aborted
-  // transaction whose directory does not exist records it.
-  if (max_txn > std::max(max_written, max_dir_txn)) {
-    ckpt::BeginRecord b;
-    b.txn = max_txn;
-    const auto k = known.find(max_txn);
-    b.step = k != known.end() && k->second.begin ? k->second.begin->step : 0;
-    b.files.push_back(ckpt::TxnFile{0, ckpt::shard_file_name(0, 1)});
-    CKPT_ASSIGN_OR_RETURN(ckpt::PendingRecord begin, ckpt::begin_record(b));
-    bytes += ckpt::encode_group({begin, ckpt::abort_record(ckpt::AbortRecord{b.txn, b.step, ckpt::AbortReason::recovery})}, bytes.size());
-    plan.high_water = b;
-  }
-  // The new journal must read back clean before it replaces anything.
-  CKPT_ASSIGN_OR_RETURN(ckpt::JournalScan check, ckpt::scan_journal_bytes(bytes, ckpt::join_path(store, "JOURNAL (rebuilt)")));
-  if (check.corrupt() || check.torn_tail || check.end != bytes.size())
-    return ckpt::make_error(ckpt::Code::corrupt, "the rebuilt journal does not scan clean: " + check.corruption_summary());
-  return plan;
-}
-
-// Writes the rebuilt journal: temporary name, fsync, the old one renamed aside (never deleted), rename, fsync dir.
-ckpt::Result<std::string> write_rebuilt_journal(ckpt::PosixFs& fs, const std::string& store, const Rebuild& plan, bool old_exists) {
-  const std::string journal_path = ckpt::join_path(store, std::string(ckpt::journal::kJournalName));
-  CKPT_ASSIGN_OR_RETURN(auto file, ckpt::AtomicFile<ckpt::PosixFs>::create(fs, journal_path));
-  CKPT_TRY(file->write(plan.journal_bytes.data(), plan.journal_bytes.size()));
-  std::string kept;
-  if (old_exists) {
-    for (int n = 1; n < 1000000 && kept.empty(); ++n) {
-      const std::string candidate = journal_path + ".corrupt-" + std::to_string(n);
-      if (fs.stat(candidate).status().code() == ckpt::Code::not_found) kept = candidate;
-    }
-    if (kept.empty()) return ckpt::make_error(ckpt::Code::conflict, store + ": no free JOURNAL.corrupt-<n> name");
-    CKPT_TRY(fs.rename(journal_path, kept));
-    // Durable before the new journal takes the name: two renames in one directory may reach disk in any order (R1).
-    CKPT_TRY(fs.sync_dir(store));
-  }
-  CKPT_TRY(file->commit());  // fsync, rename into place, fsync the directory
-  return kept;
-}
 
 // --- Verification of committed steps --------------------------------------------------------------
 
@@ -511,22 +282,27 @@ class Repair {
       }
     } unlock{fs_, lock};
 
-    auto plan = plan_rebuild(fs_, store_, scanned ? &scanned->journal : nullptr);
+    auto plan = ckpt::plan_journal_rebuild(fs_, store_, scanned ? &scanned->journal : nullptr);
     if (!plan.ok()) return fatal(plan.status());
     json candidates = json::array();
     out_.heading(std::string(dry_run_ ? "would rebuild" : "rebuilding") + " the journal (store uuid " + ckpt::uuid_string(plan->uuid) +
                  " from " + plan->uuid_source + "):");
     std::size_t included = 0;
     for (const auto& c : plan->candidates) {
-      const char* verdict = c.verdict == Candidate::Verdict::include ? "commit"
-                            : c.verdict == Candidate::Verdict::abort ? "abort"
-                            : c.verdict == Candidate::Verdict::damaged ? "damaged"
+      const char* verdict = c.verdict == ckpt::RebuildCandidate::Verdict::include ? "commit"
+                            : c.verdict == ckpt::RebuildCandidate::Verdict::abort ? "abort"
+                            : c.verdict == ckpt::RebuildCandidate::Verdict::damaged ? "damaged"
                                                                         : "foreign";
-      if (c.verdict == Candidate::Verdict::include) ++included;
+      if (c.verdict == ckpt::RebuildCandidate::Verdict::include) ++included;
       out_.line("  " + c.dir + ": " + verdict + " (" + c.reason + ")");
-      for (const auto& d : c.damage) out_.line("      " + d);
-      candidates.push_back({{"dir", c.dir}, {"step", c.step}, {"txn", c.txn}, {"verdict", verdict}, {"reason", c.reason}, {"damage", c.damage}});
-      if (c.verdict == Candidate::Verdict::damaged || !c.damage.empty()) rebuild_damage_.push_back(c.dir);
+      json damage = json::array();
+      for (const auto& d : c.damage) {
+        const std::string line = tools::problem_line(d.file, d);
+        out_.line("      " + line);
+        damage.push_back(line);
+      }
+      candidates.push_back({{"dir", c.dir}, {"step", c.step}, {"txn", c.txn}, {"verdict", verdict}, {"reason", c.reason}, {"damage", std::move(damage)}});
+      if (c.verdict == ckpt::RebuildCandidate::Verdict::damaged || !c.damage.empty()) rebuild_damage_.push_back(c.dir);
     }
     if (plan->candidates.empty()) out_.line("  no step directories: the new journal holds no step");
     if (plan->high_water)
@@ -544,7 +320,7 @@ class Repair {
       pending_ = true;
       return finish(ckpt::cli::kIntegrity);
     }
-    auto kept = write_rebuilt_journal(fs_, store_, *plan, scanned != nullptr);
+    auto kept = ckpt::write_rebuilt_journal(fs_, store_, *plan, scanned != nullptr);
     if (!kept.ok()) return fatal(kept.status().with_context("writing the rebuilt journal"));
     out_.heading("done:");
     out_.line("  ok      wrote the new JOURNAL (" + std::to_string(plan->journal_bytes.size()) + " bytes, fsynced, renamed into place, directory fsynced)");
