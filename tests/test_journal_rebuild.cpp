@@ -12,6 +12,8 @@
 #include <ckpt/store.hpp>
 #include <ckpt/testing/sim_fs.hpp>
 
+#include "store_test_util.hpp"
+
 using namespace ckpt;
 using Verdict = RebuildCandidate::Verdict;
 
@@ -19,19 +21,10 @@ namespace {
 
 constexpr const char* kStore = "/s";
 
-StoreOptions options() {
-  StoreOptions o;
-  o.create_if_missing = true;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
-  return o;
-}
-
 // Steps 1 and 2 committed (txn 1 and 2), one 8 KiB tensor each: two chunks.
 SimFs two_steps() {
   SimFs fs;
-  auto store = Store<SimFs>::open(fs, kStore, Access::read_write, options());
+  auto store = Store<SimFs>::open(fs, kStore, Access::read_write, ckpt_test::small_store_options());
   REQUIRE(store.ok());
   for (std::uint64_t step = 1; step <= 2; ++step) {
     auto tx = (*store)->begin(step);
@@ -144,7 +137,7 @@ TEST_CASE("damage decides each step directory's verdict, named once as a structu
 TEST_CASE("the old journal's aborted transactions stay aborted and its highest txn id stays spent", "[rebuild]") {
   SimFs fs = two_steps();
   {
-    auto store = Store<SimFs>::open(fs, kStore, Access::read_write, options());
+    auto store = Store<SimFs>::open(fs, kStore, Access::read_write, ckpt_test::small_store_options());
     REQUIRE(store.ok());
     auto tx = (*store)->begin(3);
     REQUIRE(tx.ok());

@@ -8,20 +8,12 @@
 #include <ckpt/path_kind.hpp>
 
 #include "test_util.hpp"
+#include "store_test_util.hpp"
 
 using namespace ckpt;
 namespace fsys = std::filesystem;
 
 namespace {
-
-StoreOptions small_options() {
-  StoreOptions o;
-  o.create_if_missing = true;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
-  return o;
-}
 
 Status save(Store<PosixFs>& store, std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
@@ -30,17 +22,21 @@ Status save(Store<PosixFs>& store, std::uint64_t step) {
   return tx->commit().status();
 }
 
+// A store in dir holding committed step 3 (txn 1); returns its path.
+std::string store_with_step_3(PosixFs& fs, ckpt_test::TempDir& dir) {
+  const std::string path = dir.file("store");
+  auto store = Store<PosixFs>::open(fs, path, Access::read_write, ckpt_test::small_store_options());
+  REQUIRE(store.ok());
+  REQUIRE(save(**store, 3).ok());
+  return path;
+}
+
 }  // namespace
 
 TEST_CASE("a path is classified as file, store, step directory, store without journal or other directory", "[path_kind]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  const std::string store_path = dir.file("store");
-  {
-    auto store = Store<PosixFs>::open(fs, store_path, Access::read_write, small_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 3).ok());
-  }
+  const std::string store_path = store_with_step_3(fs, dir);
   const std::string lost = dir.file("lost");
   fsys::create_directories(lost);
   fsys::copy(store_path + "/step-3-1", lost + "/step-3-1", fsys::copy_options::recursive);
@@ -75,12 +71,7 @@ TEST_CASE("a path is classified as file, store, step directory, store without jo
 TEST_CASE("a step directory inside a store is located by the store's journal", "[path_kind]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  const std::string store_path = dir.file("store");
-  {
-    auto store = Store<PosixFs>::open(fs, store_path, Access::read_write, small_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 3).ok());
-  }
+  const std::string store_path = store_with_step_3(fs, dir);
   const StepInStore committed = locate_step_directory(fs, store_path + "/step-3-1/");
   CHECK(committed.store == store_path);
   REQUIRE(committed.info.has_value());

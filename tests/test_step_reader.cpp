@@ -12,6 +12,7 @@
 #include <ckpt/store.hpp>
 
 #include "test_util.hpp"
+#include "store_test_util.hpp"
 
 using namespace ckpt;
 namespace fsys = std::filesystem;
@@ -19,15 +20,6 @@ namespace fsys = std::filesystem;
 namespace {
 
 constexpr std::size_t kElems = 300;  // 1200 bytes of F32: one 4 KiB chunk per tensor
-
-StoreOptions small_options() {
-  StoreOptions o;
-  o.create_if_missing = true;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 6;
-  o.buffer_size = 4096;
-  return o;
-}
 
 std::vector<float> values(std::uint64_t step) {
   std::vector<float> w(kElems);
@@ -57,7 +49,7 @@ struct TwoSteps {
   std::unique_ptr<Store<PosixFs>> store;
   std::string shard1, manifest1, shard2, manifest2;
   TwoSteps() {
-    auto s = Store<PosixFs>::open(fs, path, Access::read_write, small_options());
+    auto s = Store<PosixFs>::open(fs, path, Access::read_write, ckpt_test::small_store_options());
     REQUIRE(s.ok());
     store = std::move(s).value();
     REQUIRE(save(*store, 1).ok());

@@ -153,10 +153,10 @@ struct StoreOutcome {
 
 // Takes the library's report into the step's outcome; files are outcomes [first, outcomes.size()).
 void take_report(StepOutcome& step, ckpt::StepVerifyReport&& report, std::size_t first, const std::vector<FileOutcome>& outcomes) {
+  step.files_missing = report.files_missing();  // before the problems are moved out of the report
   step.problems = std::move(report.problems);
   step.chunks = report.chunks_checked;
   step.bytes = report.bytes_checked;
-  step.files_missing = report.files_missing();
   for (std::size_t k = first; k < outcomes.size(); ++k) step.files.push_back(k);
 }
 
