@@ -17,6 +17,7 @@
 #include "sharded_fixture.hpp"
 #include "store_test_util.hpp"
 #include "test_util.hpp"
+#include "thread_ranks.hpp"
 
 using namespace ckpt;
 using namespace sharded_fixture;
@@ -35,20 +36,7 @@ Status write_piece(Transaction<>& tx, const std::string& name, DType dtype, cons
   return tx.end_piece();
 }
 
-// Runs body(rank, comm) on `world` threads, one ThreadComm each; returns each rank's Status.
-std::vector<Status> run_ranks(int world, const std::function<Status(std::uint32_t, ThreadComm&)>& body) {
-  ThreadGroup group(world);
-  std::vector<Status> out(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      ThreadComm comm(group, r);
-      out[static_cast<std::size_t>(r)] = body(static_cast<std::uint32_t>(r), comm);
-      if (!out[static_cast<std::size_t>(r)].ok()) comm.leave(out[static_cast<std::size_t>(r)]);
-    });
-  for (auto& t : threads) t.join();
-  return out;
-}
+using ckpt_test::run_ranks;
 
 // Saves `step` with the fixture's tensors across `world` threads; each rank's commit Status.
 template <class Fs>

@@ -16,6 +16,7 @@
 
 #include "store_test_util.hpp"
 #include "test_util.hpp"
+#include "thread_ranks.hpp"
 
 using namespace ckpt;
 namespace fsys = std::filesystem;
@@ -631,22 +632,9 @@ TEST_CASE("a store keeps the communicator it was opened with", "[store]") {
 
 namespace {
 
-// Runs one body per rank on threads over one ThreadGroup; a hang here is the failure these tests look for.
-std::vector<Status> on_ranks(int world, const std::function<Status(int, ThreadComm&)>& body) {
-  ThreadGroup group(world);
-  std::vector<Status> results(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      ThreadComm comm(group, r);
-      results[static_cast<std::size_t>(r)] = body(r, comm);
-    });
-  for (auto& t : threads) t.join();
-  return results;
-}
 
 // Rank r's row of a 3 x 300 F32 tensor, so that a step needs every rank.
-Status add_row(Transaction<>& tx, int rank, std::uint64_t step) {
+Status add_row(Transaction<>& tx, std::uint32_t rank, std::uint64_t step) {
   const auto w = weights(step + static_cast<std::uint64_t>(rank));
   CKPT_TRY(tx.begin_piece("w", DType::F32, {3, kElems}, {static_cast<std::uint64_t>(rank), 0}, {1, kElems}));
   CKPT_TRY(tx.write(w.data(), w.size() * 4));
@@ -661,7 +649,7 @@ TEST_CASE("a rank that drops its open transaction fails the others' commit, and 
     INFO("rank " << dropping << " returns early");
     ckpt_test::TempDir dir;
     const std::string path = dir.file("store");
-    const auto results = on_ranks(3, [&](int rank, ThreadComm& comm) -> Status {
+    const auto results = ckpt_test::run_ranks(3, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
       CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, writable_options(), comm));
       {
         CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
@@ -670,7 +658,7 @@ TEST_CASE("a rank that drops its open transaction fails the others' commit, and 
       }
       CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(2));
       CKPT_TRY(add_row(*tx, rank, 2));
-      if (rank == dropping) return make_error(Code::io, "early return");  // tx and store destroyed, no collective
+      if (static_cast<int>(rank) == dropping) return make_error(Code::io, "early return");  // tx and store destroyed, no collective
       return tx->commit().status();
     });
     for (int r = 0; r < 3; ++r) {

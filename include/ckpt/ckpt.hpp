@@ -17,7 +17,6 @@
 #include "io/fs_op.hpp"
 #include "io/posix_fs.hpp"
 #include "journal.hpp"
-#include "journal_rebuild.hpp"
 #include "manifest.hpp"
 #include "path_kind.hpp"
 #include "problem.hpp"
