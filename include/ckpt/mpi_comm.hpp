@@ -28,6 +28,7 @@
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,14 +68,25 @@ class MpiComm {
   static constexpr int kLeaveTag = 0x6c76;  // point-to-point, so it never matches a collective
   MpiComm(MPI_Comm comm, int rank, int size) noexcept : comm_(comm), rank_(rank), size_(size) {}
   [[nodiscard]] static Status mpi_error(const char* call, int code);
-  // Completes a nonblocking collective; fails when a leave message arrives first (the request is then
-  // abandoned with the communicator).
-  [[nodiscard]] Status complete(MPI_Request& request, const char* call);
+  // The buffers of one collective: MPI owns them until it completes, which an abandoned one never does.
+  struct Buffers {
+    unsigned char head[8] = {};
+    unsigned char verdict = 1;
+    std::vector<unsigned char> sizes;
+    std::vector<int> counts, displs;
+    std::string data, all;
+  };
+  // Keeps what an abandoned collective may still be written into until the process exits (after
+  // MPI_Finalize nothing is delivered); reachable, so not a leak.
+  static void keep_until_exit(std::shared_ptr<void> buffers);
+  // Completes a nonblocking collective; fails when a leave message arrives first (the request and its
+  // buffers are then abandoned with the communicator).
+  [[nodiscard]] Status complete(MPI_Request& request, const char* call, const std::shared_ptr<Buffers>& buffers);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   Status broken_;                            // a rank left: every collective fails with this
-  std::unique_ptr<std::string> leave_text_;  // what leave() sent; alive until its sends complete
+  std::shared_ptr<std::string> leave_text_;  // what leave() sent; alive until its sends complete
   std::vector<MPI_Request> leave_sends_;
 };
 
@@ -126,19 +138,24 @@ inline MpiComm::~MpiComm() {
       if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) {
         // Still in flight: MPI keeps the buffer, so it must outlive this object (a few bytes, once).
         MPI_Request_free(&r);
-        (void)leave_text_.release();
+        if (leave_text_) keep_until_exit(leave_text_);
       }
     }
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  } else {
-    (void)leave_text_.release();  // after MPI_Finalize nothing may be asked of MPI, and nothing reads it
   }
+}
+
+inline void MpiComm::keep_until_exit(std::shared_ptr<void> buffers) {
+  static std::mutex mutex;
+  static std::vector<std::shared_ptr<void>> kept;
+  std::lock_guard<std::mutex> lock(mutex);
+  kept.push_back(std::move(buffers));
 }
 
 inline void MpiComm::leave(const Status& why) {
   if (!broken_.ok() || comm_ == MPI_COMM_NULL) return;
   broken_ = make_error(why.ok() ? Code::io : why.code(), "this rank left the communicator: " + why.message());
-  leave_text_ = std::make_unique<std::string>(why.ok() ? std::string("no reason given") : why.message());
+  leave_text_ = std::make_shared<std::string>(why.ok() ? std::string("no reason given") : why.message());
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     MPI_Request request = MPI_REQUEST_NULL;
@@ -148,7 +165,7 @@ inline void MpiComm::leave(const Status& why) {
   }
 }
 
-inline Status MpiComm::complete(MPI_Request& request, const char* call) {
+inline Status MpiComm::complete(MPI_Request& request, const char* call, const std::shared_ptr<Buffers>& buffers) {
   long pause_ns = 1000;
   for (;;) {
     int done = 0;
@@ -166,6 +183,7 @@ inline Status MpiComm::complete(MPI_Request& request, const char* call) {
       rc = MPI_Recv(why.empty() ? nullptr : &why[0], n, MPI_CHAR, from.MPI_SOURCE, kLeaveTag, comm_, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_error("MPI_Recv", rc);
       broken_ = make_error(Code::io, "rank " + std::to_string(from.MPI_SOURCE) + " left the communicator: " + why);
+      if (buffers) keep_until_exit(buffers);  // the pending collective may still write into them
       return broken_;
     }
     // Back off to 1 ms: a commit may wait seconds for the slowest rank's writes.
@@ -179,7 +197,7 @@ inline Status MpiComm::barrier() {
   if (!broken_.ok()) return broken_;
   MPI_Request request = MPI_REQUEST_NULL;
   const int rc = MPI_Ibarrier(comm_, &request);
-  return rc == MPI_SUCCESS ? complete(request, "MPI_Ibarrier") : mpi_error("MPI_Ibarrier", rc);
+  return rc == MPI_SUCCESS ? complete(request, "MPI_Ibarrier", nullptr) : mpi_error("MPI_Ibarrier", rc);
 }
 
 inline Result<std::vector<std::string>> MpiComm::gather(std::string bytes, int root) {
@@ -187,43 +205,42 @@ inline Result<std::vector<std::string>> MpiComm::gather(std::string bytes, int r
     return make_error(Code::invalid_argument, "gather root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(size_));
   if (!broken_.ok()) return broken_;
   // Sizes travel as u64 so a message over 2 GiB is refused on every rank alike, not truncated.
-  unsigned char mine[8];
-  put_u64(mine, bytes.size());
-  std::vector<unsigned char> sizes(rank_ == root ? static_cast<std::size_t>(size_) * 8 : 0);
+  auto buf = std::make_shared<Buffers>();
+  buf->data = std::move(bytes);
+  put_u64(buf->head, buf->data.size());
+  buf->sizes.resize(rank_ == root ? static_cast<std::size_t>(size_) * 8 : 0);
   MPI_Request request = MPI_REQUEST_NULL;
-  int rc = MPI_Igather(mine, 8, MPI_BYTE, sizes.data(), 8, MPI_BYTE, root, comm_, &request);
+  int rc = MPI_Igather(buf->head, 8, MPI_BYTE, buf->sizes.data(), 8, MPI_BYTE, root, comm_, &request);
   if (rc != MPI_SUCCESS) return mpi_error("MPI_Igather", rc);
-  CKPT_TRY(complete(request, "MPI_Igather"));
+  CKPT_TRY(complete(request, "MPI_Igather", buf));
   // Every rank must know whether the root will accept the message sizes before the Gatherv.
-  unsigned char verdict = 1;
-  std::vector<int> counts, displs;
   std::uint64_t total = 0;
   if (rank_ == root) {
-    counts.resize(static_cast<std::size_t>(size_));
-    displs.resize(static_cast<std::size_t>(size_));
+    buf->counts.resize(static_cast<std::size_t>(size_));
+    buf->displs.resize(static_cast<std::size_t>(size_));
     for (int r = 0; r < size_; ++r) {
-      const std::uint64_t n = get_u64(sizes.data() + 8 * r);
-      if (n > static_cast<std::uint64_t>(INT_MAX) || total > static_cast<std::uint64_t>(INT_MAX) - n) verdict = 0;
-      counts[static_cast<std::size_t>(r)] = verdict ? static_cast<int>(n) : 0;
-      displs[static_cast<std::size_t>(r)] = verdict ? static_cast<int>(total) : 0;
-      if (verdict) total += n;
+      const std::uint64_t n = get_u64(buf->sizes.data() + 8 * r);
+      if (n > static_cast<std::uint64_t>(INT_MAX) || total > static_cast<std::uint64_t>(INT_MAX) - n) buf->verdict = 0;
+      buf->counts[static_cast<std::size_t>(r)] = buf->verdict ? static_cast<int>(n) : 0;
+      buf->displs[static_cast<std::size_t>(r)] = buf->verdict ? static_cast<int>(total) : 0;
+      if (buf->verdict) total += n;
     }
   }
-  rc = MPI_Ibcast(&verdict, 1, MPI_BYTE, root, comm_, &request);
+  rc = MPI_Ibcast(&buf->verdict, 1, MPI_BYTE, root, comm_, &request);
   if (rc != MPI_SUCCESS) return mpi_error("MPI_Ibcast", rc);
-  CKPT_TRY(complete(request, "MPI_Ibcast"));
-  if (verdict == 0) return make_error(Code::invalid_argument, "gather: the messages add up to 2 GiB or more (MPI counts are int)");
-  std::string all(static_cast<std::size_t>(total), '\0');
-  rc = MPI_Igatherv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, rank_ == root ? &all[0] : nullptr,
-                    counts.data(), displs.data(), MPI_BYTE, root, comm_, &request);
+  CKPT_TRY(complete(request, "MPI_Ibcast", buf));
+  if (buf->verdict == 0) return make_error(Code::invalid_argument, "gather: the messages add up to 2 GiB or more (MPI counts are int)");
+  buf->all.assign(static_cast<std::size_t>(total), '\0');
+  rc = MPI_Igatherv(buf->data.data(), static_cast<int>(buf->data.size()), MPI_BYTE, rank_ == root ? &buf->all[0] : nullptr,
+                    buf->counts.data(), buf->displs.data(), MPI_BYTE, root, comm_, &request);
   if (rc != MPI_SUCCESS) return mpi_error("MPI_Igatherv", rc);
-  CKPT_TRY(complete(request, "MPI_Igatherv"));
+  CKPT_TRY(complete(request, "MPI_Igatherv", buf));
   std::vector<std::string> out;
   if (rank_ == root) {
     out.reserve(static_cast<std::size_t>(size_));
     for (int r = 0; r < size_; ++r)
-      out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),
-                               static_cast<std::size_t>(counts[static_cast<std::size_t>(r)])));
+      out.push_back(buf->all.substr(static_cast<std::size_t>(buf->displs[static_cast<std::size_t>(r)]),
+                                    static_cast<std::size_t>(buf->counts[static_cast<std::size_t>(r)])));
   }
   return Result<std::vector<std::string>>(std::move(out));
 }
@@ -232,22 +249,25 @@ inline Status MpiComm::broadcast(std::string& bytes, int root) {
   if (root < 0 || root >= size_)
     return make_error(Code::invalid_argument, "broadcast root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(size_));
   if (!broken_.ok()) return broken_;
-  unsigned char size_bytes[8];
-  put_u64(size_bytes, bytes.size());
+  // The payload travels in buffers of its own: an abandoned broadcast may still write into them later.
+  auto buf = std::make_shared<Buffers>();
+  if (rank_ == root) buf->data = bytes;
+  put_u64(buf->head, buf->data.size());
   MPI_Request request = MPI_REQUEST_NULL;
-  int rc = MPI_Ibcast(size_bytes, 8, MPI_BYTE, root, comm_, &request);
+  int rc = MPI_Ibcast(buf->head, 8, MPI_BYTE, root, comm_, &request);
   if (rc != MPI_SUCCESS) return mpi_error("MPI_Ibcast", rc);
-  CKPT_TRY(complete(request, "MPI_Ibcast"));
-  const std::uint64_t n = get_u64(size_bytes);
-  if (rank_ != root) bytes.assign(static_cast<std::size_t>(n), '\0');
+  CKPT_TRY(complete(request, "MPI_Ibcast", buf));
+  const std::uint64_t n = get_u64(buf->head);
+  if (rank_ != root) buf->data.assign(static_cast<std::size_t>(n), '\0');
   constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
   for (std::uint64_t done = 0; done < n;) {
     const std::uint64_t len = std::min(kPiece, n - done);
-    rc = MPI_Ibcast(&bytes[static_cast<std::size_t>(done)], static_cast<int>(len), MPI_BYTE, root, comm_, &request);
+    rc = MPI_Ibcast(&buf->data[static_cast<std::size_t>(done)], static_cast<int>(len), MPI_BYTE, root, comm_, &request);
     if (rc != MPI_SUCCESS) return mpi_error("MPI_Ibcast", rc);
-    CKPT_TRY(complete(request, "MPI_Ibcast"));
+    CKPT_TRY(complete(request, "MPI_Ibcast", buf));
     done += len;
   }
+  if (rank_ != root) bytes = std::move(buf->data);
   return Status();
 }
 
