@@ -263,8 +263,7 @@ template <class B>
 namespace detail {
 
 // Reads [off, off + n) with up to `threads` preads in flight (page cache copies are CPU-bound).
-template <class Fs>
-[[nodiscard]] Status read_parallel(Fs& fs, FileHandle file, const std::string& path, unsigned char* dst, std::size_t n,
+[[nodiscard]] inline Status read_parallel(FsRef fs, FileHandle file, const std::string& path, unsigned char* dst, std::size_t n,
                                    std::uint64_t off, unsigned threads) {
   constexpr std::size_t kPart = std::size_t{8} << 20;
   const std::size_t parts = (n + kPart - 1) / kPart;
@@ -307,17 +306,17 @@ template <class Fs>
 // ckpt::verify_file with every chunk digest computed on the device: pieces are read in large blocks
 // into pinned buffers, copied up and hashed while the next block is read (spec/GPU.md 6). A file whose
 // superblock, footer or index is damaged goes to the CPU verifier, which names that damage.
-template <class B, class Fs = PosixFs>
-[[nodiscard]] Result<VerifyReport> verify_file_on_device(B& backend, Fs& fs, const std::string& path,
+template <class B>
+[[nodiscard]] Result<VerifyReport> verify_file_on_device(B& backend, FsRef fs, const std::string& path,
                                                          const DeviceIoOptions& options = {}) {
-  auto opened = ShardReader<Fs>::open(fs, path);
+  auto opened = ShardReader::open(fs, path);
   if (!opened.ok()) {
     VerifyOptions cpu;
     cpu.threads = std::max(1u, std::thread::hardware_concurrency());
     cpu.progress = options.progress;
     return verify_file(fs, path, cpu);
   }
-  ShardReader<Fs>& reader = **opened;
+  ShardReader& reader = **opened;
   const Index& index = reader.index();
   VerifyReport report;
   report.path = path;
@@ -487,8 +486,8 @@ struct DeviceTensor {
 // overlaps the write of this one. The writer hashes every byte it writes; afterwards the same chunks are
 // hashed in device memory and must match, so the digests in the index cover device -> host -> file
 // (spec/GPU.md 7). On a mismatch the writer must not be finished (its file is then removed).
-template <class B, class Fs>
-[[nodiscard]] Status write_device_tensors(B& backend, ShardWriter<Fs>& writer, const std::vector<DeviceTensor>& tensors,
+template <class B>
+[[nodiscard]] Status write_device_tensors(B& backend, ShardWriter& writer, const std::vector<DeviceTensor>& tensors,
                                           const DeviceIoOptions& options = {}) {
   struct Slice {
     std::size_t tensor = 0;
@@ -576,13 +575,13 @@ template <class B, class Fs>
 }
 
 // Saves device tensors (and metadata) as one shard file; nothing is left at path on failure.
-template <class B, class Fs>
-[[nodiscard]] Result<ShardSummary> save_from_device(B& backend, Fs& fs, const std::string& path,
+template <class B>
+[[nodiscard]] Result<ShardSummary> save_from_device(B& backend, FsRef fs, const std::string& path,
                                                     const std::vector<DeviceTensor>& tensors,
                                                     const WriterOptions& writer_options = {},
                                                     const DeviceIoOptions& options = {},
                                                     const std::vector<MetaEntry>& metadata = {}) {
-  CKPT_ASSIGN_OR_RETURN(auto writer, ShardWriter<Fs>::create(fs, path, writer_options));
+  CKPT_ASSIGN_OR_RETURN(auto writer, ShardWriter::create(fs, path, writer_options));
   for (const auto& m : metadata) CKPT_TRY(writer->set_metadata(m.key, m.value));
   CKPT_TRY(write_device_tensors(backend, *writer, tensors, options));
   return writer->finish();
@@ -599,8 +598,8 @@ struct DeviceTarget {
 // the copy of this one), then hashes every chunk in device memory; success means every byte the caller
 // receives matched its digest on the device (spec/GPU.md 8). On failure the targets' contents are
 // unspecified. Every piece must be one contiguous run of its tensor (a split along the first axis).
-template <class B, class Fs>
-[[nodiscard]] Status read_device_tensors(B& backend, ShardReader<Fs>& reader, const std::vector<DeviceTarget>& targets,
+template <class B>
+[[nodiscard]] Status read_device_tensors(B& backend, ShardReader& reader, const std::vector<DeviceTarget>& targets,
                                          const DeviceIoOptions& options = {}) {
   const Index& index = reader.index();
   const std::string& path = reader.path();
@@ -697,10 +696,10 @@ template <class B, class Fs>
 }
 
 // Opens a shard file and loads the named tensors into device memory, verified on the device.
-template <class B, class Fs>
-[[nodiscard]] Status load_to_device(B& backend, Fs& fs, const std::string& path, const std::vector<DeviceTarget>& targets,
+template <class B>
+[[nodiscard]] Status load_to_device(B& backend, FsRef fs, const std::string& path, const std::vector<DeviceTarget>& targets,
                                     const DeviceIoOptions& options = {}) {
-  CKPT_ASSIGN_OR_RETURN(auto reader, ShardReader<Fs>::open(fs, path));
+  CKPT_ASSIGN_OR_RETURN(auto reader, ShardReader::open(fs, path));
   return read_device_tensors(backend, *reader, targets, options);
 }
 

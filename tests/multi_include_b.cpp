@@ -24,7 +24,7 @@ int multi_include_b(const std::string& dir) {
     options.alignment_log2 = 6;
     options.chunk_size_log2 = 12;
     options.durable = false;
-    auto writer = ckpt::ShardWriter<>::create(fs, path, options);
+    auto writer = ckpt::ShardWriter::create(fs, path, options);
     if (!writer.ok()) return fail("create", writer.status());
     if (auto s = (*writer)->add_tensor("w", ckpt::DType::F32, {2, 3}, values.data(), values.size() * 4); !s.ok())
       return fail("add_tensor", s);
@@ -32,7 +32,7 @@ int multi_include_b(const std::string& dir) {
     auto summary = (*writer)->finish();
     if (!summary.ok()) return fail("finish", summary.status());
   }
-  auto reader = ckpt::ShardReader<>::open(fs, path);
+  auto reader = ckpt::ShardReader::open(fs, path);
   if (!reader.ok()) return fail("open", reader.status());
   std::vector<float> back(values.size());
   if (auto s = (*reader)->read_tensor("w", back.data(), back.size() * 4); !s.ok()) return fail("read_tensor", s);

@@ -22,7 +22,7 @@ template <class Fs>
   auto report = ckpt::verify_file(fs, path);
   if (!report.ok()) return "verify: " + report.status().to_string();
   if (!report->ok()) return "verify: " + report->problems.front().message;
-  auto reader = ckpt::ShardReader<Fs>::open(fs, path);
+  auto reader = ckpt::ShardReader::open(fs, path);
   if (!reader.ok()) return "open: " + reader.status().to_string();
   for (const auto& [name, bytes] : expected) {
     std::vector<unsigned char> back(bytes->size());

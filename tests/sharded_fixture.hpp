@@ -117,8 +117,7 @@ inline void place(std::vector<unsigned char>& global, const TensorSpec& t, const
 }
 
 // Writes this rank's part of every tensor into an open transaction.
-template <class Fs>
-[[nodiscard]] Status save_rank(ckpt::Transaction<Fs>& tx, std::uint32_t world, std::uint32_t rank, std::uint64_t step) {
+[[nodiscard]] inline Status save_rank(ckpt::Transaction& tx, std::uint32_t world, std::uint32_t rank, std::uint64_t step) {
   for (const auto& t : specs()) {
     const auto global = global_bytes(t, step);
     if (t.split == Split::replicated) {

@@ -59,8 +59,7 @@ struct StepData {
 };
 
 // "" when the step holds exactly StepData(step) and verifies.
-template <class Fs>
-std::string check_step(Store<Fs>& store, std::uint64_t step, std::size_t weight_bytes = 40000) {
+std::string check_step(Store& store, std::uint64_t step, std::size_t weight_bytes = 40000) {
   const StepData want(step, weight_bytes);
   auto reader = store.open_step(step);
   if (!reader.ok()) return reader.status().to_string();
@@ -120,10 +119,10 @@ struct Gate {
 TEST_CASE("an async save commits exactly what a synchronous save would, with its timing recorded", "[async]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  auto store = Store<>::open(fs, dir.file("store"), Access::read_write, small_store());
+  auto store = Store::open(fs, dir.file("store"), Access::read_write, small_store());
   REQUIRE(store.ok());
   {
-    auto saver = AsyncSaver<>::create(**store, small_saver());
+    auto saver = AsyncSaver::create(**store, small_saver());
     REQUIRE(saver.ok());
     for (std::uint64_t step : {10, 20, 30}) {
       const StepData data(step);
@@ -139,7 +138,7 @@ TEST_CASE("an async save commits exactly what a synchronous save would, with its
   }
   for (std::uint64_t step : {10, 20, 30}) CHECK(check_step(**store, step) == "");
   // SAVE_STATS (spec/JOURNAL.md 4.8), read back by a fresh read-only open.
-  auto reopened = Store<>::open(fs, dir.file("store"), Access::read_only);
+  auto reopened = Store::open(fs, dir.file("store"), Access::read_only);
   REQUIRE(reopened.ok());
   const auto records = (*reopened)->save_records();
   REQUIRE(records.size() == 3);
@@ -160,7 +159,7 @@ TEST_CASE("an async save commits exactly what a synchronous save would, with its
 
 TEST_CASE("a synchronous commit records a save whose stall is the whole save", "[async][journal]") {
   SimFs sim;
-  auto store = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+  auto store = Store::open(sim, kStore, Access::read_write, small_store());
   REQUIRE(store.ok());
   CHECK((*store)->save_fits(1.0) == std::nullopt);  // nothing recorded yet
   {
@@ -176,7 +175,7 @@ TEST_CASE("a synchronous commit records a save whose stall is the whole save", "
   CHECK(records[0].stall_ns == records[0].persist_ns);
   // The record is in the COMMIT's group, so a reopen (and recovery) finds it with the step.
   store->reset();
-  auto reopened = Store<SimFs>::open(sim, kStore, Access::read_write, small_store(false));
+  auto reopened = Store::open(sim, kStore, Access::read_write, small_store(false));
   REQUIRE(reopened.ok());
   REQUIRE((*reopened)->save_records().size() == 1);
   CHECK((*reopened)->save_records()[0] == records[0]);
@@ -184,11 +183,11 @@ TEST_CASE("a synchronous commit records a save whose stall is the whole save", "
 
 TEST_CASE("a state larger than the staging pool streams through it", "[async]") {
   SimFs sim;
-  auto store = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+  auto store = Store::open(sim, kStore, Access::read_write, small_store());
   REQUIRE(store.ok());
   constexpr std::size_t kBig = 300000;  // 37 slabs of 8 KiB through a pool of 4
   {
-    auto saver = AsyncSaver<SimFs>::create(**store, small_saver(32 << 10, 8 << 10));
+    auto saver = AsyncSaver::create(**store, small_saver(32 << 10, 8 << 10));
     REQUIRE(saver.ok());
     CHECK((*saver)->pool().slab_count() == 4);
     for (std::uint64_t step : {1, 2}) {
@@ -230,12 +229,12 @@ TEST_CASE("with one save in flight the next one waits or is skipped, as the call
     INFO((policy == WhenBusy::wait ? "wait" : "skip"));
     SimFs sim;
     Gate gate;
-    auto store = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+    auto store = Store::open(sim, kStore, Access::read_write, small_store());
     REQUIRE(store.ok());
     sim.set_persistence_hook([&](const SimFs&, const PersistencePoint&) { gate.hold(); });
     AsyncSaveOptions o = small_saver();
     o.when_busy = policy;
-    auto saver = AsyncSaver<SimFs>::create(**store, o);
+    auto saver = AsyncSaver::create(**store, o);
     REQUIRE(saver.ok());
     gate.close();
     const StepData one(1), two(2);
@@ -269,7 +268,7 @@ TEST_CASE("with one save in flight the next one waits or is skipped, as the call
 TEST_CASE("with two saves in flight the next is staged while the first persists, and commits after it", "[async]") {
   SimFs sim;
   Gate gate;
-  auto store = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+  auto store = Store::open(sim, kStore, Access::read_write, small_store());
   REQUIRE(store.ok());
   sim.set_persistence_hook([&](const SimFs&, const PersistencePoint&) { gate.hold(); });
   AsyncSaveOptions o = small_saver(256 << 10);
@@ -280,7 +279,7 @@ TEST_CASE("with two saves in flight the next is staged while the first persists,
     CHECK(out.status.ok());
     completed.push_back(out.step);
   };
-  auto saver = AsyncSaver<SimFs>::create(**store, o);
+  auto saver = AsyncSaver::create(**store, o);
   REQUIRE(saver.ok());
   gate.close();
   const StepData a(1), b(2), c(3);
@@ -306,7 +305,7 @@ TEST_CASE("retention runs after each async commit, in the background, and steps 
   SimFs sim;
   StoreOptions so = small_store();
   so.retention.keep_last = 2;
-  auto store = Store<SimFs>::open(sim, kStore, Access::read_write, so);
+  auto store = Store::open(sim, kStore, Access::read_write, so);
   REQUIRE(store.ok());
   AsyncSaveOptions o = small_saver(256 << 10);
   o.max_in_flight = 3;
@@ -317,7 +316,7 @@ TEST_CASE("retention runs after each async commit, in the background, and steps 
     for (const auto& r : out.commit->retired) retired.push_back(r.step);
   };
   {
-    auto saver = AsyncSaver<SimFs>::create(**store, o);
+    auto saver = AsyncSaver::create(**store, o);
     REQUIRE(saver.ok());
     std::vector<StepData> data;
     for (std::uint64_t step = 1; step <= 6; ++step) {
@@ -336,9 +335,9 @@ TEST_CASE("a background failure at any operation is reported by the next call an
   // Count the operations of one async save of step 30 over a store with steps 10 and 20.
   SimFs base;
   {
-    auto store = Store<SimFs>::open(base, kStore, Access::read_write, small_store());
+    auto store = Store::open(base, kStore, Access::read_write, small_store());
     REQUIRE(store.ok());
-    auto saver = AsyncSaver<SimFs>::create(**store, small_saver());
+    auto saver = AsyncSaver::create(**store, small_saver());
     REQUIRE(saver.ok());
     for (std::uint64_t step : {10, 20}) {
       const StepData d(step);
@@ -350,9 +349,9 @@ TEST_CASE("a background failure at any operation is reported by the next call an
   {
     SimFs sim(base);
     FaultFs<SimFs> counting(sim);
-    auto store = Store<FaultFs<SimFs>>::open(counting, kStore, Access::read_write, small_store(false));
+    auto store = Store::open(counting, kStore, Access::read_write, small_store(false));
     REQUIRE(store.ok());
-    auto saver = AsyncSaver<FaultFs<SimFs>>::create(**store, small_saver());
+    auto saver = AsyncSaver::create(**store, small_saver());
     REQUIRE(saver.ok());
     counting.set_plan({});
     const StepData d(30);
@@ -367,10 +366,10 @@ TEST_CASE("a background failure at any operation is reported by the next call an
       INFO(fault_name(fault) << " at operation " << n << " of " << ops);
       SimFs sim(base);
       FaultFs<SimFs> faulty(sim);
-      auto opened = Store<FaultFs<SimFs>>::open(faulty, kStore, Access::read_write, small_store(false));
+      auto opened = Store::open(faulty, kStore, Access::read_write, small_store(false));
       REQUIRE(opened.ok());
       auto& store = **opened;
-      auto saver = AsyncSaver<FaultFs<SimFs>>::create(store, small_saver());
+      auto saver = AsyncSaver::create(store, small_saver());
       REQUIRE(saver.ok());
       faulty.set_plan(FaultPlan::nth(n, fault));
       const StepData d30(30), d40(40);
@@ -417,17 +416,17 @@ TEST_CASE("a background failure at any operation is reported by the next call an
 TEST_CASE("a flush that cannot finish the save in flight before its deadline abandons it cleanly", "[async][flush]") {
   SimFs sim;
   Gate gate;
-  auto store = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+  auto store = Store::open(sim, kStore, Access::read_write, small_store());
   REQUIRE(store.ok());
   {
-    auto saver = AsyncSaver<SimFs>::create(**store, small_saver());
+    auto saver = AsyncSaver::create(**store, small_saver());
     REQUIRE(saver.ok());
     const StepData d(1);
     REQUIRE((*saver)->save(d.request(1)).ok());
     REQUIRE((*saver)->wait().ok());
   }
   sim.set_persistence_hook([&](const SimFs&, const PersistencePoint&) { gate.hold(); });
-  auto saver = AsyncSaver<SimFs>::create(**store, small_saver());
+  auto saver = AsyncSaver::create(**store, small_saver());
   REQUIRE(saver.ok());
   gate.close();
   const StepData d2(2);
@@ -458,9 +457,9 @@ TEST_CASE("a flush that cannot finish the save in flight before its deadline aba
 
 TEST_CASE("a flush with time to spare commits the save in flight", "[async][flush]") {
   SimFs sim;
-  auto store = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+  auto store = Store::open(sim, kStore, Access::read_write, small_store());
   REQUIRE(store.ok());
-  auto saver = AsyncSaver<SimFs>::create(**store, small_saver());
+  auto saver = AsyncSaver::create(**store, small_saver());
   REQUIRE(saver.ok());
   const StepData d(7);
   REQUIRE((*saver)->save(d.request(7)).ok());
@@ -486,9 +485,9 @@ TEST_CASE("a signal handler's flush request is seen by the saver and keeps the e
   CHECK(*flush_requested() <= *requested + 1ms);
   // A saver obeys it without a flush() call: no new save is taken.
   SimFs sim;
-  auto store = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+  auto store = Store::open(sim, kStore, Access::read_write, small_store());
   REQUIRE(store.ok());
-  auto saver = AsyncSaver<SimFs>::create(**store, small_saver());
+  auto saver = AsyncSaver::create(**store, small_saver());
   REQUIRE(saver.ok());
   const StepData d(1);
   CHECK((*saver)->save(d.request(1)).status().code() == Code::cancelled);
@@ -519,8 +518,8 @@ std::vector<Status> run_async_ranks(SimFs& sim, int world, Body&& body) {
 
 // Rank r holds rows [64 r, 64 r + 64) of a 256 x 100 U8 tensor "w", each byte step / 100 + r.
 Status save_rank_steps(int r, FaultFs<SimFs>& fs, ThreadComm& comm, const std::vector<std::uint64_t>& steps, int failing_rank) {
-  CKPT_ASSIGN_OR_RETURN(auto store, (Store<FaultFs<SimFs>>::open(fs, kStore, Access::read_write, small_store(false), comm)));
-  CKPT_ASSIGN_OR_RETURN(auto saver, AsyncSaver<FaultFs<SimFs>>::create(*store, small_saver()));
+  CKPT_ASSIGN_OR_RETURN(auto store, (Store::open(fs, kStore, Access::read_write, small_store(false), comm)));
+  CKPT_ASSIGN_OR_RETURN(auto saver, AsyncSaver::create(*store, small_saver()));
   // The failing rank's shard writes fail with EIO from now on; the other ranks' do not.
   if (r == failing_rank) fs.set_plan(FaultPlan::from(1, Fault::io_error, fs_ops::data_writes));
   for (const std::uint64_t step : steps) {
@@ -540,7 +539,7 @@ TEST_CASE("async saves across ranks join one collective commit, and one rank's f
   constexpr int kWorld = 4;
   SimFs sim;
   {
-    auto created = Store<SimFs>::open(sim, kStore, Access::read_write, small_store());
+    auto created = Store::open(sim, kStore, Access::read_write, small_store());
     REQUIRE(created.ok());
   }
   const auto ok = run_async_ranks(sim, kWorld, [](int r, FaultFs<SimFs>& fs, ThreadComm& comm) {
@@ -548,7 +547,7 @@ TEST_CASE("async saves across ranks join one collective commit, and one rank's f
   });
   for (int r = 0; r < kWorld; ++r) CHECK(ok[static_cast<std::size_t>(r)].to_string() == "ok");
   {
-    auto check = Store<SimFs>::open(sim, kStore, Access::read_only);
+    auto check = Store::open(sim, kStore, Access::read_only);
     REQUIRE(check.ok());
     CHECK(live_steps((*check)->steps()) == std::vector<std::uint64_t>{100, 200});
     auto reader = (*check)->open_step(200);
@@ -571,7 +570,7 @@ TEST_CASE("async saves across ranks join one collective commit, and one rank's f
     CHECK(failed[static_cast<std::size_t>(r)].message().find("step 300") != std::string::npos);
     CHECK(failed[static_cast<std::size_t>(r)].message().find("rank 2") != std::string::npos);
   }
-  auto check = Store<SimFs>::open(sim, kStore, Access::read_write, small_store(false));
+  auto check = Store::open(sim, kStore, Access::read_write, small_store(false));
   REQUIRE(check.ok());
   CHECK_FALSE((*check)->recovery_report().corrupt());
   CHECK(live_steps((*check)->steps()) == std::vector<std::uint64_t>{100, 200});

@@ -93,8 +93,7 @@ TrainingState expected_state(std::uint64_t step) {
   return s;
 }
 
-template <class Fs>
-Result<CommitResult> save_step(Store<Fs>& store, std::uint64_t step) {
+Result<CommitResult> save_step(Store& store, std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   const auto w = tensor_values(step, kWeights, 1);
   const auto m = tensor_values(step, kMoments, 2);
@@ -108,8 +107,7 @@ Result<CommitResult> save_step(Store<Fs>& store, std::uint64_t step) {
 }
 
 // "" when the step reads back exactly as save_step wrote it and every chunk verifies; else what differs.
-template <class Fs>
-std::string check_step_exact(Store<Fs>& store, const StepInfo& info) {
+std::string check_step_exact(Store& store, const StepInfo& info) {
   const std::string where = "step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + "): ";
   auto reader = store.open_step(info);
   if (!reader.ok()) return where + reader.status().to_string();
@@ -174,9 +172,9 @@ std::string recover_and_check(SimFs& crashed, const Expectation& e, Explorer& ex
       max_txn_before = std::max(max_txn_before, t);
     }
   }
-  auto opened = Store<SimFs>::open(crashed, kStore, Access::read_write, store_options(false));
+  auto opened = Store::open(crashed, kStore, Access::read_write, store_options(false));
   if (!opened.ok()) return "writable open failed: " + opened.status().to_string();
-  Store<SimFs>& store = **opened;
+  Store& store = **opened;
   if (store.recovery_report().corrupt()) return "recovery reports corruption: " + store.recovery_report().corruption_status().to_string();
   std::vector<std::uint64_t> listed;
   for (const auto& s : store.steps()) listed.push_back(s.step);
@@ -331,7 +329,7 @@ std::vector<Moment> record_async_saves(const std::vector<std::uint64_t>& steps, 
       },
       true);
   {
-    auto store = Store<SimFs>::open(sim, kStore, Access::read_write, store_options(true, retention));
+    auto store = Store::open(sim, kStore, Access::read_write, store_options(true, retention));
     REQUIRE(store.ok());
     AsyncSaveOptions o;
     o.staging_bytes = 12 << 10;  // three 4 KiB slabs: a step (about 17 KiB) streams through them
@@ -349,7 +347,7 @@ std::vector<Moment> record_async_saves(const std::vector<std::uint64_t>& steps, 
       taken.pop_front();
       set_in_flight();
     };
-    auto saver = AsyncSaver<SimFs>::create(**store, o);
+    auto saver = AsyncSaver::create(**store, o);
     REQUIRE(saver.ok());
     for (std::size_t i = 0; i < steps.size(); ++i) {
       if (i == warmup) {
@@ -389,7 +387,7 @@ std::vector<Moment> record_saves(const std::vector<std::uint64_t>& steps, std::s
   std::vector<Moment> moments;
   Expectation now;
   {
-    auto store = Store<SimFs>::open(sim, kStore, Access::read_write, store_options(true, retention));
+    auto store = Store::open(sim, kStore, Access::read_write, store_options(true, retention));
     REQUIRE(store.ok());
     for (std::size_t i = 0; i < steps.size(); ++i) {
       now.in_flight = steps[i];
@@ -417,7 +415,7 @@ std::vector<Moment> record_saves(const std::vector<std::uint64_t>& steps, std::s
 // A new store on a simulated file system holding the committed steps 10 and 20, the store closed.
 SimFs store_with_steps_10_and_20() {
   SimFs base;
-  auto store = Store<SimFs>::open(base, kStore, Access::read_write, store_options(true));
+  auto store = Store::open(base, kStore, Access::read_write, store_options(true));
   REQUIRE(store.ok());
   REQUIRE(save_step(**store, 10).ok());
   REQUIRE(save_step(**store, 20).ok());
@@ -476,7 +474,7 @@ TEST_CASE("every crash state of saves, retention and recovery recovers to the la
     crashed.set_persistence_hook(
         [&](const SimFs& fs, const PersistencePoint& p) { during.push_back(Moment{SimFs(fs), pinned, p}); }, true);
     {
-      auto store = Store<SimFs>::open(crashed, kStore, Access::read_write, store_options(false));
+      auto store = Store::open(crashed, kStore, Access::read_write, store_options(false));
       REQUIRE(store.ok());
     }
     crashed.set_persistence_hook(nullptr);
@@ -588,7 +586,7 @@ TEST_CASE("after an fsync error at any sync of a save, the reopen trusts only th
   std::uint64_t syncs = 0;
   {
     SimFs sim(base);
-    auto store = Store<SimFs>::open(sim, kStore, Access::read_write, store_options(false));
+    auto store = Store::open(sim, kStore, Access::read_write, store_options(false));
     REQUIRE(store.ok());
     const std::uint64_t before = sim.op_count(FsOp::sync) + sim.op_count(FsOp::sync_data);
     REQUIRE(save_step(**store, 30).ok());
@@ -602,7 +600,7 @@ TEST_CASE("after an fsync error at any sync of a save, the reopen trusts only th
     SimFs sim(base);
     std::string failed_path;
     {
-      auto store = Store<SimFs>::open(sim, kStore, Access::read_write, store_options(false, keep_one));
+      auto store = Store::open(sim, kStore, Access::read_write, store_options(false, keep_one));
       REQUIRE(store.ok());
       sim.inject_sync_error(k);
       auto r = save_step(**store, 30);
@@ -618,7 +616,7 @@ TEST_CASE("after an fsync error at any sync of a save, the reopen trusts only th
     sim.set_persistence_hook([&](const SimFs& fs, const PersistencePoint& p) { moments.push_back(Moment{SimFs(fs), now, p}); },
                              true);
     {
-      auto store = Store<SimFs>::open(sim, kStore, Access::read_write, store_options(false, keep_one));
+      auto store = Store::open(sim, kStore, Access::read_write, store_options(false, keep_one));
       REQUIRE(store.ok());
       CHECK_FALSE((*store)->recovery_report().corrupt());
       now.acked.clear();
@@ -655,7 +653,7 @@ TEST_CASE("a save failed at any operation by ENOSPC, EIO, a short write or EINTR
   {
     SimFs sim(base);
     FaultFs<SimFs> counting(sim);
-    auto store = Store<FaultFs<SimFs>>::open(counting, kStore, Access::read_write, store_options(false));
+    auto store = Store::open(counting, kStore, Access::read_write, store_options(false));
     REQUIRE(store.ok());
     counting.set_plan({});
     REQUIRE(save_step(**store, 30).ok());
@@ -672,7 +670,7 @@ TEST_CASE("a save failed at any operation by ENOSPC, EIO, a short write or EINTR
       std::uint64_t failed_txn = 0;
       bool said_in_doubt = false, acked_40 = false;
       {
-        auto opened = Store<FaultFs<SimFs>>::open(faulty, kStore, Access::read_write, store_options(false));
+        auto opened = Store::open(faulty, kStore, Access::read_write, store_options(false));
         REQUIRE(opened.ok());
         auto& store = **opened;
         failed_txn = store.next_txn();
@@ -719,7 +717,7 @@ TEST_CASE("a save failed at any operation by ENOSPC, EIO, a short write or EINTR
         const bool live = target == &sim;
         INFO((live ? "reopened" : "crashed after the failure, then reopened"));
         auto entries_before = sorted_entries(*target, kStore);
-        auto opened = Store<SimFs>::open(*target, kStore, Access::read_write, store_options(false));
+        auto opened = Store::open(*target, kStore, Access::read_write, store_options(false));
         REQUIRE(opened.ok());
         auto& store = **opened;
         ++reopened;

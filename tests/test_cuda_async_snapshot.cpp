@@ -35,7 +35,7 @@ unsigned char* on_device(HostBackend& backend, const std::vector<unsigned char>&
   return static_cast<unsigned char*>(p);
 }
 
-std::vector<unsigned char> read_back(Store<SimFs>& store, std::uint64_t step, const std::string& name, std::size_t n) {
+std::vector<unsigned char> read_back(Store& store, std::uint64_t step, const std::string& name, std::size_t n) {
   auto reader = store.open_step(step);
   REQUIRE(reader.ok());
   std::vector<unsigned char> out(n);
@@ -56,7 +56,7 @@ TEST_CASE("device tensors are snapshot into pinned staging and saved exactly, ev
     unsigned char* dw = on_device(backend, weights);
     unsigned char* dm = on_device(backend, moments);
     SimFs sim;
-    auto store = Store<SimFs>::open(sim, "/store", Access::read_write, small_store());
+    auto store = Store::open(sim, "/store", Access::read_write, small_store());
     REQUIRE(store.ok());
     {
       gpu::DeviceSnapshot<HostBackend> snapshot(backend);
@@ -67,7 +67,7 @@ TEST_CASE("device tensors are snapshot into pinned staging and saved exactly, ev
       o.memory = gpu::pinned_staging(backend);
       o.device = &snapshot;
       {
-        auto saver = AsyncSaver<SimFs>::create(**store, o);
+        auto saver = AsyncSaver::create(**store, o);
         REQUIRE(saver.ok());
         for (std::uint64_t step : {1, 2}) {
           SaveRequest r(step);
@@ -118,7 +118,7 @@ TEST_CASE("device tensors are snapshot into pinned staging and saved exactly, ev
 TEST_CASE("a failed device copy abandons that save, reports it, and the next save works", "[cuda][async]") {
   HostBackend backend;
   SimFs sim;
-  auto store = Store<SimFs>::open(sim, "/store", Access::read_write, small_store());
+  auto store = Store::open(sim, "/store", Access::read_write, small_store());
   REQUIRE(store.ok());
   const auto bytes = ckpt_test::random_bytes(20000, 9);
   unsigned char* d = on_device(backend, bytes);
@@ -130,7 +130,7 @@ TEST_CASE("a failed device copy abandons that save, reports it, and the next sav
   o.memory = gpu::pinned_staging(backend);
   o.device = &snapshot;
   {
-    auto saver = AsyncSaver<SimFs>::create(**store, o);
+    auto saver = AsyncSaver::create(**store, o);
     REQUIRE(saver.ok());
     auto request = [&](std::uint64_t step, const void* src) {
       SaveRequest r(step);

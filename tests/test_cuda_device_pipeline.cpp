@@ -43,7 +43,7 @@ void write_sample(const std::string& path, std::uint64_t seed, std::uint32_t ali
   o.chunk_size_log2 = 12;
   o.alignment_log2 = alignment_log2;
   o.durable = false;
-  auto w = ShardWriter<>::create(fs, path, o);
+  auto w = ShardWriter::create(fs, path, o);
   REQUIRE(w.ok());
   const auto a = ckpt_test::random_bytes(37 * 1000 * 4, seed);
   const auto b = ckpt_test::random_bytes(10 * 1000 * 2, seed + 1);
@@ -162,7 +162,7 @@ TEST_CASE("verify on the device reports what the CPU verifier reports", "[cuda_d
   auto intact = verify_file(fs, path);
   REQUIRE(intact.ok());
   REQUIRE(intact->ok());
-  auto reader = ShardReader<>::open(fs, path);
+  auto reader = ShardReader::open(fs, path);
   REQUIRE(reader.ok());
   const Index index = (*reader)->index();
   const std::uint64_t index_offset = (*reader)->footer().index_offset;
@@ -234,7 +234,7 @@ TEST_CASE("verify on the device reads large blocks with several threads", "[cuda
   {
     WriterOptions o;
     o.durable = false;
-    auto w = ShardWriter<>::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const auto data = ckpt_test::random_bytes((std::size_t{20} << 20) + 12345, 31);
     REQUIRE((*w)->add_tensor("big", DType::U8, {data.size()}, data.data(), data.size()).ok());
@@ -293,7 +293,7 @@ TEST_CASE("tensors saved from device memory read back bit for bit and carry thei
     auto report = verify_file(fs, path);
     REQUIRE(report.ok());
     CHECK(report->ok());
-    auto reader = ShardReader<>::open(fs, path);
+    auto reader = ShardReader::open(fs, path);
     REQUIRE(reader.ok());
     std::vector<unsigned char> back_a(a.size()), back_b(b.size());
     REQUIRE((*reader)->read_tensor("a", back_a.data(), back_a.size()).ok());
@@ -373,7 +373,7 @@ TEST_CASE("tensors loaded into device memory are verified there", "[cuda_device_
     }
   }
   SECTION("a damaged chunk in the file is named") {
-    auto reader = ShardReader<>::open(fs, path);
+    auto reader = ShardReader::open(fs, path);
     REQUIRE(reader.ok());
     const auto& p = (*reader)->index().pieces[(*reader)->index().tensors[1].piece_first + 1];
     const std::uint64_t at = p.data_offset + 4096 + 10;
@@ -413,7 +413,7 @@ TEST_CASE("a piece that is not contiguous in its tensor is refused, pieces that 
   {
     WriterOptions o;
     o.durable = false;
-    auto w = ShardWriter<>::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const std::vector<unsigned char> half(4 * 2, 1);
     REQUIRE((*w)->begin_piece("m", DType::U8, {4, 4}, {0, 0}, {4, 2}).ok());  // left columns only

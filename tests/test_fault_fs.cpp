@@ -36,7 +36,7 @@ Status save(Fs& fs, const std::string& path) {
   o.chunk_size_log2 = 12;
   o.buffer_size = 4096;
   o.uuid = Uuid{9, 8, 7, 6, 5, 4, 0x43, 2, 0x81, 0, 1, 2, 3, 4, 5, 6};
-  CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter<Fs>::create(fs, path, o));
+  CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter::create(fs, path, o));
   const auto& bytes = tensor_bytes();
   const Shape shape{bytes.size()};
   CKPT_TRY(w->begin_piece("t", DType::U8, shape, Shape{0}, shape));
@@ -240,7 +240,7 @@ TEST_CASE("FaultFs wraps PosixFs, mmap included", "[fault_fs]") {
   {
     FaultFs<PosixFs> fs(posix);
     REQUIRE(save(fs, dir.file("a.ckpt")).ok());
-    auto reader = ShardReader<FaultFs<PosixFs>>::open(fs, dir.file("a.ckpt"));
+    auto reader = ShardReader::open(fs, dir.file("a.ckpt"));
     REQUIRE(reader.ok());
     auto mapped = (*reader)->map_piece(0);
     REQUIRE(mapped.ok());

@@ -288,7 +288,7 @@ ShardSummary write_file(const std::string& path, std::uint32_t alignment_log2, s
   o.chunk_size_log2 = chunk_size_log2;
   o.uuid = uuid;
   o.durable = false;  // test files: durability is tested elsewhere, not here
-  auto w = ShardWriter<>::create(fs, path, o);
+  auto w = ShardWriter::create(fs, path, o);
   REQUIRE(w.ok());
   for (const auto& wp : order) {
     const auto& t = tensors[wp.tensor];
@@ -496,7 +496,7 @@ TEST_CASE("reading a golden file gives exactly what its description says", "[gol
     INFO("golden file " << f.name);
     const std::string path = kGoldenDir + "/" + f.name;
     const Json j = load_json(kGoldenDir + "/" + f.name.substr(0, f.name.size() - 5) + ".json");
-    auto opened = ShardReader<>::open(fs, path);
+    auto opened = ShardReader::open(fs, path);
     REQUIRE(opened.ok());
     auto& r = **opened;
     CHECK(r.file_size() == j.at("file_size").get<std::uint64_t>());

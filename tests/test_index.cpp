@@ -69,7 +69,7 @@ struct Good {
     WriterOptions o;
     o.chunk_size_log2 = 12;
     o.alignment_log2 = 6;
-    auto w = ShardWriter<>::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const auto rnd = ckpt_test::random_bytes(16000, 1);
     REQUIRE((*w)->begin_piece("b", DType::I16, {6, 8}, {3, 0}, {3, 8}).ok());
@@ -88,7 +88,7 @@ struct Good {
     REQUIRE((*w)->set_metadata("y", Value(Bytes{std::string("\0\1\2", 3)})).ok());
     REQUIRE((*w)->finish().ok());
     file = ckpt_test::read_file(path);
-    auto r = ShardReader<>::open(fs, path);
+    auto r = ShardReader::open(fs, path);
     REQUIRE(r.ok());
     sb = (*r)->superblock();
     footer = (*r)->footer();
@@ -341,7 +341,7 @@ TEST_CASE("hostile indexes fail with corrupt and a message naming the offset", "
 
     // The same through a file whose digests are all correct: open and verify say the same thing.
     ckpt_test::write_file(path, file_with_index(g, e.index, e.index_offset));
-    auto r = ShardReader<>::open(fs, path);
+    auto r = ShardReader::open(fs, path);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == Code::corrupt);
     CHECK(r.status().message() == st.message());
@@ -713,7 +713,7 @@ void mutate_index(std::mt19937_64& rng, std::string& idx, std::uint64_t index_of
 
 // Everything a reader or verifier does with a file; none of it may crash, whatever the outcome.
 void exercise_file(PosixFs& fs, const std::string& path) {
-  auto r = ShardReader<>::open(fs, path);
+  auto r = ShardReader::open(fs, path);
   if (r.ok()) {
     for (const auto& t : (*r)->index().tensors) {
       std::uint64_t bytes = 0;

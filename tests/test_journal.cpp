@@ -421,10 +421,10 @@ TEST_CASE("the journal writer appends durable groups at page boundaries", "[jour
   SimFs sim;
   JournalHeader header;
   header.store_uuid[3] = 9;
-  REQUIRE(JournalWriter<SimFs>::create(sim, "/JOURNAL", header).ok());
+  REQUIRE(JournalWriter::create(sim, "/JOURNAL", header).ok());
   CHECK(sim.unsynced_file_ops() == 0);
   CHECK(sim.unsynced_dir_ops() == 0);  // created under a temporary name, renamed, directory synced
-  auto writer = JournalWriter<SimFs>::open(sim, "/JOURNAL", kPageSize);
+  auto writer = JournalWriter::open(sim, "/JOURNAL", kPageSize);
   REQUIRE(writer.ok());
   REQUIRE(writer->append_group({begin_record(make_begin(1, 5)).value()}).ok());
   CHECK(writer->last_offsets() == std::vector<std::uint64_t>{kPageSize});
@@ -438,14 +438,14 @@ TEST_CASE("the journal writer appends durable groups at page boundaries", "[jour
   CHECK(scan->header.store_uuid[3] == 9);
   CHECK(scan->end == 3 * kPageSize);
   // Not on a page boundary: refused.
-  CHECK(JournalWriter<SimFs>::open(sim, "/JOURNAL", 100).status().code() == Code::invalid_argument);
+  CHECK(JournalWriter::open(sim, "/JOURNAL", 100).status().code() == Code::invalid_argument);
 }
 
 TEST_CASE("after a failed sync the journal writer refuses every later append", "[journal]") {
   SimFs sim;
-  REQUIRE(JournalWriter<SimFs>::create(sim, "/JOURNAL", JournalHeader{}).ok());
+  REQUIRE(JournalWriter::create(sim, "/JOURNAL", JournalHeader{}).ok());
   FaultFs<SimFs> faulty(sim, FaultPlan::nth(1, Fault::io_error, fs_op_bit(FsOp::sync_data)));
-  auto writer = JournalWriter<FaultFs<SimFs>>::open(faulty, "/JOURNAL", kPageSize);
+  auto writer = JournalWriter::open(faulty, "/JOURNAL", kPageSize);
   REQUIRE(writer.ok());
   Status s = writer->append_group({begin_record(make_begin(1, 5)).value()});
   CHECK(s.code() == Code::io);
@@ -460,7 +460,7 @@ TEST_CASE("after a failed sync the journal writer refuses every later append", "
 
 TEST_CASE("truncate_tail cuts a torn group so the next one starts on its page", "[journal]") {
   SimFs sim;
-  REQUIRE(JournalWriter<SimFs>::create(sim, "/JOURNAL", JournalHeader{}).ok());
+  REQUIRE(JournalWriter::create(sim, "/JOURNAL", JournalHeader{}).ok());
   {
     auto f = sim.open("/JOURNAL", OpenMode::read_write);
     REQUIRE(f.ok());
@@ -471,7 +471,7 @@ TEST_CASE("truncate_tail cuts a torn group so the next one starts on its page", 
   auto scan = scan_journal(sim, "/JOURNAL");
   REQUIRE(scan.ok());
   REQUIRE(scan->torn_tail);
-  auto writer = JournalWriter<SimFs>::open(sim, "/JOURNAL", scan->end);
+  auto writer = JournalWriter::open(sim, "/JOURNAL", scan->end);
   REQUIRE(writer.ok());
   REQUIRE(writer->truncate_tail(scan->end).ok());
   CHECK(sim.unsynced_file_ops() == 0);

@@ -24,7 +24,7 @@ constexpr const char* kStore = "/s";
 // Steps 1 and 2 committed (txn 1 and 2), one 8 KiB tensor each: two chunks.
 SimFs two_steps() {
   SimFs fs;
-  auto store = Store<SimFs>::open(fs, kStore, Access::read_write, ckpt_test::small_store_options());
+  auto store = Store::open(fs, kStore, Access::read_write, ckpt_test::small_store_options());
   REQUIRE(store.ok());
   for (std::uint64_t step = 1; step <= 2; ++step) {
     auto tx = (*store)->begin(step);
@@ -71,7 +71,7 @@ TEST_CASE("a lost journal is rebuilt from the step directories that verify", "[r
   auto kept = write_rebuilt_journal(fs, kStore, *plan, false);
   REQUIRE(kept.ok());
   CHECK(kept->empty());
-  auto store = Store<SimFs>::open(fs, kStore, Access::read_only);
+  auto store = Store::open(fs, kStore, Access::read_only);
   REQUIRE(store.ok());
   REQUIRE((*store)->steps().size() == 2);
   CHECK((*store)->latest()->step == 2);
@@ -137,7 +137,7 @@ TEST_CASE("damage decides each step directory's verdict, named once as a structu
 TEST_CASE("the old journal's aborted transactions stay aborted and its highest txn id stays spent", "[rebuild]") {
   SimFs fs = two_steps();
   {
-    auto store = Store<SimFs>::open(fs, kStore, Access::read_write, ckpt_test::small_store_options());
+    auto store = Store::open(fs, kStore, Access::read_write, ckpt_test::small_store_options());
     REQUIRE(store.ok());
     auto tx = (*store)->begin(3);
     REQUIRE(tx.ok());

@@ -34,7 +34,7 @@ StoreOptions writable_options(std::uint64_t keep_last) {
   return o;
 }
 
-[[nodiscard]] Result<CommitResult> save(Store<PosixFs>& store, std::uint64_t step) {
+[[nodiscard]] Result<CommitResult> save(Store& store, std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   std::vector<float> w(kElems);
   for (std::size_t i = 0; i < kElems; ++i) w[i] = static_cast<float>(step) + static_cast<float>(i);
@@ -43,9 +43,9 @@ StoreOptions writable_options(std::uint64_t keep_last) {
 }
 
 // The writer of a new store at path keeping `keep_last` steps (0: all), with step `first` saved.
-[[nodiscard]] std::unique_ptr<Store<PosixFs>> open_writer(PosixFs& fs, const std::string& path, std::uint64_t keep_last,
+[[nodiscard]] std::unique_ptr<Store> open_writer(PosixFs& fs, const std::string& path, std::uint64_t keep_last,
                                                           std::uint64_t first) {
-  auto store = Store<PosixFs>::open(fs, path, Access::read_write, writable_options(keep_last));
+  auto store = Store::open(fs, path, Access::read_write, writable_options(keep_last));
   INFO(store.status().to_string());
   REQUIRE(store.ok());
   auto committed = save(**store, first);
@@ -54,8 +54,8 @@ StoreOptions writable_options(std::uint64_t keep_last) {
   return std::move(store).value();
 }
 
-[[nodiscard]] std::unique_ptr<Store<PosixFs>> open_reader(PosixFs& fs, const std::string& path) {
-  auto store = Store<PosixFs>::open(fs, path, Access::read_only);
+[[nodiscard]] std::unique_ptr<Store> open_reader(PosixFs& fs, const std::string& path) {
+  auto store = Store::open(fs, path, Access::read_only);
   INFO(store.status().to_string());
   REQUIRE(store.ok());
   return std::move(store).value();
@@ -118,7 +118,7 @@ TEST_CASE("a committed step whose files are missing is still damage after the re
   PosixFs fs;
   StepInfo info;
   {
-    auto writer = Store<PosixFs>::open(fs, path, Access::read_write, writable_options(0));
+    auto writer = Store::open(fs, path, Access::read_write, writable_options(0));
     REQUIRE(writer.ok());
     auto committed = save(**writer, 5);
     REQUIRE(committed.ok());

@@ -15,7 +15,7 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-Status save(Store<PosixFs>& store, std::uint64_t step) {
+Status save(Store& store, std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   const std::vector<float> w(64, static_cast<float>(step));
   CKPT_TRY(tx->add_tensor("w", DType::F32, {64}, w.data(), w.size() * 4));
@@ -25,7 +25,7 @@ Status save(Store<PosixFs>& store, std::uint64_t step) {
 // A store in dir holding committed step 3 (txn 1); returns its path.
 std::string store_with_step_3(PosixFs& fs, ckpt_test::TempDir& dir) {
   const std::string path = dir.file("store");
-  auto store = Store<PosixFs>::open(fs, path, Access::read_write, ckpt_test::small_store_options());
+  auto store = Store::open(fs, path, Access::read_write, ckpt_test::small_store_options());
   REQUIRE(store.ok());
   REQUIRE(save(**store, 3).ok());
   return path;

@@ -48,7 +48,7 @@ std::string make_store(const ckpt_test::TempDir& dir, const std::string& name, i
   const std::string path = dir.file(name);
   StoreOptions o;
   o.create_if_missing = true;
-  auto store = Store<>::open(fs, path, Access::read_write, o);
+  auto store = Store::open(fs, path, Access::read_write, o);
   REQUIRE(store.ok());
   const std::vector<float> w(256, 1.5f);
   for (int step = 1; step <= saves; ++step) {
@@ -244,7 +244,7 @@ TEST_CASE("ckpt-plan --store plans from the saves the store recorded", "[plan_to
     StoreOptions o;
     o.create_if_missing = true;
     const std::string empty = dir.file("empty");
-    REQUIRE(Store<>::open(fs, empty, Access::read_write, o).ok());
+    REQUIRE(Store::open(fs, empty, Access::read_write, o).ok());
     const Run r = plan({"--mtbf-hours", "3", "--store", empty});
     CHECK(r.code == 2);
     CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);

@@ -85,7 +85,7 @@ std::string make_store(const ckpt_test::TempDir& dir, const std::string& name, i
 // What a store's journal says: (step, txn, manifest digest) of every committed step.
 std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> committed(const std::string& path) {
   PosixFs fs;
-  auto store = Store<>::open(fs, path, Access::read_only);
+  auto store = Store::open(fs, path, Access::read_only);
   REQUIRE(store.ok());
   std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> out;
   for (const auto& s : (*store)->steps()) out.emplace_back(s.step, s.txn, s.manifest_digest);
@@ -297,7 +297,7 @@ TEST_CASE("ckpt-repair applies what a damaged tail proves, quarantines the ambig
   REQUIRE(scan.ok());
   const std::uint64_t end = scan->end;
   {
-    auto writer = JournalWriter<PosixFs>::open(fs, journal_path, end);
+    auto writer = JournalWriter::open(fs, journal_path, end);
     REQUIRE(writer.ok());
     BeginRecord b;
     b.txn = 5;

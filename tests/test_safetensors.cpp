@@ -309,7 +309,7 @@ TEST_CASE("safetensors to ckpt and back preserves names, dtypes, shapes, bytes a
   CHECK(last_done == last_total);
 
   {
-    auto reader = ShardReader<>::open(fs, dir.file("mid.ckpt"));
+    auto reader = ShardReader::open(fs, dir.file("mid.ckpt"));
     REQUIRE(reader.ok());
     CHECK((*reader)->superblock().chunk_size() == 4096);
     const Index& index = (*reader)->index();
@@ -408,7 +408,7 @@ TEST_CASE("a tensor split into pieces is assembled in row-major order", "[safete
   {
     WriterOptions o;
     o.chunk_size_log2 = 12;
-    auto w = ShardWriter<>::create(fs, dir.file("pieces.ckpt"), o);
+    auto w = ShardWriter::create(fs, dir.file("pieces.ckpt"), o);
     REQUIRE(w.ok());
     // Column pieces along dimension 1, written in reverse order.
     for (const auto& [off, ext] : std::vector<std::pair<Shape, Shape>>{{{0, 2, 0}, {5, 4, 700}}, {{0, 0, 0}, {5, 2, 700}}}) {
@@ -442,7 +442,7 @@ TEST_CASE("metadata safetensors cannot hold is refused unless stringified", "[sa
   ckpt_test::TempDir dir;
   PosixFs fs;
   {
-    auto w = ShardWriter<>::create(fs, dir.file("m.ckpt"));
+    auto w = ShardWriter::create(fs, dir.file("m.ckpt"));
     REQUIRE(w.ok());
     const unsigned char one = 1;
     REQUIRE((*w)->add_tensor("t", DType::U8, {1}, &one, 1).ok());
@@ -478,11 +478,11 @@ TEST_CASE("a damaged chunk stops ckpt to safetensors and leaves no output", "[sa
   {
     WriterOptions o;
     o.chunk_size_log2 = 12;
-    auto w = ShardWriter<>::create(fs, dir.file("d.ckpt"), o);
+    auto w = ShardWriter::create(fs, dir.file("d.ckpt"), o);
     REQUIRE(w.ok());
     REQUIRE((*w)->add_tensor("w", DType::U8, {20000}, data.data(), data.size()).ok());
     REQUIRE((*w)->finish().ok());
-    auto r = ShardReader<>::open(fs, dir.file("d.ckpt"));
+    auto r = ShardReader::open(fs, dir.file("d.ckpt"));
     REQUIRE(r.ok());
     second_chunk = (*r)->index().chunks[1].offset;
   }
@@ -504,7 +504,7 @@ TEST_CASE("ckpt files safetensors cannot express are refused", "[safetensors]") 
   PosixFs fs;
   const auto data = ckpt_test::random_bytes(64, 5);
   SECTION("a tensor only partly in this file") {
-    auto w = ShardWriter<>::create(fs, dir.file("p.ckpt"));
+    auto w = ShardWriter::create(fs, dir.file("p.ckpt"));
     REQUIRE(w.ok());
     REQUIRE((*w)->begin_piece("half", DType::U8, {8, 8}, {0, 0}, {4, 8}).ok());
     REQUIRE((*w)->write(data.data(), 32).ok());
@@ -516,7 +516,7 @@ TEST_CASE("ckpt files safetensors cannot express are refused", "[safetensors]") 
     CHECK(r.status().message().find("hold 32 of its 64 elements") != std::string::npos);
   }
   SECTION("a tensor named __metadata__") {
-    auto w = ShardWriter<>::create(fs, dir.file("p.ckpt"));
+    auto w = ShardWriter::create(fs, dir.file("p.ckpt"));
     REQUIRE(w.ok());
     REQUIRE((*w)->add_tensor("__metadata__", DType::U8, {64}, data.data(), 64).ok());
     REQUIRE((*w)->finish().ok());
@@ -539,7 +539,7 @@ TEST_CASE("an existing output is replaced only when asked", "[safetensors]") {
   ConvertOptions options;
   options.overwrite = true;
   REQUIRE(safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("out.ckpt"), options).ok());
-  CHECK(ShardReader<>::open(fs, dir.file("out.ckpt")).ok());
+  CHECK(ShardReader::open(fs, dir.file("out.ckpt")).ok());
   CHECK(files_in(dir.path()) == 2);
 }
 

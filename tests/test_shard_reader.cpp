@@ -130,7 +130,7 @@ void write_shard(const std::string& path, const std::vector<TensorSpec>& ts) {
   WriterOptions o;
   o.chunk_size_log2 = 12;
   o.alignment_log2 = 6;
-  auto w = ShardWriter<>::create(fs, path, o);
+  auto w = ShardWriter::create(fs, path, o);
   REQUIRE(w.ok());
   std::vector<std::pair<std::size_t, std::size_t>> order;
   for (std::size_t i = 0; i < ts.size(); ++i)
@@ -178,8 +178,8 @@ struct Shard {
   std::vector<TensorSpec> tensors = make_tensors();
   PosixFs fs;
   Shard() : path(dir.file("s.ckpt")) { write_shard(path, tensors); }
-  std::unique_ptr<ShardReader<>> open() {
-    auto r = ShardReader<>::open(fs, path);
+  std::unique_ptr<ShardReader> open() {
+    auto r = ShardReader::open(fs, path);
     REQUIRE(r.ok());
     return std::move(r).value();
   }
@@ -368,7 +368,7 @@ TEST_CASE("a region the file's pieces do not cover is not_found", "[shard_reader
   {
     WriterOptions o;
     o.chunk_size_log2 = 12;
-    auto w = ShardWriter<>::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     REQUIRE((*w)->begin_piece("w", DType::I32, {10, 8}, {0, 0}, {4, 8}).ok());
     REQUIRE((*w)->write(data.data(), 4 * 8 * 4).ok());
@@ -378,7 +378,7 @@ TEST_CASE("a region the file's pieces do not cover is not_found", "[shard_reader
     REQUIRE((*w)->end_piece().ok());
     REQUIRE((*w)->finish().ok());
   }
-  auto r = ShardReader<>::open(fs, path);
+  auto r = ShardReader::open(fs, path);
   REQUIRE(r.ok());
   Bytes8 whole(data.size());
   Status st = (*r)->read_tensor("w", whole.data(), whole.size());
@@ -460,7 +460,7 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
   {
     WriterOptions o;
     o.chunk_size_log2 = 20;
-    auto w = ShardWriter<>::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     REQUIRE((*w)->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
     REQUIRE((*w)->finish().ok());
@@ -469,7 +469,7 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
   const Slice slices[] = {{0, data.size()}, {0, mib}, {mib, mib}, {10, 1000}, {mib - 5, 10}, {mib + 300000, 5},
                           {2 * mib, mib + 12345}, {3 * mib, 12345}, {mib / 2, 2 * mib}};
   {
-    auto r = ShardReader<>::open(fs, path);
+    auto r = ShardReader::open(fs, path);
     REQUIRE(r.ok());
     for (const auto& s : slices) {
       INFO("slice [" << s.off << ", +" << s.len << ")");
@@ -484,7 +484,7 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
   const std::uint64_t damaged = 4096 + mib + 300000;
   bytes[damaged] ^= 0x02;
   ckpt_test::write_file(path, bytes);
-  auto r = ShardReader<>::open(fs, path);
+  auto r = ShardReader::open(fs, path);
   REQUIRE(r.ok());
   for (const auto& s : slices) {
     INFO("slice [" << s.off << ", +" << s.len << ")");

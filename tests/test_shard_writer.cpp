@@ -26,14 +26,14 @@ TEST_CASE("a tensor written whole reads back bit for bit", "[shard_writer]") {
   {
     WriterOptions o;
     o.chunk_size_log2 = 12;
-    auto w = ShardWriter<>::create(fs, dir.file("a.ckpt"), o);
+    auto w = ShardWriter::create(fs, dir.file("a.ckpt"), o);
     REQUIRE(w.ok());
     REQUIRE((*w)->add_tensor("w", DType::F32, {3, 5000}, data.data(), data.size()).ok());
     auto s = (*w)->finish();
     REQUIRE(s.ok());
     CHECK(s->chunk_count == (data.size() + 4095) / 4096);
   }
-  auto r = ShardReader<>::open(fs, dir.file("a.ckpt"));
+  auto r = ShardReader::open(fs, dir.file("a.ckpt"));
   REQUIRE(r.ok());
   std::vector<unsigned char> back(data.size());
   REQUIRE((*r)->read_tensor("w", back.data(), back.size()).ok());
@@ -187,7 +187,7 @@ WriterOptions options_for(const std::vector<TensorPlan>& plan, bool pipeline) {
 template <class Fs>
 Status save_plan(Fs& fs, const std::string& path, const std::vector<TensorPlan>& plan, const WriterOptions& o,
                  ShardSummary* summary = nullptr, std::vector<ChunkRecord>* chunks = nullptr) {
-  CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter<Fs>::create(fs, path, o));
+  CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter::create(fs, path, o));
   const unsigned char* data = source_bytes().data();
   for (const auto& t : plan) {
     const std::uint64_t rows = t.size / 2;  // U16 rows of one element: a half is whole rows
@@ -231,7 +231,7 @@ bool same_chunks(const std::vector<ChunkRecord>& a, const std::vector<ChunkRecor
 // Reads every tensor of the plan back and compares it with the source.
 template <class Fs>
 void check_reads_back(Fs& fs, const std::string& path, const std::vector<TensorPlan>& plan) {
-  auto r = ShardReader<Fs>::open(fs, path);
+  auto r = ShardReader::open(fs, path);
   REQUIRE(r.ok());
   const unsigned char* data = source_bytes().data();
   for (const auto& t : plan) {
@@ -407,7 +407,7 @@ TEST_CASE("write() returns only when the caller's bytes are copied or written", 
     SimFs sim = fresh_sim();
     WatchFs<SimFs> fs(sim);
     fs.on_pwrite = [](std::size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
-    auto w = ShardWriter<WatchFs<SimFs>>::create(fs, "/ckpt/m.ckpt", options_for(plan, true));
+    auto w = ShardWriter::create(fs, "/ckpt/m.ckpt", options_for(plan, true));
     REQUIRE(w.ok());
     const unsigned char* data = source_bytes().data();
     std::vector<unsigned char> staging;
@@ -436,7 +436,7 @@ TEST_CASE("an exception thrown inside the Fs on the I/O thread reaches the calle
     if (n == 3) throw std::runtime_error("hook failed");
   };
   {
-    auto w = ShardWriter<WatchFs<SimFs>>::create(other, "/ckpt/m.ckpt", options_for(kWalk, true));
+    auto w = ShardWriter::create(other, "/ckpt/m.ckpt", options_for(kWalk, true));
     REQUIRE(w.ok());
     bool thrown = false;
     try {
@@ -462,7 +462,7 @@ TEST_CASE("a writer abandoned with writes queued makes them, then removes its fi
     WatchFs<SimFs> fs(sim);
     fs.on_pwrite = [](std::size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
     {
-      auto w = ShardWriter<WatchFs<SimFs>>::create(fs, "/ckpt/m.ckpt", options_for(kLarge, pipeline));
+      auto w = ShardWriter::create(fs, "/ckpt/m.ckpt", options_for(kLarge, pipeline));
       REQUIRE(w.ok());
       REQUIRE((*w)->add_tensor("t", DType::U8, {std::size_t{13} << 20}, source_bytes().data(), std::size_t{13} << 20).ok());
     }

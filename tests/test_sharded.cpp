@@ -28,7 +28,7 @@ namespace {
 StoreOptions small_options() { return ckpt_test::small_store_options(); }
 
 // Writes one piece of tensor `name`, every byte `fill`.
-Status write_piece(Transaction<>& tx, const std::string& name, DType dtype, const Shape& shape, const Shape& offsets,
+Status write_piece(Transaction& tx, const std::string& name, DType dtype, const Shape& shape, const Shape& offsets,
                    const Shape& piece_shape, unsigned char fill = 1) {
   std::vector<unsigned char> bytes(elements(piece_shape) * element_size(dtype), fill);
   CKPT_TRY(tx.begin_piece(name, dtype, shape, offsets, piece_shape));
@@ -42,7 +42,7 @@ using ckpt_test::run_ranks;
 template <class Fs>
 std::vector<Status> save_across(std::vector<Fs*> fs, const std::string& path, int world, std::uint64_t step) {
   return run_ranks(world, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-    CKPT_ASSIGN_OR_RETURN(auto store, Store<Fs>::open(*fs[rank], path, Access::read_write, small_options(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(*fs[rank], path, Access::read_write, small_options(), comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
     Status s = save_rank(*tx, static_cast<std::uint32_t>(world), rank, step);
     if (!s.ok()) return s;  // the transaction's destructor aborts collectively
@@ -51,7 +51,7 @@ std::vector<Status> save_across(std::vector<Fs*> fs, const std::string& path, in
 }
 
 // Every tensor of a step, read as `world` ranks each loading an even split along dimension 0.
-void check_load_at(StepReader<>& reader, std::uint32_t world, std::uint64_t step) {
+void check_load_at(StepReader& reader, std::uint32_t world, std::uint64_t step) {
   for (const auto& t : specs()) {
     const auto expected = global_bytes(t, step);
     std::vector<unsigned char> assembled(expected.size(), 0xEE);
@@ -168,7 +168,7 @@ TEST_CASE("a save across 4 ranks reads back bit-identical at 1, 2, 3 and 4 ranks
   PosixFs fs;
   std::vector<PosixFs*> each(4, &fs);
   for (const auto& s : save_across(each, path, 4, 7)) REQUIRE(s.ok());
-  auto store = Store<>::open(fs, path, Access::read_only);
+  auto store = Store::open(fs, path, Access::read_only);
   REQUIRE(store.ok());
   auto latest = (*store)->latest();
   REQUIRE(latest);
@@ -217,7 +217,7 @@ TEST_CASE("an I/O error on one rank abandons the step on every rank with that ra
       each.push_back(owned.back().get());
     }
     const auto results = run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-      CKPT_ASSIGN_OR_RETURN(auto store, Store<FaultFs<PosixFs>>::open(*each[rank], path, Access::read_write, small_options(), comm));
+      CKPT_ASSIGN_OR_RETURN(auto store, Store::open(*each[rank], path, Access::read_write, small_options(), comm));
       CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
       // 64 KiB per rank goes straight from the caller's buffer to pwrite, inside write().
       std::vector<unsigned char> row_bytes(64 << 10, static_cast<unsigned char>(rank));
@@ -235,7 +235,7 @@ TEST_CASE("an I/O error on one rank abandons the step on every rank with that ra
       CHECK(s.message().find("abandoned on every rank, the previous step is untouched: rank 2: ") != std::string::npos);
       CHECK(s.message().find(row.expect) != std::string::npos);
     }
-    auto store = Store<>::open(posix, path, Access::read_only);
+    auto store = Store::open(posix, path, Access::read_only);
     REQUIRE(store.ok());
     REQUIRE((*store)->latest());
     CHECK((*store)->latest()->step == 1);  // the previous step is untouched
@@ -256,7 +256,7 @@ TEST_CASE("a rank's own failure passed to abort() fails commit on every other ra
   PosixFs fs;
   std::vector<Status> aborted(4);
   const auto results = run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-    CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, small_options(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, path, Access::read_write, small_options(), comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(3));
     CKPT_TRY(save_rank(*tx, 4, rank, 3));
     if (rank == 1) {
@@ -271,7 +271,7 @@ TEST_CASE("a rank's own failure passed to abort() fails commit on every other ra
     CHECK(results[r].code() == Code::io);
     CHECK(results[r].message().find("rank 1: device lost") != std::string::npos);
   }
-  auto store = Store<>::open(fs, path, Access::read_only);
+  auto store = Store::open(fs, path, Access::read_only);
   REQUIRE(store.ok());
   CHECK_FALSE((*store)->latest());
 }
@@ -282,32 +282,32 @@ TEST_CASE("pieces that overlap across ranks are refused before commit, naming te
   PosixFs fs;
   struct Case {
     const char* what;
-    std::function<Status(Transaction<>&, std::uint32_t)> write;
+    std::function<Status(Transaction&, std::uint32_t)> write;
     const char* expect;
   };
   const std::vector<Case> cases = {
       {"overlap",
-       [](Transaction<>& tx, std::uint32_t rank) {
+       [](Transaction& tx, std::uint32_t rank) {
          // Rank 0 rows [0, 3), rank 1 rows [2, 4): row 2 is written twice.
          const std::uint64_t first = rank == 0 ? 0 : 2, rows = rank == 0 ? 3 : 2;
          return write_piece(tx, "w", DType::U8, {4, 4}, {first, 0}, {rows, 4}, static_cast<unsigned char>(rank));
        },
        "tensor 'w': the piece of rank 0 at offsets [0, 0] shape [3, 4] and the piece of rank 1 at offsets [2, 0] shape [2, 4] overlap in offsets [2, 0] shape [1, 4]"},
       {"gap",
-       [](Transaction<>& tx, std::uint32_t rank) {
+       [](Transaction& tx, std::uint32_t rank) {
          // Rank 0 rows [0, 1), rank 1 rows [2, 4): row 1 is missing.
          const std::uint64_t first = rank == 0 ? 0 : 2, rows = rank == 0 ? 1 : 2;
          return write_piece(tx, "w", DType::U8, {4, 4}, {first, 0}, {rows, 4});
        },
        "tensor 'w': its pieces hold 12 of 16 elements; no piece holds offsets [1, 0] shape [1, 4]"},
       {"dtype",
-       [](Transaction<>& tx, std::uint32_t rank) { return write_piece(tx, "w", rank == 0 ? DType::U8 : DType::I16, {4}, {rank * 2}, {2}); },
+       [](Transaction& tx, std::uint32_t rank) { return write_piece(tx, "w", rank == 0 ? DType::U8 : DType::I16, {4}, {rank * 2}, {2}); },
        "tensor 'w': dtype I16 on rank 1, U8 on rank 0"},
       {"shape",
-       [](Transaction<>& tx, std::uint32_t rank) { return write_piece(tx, "w", DType::U8, {rank == 0 ? 4u : 5u}, {rank * 2}, {2}); },
+       [](Transaction& tx, std::uint32_t rank) { return write_piece(tx, "w", DType::U8, {rank == 0 ? 4u : 5u}, {rank * 2}, {2}); },
        "tensor 'w': global shape [5] on rank 1, [4] on rank 0"},
       {"replica",
-       [](Transaction<>& tx, std::uint32_t rank) {
+       [](Transaction& tx, std::uint32_t rank) {
          std::vector<unsigned char> bytes(4, static_cast<unsigned char>(rank == 1 ? 9 : 1));  // rank 1 diverged
          return tx.add_replicated_tensor("r", DType::U8, {4}, bytes.data(), bytes.size(), 0);
        },
@@ -317,7 +317,7 @@ TEST_CASE("pieces that overlap across ranks are refused before commit, naming te
   for (const auto& c : cases) {
     SECTION(c.what) {
       const auto results = run_ranks(2, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-        CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, small_options(), comm));
+        CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, path, Access::read_write, small_options(), comm));
         CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
         CKPT_TRY(c.write(*tx, rank));
         return tx->commit().status();
@@ -328,7 +328,7 @@ TEST_CASE("pieces that overlap across ranks are refused before commit, naming te
         CHECK(s.message().find(c.expect) != std::string::npos);
         CHECK(s.message() == results[0].message());
       }
-      auto store = Store<>::open(fs, path, Access::read_only);
+      auto store = Store::open(fs, path, Access::read_only);
       REQUIRE(store.ok());
       CHECK_FALSE((*store)->latest());
       for (const auto& t : (*store)->transactions()) CHECK_FALSE(fsys::exists(path + "/" + t.dir()));
@@ -340,7 +340,7 @@ TEST_CASE("pieces that overlap across ranks are refused before commit, naming te
 TEST_CASE("a single-process save with a gap in a tensor is refused", "[sharded]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  auto store = Store<>::open(fs, dir.file("s"), Access::read_write, small_options());
+  auto store = Store::open(fs, dir.file("s"), Access::read_write, small_options());
   REQUIRE(store.ok());
   auto tx = (*store)->begin(1);
   REQUIRE(tx.ok());
@@ -359,7 +359,7 @@ TEST_CASE("collective begin refuses ranks that disagree on the step", "[sharded]
   const std::string path = dir.file("store");
   PosixFs fs;
   const auto results = run_ranks(3, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-    CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, small_options(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, path, Access::read_write, small_options(), comm));
     // Catch2 assertions are not thread safe: report through the Status instead.
     if (store->coordinator() != (rank == 0) || store->participant() != (rank != 0))
       return make_error(Code::corrupt, "rank " + std::to_string(rank) + " has the wrong role");
@@ -371,7 +371,7 @@ TEST_CASE("collective begin refuses ranks that disagree on the step", "[sharded]
     CHECK(s.code() == Code::invalid_argument);
     CHECK(s.message().find("rank 2 begins step 6") != std::string::npos);
   }
-  auto store = Store<>::open(fs, path, Access::read_only);
+  auto store = Store::open(fs, path, Access::read_only);
   REQUIRE(store.ok());
   CHECK((*store)->transactions().empty());  // nothing was written
 }
@@ -383,7 +383,7 @@ TEST_CASE("participants follow commits and retention without reading the journal
   const auto results = run_ranks(2, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
     StoreOptions o = small_options();
     o.retention.keep_last = 2;
-    CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, o, comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, path, Access::read_write, o, comm));
     for (std::uint64_t step = 1; step <= 4; ++step) {
       CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
       CKPT_TRY(save_rank(*tx, 2, rank, step));
@@ -409,9 +409,9 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
     std::vector<PosixFs*> each(4, &fs);
     for (const auto& s : save_across(each, a, 4, 9)) REQUIRE(s.ok());
   }
-  auto src = Checkpoint<>::open(fs, a);
+  auto src = Checkpoint::open(fs, a);
   REQUIRE(src.ok());
-  CHECK((*src)->kind() == Checkpoint<>::Kind::step);
+  CHECK((*src)->kind() == Checkpoint::Kind::step);
   CHECK((*src)->world_size() == 4);
   ReshardOptions options;
   options.world_size = 3;
@@ -422,7 +422,7 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   REQUIRE(to3.ok());
   CHECK(to3->step.step == 9);
   CHECK(to3->world_size == 3);
-  auto mid = Checkpoint<>::open(fs, b + "/" + to3->step.dir);  // a step directory
+  auto mid = Checkpoint::open(fs, b + "/" + to3->step.dir);  // a step directory
   REQUIRE(mid.ok());
   CHECK((*mid)->world_size() == 3);
   options.world_size = 4;
@@ -430,14 +430,14 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   auto to4 = reshard_to_store(fs, **mid, c, options);
   REQUIRE(to4.ok());
   const std::string merged = dir.file("merged.ckpt");
-  auto last = Checkpoint<>::open(fs, c);
+  auto last = Checkpoint::open(fs, c);
   REQUIRE(last.ok());
   auto m = merge_to_file(fs, {last->get()}, {}, merged, MergeOptions{});
   REQUIRE(m.ok());
   CHECK(m->tensors == specs().size());
-  auto single = Checkpoint<>::open(fs, merged);
+  auto single = Checkpoint::open(fs, merged);
   REQUIRE(single.ok());
-  CHECK((*single)->kind() == Checkpoint<>::Kind::file);
+  CHECK((*single)->kind() == Checkpoint::Kind::file);
   // Every tensor, whole, from every stage equals the original.
   for (auto* s : {src->get(), mid->get(), last->get(), single->get()}) {
     for (const auto& t : specs()) {
@@ -453,7 +453,7 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
     CHECK(s->state()->optimizer_tensors == std::vector<std::string>{"adam.m/emb"});
   }
   // The split rules took effect: 3 shards, attn.w split along dimension 2, tiny whole on rank 0.
-  auto b_store = Store<>::open(fs, b, Access::read_only);
+  auto b_store = Store::open(fs, b, Access::read_only);
   REQUIRE(b_store.ok());
   auto b_reader = (*b_store)->open_latest();
   REQUIRE(b_reader.ok());
@@ -473,7 +473,7 @@ TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
   {
     WriterOptions wo;
     wo.chunk_size_log2 = 12;
-    auto w = ShardWriter<>::create(fs, file, wo);
+    auto w = ShardWriter::create(fs, file, wo);
     REQUIRE(w.ok());
     const auto bytes = ckpt_test::random_bytes(64 << 10, 5);
     REQUIRE((*w)->add_tensor("big", DType::U8, {64, 1024}, bytes.data(), bytes.size()).ok());
@@ -484,7 +484,7 @@ TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
     content[4096 + 40000] ^= 0x10;  // one bit of one chunk in the middle of the data
     ckpt_test::write_file(file, content);
   }
-  auto src = Checkpoint<>::open(fs, file);
+  auto src = Checkpoint::open(fs, file);
   REQUIRE(src.ok());
   ReshardOptions options;
   options.world_size = 4;
@@ -492,7 +492,7 @@ TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
   auto r = reshard_to_store(fs, **src, dir.file("out"), options);
   CHECK(r.status().code() == Code::corrupt);
   CHECK(r.status().message().find("tensor 'big'") != std::string::npos);
-  auto store = Store<>::open(fs, dir.file("out"), Access::read_only);
+  auto store = Store::open(fs, dir.file("out"), Access::read_only);
   REQUIRE(store.ok());
   CHECK_FALSE((*store)->latest());
   REQUIRE((*store)->transactions().size() == 1);
@@ -506,28 +506,28 @@ TEST_CASE("a source opens a file, a store or a step directory, and refuses anyth
     std::vector<PosixFs*> each(2, &fs);
     for (const auto& s : save_across(each, dir.file("s"), 2, 4)) REQUIRE(s.ok());
   }
-  auto store = Checkpoint<>::open(fs, dir.file("s") + "/");
+  auto store = Checkpoint::open(fs, dir.file("s") + "/");
   REQUIRE(store.ok());
   CHECK((*store)->description().find("step 4 (txn 1, 2 shards)") != std::string::npos);
   // One shard file of that step holds only part of its tensors: not a checkpoint on its own.
   const std::string shard = dir.file("s") + "/step-4-1/shard-00000-of-00002.ckpt";
-  auto part = Checkpoint<>::open(fs, shard);
+  auto part = Checkpoint::open(fs, shard);
   CHECK(part.status().code() == Code::invalid_argument);
   CHECK(part.status().message().find("tensor 'emb': its pieces hold 30 of 60 elements; no piece holds offsets [5, 0] shape [5, 6]") !=
         std::string::npos);
   fsys::create_directories(dir.file("plain"));
-  CHECK(Checkpoint<>::open(fs, dir.file("plain")).status().code() == Code::invalid_argument);
-  CHECK(Checkpoint<>::open(fs, dir.file("absent")).status().code() == Code::not_found);
+  CHECK(Checkpoint::open(fs, dir.file("plain")).status().code() == Code::invalid_argument);
+  CHECK(Checkpoint::open(fs, dir.file("absent")).status().code() == Code::not_found);
   // A step directory that is not a committed step: an aborted transaction.
   {
-    auto s = Store<>::open(fs, dir.file("s"), Access::read_write, small_options());
+    auto s = Store::open(fs, dir.file("s"), Access::read_write, small_options());
     REQUIRE(s.ok());
     auto tx = (*s)->begin(5);
     REQUIRE(tx.ok());
     REQUIRE((*tx)->abort().ok());
   }
   fsys::create_directories(dir.file("s") + "/step-5-2");  // as if its removal had not happened
-  auto aborted = Checkpoint<>::open(fs, dir.file("s") + "/step-5-2");
+  auto aborted = Checkpoint::open(fs, dir.file("s") + "/step-5-2");
   CHECK(aborted.status().code() == Code::not_found);
   CHECK(aborted.status().message().find("transaction 2 is not a committed step (aborted)") != std::string::npos);
 }
@@ -540,23 +540,23 @@ TEST_CASE("a checkpoint opens the step a selector names, and refuses a step its 
     for (const auto& s : save_across(each, dir.file("s"), 2, 4)) REQUIRE(s.ok());
     for (const auto& s : save_across(each, dir.file("s"), 2, 6)) REQUIRE(s.ok());
   }
-  auto latest = Checkpoint<>::open(fs, dir.file("s"));
+  auto latest = Checkpoint::open(fs, dir.file("s"));
   REQUIRE(latest.ok());
   CHECK((*latest)->step() == std::optional<std::uint64_t>(6));
   StepSelector four;
   four.step = 4;
-  auto older = Checkpoint<>::open(fs, dir.file("s"), four);
+  auto older = Checkpoint::open(fs, dir.file("s"), four);
   REQUIRE(older.ok());
   CHECK((*older)->step() == std::optional<std::uint64_t>(4));
-  CHECK((*older)->kind() == Checkpoint<>::Kind::step);
+  CHECK((*older)->kind() == Checkpoint::Kind::step);
   StepSelector five;
   five.step = 5;
-  CHECK(Checkpoint<>::open(fs, dir.file("s"), five).status().code() == Code::not_found);
+  CHECK(Checkpoint::open(fs, dir.file("s"), five).status().code() == Code::not_found);
   // A step directory holds one step: asking it for another is a usage error.
-  auto dir_ok = Checkpoint<>::open(fs, dir.file("s") + "/step-4-1", four);
+  auto dir_ok = Checkpoint::open(fs, dir.file("s") + "/step-4-1", four);
   REQUIRE(dir_ok.ok());
   CHECK((*dir_ok)->step() == std::optional<std::uint64_t>(4));
-  auto dir_other = Checkpoint<>::open(fs, dir.file("s") + "/step-4-1", five);
+  auto dir_other = Checkpoint::open(fs, dir.file("s") + "/step-4-1", five);
   CHECK(dir_other.status().code() == Code::invalid_argument);
   CHECK(dir_other.status().message().find("holds step 4") != std::string::npos);
 }
@@ -566,7 +566,7 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
   PosixFs fs;
   // Two single-file checkpoints: both hold 'w' and an optimizer tensor; a metadata key differs.
   auto make = [&](const std::string& path, unsigned char fill, std::uint64_t step) {
-    auto w = ShardWriter<>::create(fs, path, WriterOptions{});
+    auto w = ShardWriter::create(fs, path, WriterOptions{});
     REQUIRE(w.ok());
     std::vector<unsigned char> bytes(16, fill);
     REQUIRE((*w)->add_tensor("w", DType::U8, {16}, bytes.data(), bytes.size()).ok());
@@ -580,13 +580,13 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
   };
   make(dir.file("a.ckpt"), 1, 100);
   make(dir.file("b.ckpt"), 2, 200);
-  auto a = Checkpoint<>::open(fs, dir.file("a.ckpt"));
-  auto b = Checkpoint<>::open(fs, dir.file("b.ckpt"));
+  auto a = Checkpoint::open(fs, dir.file("a.ckpt"));
+  auto b = Checkpoint::open(fs, dir.file("b.ckpt"));
   REQUIRE(a.ok());
   REQUIRE(b.ok());
-  const std::vector<Checkpoint<>*> both = {a->get(), b->get()};
+  const std::vector<Checkpoint*> both = {a->get(), b->get()};
   auto read_all = [&](const std::string& path, const std::string& name) {
-    auto s = Checkpoint<>::open(fs, path);
+    auto s = Checkpoint::open(fs, path);
     REQUIRE(s.ok());
     std::vector<unsigned char> v(16);
     REQUIRE((*s)->read_slice(name, {0}, {16}, v.data(), v.size()).ok());
@@ -609,7 +609,7 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
       CHECK(r->resolved.size() == 4);  // w, adam.m/w, metadata 'run', the training state
       const unsigned char want = policy == ConflictPolicy::first ? 1 : 2;
       CHECK(read_all(dir.file("out.ckpt"), "w") == want);
-      auto out = Checkpoint<>::open(fs, dir.file("out.ckpt"));
+      auto out = Checkpoint::open(fs, dir.file("out.ckpt"));
       REQUIRE(out.ok());
       CHECK((*out)->state()->step == (policy == ConflictPolicy::first ? 100u : 200u));
       CHECK((*out)->metadata(ConflictPolicy::error)->at(0).value.as_string() == std::string(1, static_cast<char>('a' + want)));
@@ -623,7 +623,7 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
     CHECK(r->tensors == 2);
     CHECK(read_all(dir.file("mix.ckpt"), "w") == 1);
     CHECK(read_all(dir.file("mix.ckpt"), "adam.m/w") == 2);
-    auto out = Checkpoint<>::open(fs, dir.file("mix.ckpt"));
+    auto out = Checkpoint::open(fs, dir.file("mix.ckpt"));
     REQUIRE(out.ok());
     CHECK((*out)->state()->optimizer_tensors == std::vector<std::string>{"adam.m/w"});
   }
@@ -660,7 +660,7 @@ TEST_CASE("ckpt-reshard and ckpt-merge round trip a store through the command li
   REQUIRE(ckpt_test::run_command(kMerge + " " + dir.file("b") + " -o " + dir.file("m.ckpt") + " --json > " + out) == 0);
   CHECK(nlohmann::json::parse(ckpt_test::read_file(out))["tensors"] == specs().size());
   REQUIRE(ckpt_test::run_command(kReshard + " " + dir.file("m.ckpt") + " -o " + dir.file("c") + " --world-size 4 --json > " + out) == 0);
-  auto c = Checkpoint<>::open(fs, dir.file("c"));
+  auto c = Checkpoint::open(fs, dir.file("c"));
   REQUIRE(c.ok());
   CHECK((*c)->world_size() == 4);
   for (const auto& t : specs()) {
@@ -676,7 +676,7 @@ TEST_CASE("ckpt-reshard and ckpt-merge answer bad input with exit 2 and damage w
   PosixFs fs;
   const std::string in = dir.file("in.ckpt");
   {
-    auto w = ShardWriter<>::create(fs, in, WriterOptions{});
+    auto w = ShardWriter::create(fs, in, WriterOptions{});
     REQUIRE(w.ok());
     const auto bytes = ckpt_test::random_bytes(8192, 3);
     REQUIRE((*w)->add_tensor("t", DType::U8, {8192}, bytes.data(), bytes.size()).ok());

@@ -55,7 +55,7 @@ std::vector<float> weights_of(std::uint64_t step) {
 
 std::string rng_of(std::uint64_t step) { return "rng-" + std::to_string(step * 2654435761u); }
 
-Result<CommitResult> save(Store<>& store, std::uint64_t step) {
+Result<CommitResult> save(Store& store, std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   const auto w = weights_of(step);
   CKPT_TRY(tx->add_tensor("w", DType::F32, {kWeights}, w.data(), w.size() * sizeof(float)));
@@ -67,7 +67,7 @@ Result<CommitResult> save(Store<>& store, std::uint64_t step) {
 // The child: resume after the latest step and save forever, acknowledging each commit on fd.
 [[noreturn]] void writer_process(const std::string& path, int fd) {
   PosixFs fs;
-  auto store = Store<>::open(fs, path, Access::read_write, options(true));
+  auto store = Store::open(fs, path, Access::read_write, options(true));
   if (!store.ok()) {
     std::fprintf(stderr, "child: %s\n", store.status().to_string().c_str());
     ::_exit(3);
@@ -88,7 +88,7 @@ Result<CommitResult> save(Store<>& store, std::uint64_t step) {
 }
 
 // "" when the step is exactly what save() wrote and every chunk verifies.
-std::string check_step(Store<>& store, const StepInfo& info) {
+std::string check_step(Store& store, const StepInfo& info) {
   const std::string where = "step " + std::to_string(info.step) + ": ";
   auto reader = store.open_step(info);
   if (!reader.ok()) return where + reader.status().to_string();
@@ -115,7 +115,7 @@ TEST_CASE("a writer killed with SIGKILL at random moments leaves the last acknow
   std::chrono::microseconds per_save{};
   {
     PosixFs fs;
-    auto store = Store<>::open(fs, dir.file("calibration"), Access::read_write, options(true));
+    auto store = Store::open(fs, dir.file("calibration"), Access::read_write, options(true));
     REQUIRE(store.ok());
     const auto start = std::chrono::steady_clock::now();
     for (std::uint64_t step = 1; step <= 4; ++step) REQUIRE(save(**store, step).ok());
@@ -191,7 +191,7 @@ TEST_CASE("a writer killed with SIGKILL at random moments leaves the last acknow
     const std::uint64_t in_flight = last_acked ? *last_acked + 1 : 1;
 
     PosixFs fs;
-    auto store = Store<>::open(fs, path, Access::read_write, options(false));
+    auto store = Store::open(fs, path, Access::read_write, options(false));
     // Killed before the store's JOURNAL existed: nothing was acknowledged, the next child creates it.
     if (!store.ok() && !latest && acked.empty() && store.status().code() == Code::not_found) continue;
     REQUIRE(store.ok());

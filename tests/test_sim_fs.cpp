@@ -771,7 +771,7 @@ Status save(Fs& fs, const std::string& path, WriterOptions o) {
   o.chunk_size_log2 = 12;
   o.buffer_size = 4096;  // small buffers: many writes, many persistence points
   o.uuid = Uuid{1, 2, 3, 4, 5, 6, 0x47, 8, 0x89, 10, 11, 12, 13, 14, 15, 16};
-  CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter<Fs>::create(fs, path, o));
+  CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter::create(fs, path, o));
   // Streamed in 1500-byte calls, so the 4 KiB buffer makes one write per flush.
   const auto stream = [&](const char* name, DType dtype, const Shape& shape, const std::vector<unsigned char>& bytes) {
     CKPT_TRY(w->begin_piece(name, dtype, shape, Shape(shape.size(), 0), shape));

@@ -27,7 +27,7 @@ std::vector<float> values(std::uint64_t step) {
   return w;
 }
 
-Status save(Store<PosixFs>& store, std::uint64_t step) {
+Status save(Store& store, std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   const auto w = values(step);
   CKPT_TRY(tx->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4));
@@ -46,10 +46,10 @@ struct TwoSteps {
   ckpt_test::TempDir dir;
   PosixFs fs;
   std::string path = dir.file("store");
-  std::unique_ptr<Store<PosixFs>> store;
+  std::unique_ptr<Store> store;
   std::string shard1, manifest1, shard2, manifest2;
   TwoSteps() {
-    auto s = Store<PosixFs>::open(fs, path, Access::read_write, ckpt_test::small_store_options());
+    auto s = Store::open(fs, path, Access::read_write, ckpt_test::small_store_options());
     REQUIRE(s.ok());
     store = std::move(s).value();
     REQUIRE(save(*store, 1).ok());

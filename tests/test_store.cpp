@@ -38,8 +38,7 @@ std::vector<float> weights(std::uint64_t step) {
 }
 
 // Saves one step: a weight tensor, an optimizer tensor and a training state derived from the step.
-template <class Fs>
-Result<CommitResult> save(Store<Fs>& store, std::uint64_t step) {
+Result<CommitResult> save(Store& store, std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   const auto w = weights(step);
   CKPT_TRY(tx->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4));
@@ -53,8 +52,7 @@ Result<CommitResult> save(Store<Fs>& store, std::uint64_t step) {
 }
 
 // Opens a committed step and checks every byte and field save() wrote.
-template <class Fs>
-void check_step(Store<Fs>& store, std::uint64_t step) {
+void check_step(Store& store, std::uint64_t step) {
   auto reader = store.open_step(step);
   INFO(reader.status().to_string());
   REQUIRE(reader.ok());
@@ -71,8 +69,7 @@ void check_step(Store<Fs>& store, std::uint64_t step) {
   CHECK(st.values.at("tag").as_string() == "step " + std::to_string(step));
 }
 
-template <class Fs>
-std::vector<std::uint64_t> step_numbers(const Store<Fs>& store) {
+std::vector<std::uint64_t> step_numbers(const Store& store) {
   std::vector<std::uint64_t> out;
   for (const auto& s : store.steps()) out.push_back(s.step);
   return out;
@@ -93,7 +90,7 @@ void crash_mid_save(PosixFs& fs, const std::string& store, std::uint64_t txn, st
   const std::string journal_path = store + "/JOURNAL";
   auto scan = scan_journal(fs, journal_path);
   REQUIRE(scan.ok());
-  auto writer = JournalWriter<PosixFs>::open(fs, journal_path, scan->end);
+  auto writer = JournalWriter::open(fs, journal_path, scan->end);
   REQUIRE(writer.ok());
   BeginRecord b;
   b.txn = txn;
@@ -121,7 +118,7 @@ TEST_CASE("commit makes a step that steps, latest, find and open_step see", "[st
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto store = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE(store.ok());
   CHECK_FALSE((*store)->latest());
   CHECK((*store)->recovery_report().clean());
@@ -151,11 +148,11 @@ TEST_CASE("commit makes a step that steps, latest, find and open_step see", "[st
   CHECK(entries(fs, path + "/step-100-1") == std::vector<std::string>{"MANIFEST", "shard-00000-of-00001.ckpt"});
   store->reset();
   // Reopened, read-only and writable, the same steps.
-  auto ro = Store<>::open(fs, path, Access::read_only);
+  auto ro = Store::open(fs, path, Access::read_only);
   REQUIRE(ro.ok());
   CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{100, 200, 300});
   check_step(**ro, 200);
-  auto rw = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto rw = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(rw.ok());
   CHECK((*rw)->recovery_report().clean());
   CHECK((*rw)->next_txn() == 4);
@@ -164,44 +161,44 @@ TEST_CASE("commit makes a step that steps, latest, find and open_step see", "[st
 TEST_CASE("a store is created only when asked and never over other files", "[store]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  CHECK(Store<>::open(fs, dir.file("none"), Access::read_write, writable_options(false)).status().code() == Code::not_found);
-  CHECK(Store<>::open(fs, dir.file("none"), Access::read_only).status().code() == Code::not_found);
+  CHECK(Store::open(fs, dir.file("none"), Access::read_write, writable_options(false)).status().code() == Code::not_found);
+  CHECK(Store::open(fs, dir.file("none"), Access::read_only).status().code() == Code::not_found);
   CHECK_FALSE(fsys::exists(dir.file("none")));
   REQUIRE(fs.mkdir(dir.file("busy")).ok());
   ckpt_test::write_file(dir.file("busy/data.bin"), "x");
-  auto busy = Store<>::open(fs, dir.file("busy"), Access::read_write, writable_options());
+  auto busy = Store::open(fs, dir.file("busy"), Access::read_write, writable_options());
   CHECK(busy.status().code() == Code::conflict);
   CHECK_FALSE(fsys::exists(dir.file("busy/JOURNAL")));
   // An empty existing directory is fine.
   REQUIRE(fs.mkdir(dir.file("empty")).ok());
-  CHECK(Store<>::open(fs, dir.file("empty"), Access::read_write, writable_options()).ok());
+  CHECK(Store::open(fs, dir.file("empty"), Access::read_write, writable_options()).ok());
 }
 
 TEST_CASE("a second writer gets a conflict and readers are never blocked", "[store]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  auto first = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto first = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE(first.ok());
   REQUIRE(save(**first, 1).ok());
-  auto second = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto second = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE_FALSE(second.ok());
   CHECK(second.status().code() == Code::conflict);
   CHECK(second.status().message().find("read-only") != std::string::npos);
   CHECK(recover_store(fs, path, true).status().code() == Code::conflict);
-  auto reader = Store<>::open(fs, path, Access::read_only);
+  auto reader = Store::open(fs, path, Access::read_only);
   REQUIRE(reader.ok());
   CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1});
   first->reset();  // the lock goes with the store
-  CHECK(Store<>::open(fs, path, Access::read_write, writable_options()).ok());
+  CHECK(Store::open(fs, path, Access::read_write, writable_options()).ok());
 }
 
 TEST_CASE("a read-only store refuses to write", "[store]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  REQUIRE(Store<>::open(fs, path, Access::read_write, writable_options()).ok());
-  auto ro = Store<>::open(fs, path, Access::read_only);
+  REQUIRE(Store::open(fs, path, Access::read_write, writable_options()).ok());
+  auto ro = Store::open(fs, path, Access::read_only);
   REQUIRE(ro.ok());
   CHECK((*ro)->begin(1).status().code() == Code::invalid_argument);
   CHECK((*ro)->retire(1).code() == Code::invalid_argument);
@@ -212,7 +209,7 @@ TEST_CASE("abort removes the transaction's files and its id and names are never 
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto store = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE(store.ok());
   REQUIRE(save(**store, 10).ok());
   {
@@ -243,7 +240,7 @@ TEST_CASE("abort removes the transaction's files and its id and names are never 
   CHECK(states == std::vector<std::string>{"1:committed", "2:aborted", "3:aborted", "4:committed"});
   CHECK((*store)->transactions()[1].abort_reason == AbortReason::user);
   store->reset();
-  auto again = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto again = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(again.ok());
   CHECK((*again)->recovery_report().clean());
   CHECK((*again)->next_txn() == 5);
@@ -253,14 +250,14 @@ TEST_CASE("a reader sees only committed steps while a transaction is open", "[st
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  auto writer = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto writer = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE(writer.ok());
   REQUIRE(save(**writer, 1).ok());
   auto tx = (*writer)->begin(2);
   REQUIRE(tx.ok());
   const auto w = weights(2);
   REQUIRE((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
-  auto reader = Store<>::open(fs, path, Access::read_only);
+  auto reader = Store::open(fs, path, Access::read_only);
   REQUIRE(reader.ok());
   CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1});
   CHECK((*reader)->latest()->step == 1);
@@ -281,14 +278,14 @@ TEST_CASE("a read-only open never writes, even with a torn tail and an open tran
   PosixFs fs;
   const std::string path = dir.file("store");
   {
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    auto store = Store::open(fs, path, Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
   crash_mid_save(fs, path, 2, 2, false);
   const auto before = ckpt_test::directory_tree(path);
   FaultFs<PosixFs> guarded(fs, FaultPlan::from(1, Fault::io_error, kWrites));  // any write would fail
-  auto ro = Store<FaultFs<PosixFs>>::open(guarded, path, Access::read_only);
+  auto ro = Store::open(guarded, path, Access::read_only);
   REQUIRE(ro.ok());
   CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{1});
   CHECK((*ro)->recovery_report().journal.torn_tail);
@@ -310,7 +307,7 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
   PosixFs fs;
   const std::string path = dir.file("store");
   {
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    auto store = Store::open(fs, path, Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
@@ -320,7 +317,7 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
     crash_mid_save(fs, path, txn, 7, foreign);
     const std::string step_dir = path + "/" + step_dir_name(7, txn);
     const std::uint64_t journal_end = fsys::file_size(path + "/JOURNAL") - 100;
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
     REQUIRE(store.ok());
     const RecoveryReport& report = (*store)->recovery_report();
     CHECK(report.applied);
@@ -360,7 +357,7 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
     check_step(**store, 1);
   }
   // Recovery is idempotent: a clean store needs nothing more.
-  auto again = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto again = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(again.ok());
   CHECK((*again)->recovery_report().clean());
   CHECK((*again)->recovery_report().unknown_entries.empty());
@@ -371,7 +368,7 @@ TEST_CASE("check_store and a dry-run recovery plan without changing anything", "
   PosixFs fs;
   const std::string path = dir.file("store");
   {
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    auto store = Store::open(fs, path, Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
@@ -409,7 +406,7 @@ TEST_CASE("mid-log corruption refuses a writable open and is reported read-only"
   PosixFs fs;
   const std::string path = dir.file("store");
   {
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    auto store = Store::open(fs, path, Access::read_write, writable_options());
     REQUIRE(store.ok());
     for (const std::uint64_t step : {1, 2, 3}) REQUIRE(save(**store, step).ok());
   }
@@ -421,18 +418,18 @@ TEST_CASE("mid-log corruption refuses a writable open and is reported read-only"
   ckpt_test::write_file(journal_path, bytes);
   const auto before = ckpt_test::directory_tree(path);
 
-  auto rw = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto rw = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE_FALSE(rw.ok());
   CHECK(rw.status().code() == Code::corrupt);
   CHECK(rw.status().message().find("ckpt-repair") != std::string::npos);
   CHECK(rw.status().message().find("[12288, 16384)") != std::string::npos);
-  auto ro = Store<>::open(fs, path, Access::read_only);
+  auto ro = Store::open(fs, path, Access::read_only);
   REQUIRE_FALSE(ro.ok());
   CHECK(ro.status().code() == Code::corrupt);
 
   StoreOptions tolerant;
   tolerant.allow_corrupt_journal = true;
-  auto inspect = Store<>::open(fs, path, Access::read_only, tolerant);
+  auto inspect = Store::open(fs, path, Access::read_only, tolerant);
   REQUIRE(inspect.ok());
   const RecoveryReport& report = (*inspect)->recovery_report();
   CHECK(report.corrupt());
@@ -461,7 +458,7 @@ TEST_CASE("retention keeps the last N and every K-th step, writing RETIRE before
   const std::string path = dir.file("store");
   StoreOptions o = writable_options();
   o.retention = RetentionPolicy{2, 10};
-  auto store = Store<>::open(fs, path, Access::read_write, o);
+  auto store = Store::open(fs, path, Access::read_write, o);
   REQUIRE(store.ok());
   std::map<std::uint64_t, std::vector<std::uint64_t>> retired_by;
   for (const std::uint64_t step : {5, 10, 15, 20, 25, 30}) {
@@ -489,7 +486,7 @@ TEST_CASE("retention keeps the last N and every K-th step, writing RETIRE before
   CHECK(step_numbers(**store) == std::vector<std::uint64_t>{30});
   CHECK((*store)->apply_retention(RetentionPolicy{0, 0})->empty());  // keep_last 0: retention off
   store->reset();
-  auto again = Store<>::open(fs, path, Access::read_only);
+  auto again = Store::open(fs, path, Access::read_only);
   REQUIRE(again.ok());
   CHECK(step_numbers(**again) == std::vector<std::uint64_t>{30});
   CHECK((*again)->recovery_report().clean());
@@ -503,7 +500,7 @@ TEST_CASE("a retired step whose files could not be removed is finished by the ne
   StoreOptions o = writable_options();
   o.retention = RetentionPolicy{1, 0};
   {
-    auto store = Store<FaultFs<PosixFs>>::open(faulty, path, Access::read_write, o);
+    auto store = Store::open(faulty, path, Access::read_write, o);
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
     faulty.set_plan(FaultPlan::nth(1, Fault::io_error, fs_op_bit(FsOp::unlink)));  // MANIFEST of step 1 stays
@@ -514,7 +511,7 @@ TEST_CASE("a retired step whose files could not be removed is finished by the ne
     CHECK(entries(fs, path + "/step-1-1") == std::vector<std::string>{"MANIFEST"});
   }
   faulty.set_plan({});
-  auto store = Store<FaultFs<PosixFs>>::open(faulty, path, Access::read_write, o);
+  auto store = Store::open(faulty, path, Access::read_write, o);
   REQUIRE(store.ok());
   CHECK_FALSE(fsys::exists(path + "/step-1-1"));
   CHECK(step_numbers(**store) == std::vector<std::uint64_t>{2});
@@ -524,7 +521,7 @@ TEST_CASE("a retired step whose files could not be removed is finished by the ne
 TEST_CASE("a step saved again after a rollback shadows the older commit", "[store]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  auto store = Store<>::open(fs, dir.file("store"), Access::read_write, writable_options());
+  auto store = Store::open(fs, dir.file("store"), Access::read_write, writable_options());
   REQUIRE(store.ok());
   REQUIRE(save(**store, 10).ok());
   REQUIRE(save(**store, 20).ok());
@@ -539,7 +536,7 @@ TEST_CASE("opening a step checks the manifest and shards it names; verify_step c
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto store = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE(store.ok());
   REQUIRE(save(**store, 1).ok());
   REQUIRE(save(**store, 2).ok());
@@ -592,14 +589,14 @@ TEST_CASE("unknown entries are reported and left alone, and txn ids stay above a
   PosixFs fs;
   const std::string path = dir.file("store");
   {
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    auto store = Store::open(fs, path, Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
   REQUIRE(fs.mkdir(path + "/step-5-99").ok());
   ckpt_test::write_file(path + "/step-5-99/x.ckpt", "x");
   ckpt_test::write_file(path + "/README", "hello");
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto store = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(store.ok());
   CHECK((*store)->recovery_report().unknown_entries == std::vector<std::string>{"README", "step-5-99"});
   CHECK((*store)->next_txn() == 100);
@@ -612,7 +609,7 @@ TEST_CASE("unknown entries are reported and left alone, and txn ids stay above a
 
 TEST_CASE("a store keeps the communicator it was opened with", "[store]") {
   SimFs sim;
-  auto alone = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options());
+  auto alone = Store::open(sim, "/s", Access::read_write, writable_options());
   REQUIRE(alone.ok());
   CHECK((*alone)->world_size() == 1);  // the plain open is a world of one
   CHECK((*alone)->rank() == 0);
@@ -625,7 +622,7 @@ TEST_CASE("a store keeps the communicator it was opened with", "[store]") {
     Result<std::vector<std::string>> gather(std::string, int) { return std::vector<std::string>{}; }
     Status broadcast(std::string&, int) { return Status(); }
   } comm;
-  auto two = Store<SimFs>::open(sim, "/t", Access::read_write, writable_options(), comm);
+  auto two = Store::open(sim, "/t", Access::read_write, writable_options(), comm);
   CHECK(two.status().code() == Code::invalid_argument);
   CHECK(two.status().message().find("gathered 0 statuses from a world of 2") != std::string::npos);
 }
@@ -634,7 +631,7 @@ namespace {
 
 
 // Rank r's row of a 3 x 300 F32 tensor, so that a step needs every rank.
-Status add_row(Transaction<>& tx, std::uint32_t rank, std::uint64_t step) {
+Status add_row(Transaction& tx, std::uint32_t rank, std::uint64_t step) {
   const auto w = weights(step + static_cast<std::uint64_t>(rank));
   CKPT_TRY(tx.begin_piece("w", DType::F32, {3, kElems}, {static_cast<std::uint64_t>(rank), 0}, {1, kElems}));
   CKPT_TRY(tx.write(w.data(), w.size() * 4));
@@ -650,7 +647,7 @@ TEST_CASE("a rank that drops its open transaction fails the others' commit, and 
     ckpt_test::TempDir dir;
     const std::string path = dir.file("store");
     const auto results = ckpt_test::run_ranks(3, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-      CKPT_ASSIGN_OR_RETURN(auto store, Store<>::open(fs, path, Access::read_write, writable_options(), comm));
+      CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, path, Access::read_write, writable_options(), comm));
       {
         CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
         CKPT_TRY(add_row(*tx, rank, 1));
@@ -666,7 +663,7 @@ TEST_CASE("a rank that drops its open transaction fails the others' commit, and 
       CHECK_FALSE(results[static_cast<std::size_t>(r)].ok());
       if (r != dropping) CHECK(results[static_cast<std::size_t>(r)].message().find("rank " + std::to_string(dropping) + " dropped step 2 (txn 2)") != std::string::npos);
     }
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
     REQUIRE(store.ok());
     REQUIRE((*store)->latest());
     CHECK((*store)->latest()->step == 1);  // the previous step is untouched
@@ -684,7 +681,7 @@ TEST_CASE("the commit takes the shard's pieces from its writer, and can verify t
     INFO("verify_written " << verify_written);
     StoreOptions o = writable_options();
     o.verify_written = verify_written;
-    auto store = Store<>::open(fs, dir.file(verify_written ? "checked" : "plain"), Access::read_write, o);
+    auto store = Store::open(fs, dir.file(verify_written ? "checked" : "plain"), Access::read_write, o);
     REQUIRE(store.ok());
     auto tx = (*store)->begin(7);
     REQUIRE(tx.ok());
@@ -705,7 +702,7 @@ TEST_CASE("a journal failure makes the store refuse writes until it is reopened"
   SimFs sim;
   FaultFs<SimFs> faulty(sim);
   {
-    auto store = Store<FaultFs<SimFs>>::open(faulty, "/s", Access::read_write, writable_options());
+    auto store = Store::open(faulty, "/s", Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
     faulty.set_plan(FaultPlan::nth(1, Fault::io_error, fs_op_bit(FsOp::sync_data)));  // the BEGIN's fdatasync
@@ -717,7 +714,7 @@ TEST_CASE("a journal failure makes the store refuse writes until it is reopened"
     CHECK(faulty.count() == 0);  // refused without touching the journal
     check_step(**store, 1);      // reads still work
   }
-  auto store = Store<FaultFs<SimFs>>::open(faulty, "/s", Access::read_write, writable_options());
+  auto store = Store::open(faulty, "/s", Access::read_write, writable_options());
   REQUIRE(store.ok());
   // The BEGIN reached the file though its sync failed: recovery aborts it (the rewrite keeps recent history).
   CHECK((*store)->transactions().back().txn == 2);
@@ -734,7 +731,7 @@ TEST_CASE("a failed operation anywhere in a save abandons it and keeps the previ
   // reached the file), leave no file of the failed transaction, and save again under a new id.
   SimFs base;
   {
-    auto store = Store<SimFs>::open(base, "/s", Access::read_write, writable_options());
+    auto store = Store::open(base, "/s", Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
@@ -742,7 +739,7 @@ TEST_CASE("a failed operation anywhere in a save abandons it and keeps the previ
   {
     SimFs sim(base);
     FaultFs<SimFs> counting(sim);
-    auto store = Store<FaultFs<SimFs>>::open(counting, "/s", Access::read_write, writable_options(false));
+    auto store = Store::open(counting, "/s", Access::read_write, writable_options(false));
     REQUIRE(store.ok());
     counting.set_plan({});
     REQUIRE(save(**store, 2).ok());
@@ -758,7 +755,7 @@ TEST_CASE("a failed operation anywhere in a save abandons it and keeps the previ
       std::uint64_t failed_txn = 0;
       bool ok = false;
       {
-        auto store = Store<FaultFs<SimFs>>::open(faulty, "/s", Access::read_write, writable_options(false));
+        auto store = Store::open(faulty, "/s", Access::read_write, writable_options(false));
         REQUIRE(store.ok());
         failed_txn = (*store)->next_txn();
         faulty.set_plan(FaultPlan::nth(n, fault));
@@ -772,7 +769,7 @@ TEST_CASE("a failed operation anywhere in a save abandons it and keeps the previ
       SimFs crashed = sim.durable_state();
       for (int variant = 0; variant < 2; ++variant) {
         SimFs& target = variant == 0 ? sim : crashed;
-        auto store = Store<SimFs>::open(target, "/s", Access::read_write, writable_options(false));
+        auto store = Store::open(target, "/s", Access::read_write, writable_options(false));
         REQUIRE(store.ok());
         CHECK_FALSE((*store)->recovery_report().corrupt());
         const auto steps = step_numbers(**store);
@@ -811,14 +808,14 @@ TEST_CASE("a failed operation anywhere in a save abandons it and keeps the previ
 TEST_CASE("the store recovers the durable state at every persistence point of a save over SimFs", "[store]") {
   SimFs sim;
   {
-    auto store = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options());
+    auto store = Store::open(sim, "/s", Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
   std::vector<SimFs> states;
   sim.set_persistence_hook([&](const SimFs& fs, const PersistencePoint&) { states.push_back(fs.durable_state()); });
   {
-    auto store = Store<SimFs>::open(sim, "/s", Access::read_write, writable_options(false));
+    auto store = Store::open(sim, "/s", Access::read_write, writable_options(false));
     REQUIRE(store.ok());
     REQUIRE(save(**store, 2).ok());
   }
@@ -827,7 +824,7 @@ TEST_CASE("the store recovers the durable state at every persistence point of a 
   bool saw_two = false;
   for (std::size_t i = 0; i < states.size(); ++i) {
     INFO("persistence point " << i + 1);
-    auto store = Store<SimFs>::open(states[i], "/s", Access::read_write, writable_options(false));
+    auto store = Store::open(states[i], "/s", Access::read_write, writable_options(false));
     REQUIRE(store.ok());
     for (const auto& a : (*store)->recovery_report().actions) INFO(a.describe());
     std::string dbg;
@@ -848,7 +845,7 @@ TEST_CASE("the store recovers the durable state at every persistence point of a 
 TEST_CASE("a commit refused for bad training state leaves the transaction open to fix", "[store]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  auto store = Store<>::open(fs, dir.file("store"), Access::read_write, writable_options());
+  auto store = Store::open(fs, dir.file("store"), Access::read_write, writable_options());
   REQUIRE(store.ok());
   auto tx = (*store)->begin(5);
   REQUIRE(tx.ok());
@@ -876,7 +873,7 @@ TEST_CASE("closing a store aborts the transaction still open in it", "[store]") 
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto store = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE(store.ok());
   auto tx = (*store)->begin(5);
   REQUIRE(tx.ok());
@@ -886,7 +883,7 @@ TEST_CASE("closing a store aborts the transaction still open in it", "[store]") 
   CHECK((*tx)->commit().status().code() == Code::invalid_argument);
   tx->reset();
   CHECK_FALSE(fsys::exists(step_dir));
-  auto again = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto again = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(again.ok());
   CHECK((*again)->recovery_report().clean());
   CHECK((*again)->transactions().back().state == TxnState::aborted);
@@ -897,7 +894,7 @@ TEST_CASE("a committed step whose directory vanished is noted by recovery", "[st
   PosixFs fs;
   const std::string path = dir.file("store");
   {
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    auto store = Store::open(fs, path, Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
@@ -906,7 +903,7 @@ TEST_CASE("a committed step whose directory vanished is noted by recovery", "[st
   REQUIRE(report.ok());
   REQUIRE(report->notes.size() == 1);
   CHECK(report->notes[0].find("step-1-1 is missing") != std::string::npos);
-  auto store = Store<>::open(fs, path, Access::read_only);
+  auto store = Store::open(fs, path, Access::read_only);
   REQUIRE(store.ok());
   CHECK((*store)->open_step(1).status().code() == Code::not_found);
 }
@@ -955,7 +952,7 @@ TEST_CASE("damage to the journal's last page never loses the newest committed st
     PosixFs fs;
     const std::string path = dir.file("store");
     {
-      auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+      auto store = Store::open(fs, path, Access::read_write, writable_options());
       REQUIRE(store.ok());
       REQUIRE(save(**store, 1).ok());
       REQUIRE(save(**store, 2).ok());
@@ -971,7 +968,7 @@ TEST_CASE("damage to the journal's last page never loses the newest committed st
     CHECK_FALSE(check->corrupt());
     REQUIRE(check->journal.torn_tail);
     CHECK(check->tail_damaged());  // every byte is there: bit rot, not a torn append, and it is reported
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
     REQUIRE(store.ok());
     const RecoveryReport& report = (*store)->recovery_report();
     CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1, 2});
@@ -985,7 +982,7 @@ TEST_CASE("damage to the journal's last page never loses the newest committed st
     REQUIRE(again.ok());
     CHECK(again->clean());
     store->reset();
-    auto ro = Store<>::open(fs, path, Access::read_only);
+    auto ro = Store::open(fs, path, Access::read_only);
     REQUIRE(ro.ok());
     CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{1, 2});
   }
@@ -998,14 +995,14 @@ TEST_CASE("damage to the page of a RETIRE applies the RETIRE, so retired steps s
   StoreOptions o = writable_options();
   o.retention = RetentionPolicy{1, 0};
   {
-    auto store = Store<>::open(fs, path, Access::read_write, o);
+    auto store = Store::open(fs, path, Access::read_write, o);
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
     REQUIRE(save(**store, 2).ok());  // retires step 1 in the journal's last group
   }
   const std::uint64_t retire = last_record(fs, path, journal::RecordType::retire);
   flip_bit(path + "/JOURNAL", retire + 32 + 100, 1);  // inside the PAD that follows it
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto store = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(store.ok());
   CHECK(step_numbers(**store) == std::vector<std::uint64_t>{2});
   CHECK((*store)->recovery_report().salvaged.size() == 1);
@@ -1019,7 +1016,7 @@ TEST_CASE("a crash inside the MANIFEST write aborts, a damaged tail with a MANIF
     PosixFs fs;
     const std::string path = dir.file("store");
     {
-      auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+      auto store = Store::open(fs, path, Access::read_write, writable_options());
       REQUIRE(store.ok());
       REQUIRE(save(**store, 1).ok());
     }
@@ -1029,7 +1026,7 @@ TEST_CASE("a crash inside the MANIFEST write aborts, a damaged tail with a MANIF
       j.resize(j.size() - 100);
       ckpt_test::write_file(path + "/JOURNAL", j + std::string(100, 'T'));  // written, yet no record: not a tear
     }
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
     REQUIRE(store.ok());
     const RecoveryReport& report = (*store)->recovery_report();
     CHECK(report.tail_damaged() == damaged);
@@ -1049,7 +1046,7 @@ TEST_CASE("recovery never follows a symlinked step directory out of the store", 
   const std::string path = dir.file("store");
   const std::string outside = dir.file("outside");
   {
-    auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+    auto store = Store::open(fs, path, Access::read_write, writable_options());
     REQUIRE(store.ok());
     REQUIRE(save(**store, 1).ok());
   }
@@ -1071,7 +1068,7 @@ TEST_CASE("recovery never follows a symlinked step directory out of the store", 
   }
   CHECK(entries(fs, outside) == kept);  // not one file outside the store was touched
   CHECK(fsys::is_symlink(step_dir));
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options(false));
+  auto store = Store::open(fs, path, Access::read_write, writable_options(false));
   REQUIRE(store.ok());
   CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
   CHECK(entries(fs, outside) == kept);
@@ -1081,14 +1078,14 @@ TEST_CASE("a writer fails closed when the journal changes under it", "[store][ev
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("store");
-  auto store = Store<>::open(fs, path, Access::read_write, writable_options());
+  auto store = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE(store.ok());
   REQUIRE(save(**store, 1).ok());
   // A second writer that bypassed the lock appends a group behind this one's back.
   {
     auto scan = scan_journal(fs, path + "/JOURNAL");
     REQUIRE(scan.ok());
-    auto other = JournalWriter<PosixFs>::open(fs, path + "/JOURNAL", scan->end);
+    auto other = JournalWriter::open(fs, path + "/JOURNAL", scan->end);
     REQUIRE(other.ok());
     REQUIRE(other->append_group({abort_record(AbortRecord{99, 9, AbortReason::user})}).ok());
   }

@@ -39,7 +39,7 @@ struct Files {
     good = dir.file("good.ckpt");
     WriterOptions o;
     o.chunk_size_log2 = 12;
-    auto w = ShardWriter<>::create(fs, good, o);
+    auto w = ShardWriter::create(fs, good, o);
     REQUIRE(w.ok());
     const auto data = ckpt_test::random_bytes(5 * 3000 * 4, 1);
     REQUIRE((*w)->add_tensor("layer/w", DType::F32, {5, 3000}, data.data(), data.size()).ok());
@@ -57,7 +57,7 @@ struct Files {
     REQUIRE((*w)->set_metadata("note", Value("tab\there")).ok());
     REQUIRE((*w)->set_metadata("rng", Value(Bytes{std::string("\x00\xff\x10", 3)})).ok());
     REQUIRE((*w)->finish().ok());
-    auto r = ShardReader<>::open(fs, good);
+    auto r = ShardReader::open(fs, good);
     REQUIRE(r.ok());
     index = (*r)->index();
     const std::string bytes = ckpt_test::read_file(good);

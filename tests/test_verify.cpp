@@ -49,7 +49,7 @@ struct Fixture {
     WriterOptions o;
     o.chunk_size_log2 = 12;
     o.alignment_log2 = 12;
-    auto w = ShardWriter<>::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const auto big = ckpt_test::random_bytes(3 * 2500 * 4, 11);
     REQUIRE((*w)->add_tensor("big", DType::F32, {3, 2500}, big.data(), big.size()).ok());
@@ -70,7 +70,7 @@ struct Fixture {
     REQUIRE((*w)->set_metadata("rng", Value(Bytes{std::string(40, '\x7f')})).ok());
     REQUIRE((*w)->finish().ok());
     bytes = ckpt_test::read_file(path);
-    auto r = ShardReader<>::open(fs, path);
+    auto r = ShardReader::open(fs, path);
     REQUIRE(r.ok());
     index = (*r)->index();
     footer = (*r)->footer();
@@ -399,7 +399,7 @@ TEST_CASE("every damaged chunk is reported once, in file order, by any number of
   {
     WriterOptions o;
     o.chunk_size_log2 = chunk_log2;
-    auto w = ShardWriter<>::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     REQUIRE((*w)->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
     REQUIRE((*w)->finish().ok());
@@ -488,7 +488,7 @@ std::string write_big_shard(const std::string& path) {
   WriterOptions o;
   o.chunk_size_log2 = 20;
   o.alignment_log2 = 12;
-  auto w = ShardWriter<>::create(fs, path, o);
+  auto w = ShardWriter::create(fs, path, o);
   REQUIRE(w.ok());
   const auto data = ckpt_test::random_bytes(std::size_t{12} << 20, 99);
   REQUIRE((*w)->add_tensor("big", DType::U8, {data.size()}, data.data(), data.size()).ok());

@@ -55,10 +55,10 @@ int main(int argc, char** argv) {
     CKPT_TRY_EXIT(fs.mkdir(store));
     ckpt::JournalHeader header;
     header.store_uuid = ckpt::random_uuid();
-    CKPT_TRY_EXIT(ckpt::JournalWriter<ckpt::PosixFs>::create(fs, path, header));
-    auto opened = ckpt::JournalWriter<ckpt::PosixFs>::open(fs, path, ckpt::journal::kPageSize);
+    CKPT_TRY_EXIT(ckpt::JournalWriter::create(fs, path, header));
+    auto opened = ckpt::JournalWriter::open(fs, path, ckpt::journal::kPageSize);
     if (!opened.ok()) return ckpt::cli::report(kTool, opened.status());
-    ckpt::JournalWriter<ckpt::PosixFs> journal = std::move(opened).value();
+    ckpt::JournalWriter journal = std::move(opened).value();
 
     std::vector<ckpt::TxnInfo> txns;
     std::uint64_t next_txn = 1, compacted_end = journal.end(), rewrites = 0, max_size = journal.end();
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     std::size_t live_steps = 0;
     for (unsigned r = 0; r < repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      auto ro = ckpt::Store<ckpt::PosixFs>::open(fs, store, ckpt::Access::read_only);
+      auto ro = ckpt::Store::open(fs, store, ckpt::Access::read_only);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!ro.ok()) return ckpt::cli::report(kTool, ro.status());
       live_steps = (*ro)->steps().size();

@@ -103,7 +103,7 @@ std::vector<double> round_for(ckpt::MpiComm& comm, const Settings& s, const std:
   timed([&] {
     ckpt::StoreOptions options;
     options.create_if_missing = true;
-    auto store = ckpt::Store<>::open(fs, store_path, ckpt::Access::read_write, options, comm);
+    auto store = ckpt::Store::open(fs, store_path, ckpt::Access::read_write, options, comm);
     check(store.status(), "open " + store_path);
     auto tx = (*store)->begin(1);
     check(tx.status(), "begin");
@@ -121,7 +121,7 @@ std::vector<double> round_for(ckpt::MpiComm& comm, const Settings& s, const std:
   ckpt::bench::Buffer back(bytes);
   timed([&] { (void)ckpt::bench::raw_read_file(raw_path, back.data(), bytes, std::size_t{8} << 20); });
   timed([&] {
-    auto store = ckpt::Store<>::open(fs, store_path, ckpt::Access::read_only);
+    auto store = ckpt::Store::open(fs, store_path, ckpt::Access::read_only);
     check(store.status(), "open " + store_path);
     auto reader = (*store)->open_latest();
     check(reader.status(), "open step");

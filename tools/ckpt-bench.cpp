@@ -245,7 +245,7 @@ int run(const Config& cfg) {
                                       [&] { raw_write_file(raw_path, data.data(), size, kRawBlock); }));
   WriterOptions wopts;
   Measurement& save = add(false, measurement("save_add_tensor", "save: add_tensor + finish", 1, size, [&] { fresh(ckpt_path); }, [&] {
-    auto w = ShardWriter<PosixFs>::create(fs, ckpt_path, wopts);
+    auto w = ShardWriter::create(fs, ckpt_path, wopts);
     check(w, "save");
     for (const auto& t : tensors)
       check((*w)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
@@ -254,7 +254,7 @@ int run(const Config& cfg) {
   const std::size_t write_size = static_cast<std::size_t>(std::max<std::uint64_t>(cfg.write_size, 2));
   Measurement& stream = add(false, measurement("save_streaming", "save: streaming " + cli::human_bytes(double(write_size)) + " writes", 1, size,
                                     [&] { fresh(stream_path); }, [&] {
-    auto w = ShardWriter<PosixFs>::create(fs, stream_path, wopts);
+    auto w = ShardWriter::create(fs, stream_path, wopts);
     check(w, "save");
     for (const auto& t : tensors) {
       const Shape shape{t.size / 2};
@@ -273,7 +273,7 @@ int run(const Config& cfg) {
   }, [&] {
     StoreOptions sopts;
     sopts.create_if_missing = true;
-    auto store = Store<PosixFs>::open(fs, store_path, Access::read_write, sopts);
+    auto store = Store::open(fs, store_path, Access::read_write, sopts);
     check(store, "store open");
     auto txn = (*store)->begin(1);
     check(txn, "store begin");
@@ -302,8 +302,8 @@ int run(const Config& cfg) {
       }
   }));
   const std::string async_path = scratch.file("async-store");
-  std::unique_ptr<Store<PosixFs>> async_store;
-  std::unique_ptr<AsyncSaver<PosixFs>> saver;
+  std::unique_ptr<Store> async_store;
+  std::unique_ptr<AsyncSaver> saver;
   // Untimed: the previous run's background save ends (the saver's destructor waits), then a fresh store
   // and a saver whose pool holds the whole state, allocated and pre-faulted once.
   auto fresh_saver = [&] {
@@ -313,12 +313,12 @@ int run(const Config& cfg) {
     settle(scratch.path());
     StoreOptions sopts;
     sopts.create_if_missing = true;
-    auto store = Store<PosixFs>::open(fs, async_path, Access::read_write, sopts);
+    auto store = Store::open(fs, async_path, Access::read_write, sopts);
     check(store, "async store open");
     async_store = std::move(store).value();
     AsyncSaveOptions aopts;
     aopts.staging_bytes = size;
-    auto created = AsyncSaver<PosixFs>::create(*async_store, aopts);
+    auto created = AsyncSaver::create(*async_store, aopts);
     check(created, "async saver");
     saver = std::move(created).value();
   };
@@ -379,7 +379,7 @@ int run(const Config& cfg) {
       auto shm_save_run = [&](bool pipeline) {
         WriterOptions o;
         o.pipeline = pipeline;
-        auto w = ShardWriter<PosixFs>::create(fs, shm_ckpt_path, o);
+        auto w = ShardWriter::create(fs, shm_ckpt_path, o);
         check(w, "save");
         for (const auto& t : tensors)
           check((*w)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
@@ -478,7 +478,7 @@ int run(const Config& cfg) {
       keep(raw_read_file(ckpt_path, dst.data(), size, kRawBlock));
     })));
     auto load_all = [&](ReadCheck read_check) {
-      auto reader = ShardReader<PosixFs>::open(fs, ckpt_path);
+      auto reader = ShardReader::open(fs, ckpt_path);
       check(reader, "open " + ckpt_path);
       for (const auto& t : tensors) check((*reader)->read_tensor(t.name, dst.data() + t.offset, t.size, read_check), "read_tensor " + t.name);
     };

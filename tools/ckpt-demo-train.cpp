@@ -248,7 +248,7 @@ ckpt::SaveRequest save_request(Trainer& t, std::vector<unsigned char>& extra, st
 }
 
 // The synchronous save: the same request through one transaction.
-ckpt::Status save(ckpt::Store<>& store, const ckpt::SaveRequest& request) {
+ckpt::Status save(ckpt::Store& store, const ckpt::SaveRequest& request) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(request.step()));
   for (const auto& t : request.tensors()) {
     if (t.optimizer) CKPT_TRY(tx->add_optimizer_tensor(t.name, t.dtype, t.global_shape, t.data, t.size));
@@ -263,7 +263,7 @@ ckpt::Status save(ckpt::Store<>& store, const ckpt::SaveRequest& request) {
 }
 
 // Restores everything from the latest committed step; the model was initialised already (shapes).
-ckpt::Status resume(ckpt::Store<>& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
+ckpt::Status resume(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
   CKPT_ASSIGN_OR_RETURN(auto reader, store.open_latest());
   const auto& st = reader->state();
   auto int_value = [&](const char* key) -> std::int64_t {
@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
     ckpt::StoreOptions options;
     options.create_if_missing = true;
     options.retention.keep_last = keep;
-    auto store = ckpt::Store<>::open(fs, store_path, ckpt::Access::read_write, options);
+    auto store = ckpt::Store::open(fs, store_path, ckpt::Access::read_write, options);
     if (!store.ok()) return ckpt::cli::report(kTool, store.status());
     if (!quiet && !(*store)->recovery_report().clean()) {
       std::printf("recovered the store:");
@@ -374,11 +374,11 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(estimate.bytes), estimate.seconds,
                     estimate.seconds <= flush_deadline ? "fits" : "does NOT fit", flush_deadline);
     }
-    std::unique_ptr<ckpt::AsyncSaver<>> saver;
+    std::unique_ptr<ckpt::AsyncSaver> saver;
     if (async) {
       ckpt::AsyncSaveOptions o;
       o.staging_bytes = static_cast<std::size_t>(staging_mib) << 20;
-      auto created = ckpt::AsyncSaver<>::create(**store, o);
+      auto created = ckpt::AsyncSaver::create(**store, o);
       if (!created.ok()) return ckpt::cli::report(kTool, created.status());
       saver = std::move(created).value();
     }

@@ -22,7 +22,7 @@ constexpr const char* kTool = "ckpt-inspect";
   auto info = fs.stat(path);
   if (!info.ok()) return info.status();  // the message already names the path
   if (info->is_dir) return ckpt::make_error(ckpt::Code::invalid_argument, path + ": is a directory, expected a shard file");
-  auto reader = ckpt::ShardReader<>::open(fs, path);
+  auto reader = ckpt::ShardReader::open(fs, path);
   if (!reader.ok()) return reader.status();
   return ckpt::tools::shard_json(**reader, with_chunks);
 }
@@ -155,7 +155,7 @@ void print_human(const json& doc) {
 
 // A committed step of a store: opened through its COMMIT record, so the manifest and every shard's
 // size, UUID and index digest are checked on the way (spec/JOURNAL.md 7.5).
-[[nodiscard]] ckpt::Result<json> inspect_committed_step(ckpt::Store<ckpt::PosixFs>& store, const ckpt::StepInfo& info,
+[[nodiscard]] ckpt::Result<json> inspect_committed_step(ckpt::Store& store, const ckpt::StepInfo& info,
                                                         bool with_chunks) {
   CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(info));
   json shards = json::array();
@@ -194,7 +194,7 @@ void print_human(const json& doc) {
 // Whether a step whose files could not be found (not_found) was retired since the store's snapshot of
 // the journal: a live writer removes a step's files only after its RETIRE record (spec/JOURNAL.md 10).
 // Sets state to what the re-read journal says ("retired", "not in the journal") when so.
-[[nodiscard]] bool retired_meanwhile(ckpt::Store<ckpt::PosixFs>& store, const ckpt::StepInfo& info, const ckpt::Status& failure,
+[[nodiscard]] bool retired_meanwhile(ckpt::Store& store, const ckpt::StepInfo& info, const ckpt::Status& failure,
                                      std::string& state) {
   if (failure.code() != ckpt::Code::not_found) return false;
   auto recheck = ckpt::recheck_step(store, info.step, info.txn);
@@ -205,7 +205,7 @@ void print_human(const json& doc) {
 
 // Every committed step of a store, one row each; a step that cannot be opened is shown with its error,
 // or as retired when the writer retired it while it was being read.
-[[nodiscard]] ckpt::Result<json> inspect_store(ckpt::Store<ckpt::PosixFs>& store, bool& damaged) {
+[[nodiscard]] ckpt::Result<json> inspect_store(ckpt::Store& store, bool& damaged) {
   const ckpt::RecoveryReport& report = store.recovery_report();
   json doc = {{"store", store.path()},
               {"uuid", ckpt::uuid_string(store.uuid())},

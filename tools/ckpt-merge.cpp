@@ -75,10 +75,10 @@ int main(int argc, char** argv) {
     }
 
     ckpt::PosixFs fs;
-    std::vector<std::unique_ptr<ckpt::Checkpoint<>>> sources;
-    std::vector<ckpt::Checkpoint<>*> pointers;
+    std::vector<std::unique_ptr<ckpt::Checkpoint>> sources;
+    std::vector<ckpt::Checkpoint*> pointers;
     for (const auto& in : inputs) {
-      auto source = ckpt::Checkpoint<>::open(fs, in);
+      auto source = ckpt::Checkpoint::open(fs, in);
       if (!source.ok()) return ckpt::cli::report(kTool, source.status());
       pointers.push_back(source->get());
       sources.push_back(std::move(source).value());

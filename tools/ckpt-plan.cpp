@@ -404,7 +404,7 @@ void print_plan(const Setting& s, const std::vector<Policy>& policies) {
 [[nodiscard]] ckpt::Result<plan::SaveCostEstimate> store_save_costs(const std::string& dir, std::optional<double> async_stall,
                                                                     json& store_doc) {
   ckpt::PosixFs fs;
-  auto store = ckpt::Store<>::open(fs, dir, ckpt::Access::read_only);
+  auto store = ckpt::Store::open(fs, dir, ckpt::Access::read_only);
   if (!store.ok()) return store.status();
   const std::vector<ckpt::SaveRecord> records = (*store)->save_records();
   if (records.empty())

@@ -64,7 +64,7 @@ struct StepResult {
   json problems = json::array();
 };
 
-std::vector<StepResult> verify_committed(ckpt::Store<ckpt::PosixFs>& store) {
+std::vector<StepResult> verify_committed(ckpt::Store& store) {
   std::vector<StepResult> out;
   for (const auto& info : store.steps()) {
     StepResult r;
@@ -226,7 +226,7 @@ class Repair {
     list_found(scanned);
     list_plan(scanned.actions);
     ckpt::RecoveryReport final_report = scanned;
-    std::unique_ptr<ckpt::Store<ckpt::PosixFs>> store;
+    std::unique_ptr<ckpt::Store> store;
     if (dry_run_) {
       out_.doc["actions"] = json::array();
       auto ro = tools::open_store_for_reading(fs_, store_);
@@ -236,7 +236,7 @@ class Repair {
     } else {
       // A writable open takes the lock and runs exactly this recovery (spec 6.4), re-planned under the lock.
       ckpt::StoreOptions o;
-      auto rw = ckpt::Store<ckpt::PosixFs>::open(fs_, store_, ckpt::Access::read_write, o);
+      auto rw = ckpt::Store::open(fs_, store_, ckpt::Access::read_write, o);
       if (!rw.ok()) return fatal(rw.status());
       store = std::move(rw).value();
       final_report = store->recovery_report();
@@ -331,7 +331,7 @@ class Repair {
     lock = ckpt::FileHandle{};
 
     // The recovery of a writable open then removes what aborted transactions left (only files they named).
-    auto rw = ckpt::Store<ckpt::PosixFs>::open(fs_, store_, ckpt::Access::read_write, ckpt::StoreOptions{});
+    auto rw = ckpt::Store::open(fs_, store_, ckpt::Access::read_write, ckpt::StoreOptions{});
     if (!rw.ok()) return fatal(rw.status().with_context("reopening after the rebuild"));
     const auto& report = (*rw)->recovery_report();
     for (const auto& a : report.actions) out_.line(std::string("  ") + (a.done ? "ok      " : "FAILED  ") + a.describe());
@@ -346,7 +346,7 @@ class Repair {
     return verify_and_finish(**rw);
   }
 
-  int verify_and_finish(ckpt::Store<ckpt::PosixFs>& store) {
+  int verify_and_finish(ckpt::Store& store) {
     out_.heading("committed steps:");
     auto results = verify_committed(store);
     json steps = json::array();

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     options.store.buffer_size = world > 16 ? std::size_t{256} << 10 : std::size_t{1} << 20;
 
     ckpt::PosixFs fs;
-    auto source = ckpt::Checkpoint<>::open(fs, source_path);
+    auto source = ckpt::Checkpoint::open(fs, source_path);
     if (!source.ok()) return ckpt::cli::report(kTool, source.status());
     auto [result, seconds] = ckpt::cli::timed_with_progress(source_path, as_json, options.progress,
                                                             [&] { return ckpt::reshard_to_store(fs, **source, output, options); });
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     if (as_json) {
       nlohmann::json j;
       j["source"] = source_path;
-      j["source_kind"] = (*source)->kind() == ckpt::Checkpoint<>::Kind::file ? "file" : "step";
+      j["source_kind"] = (*source)->kind() == ckpt::Checkpoint::Kind::file ? "file" : "step";
       j["source_description"] = (*source)->description();
       j["source_world_size"] = (*source)->world_size();
       j["output"] = output;

@@ -167,7 +167,7 @@ void finish_step(StepOutcome& step, const std::vector<FileOutcome>& outcomes) {
 }
 
 // A committed step of an open store.
-StepOutcome verify_committed_step(ckpt::PosixFs& fs, ckpt::Store<ckpt::PosixFs>& store, const ckpt::StepInfo& info,
+StepOutcome verify_committed_step(ckpt::PosixFs& fs, ckpt::Store& store, const ckpt::StepInfo& info,
                                   const Settings& settings, std::vector<FileOutcome>& outcomes) {
   StepOutcome step;
   step.info = info;

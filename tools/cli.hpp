@@ -210,7 +210,7 @@ inline int usage_error(const char* tool, const std::string& message) {
   // An existing name goes through open(read_write), which names what is there when it is not a file.
   auto file = fs.open(path, info.ok() ? OpenMode::read_write : OpenMode::create_new);
   if (!file.ok()) return file.status();
-  ScopedFile<PosixFs> scoped(fs, *file);
+  ScopedFile scoped(fs, *file);
   CKPT_TRY(fs.truncate(scoped.get(), 0).with_context(path));
   CKPT_TRY(fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0).with_context(path));
   return scoped.close().with_context(path);

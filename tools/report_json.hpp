@@ -70,8 +70,7 @@ using nlohmann::json;
 }
 
 // Everything the superblock, footer and index say about a shard; chunks only when asked (they can be millions).
-template <class Fs>
-[[nodiscard]] json shard_json(const ShardReader<Fs>& reader, bool with_chunks) {
+[[nodiscard]] inline json shard_json(const ShardReader& reader, bool with_chunks) {
   const Superblock& sb = reader.superblock();
   const Index& index = reader.index();
   std::uint64_t data_bytes = 0;

@@ -41,8 +41,7 @@ struct StepSelection {
   [[nodiscard]] bool all() const noexcept { return !step && !latest; }
 };
 
-template <class Fs>
-[[nodiscard]] Result<std::vector<StepInfo>> select_steps(const Store<Fs>& store, const StepSelection& sel) {
+[[nodiscard]] inline Result<std::vector<StepInfo>> select_steps(const Store& store, const StepSelection& sel) {
   std::vector<StepInfo> out;
   if (sel.step) {
     CKPT_ASSIGN_OR_RETURN(StepInfo info, store.find(*sel.step));
@@ -62,15 +61,15 @@ template <class Fs>
 // A reader beside a live writer can catch a group mid-append: bytes past the old end that are there
 // but not yet all copied look like a damaged tail. So a damaged tail is re-read a few times, 50 ms
 // apart, and reported only once the journal stopped changing (spec/JOURNAL.md 6.9).
-[[nodiscard]] inline Result<std::unique_ptr<Store<PosixFs>>> open_store_for_reading(PosixFs& fs, const std::string& path) {
+[[nodiscard]] inline Result<std::unique_ptr<Store>> open_store_for_reading(PosixFs& fs, const std::string& path) {
   StoreOptions o;
   o.allow_corrupt_journal = true;
-  auto store = Store<PosixFs>::open(fs, path, Access::read_only, o);
+  auto store = Store::open(fs, path, Access::read_only, o);
   for (int attempt = 0; attempt < 4 && store.ok() && (*store)->recovery_report().tail_damaged(); ++attempt) {
     const JournalScan& before = (*store)->recovery_report().journal;
     const std::uint64_t size = before.file_size, end = before.end;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    auto again = Store<PosixFs>::open(fs, path, Access::read_only, o);
+    auto again = Store::open(fs, path, Access::read_only, o);
     if (!again.ok()) return again;
     const JournalScan& now = (*again)->recovery_report().journal;
     const bool changed = now.file_size != size || now.end != end;

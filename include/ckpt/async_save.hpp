@@ -6,7 +6,7 @@
 // than the pool streams through it: the caller waits only for the slabs that do not fit.
 //
 //   ckpt::AsyncSaveOptions o;  o.staging_bytes = 2ull << 30;
-//   auto saver = ckpt::AsyncSaver<>::create(store, o);
+//   auto saver = ckpt::AsyncSaver::create(store, o);
 //   ckpt::SaveRequest r(step);
 //   r.add_tensor("w", ckpt::DType::BF16, {4096, 4096}, w.data(), w_bytes);
 //   r.state().rng = rng_bytes;
@@ -146,19 +146,18 @@ struct SaveTicket {
   std::chrono::nanoseconds stall{0};  // how long save() blocked the caller
 };
 
-template <class Fs = PosixFs>
 class AsyncSaver {
  public:
   // A saver over `store` (opened read_write). Across ranks (a store opened with a communicator, spec/SHARDING.md
   // 3) every rank's worker joins the same BEGIN and COMMIT on the store's communicator, from its own thread:
   // MPI needs MPI_THREAD_MULTIPLE.
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store<Fs>& store, AsyncSaveOptions options = {}) {
+  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store& store, AsyncSaveOptions options = {}) {
     return create_with(store, std::move(options), std::nullopt);
   }
   // `control` is a second communicator of the same ranks (MpiComm::duplicate) on which save() agrees whether
   // to skip, so that every rank skips the same steps; it is needed only for WhenBusy::skip across ranks.
   template <class Control>
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store<Fs>& store, AsyncSaveOptions options,
+  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store& store, AsyncSaveOptions options,
                                                                   Control& control) {
     return create_with(store, std::move(options), CommRef(control));
   }
@@ -224,9 +223,9 @@ class AsyncSaver {
     explicit Job(SaveRequest r) : request(std::move(r)) {}
   };
 
-  AsyncSaver(Store<Fs>& store, AsyncSaveOptions options, std::optional<CommRef> control)
+  AsyncSaver(Store& store, AsyncSaveOptions options, std::optional<CommRef> control)
       : store_(store), options_(std::move(options)), control_(control) {}
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create_with(Store<Fs>& store, AsyncSaveOptions options,
+  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create_with(Store& store, AsyncSaveOptions options,
                                                                        std::optional<CommRef> control);
   [[nodiscard]] int world() const { return store_.world_size(); }
   // The deadline in force: flush()'s, or a signal's request when obeyed.
@@ -243,7 +242,7 @@ class AsyncSaver {
   [[nodiscard]] bool past_deadline(std::uint64_t remaining_bytes, std::uint64_t done_bytes,
                                    std::chrono::steady_clock::time_point began) const;
 
-  Store<Fs>& store_;
+  Store& store_;
   AsyncSaveOptions options_;
   std::optional<CommRef> control_;
   std::unique_ptr<StagingPool> pool_;
@@ -262,8 +261,7 @@ class AsyncSaver {
 
 // --- Definitions ------------------------------------------------------------------------------------
 
-template <class Fs>
-Result<std::unique_ptr<AsyncSaver<Fs>>> AsyncSaver<Fs>::create_with(Store<Fs>& store, AsyncSaveOptions options,
+inline Result<std::unique_ptr<AsyncSaver>> AsyncSaver::create_with(Store& store, AsyncSaveOptions options,
                                                                      std::optional<CommRef> control) {
   if (store.access() != Access::read_write)
     return make_error(Code::invalid_argument, store.path() + ": an async saver needs a store opened read_write");
@@ -286,24 +284,21 @@ Result<std::unique_ptr<AsyncSaver<Fs>>> AsyncSaver<Fs>::create_with(Store<Fs>& s
   return Result<std::unique_ptr<AsyncSaver>>(std::move(saver));
 }
 
-template <class Fs>
-std::optional<std::chrono::steady_clock::time_point> AsyncSaver<Fs>::deadline() const {
+inline std::optional<std::chrono::steady_clock::time_point> AsyncSaver::deadline() const {
   std::optional<std::chrono::steady_clock::time_point> d = flush_deadline_;
   if (options_.obey_flush_requests)
     if (auto requested = flush_requested(); requested && (!d || *requested < *d)) d = requested;
   return d;
 }
 
-template <class Fs>
-Status AsyncSaver<Fs>::take_failure() {
+inline Status AsyncSaver::take_failure() {
   if (failures_.empty()) return Status();
   Status s = failures_.front();
   failures_.pop_front();
   return s;
 }
 
-template <class Fs>
-Result<bool> AsyncSaver<Fs>::agree_to_skip(bool busy) {
+inline Result<bool> AsyncSaver::agree_to_skip(bool busy) {
   if (!control_ || control_->size() == 1) return busy;
   // Skip only if some rank is busy, and then every rank skips (one gather, one broadcast on control).
   auto flags = control_->gather(std::string(1, busy ? '1' : '0'), 0);
@@ -316,8 +311,7 @@ Result<bool> AsyncSaver<Fs>::agree_to_skip(bool busy) {
   return decision == "1";
 }
 
-template <class Fs>
-Result<SaveTicket> AsyncSaver<Fs>::save(SaveRequest request) {
+inline Result<SaveTicket> AsyncSaver::save(SaveRequest request) {
   const auto started = std::chrono::steady_clock::now();
   SaveTicket ticket;
   ticket.step = request.step();
@@ -365,8 +359,7 @@ Result<SaveTicket> AsyncSaver<Fs>::save(SaveRequest request) {
   return ticket;
 }
 
-template <class Fs>
-void AsyncSaver<Fs>::publish(Job& job, std::vector<Segment>& pending, unsigned char* slab) {
+inline void AsyncSaver::publish(Job& job, std::vector<Segment>& pending, unsigned char* slab) {
   if (pending.empty()) {
     if (slab != nullptr) pool_->release(slab);
     return;
@@ -380,8 +373,7 @@ void AsyncSaver<Fs>::publish(Job& job, std::vector<Segment>& pending, unsigned c
   work_.notify_all();
 }
 
-template <class Fs>
-Status AsyncSaver<Fs>::stage(Job& job) {
+inline Status AsyncSaver::stage(Job& job) {
   std::vector<Segment> pending;  // segments of the slab being filled
   pending.reserve(64);
   unsigned char* slab = nullptr;
@@ -440,8 +432,7 @@ Status AsyncSaver<Fs>::stage(Job& job) {
   return failure;
 }
 
-template <class Fs>
-bool AsyncSaver<Fs>::next_segment(Job& job, Segment& out) {
+inline bool AsyncSaver::next_segment(Job& job, Segment& out) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     if (!job.staged && !job.streaming && pool_->free_slabs() == 0) job.streaming = true;
@@ -457,8 +448,7 @@ bool AsyncSaver<Fs>::next_segment(Job& job, Segment& out) {
   }
 }
 
-template <class Fs>
-void AsyncSaver<Fs>::drain(Job& job) {
+inline void AsyncSaver::drain(Job& job) {
   // Every published slab goes back; staging stops at a flush deadline, so this ends.
   for (;;) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -472,8 +462,7 @@ void AsyncSaver<Fs>::drain(Job& job) {
   }
 }
 
-template <class Fs>
-bool AsyncSaver<Fs>::past_deadline(std::uint64_t remaining_bytes, std::uint64_t done_bytes,
+inline bool AsyncSaver::past_deadline(std::uint64_t remaining_bytes, std::uint64_t done_bytes,
                                    std::chrono::steady_clock::time_point began) const {
   std::optional<std::chrono::steady_clock::time_point> d;
   {
@@ -495,8 +484,7 @@ bool AsyncSaver<Fs>::past_deadline(std::uint64_t remaining_bytes, std::uint64_t 
   return now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(needed)) > *d;
 }
 
-template <class Fs>
-SaveOutcome AsyncSaver<Fs>::persist(Job& job) {
+inline SaveOutcome AsyncSaver::persist(Job& job) {
   const SaveRequest& req = job.request;
   SaveOutcome out;
   out.step = req.step();
@@ -579,8 +567,7 @@ SaveOutcome AsyncSaver<Fs>::persist(Job& job) {
   return out;
 }
 
-template <class Fs>
-void AsyncSaver<Fs>::run() {
+inline void AsyncSaver::run() {
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -611,15 +598,13 @@ void AsyncSaver<Fs>::run() {
   }
 }
 
-template <class Fs>
-Status AsyncSaver<Fs>::wait() {
+inline Status AsyncSaver::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [&] { return jobs_.empty(); });
   return take_failure();
 }
 
-template <class Fs>
-Status AsyncSaver<Fs>::flush(std::chrono::steady_clock::time_point deadline_at) {
+inline Status AsyncSaver::flush(std::chrono::steady_clock::time_point deadline_at) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!flush_deadline_ || deadline_at < *flush_deadline_) flush_deadline_ = deadline_at;
   idle_.wait(lock, [&] { return jobs_.empty(); });

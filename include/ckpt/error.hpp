@@ -6,6 +6,8 @@
 #include <utility>
 #include <variant>
 
+#include "config.hpp"
+
 namespace ckpt {
 
 // Error codes; tools map them to exit status (spec/FORMAT.md section 9).

@@ -257,10 +257,8 @@ struct JournalScan {
 
 // Reads the journal up to its size at the time of the call. Fails only when it cannot be read, or with
 // Code::version for a record this build must understand but does not; damage is reported in the scan.
-template <class Fs>
-[[nodiscard]] Result<JournalScan> scan_journal(Fs& fs, FileHandle file, const std::string& path);
-template <class Fs>
-[[nodiscard]] Result<JournalScan> scan_journal(Fs& fs, const std::string& path);
+[[nodiscard]] Result<JournalScan> scan_journal(FsRef fs, FileHandle file, const std::string& path);
+[[nodiscard]] Result<JournalScan> scan_journal(FsRef fs, const std::string& path);
 // The same over bytes in memory (tests and tools).
 [[nodiscard]] Result<JournalScan> scan_journal_bytes(std::string_view bytes, const std::string& path = "JOURNAL");
 
@@ -268,11 +266,10 @@ template <class Fs>
 // Appends whole sync groups at a page boundary and makes each durable with fdatasync before returning.
 // After any write or sync failure the writer refuses every later append: the state of the failed pages
 // is unknown (fsync errors are not retryable), so only a reopen and its recovery may decide it.
-template <class Fs = PosixFs>
 class JournalWriter {
  public:
-  JournalWriter(Fs& fs, std::string path, FileHandle file, std::uint64_t end) noexcept
-      : fs_(&fs), path_(std::move(path)), file_(file), end_(end) {}
+  JournalWriter(FsRef fs, std::string path, FileHandle file, std::uint64_t end) noexcept
+      : fs_(fs), path_(std::move(path)), file_(file), end_(end) {}
   JournalWriter(const JournalWriter&) = delete;
   JournalWriter& operator=(const JournalWriter&) = delete;
   JournalWriter(JournalWriter&& o) noexcept;
@@ -280,14 +277,14 @@ class JournalWriter {
   ~JournalWriter();
 
   // Opens an existing journal for appending at `end` (a page boundary from scan_journal).
-  [[nodiscard]] static Result<JournalWriter> open(Fs& fs, std::string path, std::uint64_t end);
+  [[nodiscard]] static Result<JournalWriter> open(FsRef fs, std::string path, std::uint64_t end);
   // Creates a journal holding only its header group, durably: temporary name, fsync, rename, fsync dir.
-  [[nodiscard]] static Status create(Fs& fs, const std::string& path, const JournalHeader& header);
+  [[nodiscard]] static Status create(FsRef fs, const std::string& path, const JournalHeader& header);
   // Replaces the journal at path by a new one holding the header and then `groups`, one sync group each
   // (one per transaction, so damage to one stays one transaction's), the same way: nothing of the old
   // file is trusted or kept (compaction, spec 5.7). Returns the new file's end. A crash leaves the old
   // journal or the new one. Each record's offset in the new file is appended to offsets when given.
-  [[nodiscard]] static Result<std::uint64_t> rewrite(Fs& fs, const std::string& path, const JournalHeader& header,
+  [[nodiscard]] static Result<std::uint64_t> rewrite(FsRef fs, const std::string& path, const JournalHeader& header,
                                                      const std::vector<std::vector<PendingRecord>>& groups,
                                                      std::vector<std::uint64_t>* offsets = nullptr);
 
@@ -311,7 +308,7 @@ class JournalWriter {
   [[nodiscard]] Status fail(const Status& s);
   [[nodiscard]] Status check_unchanged();
 
-  Fs* fs_;
+  FsRef fs_;
   std::string path_;
   FileHandle file_;
   std::uint64_t end_ = 0;

@@ -85,8 +85,7 @@ inline std::map<std::uint64_t, KnownTxn> known_transactions(const JournalScan& s
 }
 
 // Verifies one step directory completely: manifest, shard pins, every chunk of every shard.
-template <class Fs>
-void verify_candidate(Fs& fs, const std::string& store, RebuildCandidate& c) {
+inline void verify_candidate(FsRef fs, const std::string& store, RebuildCandidate& c) {
   const std::string dir = join_path(store, c.dir);
   auto content = read_step_directory(fs, dir);
   if (!content.ok()) {
@@ -119,8 +118,7 @@ void verify_candidate(Fs& fs, const std::string& store, RebuildCandidate& c) {
 }  // namespace detail
 
 // Plans a new journal from the step directories (and what the old journal still proves).
-template <class Fs>
-[[nodiscard]] Result<JournalRebuild> plan_journal_rebuild(Fs& fs, const std::string& store, const JournalScan* old) {
+[[nodiscard]] inline Result<JournalRebuild> plan_journal_rebuild(FsRef fs, const std::string& store, const JournalScan* old) {
   JournalRebuild plan;
   std::uint64_t max_txn = 0;
   std::map<std::uint64_t, detail::KnownTxn> known;
@@ -246,10 +244,9 @@ template <class Fs>
 }
 
 // Writes the rebuilt journal: temporary name, fsync, the old one renamed aside (never deleted), rename, fsync dir.
-template <class Fs>
-[[nodiscard]] Result<std::string> write_rebuilt_journal(Fs& fs, const std::string& store, const JournalRebuild& plan, bool old_exists) {
+[[nodiscard]] inline Result<std::string> write_rebuilt_journal(FsRef fs, const std::string& store, const JournalRebuild& plan, bool old_exists) {
   const std::string journal_path = join_path(store, std::string(journal::kJournalName));
-  CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile<Fs>::create(fs, journal_path));
+  CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile::create(fs, journal_path));
   CKPT_TRY(file->write(plan.journal_bytes.data(), plan.journal_bytes.size()));
   std::string kept;
   if (old_exists) {

@@ -2,7 +2,7 @@
 // (CMake: MPI::MPI_CXX); MPI_Init must have been called, and MPI_Finalize comes after the last use.
 //
 //   auto comm = ckpt::MpiComm::duplicate(MPI_COMM_WORLD);   // collective
-//   auto store = ckpt::Store<>::open(fs, path, ckpt::Access::read_write, options, *comm);
+//   auto store = ckpt::Store::open(fs, path, ckpt::Access::read_write, options, *comm);
 //
 // The library talks on its own duplicate of the caller's communicator, so its messages never match
 // the application's, and with MPI_ERRORS_RETURN on it, so an MPI failure comes back as a Status

@@ -34,8 +34,7 @@ enum class PathKind : std::uint8_t {
 }
 
 // What a path names; not_found when it does not exist.
-template <class Fs>
-[[nodiscard]] Result<PathKind> classify_path(Fs& fs, const std::string& path) {
+[[nodiscard]] inline Result<PathKind> classify_path(FsRef fs, const std::string& path) {
   auto info = fs.stat(path);
   if (!info.ok()) return info.status();
   if (!info->is_dir) return PathKind::file;
@@ -70,8 +69,7 @@ struct StepInStore {
   std::string state;             // "committed", "open", "aborted", "retired", "not in the journal"
 };
 
-template <class Fs>
-[[nodiscard]] StepInStore locate_step_directory(Fs& fs, const std::string& dir) {
+[[nodiscard]] inline StepInStore locate_step_directory(FsRef fs, const std::string& dir) {
   StepInStore out;
   std::string trimmed = dir;
   while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
@@ -82,7 +80,7 @@ template <class Fs>
   out.store = parent;
   StoreOptions o;
   o.allow_corrupt_journal = true;
-  auto store = Store<Fs>::open(fs, parent, Access::read_only, o);
+  auto store = Store::open(fs, parent, Access::read_only, o);
   if (!store.ok()) {
     out.state = "unreadable journal (" + store.status().message() + ")";
     return out;

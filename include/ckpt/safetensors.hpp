@@ -46,11 +46,9 @@ struct SafetensorsHeader {
 [[nodiscard]] Result<SafetensorsHeader> parse_safetensors_json(std::string_view json, std::uint64_t data_size,
                                                                const std::string& path);
 // Reads and validates the length field and header of an open safetensors file of file_size bytes.
-template <class Fs = PosixFs>
-[[nodiscard]] Result<SafetensorsHeader> parse_safetensors_header(Fs& fs, FileHandle file, std::uint64_t file_size,
+[[nodiscard]] Result<SafetensorsHeader> parse_safetensors_header(FsRef fs, FileHandle file, std::uint64_t file_size,
                                                                  const std::string& path);
-template <class Fs = PosixFs>
-[[nodiscard]] Result<SafetensorsHeader> parse_safetensors_header(Fs& fs, const std::string& path);
+[[nodiscard]] Result<SafetensorsHeader> parse_safetensors_header(FsRef fs, const std::string& path);
 
 struct ConvertOptions {
   // Shard layout for safetensors -> ckpt.
@@ -79,13 +77,11 @@ struct ConvertSummary {
 };
 
 // Streams every tensor, in data-offset order, into a new shard file; __metadata__ becomes string metadata.
-template <class Fs = PosixFs>
-[[nodiscard]] Result<ConvertSummary> safetensors_to_ckpt(Fs& fs, const std::string& in, const std::string& out,
+[[nodiscard]] Result<ConvertSummary> safetensors_to_ckpt(FsRef fs, const std::string& in, const std::string& out,
                                                          const ConvertOptions& options = {});
 // Writes a safetensors file from a shard file, verifying every chunk it reads; tensors must be whole
 // in the file. String metadata goes to __metadata__; other types are refused unless stringified.
-template <class Fs = PosixFs>
-[[nodiscard]] Result<ConvertSummary> ckpt_to_safetensors(Fs& fs, const std::string& in, const std::string& out,
+[[nodiscard]] Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::string& in, const std::string& out,
                                                          const ConvertOptions& options = {});
 
 }  // namespace ckpt

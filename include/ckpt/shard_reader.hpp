@@ -19,14 +19,12 @@ namespace ckpt {
 // Whether a read checks the digests of the chunks it touches (full-file checks: verify.hpp).
 enum class ReadCheck : std::uint8_t { none, touched };
 
-template <class Fs>
 class StepReader;
 
-template <class Fs = PosixFs>
 class ShardReader {
  public:
   // Reads and validates superblock, footer and index (detail::read_shard_head); data is not read.
-  [[nodiscard]] static Result<std::unique_ptr<ShardReader>> open(Fs& fs, std::string path);
+  [[nodiscard]] static Result<std::unique_ptr<ShardReader>> open(FsRef fs, std::string path);
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
   ~ShardReader();
@@ -36,7 +34,7 @@ class ShardReader {
   [[nodiscard]] const Footer& footer() const noexcept { return footer_; }
   [[nodiscard]] const Index& index() const noexcept { return index_; }
   [[nodiscard]] std::uint64_t file_size() const noexcept { return file_size_; }
-  [[nodiscard]] Fs& fs() noexcept { return fs_; }
+  [[nodiscard]] FsRef fs() noexcept { return fs_; }
   [[nodiscard]] FileHandle file() const noexcept { return file_; }
 
   // Reads a whole tensor; its pieces in this file must cover it. dst_size must equal its byte size.
@@ -57,8 +55,8 @@ class ShardReader {
   [[nodiscard]] Result<Mapping> map_piece(std::size_t piece, ReadCheck check = ReadCheck::touched);
 
  private:
-  ShardReader(Fs& fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}
-  friend class StepReader<Fs>;  // reads a region it has already checked (check_slice) from every shard
+  ShardReader(FsRef fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}
+  friend class StepReader;  // reads a region it has already checked (check_slice) from every shard
   [[nodiscard]] Status load();
   // read_slice_partial without the region check: callers ran check_slice against this tensor's record.
   [[nodiscard]] Result<std::uint64_t> copy_overlap(const TensorRecord& tensor, const Shape& offsets, const Shape& shape, void* dst,
@@ -66,7 +64,7 @@ class ShardReader {
   [[nodiscard]] Status chunk_mismatch(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const;
   [[nodiscard]] Status check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const;
 
-  Fs& fs_;
+  FsRef fs_;
   std::string path_;
   FileHandle file_;
   std::uint64_t file_size_ = 0;

@@ -71,12 +71,11 @@ using WriteBuffer = std::unique_ptr<unsigned char[], FreeWriteBuffer>;
 // queued or in flight. While any is, only that thread calls the Fs (SimFs and FaultFs are not meant
 // to be shared), so the writer drains it before its own Fs calls. After the first failed write the
 // rest of the queue is dropped, so the Fs sees what the synchronous writer would have made.
-template <class Fs>
 class WriteBehind {
  public:
   static constexpr std::uint64_t kDepth = 2;  // one write in flight, one queued: double buffering
 
-  WriteBehind(Fs& fs, FileHandle file) : fs_(fs), file_(file) {}
+  WriteBehind(FsRef fs, FileHandle file) : fs_(fs), file_(file) {}
   WriteBehind(const WriteBehind&) = delete;
   WriteBehind& operator=(const WriteBehind&) = delete;
   ~WriteBehind() { stop(); }
@@ -103,7 +102,7 @@ class WriteBehind {
   };
   void run();
 
-  Fs& fs_;
+  FsRef fs_;
   const FileHandle file_;
   mutable std::mutex mutex_;
   std::condition_variable has_work_, job_done_;
@@ -117,10 +116,9 @@ class WriteBehind {
 };
 }  // namespace detail
 
-template <class Fs = PosixFs>
 class ShardWriter {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<ShardWriter>> create(Fs& fs, std::string path, WriterOptions options = {});
+  [[nodiscard]] static Result<std::unique_ptr<ShardWriter>> create(FsRef fs, std::string path, WriterOptions options = {});
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
   ~ShardWriter();  // an unfinished writer removes its file: nothing half-written is left under the final name
@@ -156,7 +154,7 @@ class ShardWriter {
   }
 
  private:
-  ShardWriter(Fs& fs, std::string path, std::string write_path, FileHandle file, WriterOptions options);
+  ShardWriter(FsRef fs, std::string path, std::string write_path, FileHandle file, WriterOptions options);
   [[nodiscard]] Status fail(Status s);
   [[nodiscard]] Status usable();
   [[nodiscard]] Result<std::uint64_t> write_block(const unsigned char* data, std::size_t size, std::uint64_t offset,
@@ -177,7 +175,7 @@ class ShardWriter {
     std::uint64_t chunk_filled = 0;
   };
 
-  Fs& fs_;
+  FsRef fs_;
   std::string path_, write_path_;
   FileHandle file_;
   WriterOptions options_;
@@ -190,7 +188,7 @@ class ShardWriter {
   std::size_t filled_ = 0;          // bytes in buffers_[current_]
   std::uint64_t buffer_start_ = 0;  // file offset of buffers_[current_][0]
   bool write_behind_ = false;  // options_.pipeline, until finish() drains or no thread could start
-  std::unique_ptr<detail::WriteBehind<Fs>> io_;  // started at the first pipelined write
+  std::unique_ptr<detail::WriteBehind> io_;  // started at the first pipelined write
   std::uint64_t borrowed_ticket_ = 0;  // last pending write from the caller's memory; 0: none
   std::uint64_t position_ = 0;      // logical end of what has been appended
   std::uint64_t data_bytes_ = 0;

@@ -93,7 +93,6 @@ struct StepSelector {
   std::optional<std::uint64_t> step;  // this step; default: the latest committed step
 };
 
-template <class Fs = PosixFs>
 class Checkpoint {
  public:
   enum class Kind : std::uint8_t { file, step };
@@ -103,7 +102,7 @@ class Checkpoint {
   // opened as Store::open_step does: manifest against COMMIT, shards against manifest, coverage.
   // The path is told apart by classify_path (path_kind.hpp). selector.step picks a store's step; for a
   // file or a step directory it must be that file's or directory's step (else invalid_argument).
-  [[nodiscard]] static Result<std::unique_ptr<Checkpoint>> open(Fs& fs, const std::string& path,
+  [[nodiscard]] static Result<std::unique_ptr<Checkpoint>> open(FsRef fs, const std::string& path,
                                                                 const StepSelector& selector = {});
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
@@ -139,9 +138,9 @@ class Checkpoint {
   std::unordered_map<std::string, std::size_t> by_name_;  // positions in tensors_
   std::uint64_t data_bytes_ = 0;
   std::optional<TrainingState> state_;
-  std::unique_ptr<ShardReader<Fs>> file_;
-  std::unique_ptr<Store<Fs>> store_;
-  std::unique_ptr<StepReader<Fs>> step_reader_;
+  std::unique_ptr<ShardReader> file_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<StepReader> step_reader_;
 };
 
 // --- Reshard (spec/SHARDING.md 6.1) ---------------------------------------------------------------
@@ -168,8 +167,7 @@ struct ReshardSummary {
 // store's multi-rank transaction (ThreadComm), so the step commits whole or not at all. The training
 // state is the source's; shard metadata goes to rank 0's shard. Fs must be safe to use from several
 // threads (PosixFs is).
-template <class Fs>
-[[nodiscard]] Result<ReshardSummary> reshard_to_store(Fs& fs, Checkpoint<Fs>& source, const std::string& store_path,
+[[nodiscard]] Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source, const std::string& store_path,
                                                       const ReshardOptions& options);
 
 // --- Merge (spec/SHARDING.md 6.2) -----------------------------------------------------------------
@@ -200,8 +198,7 @@ struct MergeSummary {
 // (temporary name, fsync, rename, fsync directory: complete or absent). A tensor name or metadata key
 // in several sources is a conflict the policy resolves; the training state is the first (or last)
 // source's, its optimizer list restricted to the tensors taken from the sources that listed them.
-template <class Fs>
-[[nodiscard]] Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<Checkpoint<Fs>*>& sources,
+[[nodiscard]] Result<MergeSummary> merge_to_file(FsRef fs, const std::vector<Checkpoint*>& sources,
                                                  const std::vector<SourceSelection>& selections, const std::string& output,
                                                  const MergeOptions& options);
 

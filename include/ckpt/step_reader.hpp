@@ -37,10 +37,9 @@ struct StepInfo {
 
 // A committed step opened for reading: the manifest was checked against its COMMIT digest and every
 // shard's size, UUID and index digest against the manifest. Chunks are verified as reads touch them.
-template <class Fs = PosixFs>
 class StepReader {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<StepReader>> open(Fs& fs, const std::string& store_path, const StepInfo& info,
+  [[nodiscard]] static Result<std::unique_ptr<StepReader>> open(FsRef fs, const std::string& store_path, const StepInfo& info,
                                                                 const Uuid& store_uuid);
   StepReader(const StepReader&) = delete;
   StepReader& operator=(const StepReader&) = delete;
@@ -49,7 +48,7 @@ class StepReader {
   [[nodiscard]] const Manifest& manifest() const noexcept { return manifest_; }
   [[nodiscard]] const TrainingState& state() const noexcept { return manifest_.state; }
   [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
-  [[nodiscard]] ShardReader<Fs>& shard(std::size_t i) { return *shards_[i]; }
+  [[nodiscard]] ShardReader& shard(std::size_t i) { return *shards_[i]; }
   // Every tensor name of the step, sorted, each once.
   [[nodiscard]] std::vector<std::string> tensor_names() const;
   // The tensor's record in the first shard that holds a piece of it; nullptr when none does.
@@ -63,7 +62,7 @@ class StepReader {
   StepReader(StepInfo info) : info_(std::move(info)) {}
   StepInfo info_;
   Manifest manifest_;
-  std::vector<std::unique_ptr<ShardReader<Fs>>> shards_;
+  std::vector<std::unique_ptr<ShardReader>> shards_;
 };
 
 // --- A step directory on its own (no journal to pin it) ----------------------------------------------
@@ -80,8 +79,7 @@ struct StepDirectory {
 };
 
 // Reads and decodes dir/MANIFEST; Code::corrupt, incomplete or not_found when it cannot be trusted.
-template <class Fs>
-[[nodiscard]] Result<StepDirectory> read_step_directory(Fs& fs, const std::string& dir);
+[[nodiscard]] Result<StepDirectory> read_step_directory(FsRef fs, const std::string& dir);
 
 // --- Verifying a step ------------------------------------------------------------------------------
 
@@ -89,8 +87,7 @@ template <class Fs>
 // A failed Result means the file could not be checked at all (as verify_file's).
 using FileVerifier = std::function<Result<VerifyReport>(const std::string& path)>;
 
-template <class Fs>
-[[nodiscard]] FileVerifier cpu_file_verifier(Fs& fs, VerifyOptions options = {}) {
+[[nodiscard]] inline FileVerifier cpu_file_verifier(FsRef fs, VerifyOptions options = {}) {
   return [&fs, options](const std::string& path) { return verify_file(fs, path, options); };
 }
 
@@ -119,16 +116,13 @@ inline constexpr const char* kFile = "file";          // the verifier could not 
 }  // namespace step_region
 
 // A committed step of the store at store_path (what Store::verify_step runs).
-template <class Fs>
-[[nodiscard]] StepVerifyReport verify_step(Fs& fs, const std::string& store_path, const StepInfo& info, const Uuid& store_uuid,
+[[nodiscard]] StepVerifyReport verify_step(FsRef fs, const std::string& store_path, const StepInfo& info, const Uuid& store_uuid,
                                            const FileVerifier& verify_one);
 // A step already opened by StepReader::open (its manifest and pins checked): every shard through
 // verify_one, nothing read twice at the step level.
-template <class Fs>
-[[nodiscard]] StepVerifyReport verify_step(StepReader<Fs>& reader, const FileVerifier& verify_one);
+[[nodiscard]] StepVerifyReport verify_step(StepReader& reader, const FileVerifier& verify_one);
 // A step directory on its own, pinned by its MANIFEST alone.
-template <class Fs>
-[[nodiscard]] StepVerifyReport verify_step_directory(Fs& fs, const std::string& dir, const FileVerifier& verify_one);
+[[nodiscard]] StepVerifyReport verify_step_directory(FsRef fs, const std::string& dir, const FileVerifier& verify_one);
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -136,12 +130,11 @@ namespace detail {
 
 // What a step's files are, read once: the manifest (pinned by a COMMIT record when `pin` is set) and
 // every shard opened (head validated, spec/FORMAT.md 7.2) and compared with its manifest entry.
-template <class Fs>
 struct StepParts {
   struct Shard {
     std::string path;
     std::uint32_t rank = 0;
-    std::unique_ptr<ShardReader<Fs>> reader;  // null when the head did not open
+    std::unique_ptr<ShardReader> reader;  // null when the head did not open
     Status head;                              // why it did not open (not_found: the file is missing)
     Status pin;                               // the file opened but is not the one the manifest names
   };
@@ -162,8 +155,7 @@ struct StepParts {
 
 // The shard's size, UUID and index digest against its manifest entry; the index digest covers every
 // chunk digest, so this pins every byte cheaply (spec 7.5).
-template <class Fs>
-[[nodiscard]] Status check_shard_pin(const ShardReader<Fs>& r, const ManifestShard& s) {
+[[nodiscard]] inline Status check_shard_pin(const ShardReader& r, const ManifestShard& s) {
   if (r.file_size() != s.file_size)
     return make_error(r.file_size() < s.file_size ? Code::incomplete : Code::corrupt,
                       r.path() + ": " + std::to_string(r.file_size()) + " bytes, the manifest says " + std::to_string(s.file_size));
@@ -178,10 +170,9 @@ template <class Fs>
 // Reads dir's MANIFEST and opens its shards. `pin` (with store_uuid) is the COMMIT's view of the step;
 // null for a bare step directory. first_only stops at the first problem (what a reader needs);
 // otherwise every shard is looked at (what a verifier needs). `where` prefixes a shard's head error.
-template <class Fs>
-[[nodiscard]] StepParts<Fs> open_step_parts(Fs& fs, const std::string& dir, const std::string& where, const StepInfo* pin,
+[[nodiscard]] inline StepParts open_step_parts(FsRef fs, const std::string& dir, const std::string& where, const StepInfo* pin,
                                             const Uuid* store_uuid, bool first_only) {
-  StepParts<Fs> parts;
+  StepParts parts;
   const std::string manifest_path = join_path(dir, std::string(journal::kManifestName));
   auto read_manifest = [&]() -> Status {
     // The size comes from a COMMIT record, or from disk: bound it before allocating (spec 9).
@@ -190,7 +181,7 @@ template <class Fs>
                                            " bytes, over the 256 MiB limit");
     auto file = fs.open(manifest_path, OpenMode::read);
     if (!file.ok()) return pin != nullptr ? file.status().with_context(where + ": cannot open its MANIFEST") : file.status();
-    ScopedFile<Fs> scoped(fs, *file);
+    ScopedFile scoped(fs, *file);
     auto size = fs.file_size(scoped.get());
     if (!size.ok()) return size.status().with_context(manifest_path);
     if (pin != nullptr && *size != pin->manifest_size)
@@ -229,10 +220,10 @@ template <class Fs>
     parts.manifest.reset();
     if (first_only || pin == nullptr) return parts;
     for (const auto& f : pin->files) {  // still look at the files BEGIN named, to localise the damage
-      typename StepParts<Fs>::Shard s;
+      typename StepParts::Shard s;
       s.path = join_path(dir, f.name);
       s.rank = f.rank;
-      auto reader = ShardReader<Fs>::open(fs, s.path);
+      auto reader = ShardReader::open(fs, s.path);
       if (reader.ok()) s.reader = std::move(reader).value();
       else s.head = reader.status().with_context(where);
       parts.shards.push_back(std::move(s));
@@ -241,10 +232,10 @@ template <class Fs>
   }
   bool all_match = true;
   for (const auto& entry : parts.manifest->shards) {
-    typename StepParts<Fs>::Shard s;
+    typename StepParts::Shard s;
     s.path = join_path(dir, entry.name);
     s.rank = entry.rank;
-    auto reader = ShardReader<Fs>::open(fs, s.path);
+    auto reader = ShardReader::open(fs, s.path);
     if (reader.ok()) {
       s.reader = std::move(reader).value();
       s.pin = check_shard_pin(*s.reader, entry);
@@ -276,8 +267,7 @@ template <class Fs>
 
 // The verification of parts already opened: step-level problems once, then each shard that is there
 // through verify_one.
-template <class Fs>
-[[nodiscard]] StepVerifyReport verify_parts(StepParts<Fs>& parts, const std::string& dir, const FileVerifier& verify_one) {
+[[nodiscard]] inline StepVerifyReport verify_parts(StepParts& parts, const std::string& dir, const FileVerifier& verify_one) {
   StepVerifyReport report;
   report.dir = dir;
   const std::string manifest_path = join_path(dir, std::string(journal::kManifestName));
@@ -323,8 +313,7 @@ template <class Fs>
 
 // --- Definitions -----------------------------------------------------------------------------------
 
-template <class Fs>
-Result<std::unique_ptr<StepReader<Fs>>> StepReader<Fs>::open(Fs& fs, const std::string& store_path, const StepInfo& info,
+inline Result<std::unique_ptr<StepReader>> StepReader::open(FsRef fs, const std::string& store_path, const StepInfo& info,
                                                              const Uuid& store_uuid) {
   const std::string where = store_path + ": step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ")";
   auto parts = detail::open_step_parts(fs, join_path(store_path, info.dir), where, &info, &store_uuid, true);
@@ -335,23 +324,20 @@ Result<std::unique_ptr<StepReader<Fs>>> StepReader<Fs>::open(Fs& fs, const std::
   return Result<std::unique_ptr<StepReader>>(std::move(reader));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
-template <class Fs>
-std::vector<std::string> StepReader<Fs>::tensor_names() const {
+inline std::vector<std::string> StepReader::tensor_names() const {
   std::set<std::string> names;
   for (const auto& s : shards_)
     for (const auto& t : s->index().tensors) names.insert(t.name);
   return std::vector<std::string>(names.begin(), names.end());
 }
 
-template <class Fs>
-const TensorRecord* StepReader<Fs>::find_tensor(std::string_view name) const {
+inline const TensorRecord* StepReader::find_tensor(std::string_view name) const {
   for (const auto& s : shards_)
     if (const TensorRecord* t = s->index().find_tensor(name)) return t;
   return nullptr;
 }
 
-template <class Fs>
-Status StepReader<Fs>::read_tensor(std::string_view name, void* dst, std::size_t dst_size, ReadCheck check) {
+inline Status StepReader::read_tensor(std::string_view name, void* dst, std::size_t dst_size, ReadCheck check) {
   const TensorRecord* t = find_tensor(name);
   if (t == nullptr)
     return make_error(Code::not_found, "step " + std::to_string(info_.step) + ": no tensor '" + std::string(name) + "'");
@@ -359,8 +345,7 @@ Status StepReader<Fs>::read_tensor(std::string_view name, void* dst, std::size_t
   return read_slice(name, Shape(shape.size(), 0), shape, dst, dst_size, check);
 }
 
-template <class Fs>
-Status StepReader<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+inline Status StepReader::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                   std::size_t dst_size, ReadCheck check) {
   const TensorRecord* first = find_tensor(name);
   if (first == nullptr)
@@ -383,8 +368,7 @@ Status StepReader<Fs>::read_slice(std::string_view name, const Shape& offsets, c
   return Status();
 }
 
-template <class Fs>
-Result<StepDirectory> read_step_directory(Fs& fs, const std::string& dir) {
+inline Result<StepDirectory> read_step_directory(FsRef fs, const std::string& dir) {
   auto parts = detail::open_step_parts(fs, dir, dir, nullptr, nullptr, false);
   if (!parts.manifest_status.ok()) return parts.manifest_status;
   StepDirectory out;
@@ -413,8 +397,7 @@ inline bool StepVerifyReport::ok() const noexcept {
   return true;
 }
 
-template <class Fs>
-StepVerifyReport verify_step(Fs& fs, const std::string& store_path, const StepInfo& info, const Uuid& store_uuid,
+inline StepVerifyReport verify_step(FsRef fs, const std::string& store_path, const StepInfo& info, const Uuid& store_uuid,
                              const FileVerifier& verify_one) {
   const std::string where = store_path + ": step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ")";
   const std::string dir = join_path(store_path, info.dir);
@@ -424,12 +407,11 @@ StepVerifyReport verify_step(Fs& fs, const std::string& store_path, const StepIn
   return report;
 }
 
-template <class Fs>
-StepVerifyReport verify_step(StepReader<Fs>& reader, const FileVerifier& verify_one) {
-  detail::StepParts<Fs> parts;  // what the reader proved: the manifest and every pin hold
+inline StepVerifyReport verify_step(StepReader& reader, const FileVerifier& verify_one) {
+  detail::StepParts parts;  // what the reader proved: the manifest and every pin hold
   std::string dir;
   for (std::size_t i = 0; i < reader.shard_count(); ++i) {
-    typename detail::StepParts<Fs>::Shard s;
+    typename detail::StepParts::Shard s;
     s.path = reader.shard(i).path();
     dir = parent_path(s.path);
     parts.shards.push_back(std::move(s));
@@ -439,8 +421,7 @@ StepVerifyReport verify_step(StepReader<Fs>& reader, const FileVerifier& verify_
   return report;
 }
 
-template <class Fs>
-StepVerifyReport verify_step_directory(Fs& fs, const std::string& dir, const FileVerifier& verify_one) {
+inline StepVerifyReport verify_step_directory(FsRef fs, const std::string& dir, const FileVerifier& verify_one) {
   auto parts = detail::open_step_parts(fs, dir, dir, nullptr, nullptr, false);
   StepVerifyReport report = detail::verify_parts(parts, dir, verify_one);
   report.step.dir = base_name(dir);

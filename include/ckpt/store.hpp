@@ -131,14 +131,11 @@ struct RecoveryReport {
 };
 
 // Reads a store and plans its recovery without writing or locking anything (a dry run).
-template <class Fs>
-[[nodiscard]] Result<RecoveryReport> check_store(Fs& fs, const std::string& path);
+[[nodiscard]] Result<RecoveryReport> check_store(FsRef fs, const std::string& path);
 // Takes the writer lock, then plans and (unless dry_run) runs recovery. A corrupt journal is reported,
 // not changed: the report comes back with corrupt() set and applied false.
-template <class Fs>
-[[nodiscard]] Result<RecoveryReport> recover_store(Fs& fs, const std::string& path, bool dry_run);
+[[nodiscard]] Result<RecoveryReport> recover_store(FsRef fs, const std::string& path, bool dry_run);
 
-template <class Fs>
 class Store;
 
 namespace detail {
@@ -168,7 +165,6 @@ struct CommitResult {
 // one the error abandons it at once. Destroying an open transaction never waits for other ranks: this
 // rank's unfinished shard is removed, rank 0 writes ABORT and removes the step's files, and the
 // communicator is left (Comm::leave) so that the other ranks' next collective fails instead of hanging.
-template <class Fs = PosixFs>
 class Transaction {
  public:
   Transaction(const Transaction&) = delete;
@@ -202,7 +198,7 @@ class Transaction {
   [[nodiscard]] Status end_piece();
   // The shard writer itself (e.g. to compare chunk digests computed on a GPU before commit). An I/O
   // error it records surfaces at commit(), which then abandons the transaction.
-  [[nodiscard]] ShardWriter<Fs>& shard_writer() noexcept { return *writer_; }
+  [[nodiscard]] ShardWriter& shard_writer() noexcept { return *writer_; }
   // When the save started and how long its caller was blocked, for the SAVE_STATS record (spec/JOURNAL.md
   // 4.8). AsyncSaver sets it; without it the save started at begin() and blocked its caller throughout.
   void set_save_timing(std::chrono::steady_clock::time_point started, std::chrono::nanoseconds stall, bool async) noexcept {
@@ -224,9 +220,9 @@ class Transaction {
   [[nodiscard]] Status abort(const Status& reason);
 
  private:
-  friend class Store<Fs>;
-  Transaction(Store<Fs>* store, std::uint64_t txn, std::uint64_t step, std::string dir_path, std::string shard_name,
-              std::unique_ptr<ShardWriter<Fs>> writer);
+  friend class Store;
+  Transaction(Store* store, std::uint64_t txn, std::uint64_t step, std::string dir_path, std::string shard_name,
+              std::unique_ptr<ShardWriter> writer);
   [[nodiscard]] Status check_open() const;    // the store is open and the transaction not finished
   [[nodiscard]] Status check_active() const;  // check_open, and no I/O error kept for commit
   [[nodiscard]] Status fail(const Status& s);  // abandons (one rank) or keeps s for commit (ranks), then returns s with context
@@ -240,11 +236,11 @@ class Transaction {
   // The SAVE_STATS record of this commit, timed now (just before the COMMIT is appended).
   [[nodiscard]] SaveRecord save_record(const CommitRecord& c, const Manifest& m) const;
 
-  Store<Fs>* store_;
+  Store* store_;
   CommRef comm_;
   std::uint64_t txn_, step_;
   std::string dir_path_, shard_name_;
-  std::unique_ptr<ShardWriter<Fs>> writer_;
+  std::unique_ptr<ShardWriter> writer_;
   TrainingState state_;
   bool finished_ = false;
   int rank_ = 0, world_ = 1;
@@ -255,10 +251,9 @@ class Transaction {
   bool async_ = false;
 };
 
-template <class Fs = PosixFs>
 class Store {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<Store>> open(Fs& fs, std::string path, Access access,
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(FsRef fs, std::string path, Access access,
                                                            StoreOptions options = {});
   // Collective open for a save across ranks (spec/SHARDING.md 3.1): every rank of comm calls it. For
   // read_write, rank 0 takes the lock and runs recovery; then every other rank reads the journal as a
@@ -266,7 +261,7 @@ class Store {
   // returns the same Status (the lowest failing rank's error). The store keeps comm (which must outlive
   // it) for every begin, commit and abort. A world of one is the plain open.
   template <class Comm>
-  [[nodiscard]] static Result<std::unique_ptr<Store>> open(Fs& fs, std::string path, Access access, StoreOptions options,
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(FsRef fs, std::string path, Access access, StoreOptions options,
                                                            Comm& comm);
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -275,7 +270,7 @@ class Store {
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
   [[nodiscard]] Access access() const noexcept { return access_; }
   [[nodiscard]] const Uuid& uuid() const noexcept { return uuid_; }
-  [[nodiscard]] Fs& fs() noexcept { return fs_; }
+  [[nodiscard]] FsRef fs() noexcept { return fs_; }
   // What open found and, when writable, did.
   [[nodiscard]] const RecoveryReport& recovery_report() const noexcept { return report_; }
   // Every transaction known now (open, committed, aborted, retired), by txn id.
@@ -296,16 +291,16 @@ class Store {
   // Read-only: re-reads the journal to see steps committed since open. Writable: nothing to do.
   [[nodiscard]] Status refresh();
 
-  [[nodiscard]] Result<std::unique_ptr<StepReader<Fs>>> open_step(std::uint64_t step);
-  [[nodiscard]] Result<std::unique_ptr<StepReader<Fs>>> open_step(const StepInfo& info);
-  [[nodiscard]] Result<std::unique_ptr<StepReader<Fs>>> open_latest();
+  [[nodiscard]] Result<std::unique_ptr<StepReader>> open_step(std::uint64_t step);
+  [[nodiscard]] Result<std::unique_ptr<StepReader>> open_step(const StepInfo& info);
+  [[nodiscard]] Result<std::unique_ptr<StepReader>> open_latest();
   // Every chunk of every shard file; damage is in the report, the Status fails only on misuse.
   [[nodiscard]] Result<StepVerifyReport> verify_step(std::uint64_t step, const VerifyOptions& options = {});
 
   // Starts a transaction for `step`; only one may be open at a time. Across ranks (a store opened with a
   // communicator) the call is collective: every rank passes the same step and returns the same Status
   // (spec/SHARDING.md 3.2).
-  [[nodiscard]] Result<std::unique_ptr<Transaction<Fs>>> begin(std::uint64_t step);
+  [[nodiscard]] Result<std::unique_ptr<Transaction>> begin(std::uint64_t step);
   // The communicator the store was opened with: rank and world of its saves.
   [[nodiscard]] int rank() const { return comm_.rank(); }
   [[nodiscard]] int world_size() const { return comm_.size(); }
@@ -327,11 +322,11 @@ class Store {
   [[nodiscard]] Status compact();
 
  private:
-  friend class Transaction<Fs>;
-  Store(Fs& fs, std::string path, Access access, StoreOptions options, CommRef comm)
+  friend class Transaction;
+  Store(FsRef fs, std::string path, Access access, StoreOptions options, CommRef comm)
       : fs_(fs), path_(std::move(path)), access_(access), options_(options), comm_(comm) {}
   // The one open: every rank of comm (a world of one for the plain open) calls it.
-  [[nodiscard]] static Result<std::unique_ptr<Store>> open_with(Fs& fs, std::string path, Access access,
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_with(FsRef fs, std::string path, Access access,
                                                                 StoreOptions options, CommRef comm);
   [[nodiscard]] Status open_read_only();
   [[nodiscard]] Status open_writable();
@@ -350,7 +345,7 @@ class Store {
   [[nodiscard]] Status compact_if_due();
   void reindex();
 
-  Fs& fs_;
+  FsRef fs_;
   std::string path_;
   Access access_;
   StoreOptions options_;
@@ -360,9 +355,9 @@ class Store {
   std::vector<TxnInfo> txns_;
   std::map<std::uint64_t, std::size_t> by_txn_;
   std::uint64_t next_txn_ = 1;
-  std::optional<JournalWriter<Fs>> journal_;
+  std::optional<JournalWriter> journal_;
   FileHandle lock_;
-  Transaction<Fs>* open_txn_ = nullptr;
+  Transaction* open_txn_ = nullptr;
   bool participant_ = false;
   std::uint64_t compacted_end_ = 0;  // journal size after its last rewrite
 };

@@ -34,8 +34,7 @@ struct VerifyOptions {
 
 // Checks superblock, footer, index, every chunk digest and every must-be-zero byte.
 // Damage is reported in the VerifyReport; the Status fails only when the file cannot be read at all.
-template <class Fs = PosixFs>
-[[nodiscard]] Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOptions& options = {});
+[[nodiscard]] Result<VerifyReport> verify_file(FsRef fs, const std::string& path, const VerifyOptions& options = {});
 
 // --- Readers of a live store (spec/JOURNAL.md 6.5, 10) ---------------------------------------------
 // A writer with retention appends RETIRE and then removes the step's files while a reader may still
@@ -50,7 +49,7 @@ enum class StepRecheck : std::uint8_t {
 [[nodiscard]] const char* step_recheck_name(StepRecheck r) noexcept;
 
 // Re-reads the journal of a read-only store (store.refresh()) and says what became of transaction
-// `txn` of step `step`. StoreT is Store<Fs>, a template parameter only because store.hpp includes this
+// `txn` of step `step`. StoreT is Store, a template parameter only because store.hpp includes this
 // header. A failed refresh is returned as is: the caller keeps its verdict.
 template <class StoreT>
 [[nodiscard]] Result<StepRecheck> recheck_step(StoreT& store, std::uint64_t step, std::uint64_t txn);

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   {
     ckpt::WriterOptions options;
     options.chunk_size_log2 = 12;  // 20000 bytes: five chunks
-    auto writer = ckpt::ShardWriter<>::create(fs, path, options);
+    auto writer = ckpt::ShardWriter::create(fs, path, options);
     if (!writer.ok()) return std::fprintf(stderr, "create: %s\n", writer.status().to_string().c_str()), 1;
     ckpt::Status s = (*writer)->add_tensor("values", ckpt::DType::I32, {50, 100}, values.data(), values.size() * 4);
     if (s.ok()) s = (*writer)->set_metadata("step", ckpt::Value(std::int64_t{42}));
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     auto summary = (*writer)->finish();
     if (!summary.ok()) return std::fprintf(stderr, "finish: %s\n", summary.status().to_string().c_str()), 1;
   }
-  auto reader = ckpt::ShardReader<>::open(fs, path);
+  auto reader = ckpt::ShardReader::open(fs, path);
   if (!reader.ok()) return std::fprintf(stderr, "open: %s\n", reader.status().to_string().c_str()), 1;
   std::vector<std::int32_t> back(values.size());
   ckpt::Status s = (*reader)->read_tensor("values", back.data(), back.size() * 4);

@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
   {
     WriterOptions o;
     o.durable = false;
-    auto w = ShardWriter<>::create(fs, file, o);
+    auto w = ShardWriter::create(fs, file, o);
     or_die(w.status(), "create");
     for (std::size_t t = 0; t < tensors; ++t)
       or_die((*w)->add_tensor("t" + std::to_string(t), DType::U8, {tensor_bytes}, host.data() + t * tensor_bytes, tensor_bytes), "add_tensor");

@@ -199,7 +199,7 @@ void test_save_load_verify(std::uint64_t seed) {
   GPU_OK(cpu.status());
   GPU_EXPECT(cpu->ok(), "a file saved from the device fails the CPU verifier: %zu problems", cpu->problems.size());
   {
-    auto reader = ShardReader<>::open(fs, path);
+    auto reader = ShardReader::open(fs, path);
     GPU_OK(reader.status());
     std::vector<unsigned char> back(a.size());
     GPU_OK((*reader)->read_tensor("a", back.data(), back.size()));
@@ -220,7 +220,7 @@ void test_save_load_verify(std::uint64_t seed) {
   const std::string pristine = ckpt_test::read_file(path);
   std::uint64_t index_offset = 0;
   {
-    auto reader = ShardReader<>::open(fs, path);
+    auto reader = ShardReader::open(fs, path);
     GPU_OK(reader.status());
     index_offset = (*reader)->footer().index_offset;
   }

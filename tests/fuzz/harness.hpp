@@ -141,7 +141,7 @@ inline const std::string& scratch_path() {
     if (!written) return "";
   }
   PosixFs fs;
-  auto reader = ShardReader<>::open(fs, detail::scratch_path());
+  auto reader = ShardReader::open(fs, detail::scratch_path());
   if (reader.ok()) {
     auto& r = **reader;
     for (const auto& t : r.index().tensors) {

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     WriterOptions o;
     o.alignment_log2 = 6;
     o.chunk_size_log2 = 12;
-    auto w = ShardWriter<>::create(fs, shard, o);
+    auto w = ShardWriter::create(fs, shard, o);
     require(w.status());
     std::vector<unsigned char> bytes(9000);
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 7);

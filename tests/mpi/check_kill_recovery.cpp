@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
 
   // The writable open recovers.
   {
-    auto store = Store<>::open(fs, path, Access::read_write);
+    auto store = Store::open(fs, path, Access::read_write);
     check(store.ok(), "writable open: " + store.status().to_string());
     if (!store.ok()) return 1;
     const RecoveryReport& report = (*store)->recovery_report();
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   check(after == expected_after, "nothing but step 2's files changed in the store");
 
   // Recovery is done: a second writable open finds nothing to do.
-  auto again = Store<>::open(fs, path, Access::read_write);
+  auto again = Store::open(fs, path, Access::read_write);
   check(again.ok() && (*again)->recovery_report().clean(), "recovery is idempotent");
   if (failures == 0) std::printf("check_kill_recovery: passed (%zu shard files of step 2 removed)\n", present);
   return failures == 0 ? 0 : 1;

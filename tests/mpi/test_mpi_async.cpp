@@ -54,7 +54,7 @@ SaveRequest rank_request(int rank, std::uint64_t step, const std::vector<unsigne
 
 void check_step(const std::string& dir, std::uint64_t step) {
   PosixFs fs;
-  auto store = Store<>::open(fs, dir, Access::read_only);
+  auto store = Store::open(fs, dir, Access::read_only);
   MPI_CHECK(store.ok(), store.status().to_string());
   if (!store.ok()) return;
   auto reader = (*store)->open_step(step);
@@ -80,17 +80,17 @@ void run_phases(const std::string& scratch) {
   if (rank == 0) {
     std::filesystem::remove_all(scratch);  // a rerun in the same build tree starts from an empty store
     ::mkdir(scratch.c_str(), 0755);
-    auto created = Store<>::open(posix, dir, Access::read_write, small_options(true));
+    auto created = Store::open(posix, dir, Access::read_write, small_options(true));
     MPI_CHECK(created.ok(), created.status().to_string());
   }
   MPI_Barrier(MPI_COMM_WORLD);
 
   // 1. Three async saves on every rank; each returns after staging, all commit in order.
   {
-    auto store = Store<>::open(posix, dir, Access::read_write, small_options(), *comm);
+    auto store = Store::open(posix, dir, Access::read_write, small_options(), *comm);
     MPI_CHECK(store.ok(), store.status().to_string());
     if (store.ok()) {
-      auto saver = AsyncSaver<>::create(**store, saver_options());
+      auto saver = AsyncSaver::create(**store, saver_options());
       MPI_CHECK(saver.ok(), saver.status().to_string());
       if (saver.ok()) {
         for (std::uint64_t step : {10, 20, 30}) {
@@ -115,12 +115,12 @@ void run_phases(const std::string& scratch) {
   // first is still in flight on some rank; whatever each rank saw, every rank decides alike.
   {
     FaultFs<PosixFs> fs(posix);
-    auto store = Store<FaultFs<PosixFs>>::open(fs, dir, Access::read_write, small_options(), *comm);
+    auto store = Store::open(fs, dir, Access::read_write, small_options(), *comm);
     MPI_CHECK(store.ok(), store.status().to_string());
     if (store.ok()) {
       AsyncSaveOptions o = saver_options();
       o.when_busy = WhenBusy::skip;
-      auto saver = AsyncSaver<FaultFs<PosixFs>>::create(**store, o, *control);
+      auto saver = AsyncSaver::create(**store, o, *control);
       MPI_CHECK(saver.ok(), saver.status().to_string());
       if (saver.ok()) {
         const auto rows40 = rank_rows(rank, 40), rows50 = rank_rows(rank, 50);
@@ -149,12 +149,12 @@ void run_phases(const std::string& scratch) {
   std::uint64_t before = 0;
   {
     FaultFs<PosixFs> fs(posix);
-    auto store = Store<FaultFs<PosixFs>>::open(fs, dir, Access::read_write, small_options(), *comm);
+    auto store = Store::open(fs, dir, Access::read_write, small_options(), *comm);
     MPI_CHECK(store.ok(), store.status().to_string());
     if (store.ok()) {
       before = (*store)->latest() ? (*store)->latest()->step : 0;
       if (rank == 2) fs.set_plan(FaultPlan::from(1, Fault::io_error, fs_op_bit(FsOp::pwrite)));
-      auto saver = AsyncSaver<FaultFs<PosixFs>>::create(**store, saver_options());
+      auto saver = AsyncSaver::create(**store, saver_options());
       MPI_CHECK(saver.ok(), saver.status().to_string());
       if (saver.ok()) {
         const auto rows = rank_rows(rank, 60);
@@ -169,7 +169,7 @@ void run_phases(const std::string& scratch) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
-    auto store = Store<>::open(posix, dir, Access::read_write, small_options());
+    auto store = Store::open(posix, dir, Access::read_write, small_options());
     MPI_CHECK(store.ok() && !(*store)->recovery_report().corrupt(), "the store recovers cleanly");
     if (store.ok()) MPI_CHECK((*store)->latest() && (*store)->latest()->step == before, "the previous step is still the latest");
   }

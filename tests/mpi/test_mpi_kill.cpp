@@ -42,7 +42,7 @@ void run(const std::string& path) {
   MPI_CHECK_OK(comm.status());
   if (!comm.ok()) return;
   PosixFs fs;
-  auto store = Store<>::open(fs, path, Access::read_write, options(), *comm);
+  auto store = Store::open(fs, path, Access::read_write, options(), *comm);
   MPI_CHECK_OK(store.status());
   if (!store.ok()) return;
   {

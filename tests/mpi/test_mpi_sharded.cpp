@@ -40,8 +40,7 @@ void check_same_everywhere(MpiComm& comm, const Status& s, const char* what) {
 }
 
 // Writes this rank's save box of every tensor, read from another step at whatever world it was saved.
-template <class Fs>
-Status reshard_rank(StepReader<>& from, Transaction<Fs>& tx, std::uint32_t world, std::uint32_t rank) {
+Status reshard_rank(StepReader& from, Transaction& tx, std::uint32_t world, std::uint32_t rank) {
   for (const auto& t : specs()) {
     const Box box = save_box(t, world, rank);
     std::vector<unsigned char> part(elements(box.shape) * element_size(t.dtype));
@@ -63,8 +62,8 @@ Status reshard_rank(StepReader<>& from, Transaction<Fs>& tx, std::uint32_t world
 // written collectively by the `world` ranks of comm, this one being `rank`.
 void reshard_store(PosixFs& fs, const std::string& from_path, const std::string& to_path, MpiComm& comm, std::uint32_t from_world,
                    std::uint32_t world, std::uint32_t rank) {
-  auto from = Store<>::open(fs, from_path, Access::read_only);
-  auto to = Store<>::open(fs, to_path, Access::read_write, small_options(), comm);
+  auto from = Store::open(fs, from_path, Access::read_only);
+  auto to = Store::open(fs, to_path, Access::read_write, small_options(), comm);
   MPI_CHECK_OK(from.status());
   MPI_CHECK_OK(to.status());
   if (!from.ok() || !to.ok()) return;
@@ -89,7 +88,7 @@ void load_with(PosixFs& fs, const std::string& store_path, int world) {
   {
     auto comm = MpiComm::duplicate(sub);
     MPI_CHECK_OK(comm.status());
-    auto store = Store<>::open(fs, store_path, Access::read_only, {}, *comm);  // collective read-only open
+    auto store = Store::open(fs, store_path, Access::read_only, {}, *comm);  // collective read-only open
     MPI_CHECK_OK(store.status());
     if (store.ok()) {
       auto reader = (*store)->open_latest();
@@ -137,7 +136,7 @@ void run_phases(const std::string& base) {
 
   // 1. Save step 1 across 4 ranks.
   {
-    auto store = Store<>::open(fs, a, Access::read_write, small_options(), *comm);
+    auto store = Store::open(fs, a, Access::read_write, small_options(), *comm);
     MPI_CHECK_OK(store.status());
     MPI_CHECK(store.ok() && (*store)->coordinator() == (rank == 0), "only rank 0 coordinates");
     if (store.ok()) {
@@ -178,8 +177,8 @@ void run_phases(const std::string& base) {
     MPI_Barrier(MPI_COMM_WORLD);
     reshard_store(fs, b, c, *comm, 3, 4, r);
     if (rank == 0) {
-      auto original = Store<>::open(fs, a, Access::read_only);
-      auto final_store = Store<>::open(fs, c, Access::read_only);
+      auto original = Store::open(fs, a, Access::read_only);
+      auto final_store = Store::open(fs, c, Access::read_only);
       MPI_CHECK_OK(original.status());
       MPI_CHECK_OK(final_store.status());
       if (original.ok() && final_store.ok()) {
@@ -210,7 +209,7 @@ void run_phases(const std::string& base) {
     FaultFs<PosixFs> faulty(posix, rank == 2 ? FaultPlan::nth(1, Fault::io_error, fs_op_bit(FsOp::pwrite)) : FaultPlan{});
     FaultFs<PosixFs> good(posix);
     {
-      auto store = Store<FaultFs<PosixFs>>::open(good, d, Access::read_write, small_options(), *comm);
+      auto store = Store::open(good, d, Access::read_write, small_options(), *comm);
       MPI_CHECK_OK(store.status());
       auto tx = (*store)->begin(1);
       MPI_CHECK_OK(tx.status());
@@ -219,7 +218,7 @@ void run_phases(const std::string& base) {
     }
     Status result;
     {
-      auto store = Store<FaultFs<PosixFs>>::open(faulty, d, Access::read_write, small_options(), *comm);
+      auto store = Store::open(faulty, d, Access::read_write, small_options(), *comm);
       MPI_CHECK_OK(store.status());
       auto tx = (*store)->begin(2);
       MPI_CHECK_OK(tx.status());
@@ -234,7 +233,7 @@ void run_phases(const std::string& base) {
     MPI_CHECK(result.message().find("abandoned on every rank, the previous step is untouched: rank 2: ") != std::string::npos,
               "names rank 2: " + result.message());
     check_same_everywhere(*comm, result, "the failed commit");
-    auto store = Store<>::open(posix, d, Access::read_only);
+    auto store = Store::open(posix, d, Access::read_only);
     MPI_CHECK_OK(store.status());
     if (store.ok()) {
       MPI_CHECK((*store)->latest() && (*store)->latest()->step == 1, "step 1 is still the latest");
@@ -249,7 +248,7 @@ void run_phases(const std::string& base) {
   {
     Status result;
     {
-      auto store = Store<>::open(fs, e, Access::read_write, small_options(), *comm);
+      auto store = Store::open(fs, e, Access::read_write, small_options(), *comm);
       MPI_CHECK_OK(store.status());
       auto tx = (*store)->begin(1);
       MPI_CHECK_OK(tx.status());
@@ -266,7 +265,7 @@ void run_phases(const std::string& base) {
                                     "offsets [4, 0] shape [2, 3] overlap in offsets [4, 0] shape [1, 3]") != std::string::npos,
               result.message());
     check_same_everywhere(*comm, result, "the refused commit");
-    auto store = Store<>::open(fs, e, Access::read_only);
+    auto store = Store::open(fs, e, Access::read_only);
     MPI_CHECK(store.ok() && !(*store)->latest(), "nothing was committed");
   }
   mpi_test::phase_passed("overlapping pieces across ranks are refused everywhere");
@@ -279,7 +278,7 @@ void run_phases(const std::string& base) {
     const std::string g = base + "/g";
     Status result;
     if (broken.ok()) {
-      auto store = Store<>::open(fs, g, Access::read_write, small_options(), *broken);
+      auto store = Store::open(fs, g, Access::read_write, small_options(), *broken);
       MPI_CHECK_OK(store.status());
       auto tx = (*store)->begin(1);
       MPI_CHECK_OK(tx.status());
@@ -290,7 +289,7 @@ void run_phases(const std::string& base) {
       MPI_CHECK(!result.ok() && result.message().find("rank 1 dropped step 1 (txn 1)") != std::string::npos,
                 "the others' commit fails naming rank 1: " + result.to_string());
     MPI_CHECK_OK(comm->barrier());  // rank 0 has abandoned the step by now
-    auto store = Store<>::open(fs, g, Access::read_only);
+    auto store = Store::open(fs, g, Access::read_only);
     MPI_CHECK_OK(store.status());
     if (store.ok()) {
       const auto& txns = (*store)->transactions();

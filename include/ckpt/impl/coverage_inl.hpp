@@ -9,7 +9,7 @@
 
 namespace ckpt {
 
-inline const char* coverage_issue_name(CoverageIssue issue) noexcept {
+CKPT_INLINE const char* coverage_issue_name(CoverageIssue issue) noexcept {
   switch (issue) {
     case CoverageIssue::dtype_mismatch: return "dtype_mismatch";
     case CoverageIssue::shape_mismatch: return "shape_mismatch";
@@ -23,17 +23,17 @@ inline const char* coverage_issue_name(CoverageIssue issue) noexcept {
 
 namespace detail {
 
-[[nodiscard]] inline std::string dtype_label(DType d) {
+[[nodiscard]] CKPT_INLINE std::string dtype_label(DType d) {
   const auto* info = format::dtype_info(d);
   return info != nullptr ? std::string(info->name) : "dtype " + std::to_string(static_cast<int>(d));
 }
 
-[[nodiscard]] inline std::string region_string(const Shape& offsets, const Shape& shape) {
+[[nodiscard]] CKPT_INLINE std::string region_string(const Shape& offsets, const Shape& shape) {
   return "offsets " + shape_string(offsets) + " shape " + shape_string(shape);
 }
 
 // Elements of a box known to fit in 64 bits (it lies inside a tensor whose count fits).
-[[nodiscard]] inline std::uint64_t box_volume(const Shape& shape) noexcept {
+[[nodiscard]] CKPT_INLINE std::uint64_t box_volume(const Shape& shape) noexcept {
   std::uint64_t n = 1;
   for (const auto d : shape) n *= d;
   return n;
@@ -42,7 +42,7 @@ namespace detail {
 // Finds a box inside [lo, lo + len) that no piece touches, given that the pieces do not overlap.
 // Splits at the median piece boundary of the dimension with the most boundaries inside the box and
 // descends only into a half whose covered volume falls short, so each level halves the boundaries.
-[[nodiscard]] inline std::optional<std::pair<Shape, Shape>> find_uncovered_box(const std::vector<const GlobalPiece*>& candidates,
+[[nodiscard]] CKPT_INLINE std::optional<std::pair<Shape, Shape>> find_uncovered_box(const std::vector<const GlobalPiece*>& candidates,
                                                                                  const Shape& lo, const Shape& len) {
   const std::size_t rank = lo.size();
   std::vector<const GlobalPiece*> inside;
@@ -85,7 +85,7 @@ namespace detail {
   return find_uncovered_box(inside, right_lo, right_len);
 }
 
-[[nodiscard]] inline std::optional<CoverageProblem> check_tensor_coverage(const std::vector<const GlobalPiece*>& pieces) {
+[[nodiscard]] CKPT_INLINE std::optional<CoverageProblem> check_tensor_coverage(const std::vector<const GlobalPiece*>& pieces) {
   const GlobalPiece& first = *pieces.front();
   CoverageProblem problem;
   problem.tensor = first.tensor;
@@ -160,7 +160,7 @@ namespace detail {
 
 }  // namespace detail
 
-inline std::vector<CoverageProblem> check_coverage(const std::vector<GlobalPiece>& pieces) {
+CKPT_INLINE std::vector<CoverageProblem> check_coverage(const std::vector<GlobalPiece>& pieces) {
   std::map<std::string_view, std::vector<const GlobalPiece*>> by_tensor;
   for (const auto& p : pieces) by_tensor[p.tensor].push_back(&p);
   std::vector<CoverageProblem> problems;
@@ -172,7 +172,7 @@ inline std::vector<CoverageProblem> check_coverage(const std::vector<GlobalPiece
   return problems;
 }
 
-inline std::vector<CoverageProblem> check_replicas(const std::vector<ReplicaDecl>& declarations) {
+CKPT_INLINE std::vector<CoverageProblem> check_replicas(const std::vector<ReplicaDecl>& declarations) {
   std::map<std::string_view, std::vector<const ReplicaDecl*>> by_tensor;
   for (const auto& d : declarations) by_tensor[d.tensor].push_back(&d);
   std::vector<CoverageProblem> problems;
@@ -210,7 +210,7 @@ inline std::vector<CoverageProblem> check_replicas(const std::vector<ReplicaDecl
   return problems;
 }
 
-inline void append_index_pieces(const Index& index, std::uint32_t rank, std::vector<GlobalPiece>& out) {
+CKPT_INLINE void append_index_pieces(const Index& index, std::uint32_t rank, std::vector<GlobalPiece>& out) {
   for (const auto& t : index.tensors)
     for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) {
       const auto& p = index.pieces[k];
@@ -218,7 +218,7 @@ inline void append_index_pieces(const Index& index, std::uint32_t rank, std::vec
     }
 }
 
-inline Status coverage_status(const std::vector<CoverageProblem>& problems, Code code, const std::string& context) {
+CKPT_INLINE Status coverage_status(const std::vector<CoverageProblem>& problems, Code code, const std::string& context) {
   if (problems.empty()) return Status();
   std::string msg = context + ": " + std::to_string(problems.size()) + " tensor" + (problems.size() == 1 ? "" : "s") +
                     " not covered exactly once: ";

@@ -10,26 +10,26 @@
 
 namespace ckpt {
 
-inline const TensorRecord* Index::find_tensor(std::string_view name) const {
+CKPT_INLINE const TensorRecord* Index::find_tensor(std::string_view name) const {
   if (tensor_by_name_.size() != tensors.size()) const_cast<Index*>(this)->rebuild_lookup();
   const auto it = tensor_by_name_.find(std::string(name));
   return it == tensor_by_name_.end() ? nullptr : &tensors[it->second];
 }
 
-inline const MetaEntry* Index::find_metadata(std::string_view key) const {
+CKPT_INLINE const MetaEntry* Index::find_metadata(std::string_view key) const {
   if (meta_by_key_.size() != metadata.size()) const_cast<Index*>(this)->rebuild_lookup();
   const auto it = meta_by_key_.find(std::string(key));
   return it == meta_by_key_.end() ? nullptr : &metadata[it->second];
 }
 
-inline void Index::rebuild_lookup() {
+CKPT_INLINE void Index::rebuild_lookup() {
   tensor_by_name_.clear();
   meta_by_key_.clear();
   for (std::size_t i = 0; i < tensors.size(); ++i) tensor_by_name_.emplace(tensors[i].name, i);
   for (std::size_t i = 0; i < metadata.size(); ++i) meta_by_key_.emplace(metadata[i].key, i);
 }
 
-inline bool shape_elements(const Shape& shape, std::uint64_t& out) noexcept {
+CKPT_INLINE bool shape_elements(const Shape& shape, std::uint64_t& out) noexcept {
   std::uint64_t n = 1;
   for (const auto d : shape)
     if (!checked_mul(n, d, n)) return false;
@@ -37,19 +37,19 @@ inline bool shape_elements(const Shape& shape, std::uint64_t& out) noexcept {
   return true;
 }
 
-inline bool shape_bytes(const Shape& shape, DType dtype, std::uint64_t& out) noexcept {
+CKPT_INLINE bool shape_bytes(const Shape& shape, DType dtype, std::uint64_t& out) noexcept {
   const auto* info = format::dtype_info(dtype);
   std::uint64_t n = 0;
   return info != nullptr && shape_elements(shape, n) && checked_mul(n, info->size, out);
 }
 
-inline std::string shape_string(const Shape& shape) {
+CKPT_INLINE std::string shape_string(const Shape& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
 
-inline Result<std::uint64_t> check_slice(const TensorRecord& t, const Shape& offsets, const Shape& shape, std::size_t dst_size) {
+CKPT_INLINE Result<std::uint64_t> check_slice(const TensorRecord& t, const Shape& offsets, const Shape& shape, std::size_t dst_size) {
   if (offsets.size() != t.shape.size() || shape.size() != t.shape.size())
     return make_error(Code::invalid_argument, "tensor '" + t.name + "': slice rank " + std::to_string(shape.size()) +
                                                   ", tensor rank " + std::to_string(t.shape.size()));
@@ -66,7 +66,7 @@ inline Result<std::uint64_t> check_slice(const TensorRecord& t, const Shape& off
   return elements;
 }
 
-inline std::string uuid_string(const Uuid& uuid) {
+CKPT_INLINE std::string uuid_string(const Uuid& uuid) {
   static const char digits[] = "0123456789abcdef";
   std::string s;
   for (std::size_t i = 0; i < uuid.size(); ++i) {
@@ -77,7 +77,7 @@ inline std::string uuid_string(const Uuid& uuid) {
   return s;
 }
 
-inline bool valid_utf8(std::string_view s) noexcept {
+CKPT_INLINE bool valid_utf8(std::string_view s) noexcept {
   std::size_t i = 0;
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   while (i < s.size()) {
@@ -104,11 +104,11 @@ inline bool valid_utf8(std::string_view s) noexcept {
 
 namespace detail {
 
-[[nodiscard]] inline Status corrupt_at(const std::string& path, std::uint64_t offset, const std::string& what) {
+[[nodiscard]] CKPT_INLINE Status corrupt_at(const std::string& path, std::uint64_t offset, const std::string& what) {
   return make_error(Code::corrupt, path + ": offset " + std::to_string(offset) + ": " + what);
 }
 
-[[nodiscard]] inline bool all_zero(const unsigned char* p, std::size_t n) noexcept {
+[[nodiscard]] CKPT_INLINE bool all_zero(const unsigned char* p, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     if (p[i] != 0) return false;
   return true;
@@ -116,7 +116,7 @@ namespace detail {
 
 }  // namespace detail
 
-inline std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes(const std::vector<BoxRef>& boxes,
+CKPT_INLINE std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes(const std::vector<BoxRef>& boxes,
                                                                                   std::size_t rank) {
   std::vector<std::size_t> live;  // boxes holding at least one element
   for (std::size_t i = 0; i < boxes.size(); ++i) {
@@ -157,7 +157,7 @@ inline std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes
   return std::nullopt;
 }
 
-inline std::array<unsigned char, format::kSuperblockSize> encode_superblock(const Superblock& sb) {
+CKPT_INLINE std::array<unsigned char, format::kSuperblockSize> encode_superblock(const Superblock& sb) {
   namespace f = format::sb;
   std::array<unsigned char, format::kSuperblockSize> b{};
   std::memcpy(b.data() + f::kMagic, format::kSuperblockMagic, 8);
@@ -175,7 +175,7 @@ inline std::array<unsigned char, format::kSuperblockSize> encode_superblock(cons
   return b;
 }
 
-inline Result<Superblock> decode_superblock(const unsigned char* b, const std::string& path) {
+CKPT_INLINE Result<Superblock> decode_superblock(const unsigned char* b, const std::string& path) {
   namespace f = format::sb;
   using detail::corrupt_at;
   if (std::memcmp(b + f::kMagic, format::kSuperblockMagic, 8) != 0)
@@ -214,7 +214,7 @@ inline Result<Superblock> decode_superblock(const unsigned char* b, const std::s
   return sb;
 }
 
-inline std::array<unsigned char, format::kFooterSize> encode_footer(const Footer& footer) {
+CKPT_INLINE std::array<unsigned char, format::kFooterSize> encode_footer(const Footer& footer) {
   namespace f = format::ft;
   std::array<unsigned char, format::kFooterSize> b{};
   put_u64(b.data() + f::kIndexOffset, footer.index_offset);
@@ -227,7 +227,7 @@ inline std::array<unsigned char, format::kFooterSize> encode_footer(const Footer
   return b;
 }
 
-inline Result<Footer> decode_footer(const unsigned char* b, std::uint64_t file_size, const std::string& path) {
+CKPT_INLINE Result<Footer> decode_footer(const unsigned char* b, std::uint64_t file_size, const std::string& path) {
   namespace f = format::ft;
   const std::uint64_t at = file_size - format::kFooterSize;
   if (std::memcmp(b + f::kMagic, format::kFooterMagic, 8) != 0)
@@ -255,7 +255,7 @@ inline Result<Footer> decode_footer(const unsigned char* b, std::uint64_t file_s
   return footer;
 }
 
-inline std::string encode_index(const Index& index) {
+CKPT_INLINE std::string encode_index(const Index& index) {
   std::string blob;
   std::vector<std::uint64_t> dims;
   Encoder tensors, pieces, chunks, metas;
@@ -320,7 +320,7 @@ inline std::string encode_index(const Index& index) {
   return std::move(out.str());
 }
 
-inline Result<Index> decode_index(const unsigned char* bytes, std::size_t size, const Superblock& sb,
+CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t size, const Superblock& sb,
                                   std::uint64_t index_offset, const std::string& path) {
   namespace x = format::ix;
   using detail::corrupt_at;

@@ -14,7 +14,7 @@ namespace ckpt {
 
 namespace journal {
 
-inline const char* record_type_name(std::uint16_t type) noexcept {
+CKPT_INLINE const char* record_type_name(std::uint16_t type) noexcept {
   switch (type) {
     case static_cast<std::uint16_t>(RecordType::header): return "HEADER";
     case static_cast<std::uint16_t>(RecordType::pad): return "PAD";
@@ -30,7 +30,7 @@ inline const char* record_type_name(std::uint16_t type) noexcept {
 
 }  // namespace journal
 
-inline const char* abort_reason_name(AbortReason r) noexcept {
+CKPT_INLINE const char* abort_reason_name(AbortReason r) noexcept {
   switch (r) {
     case AbortReason::writer_error: return "writer_error";
     case AbortReason::user: return "user";
@@ -39,7 +39,7 @@ inline const char* abort_reason_name(AbortReason r) noexcept {
   return "unknown";
 }
 
-inline std::uint64_t JournalRecord::txn() const noexcept {
+CKPT_INLINE std::uint64_t JournalRecord::txn() const noexcept {
   if (const auto* b = std::get_if<BeginRecord>(&body)) return b->txn;
   if (const auto* c = std::get_if<CommitRecord>(&body)) return c->txn;
   if (const auto* a = std::get_if<AbortRecord>(&body)) return a->txn;
@@ -48,7 +48,7 @@ inline std::uint64_t JournalRecord::txn() const noexcept {
   return 0;
 }
 
-inline std::string JournalRecord::describe() const {
+CKPT_INLINE std::string JournalRecord::describe() const {
   std::string s = journal::record_type_name(type);
   if (const auto* b = std::get_if<BeginRecord>(&body)) {
     s += " txn " + std::to_string(b->txn) + " step " + std::to_string(b->step) + " world " +
@@ -72,7 +72,7 @@ inline std::string JournalRecord::describe() const {
 
 // --- Names (spec/JOURNAL.md 2.2).
 
-inline Status check_file_name(std::string_view name) {
+CKPT_INLINE Status check_file_name(std::string_view name) {
   if (name.empty() || name.size() > journal::kMaxFileName)
     return make_error(Code::invalid_argument, "file name must be 1 to 255 bytes, got " + std::to_string(name.size()));
   if (name.front() == '.')
@@ -92,13 +92,13 @@ inline Status check_file_name(std::string_view name) {
   return Status();
 }
 
-inline std::string step_dir_name(std::uint64_t step, std::uint64_t txn) {
+CKPT_INLINE std::string step_dir_name(std::uint64_t step, std::uint64_t txn) {
   return std::string(journal::kStepDirPrefix) + std::to_string(step) + "-" + std::to_string(txn);
 }
 
 namespace detail {
 // Parses a canonical decimal u64 (no sign, no leading zero except "0") from the front of s.
-[[nodiscard]] inline bool parse_decimal(std::string_view& s, std::uint64_t& out) noexcept {
+[[nodiscard]] CKPT_INLINE bool parse_decimal(std::string_view& s, std::uint64_t& out) noexcept {
   std::size_t n = 0;
   std::uint64_t v = 0;
   while (n < s.size() && s[n] >= '0' && s[n] <= '9') {
@@ -114,7 +114,7 @@ namespace detail {
 }
 }  // namespace detail
 
-inline bool parse_step_dir_name(std::string_view name, std::uint64_t& step, std::uint64_t& txn) noexcept {
+CKPT_INLINE bool parse_step_dir_name(std::string_view name, std::uint64_t& step, std::uint64_t& txn) noexcept {
   if (name.substr(0, journal::kStepDirPrefix.size()) != journal::kStepDirPrefix) return false;
   name.remove_prefix(journal::kStepDirPrefix.size());
   std::uint64_t s = 0, t = 0;
@@ -126,7 +126,7 @@ inline bool parse_step_dir_name(std::string_view name, std::uint64_t& step, std:
   return true;
 }
 
-inline std::string shard_file_name(std::uint32_t rank, std::uint32_t world_size) {
+CKPT_INLINE std::string shard_file_name(std::uint32_t rank, std::uint32_t world_size) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "shard-%05u-of-%05u.ckpt", rank, world_size);
   return buf;
@@ -134,7 +134,7 @@ inline std::string shard_file_name(std::uint32_t rank, std::uint32_t world_size)
 
 // --- Payload codecs (spec/JOURNAL.md 4).
 
-inline PendingRecord header_record(const JournalHeader& h) {
+CKPT_INLINE PendingRecord header_record(const JournalHeader& h) {
   Encoder e;
   e.raw(journal::kMagic, 8);
   e.u32(journal::kVersion);  // a rewrite upgrades a version 1 journal (spec 13)
@@ -144,14 +144,14 @@ inline PendingRecord header_record(const JournalHeader& h) {
   return PendingRecord{static_cast<std::uint16_t>(journal::RecordType::header), std::move(e.str())};
 }
 
-inline std::vector<TxnFile> standard_shard_files(std::uint32_t world_size) {
+CKPT_INLINE std::vector<TxnFile> standard_shard_files(std::uint32_t world_size) {
   std::vector<TxnFile> files;
   files.reserve(world_size);
   for (std::uint32_t r = 0; r < world_size; ++r) files.push_back(TxnFile{r, shard_file_name(r, world_size)});
   return files;
 }
 
-inline Result<PendingRecord> begin_record(const BeginRecord& b) {
+CKPT_INLINE Result<PendingRecord> begin_record(const BeginRecord& b) {
   if (b.world_size == 0 || b.world_size > journal::kMaxWorldSize)
     return make_error(Code::invalid_argument, "BEGIN: world size " + std::to_string(b.world_size) + " outside [1, 2^20]");
   // The usual case, one standard shard per rank, is named by its pattern: O(1) in the world size (spec 4.9).
@@ -205,25 +205,25 @@ template <class Rest>
 }
 }  // namespace detail
 
-inline PendingRecord commit_record(const CommitRecord& c) {
+CKPT_INLINE PendingRecord commit_record(const CommitRecord& c) {
   return detail::txn_record(journal::RecordType::commit, c.txn, c.step, [&](Encoder& e) {
     e.u64(c.manifest_size);
     e.u64(c.manifest_digest);
   });
 }
 
-inline PendingRecord abort_record(const AbortRecord& a) {
+CKPT_INLINE PendingRecord abort_record(const AbortRecord& a) {
   return detail::txn_record(journal::RecordType::abort, a.txn, a.step, [&](Encoder& e) {
     e.u32(static_cast<std::uint32_t>(a.reason));
     e.u32(0);
   });
 }
 
-inline PendingRecord retire_record(const RetireRecord& r) {
+CKPT_INLINE PendingRecord retire_record(const RetireRecord& r) {
   return detail::txn_record(journal::RecordType::retire, r.txn, r.step, [](Encoder&) {});
 }
 
-inline PendingRecord save_stats_record(const SaveRecord& r) {
+CKPT_INLINE PendingRecord save_stats_record(const SaveRecord& r) {
   return detail::txn_record(journal::RecordType::save_stats, r.txn, r.step, [&](Encoder& e) {
     e.u64(r.bytes);
     e.u64(r.stall_ns);
@@ -233,7 +233,7 @@ inline PendingRecord save_stats_record(const SaveRecord& r) {
   });
 }
 
-inline Status decode_payload(JournalRecord& rec, const unsigned char* p, std::size_t n, const std::string& path) {
+CKPT_INLINE Status decode_payload(JournalRecord& rec, const unsigned char* p, std::size_t n, const std::string& path) {
   using journal::RecordType;
   const std::string where = path + ": " + journal::record_type_name(rec.type) + " record at offset " + std::to_string(rec.offset);
   auto corrupt = [&](const std::string& what) { return make_error(Code::corrupt, where + ": " + what); };
@@ -355,12 +355,12 @@ inline Status decode_payload(JournalRecord& rec, const unsigned char* p, std::si
 
 // --- Framing (spec/JOURNAL.md 3).
 
-inline std::uint64_t frame_digest(const unsigned char* header_and_payload, std::size_t n, std::uint64_t offset) noexcept {
+CKPT_INLINE std::uint64_t frame_digest(const unsigned char* header_and_payload, std::size_t n, std::uint64_t offset) noexcept {
   // Seeded with the record's own offset: a record is valid only where it was written (spec 3.2).
   return XXH3_64bits_withSeed(header_and_payload, n, offset);
 }
 
-inline void frame_record(std::string& out, std::uint16_t type, std::uint16_t flags, std::string_view payload,
+CKPT_INLINE void frame_record(std::string& out, std::uint16_t type, std::uint16_t flags, std::string_view payload,
                          std::uint64_t offset) {
   const std::size_t start = out.size();
   unsigned char header[journal::kFrameHeaderSize];
@@ -374,7 +374,7 @@ inline void frame_record(std::string& out, std::uint16_t type, std::uint16_t fla
   out.append(reinterpret_cast<const char*>(digest), 8);
 }
 
-inline std::string encode_group(const std::vector<PendingRecord>& records, std::uint64_t offset,
+CKPT_INLINE std::string encode_group(const std::vector<PendingRecord>& records, std::uint64_t offset,
                                 std::vector<std::uint64_t>* offsets) {
   using journal::kFrameOverhead;
   using journal::kPageSize;
@@ -402,7 +402,7 @@ inline std::string encode_group(const std::vector<PendingRecord>& records, std::
 
 // --- Scanning (spec/JOURNAL.md 6).
 
-inline std::string JournalScan::corruption_summary() const {
+CKPT_INLINE std::string JournalScan::corruption_summary() const {
   std::string s;
   if (!has_header && corruption.empty()) s = path + ": no valid HEADER record at offset 0";
   for (const auto& d : corruption) {
@@ -430,10 +430,9 @@ class MemoryJournalSource {
 };
 
 // Journal bytes read through an Fs in windows of 1 MiB (or one whole record when larger).
-template <class Fs>
 class FsJournalSource {
  public:
-  FsJournalSource(Fs& fs, FileHandle file, const std::string& path, std::uint64_t size) noexcept
+  FsJournalSource(FsRef fs, FileHandle file, const std::string& path, std::uint64_t size) noexcept
       : fs_(fs), file_(file), path_(path), size_(size) {}
   [[nodiscard]] Status read(std::uint64_t off, std::size_t n, const unsigned char*& out) {
     if (!range_within(off, n, size_)) return make_error(Code::incomplete, path_ + ": read past the end of the journal");
@@ -453,7 +452,7 @@ class FsJournalSource {
   }
 
  private:
-  Fs& fs_;
+  FsRef fs_;
   FileHandle file_;
   const std::string& path_;
   std::uint64_t size_;
@@ -525,7 +524,7 @@ struct GroupSearch {
   bool exhausted = false;
 };
 
-[[nodiscard]] inline bool may_start_group(std::uint16_t type, std::uint16_t flags, std::uint32_t length) noexcept {
+[[nodiscard]] CKPT_INLINE bool may_start_group(std::uint16_t type, std::uint16_t flags, std::uint32_t length) noexcept {
   using journal::RecordType;
   if ((flags & journal::kFlagFirst) == 0 || (flags & ~journal::kKnownFlags) != 0) return false;
   switch (type) {
@@ -642,7 +641,7 @@ template <class Source>
 
 // Rules a digest-valid record must also follow (spec 6.2). A break is corruption even at the tail:
 // a torn write cannot produce a record whose digest matches.
-[[nodiscard]] inline Status check_record_rules(JournalRecord& rec, const unsigned char* payload, std::uint64_t group_start,
+[[nodiscard]] CKPT_INLINE Status check_record_rules(JournalRecord& rec, const unsigned char* payload, std::uint64_t group_start,
                                                const std::string& path) {
   using namespace journal;
   const std::string where = path + ": " + record_type_name(rec.type) + " record at offset " + std::to_string(rec.offset);
@@ -756,39 +755,35 @@ template <class Source>
 
 }  // namespace detail
 
-template <class Fs>
-Result<JournalScan> scan_journal(Fs& fs, FileHandle file, const std::string& path) {
+CKPT_INLINE Result<JournalScan> scan_journal(FsRef fs, FileHandle file, const std::string& path) {
   // The size is read once: bytes appended while we scan belong to a later scan (spec 6.5).
   auto size = fs.file_size(file);
   if (!size.ok()) return size.status().with_context(path);
-  detail::FsJournalSource<Fs> src(fs, file, path, *size);
+  detail::FsJournalSource src(fs, file, path, *size);
   return detail::scan_core(src, *size, path);
 }
 
-template <class Fs>
-Result<JournalScan> scan_journal(Fs& fs, const std::string& path) {
+CKPT_INLINE Result<JournalScan> scan_journal(FsRef fs, const std::string& path) {
   auto file = fs.open(path, OpenMode::read);
   if (!file.ok()) return file.status();
-  ScopedFile<Fs> scoped(fs, *file);
+  ScopedFile scoped(fs, *file);
   return scan_journal(fs, scoped.get(), path);
 }
 
-inline Result<JournalScan> scan_journal_bytes(std::string_view bytes, const std::string& path) {
+CKPT_INLINE Result<JournalScan> scan_journal_bytes(std::string_view bytes, const std::string& path) {
   detail::MemoryJournalSource src(bytes);
   return detail::scan_core(src, bytes.size(), path);
 }
 
 // --- Appending (spec/JOURNAL.md 5).
 
-template <class Fs>
-JournalWriter<Fs>::JournalWriter(JournalWriter&& o) noexcept
+CKPT_INLINE JournalWriter::JournalWriter(JournalWriter&& o) noexcept
     : fs_(o.fs_), path_(std::move(o.path_)), file_(std::exchange(o.file_, FileHandle{})), end_(o.end_),
       failure_(std::move(o.failure_)), last_offsets_(std::move(o.last_offsets_)) {}
 
-template <class Fs>
-JournalWriter<Fs>& JournalWriter<Fs>::operator=(JournalWriter&& o) noexcept {
+CKPT_INLINE JournalWriter& JournalWriter::operator=(JournalWriter&& o) noexcept {
   if (this != &o) {
-    if (file_.valid()) fs_->close(file_).ignore_error();
+    if (file_.valid()) fs_.close(file_).ignore_error();
     fs_ = o.fs_;
     path_ = std::move(o.path_);
     file_ = std::exchange(o.file_, FileHandle{});
@@ -799,14 +794,12 @@ JournalWriter<Fs>& JournalWriter<Fs>::operator=(JournalWriter&& o) noexcept {
   return *this;
 }
 
-template <class Fs>
-JournalWriter<Fs>::~JournalWriter() {
+CKPT_INLINE JournalWriter::~JournalWriter() {
   // Every group was fdatasynced before its append returned, so a close error loses nothing.
-  if (file_.valid()) fs_->close(file_).ignore_error();
+  if (file_.valid()) fs_.close(file_).ignore_error();
 }
 
-template <class Fs>
-Result<JournalWriter<Fs>> JournalWriter<Fs>::open(Fs& fs, std::string path, std::uint64_t end) {
+CKPT_INLINE Result<JournalWriter> JournalWriter::open(FsRef fs, std::string path, std::uint64_t end) {
   if (end % journal::kPageSize != 0)
     return make_error(Code::invalid_argument, path + ": append offset " + std::to_string(end) + " is not on a page boundary");
   auto file = fs.open(path, OpenMode::read_write);
@@ -814,20 +807,18 @@ Result<JournalWriter<Fs>> JournalWriter<Fs>::open(Fs& fs, std::string path, std:
   return JournalWriter(fs, std::move(path), *file, end);
 }
 
-template <class Fs>
-Status JournalWriter<Fs>::create(Fs& fs, const std::string& path, const JournalHeader& header) {
+CKPT_INLINE Status JournalWriter::create(FsRef fs, const std::string& path, const JournalHeader& header) {
   // Created under a temporary name and renamed: JOURNAL exists only with a durable header (spec 5.1).
-  CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile<Fs>::create(fs, path));
+  CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile::create(fs, path));
   const std::string bytes = encode_group({header_record(header)}, 0);
   CKPT_TRY(file->write(bytes.data(), bytes.size()));
   return file->commit();
 }
 
-template <class Fs>
-Result<std::uint64_t> JournalWriter<Fs>::rewrite(Fs& fs, const std::string& path, const JournalHeader& header,
+CKPT_INLINE Result<std::uint64_t> JournalWriter::rewrite(FsRef fs, const std::string& path, const JournalHeader& header,
                                                  const std::vector<std::vector<PendingRecord>>& groups,
                                                  std::vector<std::uint64_t>* offsets) {
-  CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile<Fs>::create(fs, path));
+  CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile::create(fs, path));
   std::string bytes = encode_group({header_record(header)}, 0);
   for (const auto& g : groups)
     if (!g.empty()) bytes += encode_group(g, bytes.size(), offsets);
@@ -836,13 +827,12 @@ Result<std::uint64_t> JournalWriter<Fs>::rewrite(Fs& fs, const std::string& path
   return static_cast<std::uint64_t>(bytes.size());
 }
 
-template <class Fs>
-Status JournalWriter<Fs>::check_unchanged() {
+CKPT_INLINE Status JournalWriter::check_unchanged() {
   // The lock is advisory and not every file system honours it (spec 5.8): before writing, make sure the
   // journal is still the file this writer holds and that nobody appended or cut it.
-  auto held = fs_->file_size(file_);
+  auto held = fs_.file_size(file_);
   if (!held.ok()) return fail(held.status());
-  auto at_path = fs_->stat(path_);
+  auto at_path = fs_.stat(path_);
   if (!at_path.ok()) return fail(at_path.status().with_context("the journal is gone"));
   if (*held != end_ || at_path->size != end_)
     return fail(make_error(Code::conflict, path_ + ": expected the journal to end at offset " + std::to_string(end_) +
@@ -852,28 +842,25 @@ Status JournalWriter<Fs>::check_unchanged() {
   return Status();
 }
 
-template <class Fs>
-Status JournalWriter<Fs>::fail(const Status& s) {
+CKPT_INLINE Status JournalWriter::fail(const Status& s) {
   if (failure_.ok()) failure_ = s.with_context(path_);
   return failure_;
 }
 
-template <class Fs>
-Status JournalWriter<Fs>::truncate_tail(std::uint64_t end) {
+CKPT_INLINE Status JournalWriter::truncate_tail(std::uint64_t end) {
   if (!failure_.ok()) return failure_;
   if (end % journal::kPageSize != 0)
     return make_error(Code::invalid_argument, path_ + ": truncation offset " + std::to_string(end) + " is not on a page boundary");
-  Status s = fs_->truncate(file_, end);
+  Status s = fs_.truncate(file_, end);
   if (!s.ok()) return fail(s);
   // fsync, not fdatasync: the size shrank, and stale bytes must not come back after a crash (spec 6.4).
-  s = fs_->sync(file_);
+  s = fs_.sync(file_);
   if (!s.ok()) return fail(s);
   end_ = end;
   return Status();
 }
 
-template <class Fs>
-Status JournalWriter<Fs>::append_group(const std::vector<PendingRecord>& records) {
+CKPT_INLINE Status JournalWriter::append_group(const std::vector<PendingRecord>& records) {
   if (!failure_.ok()) return failure_;
   if (records.empty()) return Status();
   for (const auto& r : records)
@@ -886,9 +873,9 @@ Status JournalWriter<Fs>::append_group(const std::vector<PendingRecord>& records
   if (bytes.size() > journal::kMaxGroupSize)
     return make_error(Code::invalid_argument, path_ + ": a sync group of " + std::to_string(bytes.size()) +
                                                   " bytes exceeds the limit of " + std::to_string(journal::kMaxGroupSize));
-  Status s = fs_->pwrite(file_, bytes.data(), bytes.size(), end_);
+  Status s = fs_.pwrite(file_, bytes.data(), bytes.size(), end_);
   if (!s.ok()) return fail(s);
-  s = fs_->sync_data(file_);
+  s = fs_.sync_data(file_);
   if (!s.ok()) return fail(s);
   end_ += bytes.size();
   return Status();

@@ -8,7 +8,7 @@
 
 namespace ckpt {
 
-inline ManifestShard manifest_shard(std::uint32_t rank, const std::string& name, const ShardSummary& summary) {
+CKPT_INLINE ManifestShard manifest_shard(std::uint32_t rank, const std::string& name, const ShardSummary& summary) {
   ManifestShard s;
   s.rank = rank;
   s.name = name;
@@ -21,7 +21,7 @@ inline ManifestShard manifest_shard(std::uint32_t rank, const std::string& name,
   return s;
 }
 
-inline void encode_manifest_shard(Encoder& out, const ManifestShard& s) {
+CKPT_INLINE void encode_manifest_shard(Encoder& out, const ManifestShard& s) {
   out.u32(s.rank);
   out.u16(static_cast<std::uint16_t>(s.name.size()));
   out.u16(0);
@@ -34,7 +34,7 @@ inline void encode_manifest_shard(Encoder& out, const ManifestShard& s) {
   out.bytes(s.name);
 }
 
-inline Status decode_manifest_shard(Decoder& in, ManifestShard& s, const std::string& where) {
+CKPT_INLINE Status decode_manifest_shard(Decoder& in, ManifestShard& s, const std::string& where) {
   const std::size_t at = in.position();
   auto corrupt = [&](const std::string& what) {
     return make_error(Code::corrupt, where + ": shard entry at byte " + std::to_string(at) + ": " + what);
@@ -61,7 +61,7 @@ inline Status decode_manifest_shard(Decoder& in, ManifestShard& s, const std::st
   return Status();
 }
 
-inline Status check_manifest(const Manifest& m) {
+CKPT_INLINE Status check_manifest(const Manifest& m) {
   if (m.world_size == 0 || m.world_size > journal::kMaxWorldSize)
     return make_error(Code::invalid_argument, "manifest: world size " + std::to_string(m.world_size) + " outside [1, 2^20]");
   if (m.shards.size() > journal::kMaxFilesPerTxn)
@@ -84,7 +84,7 @@ inline Status check_manifest(const Manifest& m) {
   return check_training_state(m.state).with_context("manifest");
 }
 
-inline std::string encode_manifest(const Manifest& m) {
+CKPT_INLINE std::string encode_manifest(const Manifest& m) {
   Encoder body;
   for (const auto& s : m.shards) encode_manifest_shard(body, s);
   encode_training_state(body, m.state);
@@ -103,11 +103,11 @@ inline std::string encode_manifest(const Manifest& m) {
   return std::move(out.str());
 }
 
-inline std::uint64_t manifest_digest(const unsigned char* bytes, std::size_t size) noexcept {
+CKPT_INLINE std::uint64_t manifest_digest(const unsigned char* bytes, std::size_t size) noexcept {
   return size < manifest::kDigestSize ? 0 : get_u64(bytes + size - manifest::kDigestSize);
 }
 
-inline Result<Manifest> decode_manifest(const unsigned char* bytes, std::size_t size, const std::string& path) {
+CKPT_INLINE Result<Manifest> decode_manifest(const unsigned char* bytes, std::size_t size, const std::string& path) {
   using namespace manifest;
   auto corrupt = [&](std::uint64_t offset, const std::string& what) {
     return make_error(Code::corrupt, path + ": offset " + std::to_string(offset) + ": " + what);

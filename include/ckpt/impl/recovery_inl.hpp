@@ -7,7 +7,7 @@
 
 namespace ckpt {
 
-inline const char* txn_state_name(TxnState s) noexcept {
+CKPT_INLINE const char* txn_state_name(TxnState s) noexcept {
   switch (s) {
     case TxnState::open: return "open";
     case TxnState::committed: return "committed";
@@ -17,7 +17,7 @@ inline const char* txn_state_name(TxnState s) noexcept {
   return "unknown";
 }
 
-inline const char* recovery_action_name(RecoveryActionKind k) noexcept {
+CKPT_INLINE const char* recovery_action_name(RecoveryActionKind k) noexcept {
   switch (k) {
     case RecoveryActionKind::truncate_journal: return "truncate_journal";
     case RecoveryActionKind::append_abort: return "append_abort";
@@ -31,7 +31,7 @@ inline const char* recovery_action_name(RecoveryActionKind k) noexcept {
   return "unknown";
 }
 
-inline std::string RecoveryAction::describe() const {
+CKPT_INLINE std::string RecoveryAction::describe() const {
   std::string s = recovery_action_name(kind);
   switch (kind) {
     case RecoveryActionKind::truncate_journal:
@@ -48,14 +48,14 @@ inline std::string RecoveryAction::describe() const {
   return s;
 }
 
-inline bool RecoveryReport::clean() const noexcept {
+CKPT_INLINE bool RecoveryReport::clean() const noexcept {
   if (corrupt() || journal.torn_tail) return false;
   for (const auto& a : actions)
     if (a.kind != RecoveryActionKind::rewrite_journal) return false;
   return true;
 }
 
-inline Status RecoveryReport::corruption_status() const {
+CKPT_INLINE Status RecoveryReport::corruption_status() const {
   if (!corrupt()) return Status();
   std::string msg = journal.corruption_summary();
   for (const auto& p : problems) msg += (msg.empty() ? "" : "; ") + p;
@@ -140,7 +140,7 @@ class TxnTable {
 };
 
 // The step a transaction is, with the manifest size and digest of commit c (its COMMIT, or one implied).
-[[nodiscard]] inline StepInfo step_of(const TxnInfo& t, const CommitRecord& c) {
+[[nodiscard]] CKPT_INLINE StepInfo step_of(const TxnInfo& t, const CommitRecord& c) {
   StepInfo info;
   info.step = t.step;
   info.txn = t.txn;
@@ -160,11 +160,10 @@ struct ManifestEvidence {
   Status complete;  // ok: a whole manifest of this transaction; else why not
 };
 
-template <class Fs>
-[[nodiscard]] Result<ManifestEvidence> read_manifest_evidence(Fs& fs, const std::string& manifest_path, const TxnInfo& t) {
+[[nodiscard]] CKPT_INLINE Result<ManifestEvidence> read_manifest_evidence(FsRef fs, const std::string& manifest_path, const TxnInfo& t) {
   auto file = fs.open(manifest_path, OpenMode::read);
   if (!file.ok()) return file.status();
-  ScopedFile<Fs> scoped(fs, *file);
+  ScopedFile scoped(fs, *file);
   CKPT_ASSIGN_OR_RETURN(const std::uint64_t size, fs.file_size(scoped.get()));
   ManifestEvidence e;
   if (size > manifest::kMaxSize) {
@@ -185,11 +184,10 @@ template <class Fs>
 
 // Whether the files of transaction t prove the step `c` describes complete: the MANIFEST matches c, its
 // shards match the manifest, and every chunk of every shard verifies (spec 6.4). Ok, or why not.
-template <class Fs>
-[[nodiscard]] Status verify_step_files(Fs& fs, const std::string& store, const Uuid& store_uuid, const TxnInfo& t,
+[[nodiscard]] CKPT_INLINE Status verify_step_files(FsRef fs, const std::string& store, const Uuid& store_uuid, const TxnInfo& t,
                                        const CommitRecord& c) {
   const StepInfo info = step_of(t, c);
-  auto reader = StepReader<Fs>::open(fs, store, info, store_uuid);
+  auto reader = StepReader::open(fs, store, info, store_uuid);
   if (!reader.ok()) return reader.status();
   for (const auto& f : t.files) {
     const std::string path = join_path(join_path(store, info.dir), f.name);
@@ -202,8 +200,7 @@ template <class Fs>
 }
 
 // The kind of a store entry, without following a symlink; nullopt when it vanished.
-template <class Fs>
-[[nodiscard]] std::optional<EntryKind> entry_kind(Fs& fs, const std::string& path) {
+[[nodiscard]] CKPT_INLINE std::optional<EntryKind> entry_kind(FsRef fs, const std::string& path) {
   auto info = fs.stat(path);
   if (!info.ok()) return std::nullopt;
   return info->kind;
@@ -211,8 +208,7 @@ template <class Fs>
 
 // Plans the removal of what an aborted or retired transaction created: only the files its BEGIN named
 // and its MANIFEST, then the directory if nothing else is in it (spec 6.4, rule R7).
-template <class Fs>
-void plan_removal(Fs& fs, const std::string& store, const TxnInfo& t, std::vector<RecoveryAction>& actions,
+CKPT_INLINE void plan_removal(FsRef fs, const std::string& store, const TxnInfo& t, std::vector<RecoveryAction>& actions,
                   std::vector<std::string>& notes) {
   const std::string dir = join_path(store, t.dir());
   auto entries = fs.list_dir(dir);
@@ -253,8 +249,7 @@ void plan_removal(Fs& fs, const std::string& store, const TxnInfo& t, std::vecto
 }
 
 // Carries out removals and directory syncs; failures are recorded in the actions, never fatal.
-template <class Fs>
-void run_removals(Fs& fs, std::vector<RecoveryAction>& actions, std::size_t first) {
+CKPT_INLINE void run_removals(FsRef fs, std::vector<RecoveryAction>& actions, std::size_t first) {
   for (std::size_t i = first; i < actions.size(); ++i) {
     auto& a = actions[i];
     Status s;
@@ -272,8 +267,7 @@ void run_removals(Fs& fs, std::vector<RecoveryAction>& actions, std::size_t firs
 // Applies the digest-valid records of a damaged tail that check out (spec 6.4): BEGIN, ABORT and RETIRE
 // when the protocol allows them, COMMIT only when its MANIFEST and shards verify. Evidence is used
 // wherever it sits; what does not check out is noted and left to the rules for open transactions.
-template <class Fs>
-void salvage_tail(Fs& fs, const std::string& store, TxnTable& table, const JournalDamage& tail, const Uuid& store_uuid,
+CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& table, const JournalDamage& tail, const Uuid& store_uuid,
                   RecoveryReport& report) {
   for (const auto& rec : tail.unapplied) {
     if (const auto* c = std::get_if<CommitRecord>(&rec.body)) {
@@ -296,8 +290,7 @@ void salvage_tail(Fs& fs, const std::string& store, TxnTable& table, const Journ
 }
 
 // Fills the transaction table, unknown entries, next txn id and (unless corrupt) the plan.
-template <class Fs>
-[[nodiscard]] Status plan_recovery(Fs& fs, const std::string& store, RecoveryReport& report) {
+[[nodiscard]] CKPT_INLINE Status plan_recovery(FsRef fs, const std::string& store, RecoveryReport& report) {
   std::uint64_t max_txn = 0;
   const Uuid& uuid = report.journal.header.store_uuid;
   TxnTable table(report.transactions, max_txn);
@@ -445,7 +438,7 @@ struct CompactedRecord {
   int which = 0;
 };
 
-[[nodiscard]] inline Result<std::vector<std::vector<PendingRecord>>> compacted_records(const std::vector<TxnInfo>& txns,
+[[nodiscard]] CKPT_INLINE Result<std::vector<std::vector<PendingRecord>>> compacted_records(const std::vector<TxnInfo>& txns,
                                                                                        std::vector<CompactedRecord>& what) {
   std::vector<std::vector<PendingRecord>> groups;
   std::size_t history = 0;
@@ -492,8 +485,7 @@ struct CompactedRecord {
 
 // Rewrites the journal from the transaction table (spec 5.7) and reopens the writer on the new file.
 // The txn floor in the new header keeps every id ever spent unusable.
-template <class Fs>
-[[nodiscard]] Status rewrite_journal(Fs& fs, JournalWriter<Fs>& journal, const Uuid& uuid, std::uint64_t next_txn,
+[[nodiscard]] CKPT_INLINE Status rewrite_journal(FsRef fs, JournalWriter& journal, const Uuid& uuid, std::uint64_t next_txn,
                                      std::vector<TxnInfo>& txns) {
   std::vector<CompactedRecord> what;
   CKPT_ASSIGN_OR_RETURN(auto records, compacted_records(txns, what));
@@ -503,9 +495,9 @@ template <class Fs>
   std::vector<std::uint64_t> offsets;
   const std::string path = journal.path();
   // Any failure poisons the writer: after a rename it may hold the replaced file (spec 5.4).
-  auto end = JournalWriter<Fs>::rewrite(fs, path, header, records, &offsets);
+  auto end = JournalWriter::rewrite(fs, path, header, records, &offsets);
   if (!end.ok()) return journal.poison(end.status());
-  auto reopened = JournalWriter<Fs>::open(fs, path, *end);
+  auto reopened = JournalWriter::open(fs, path, *end);
   if (!reopened.ok()) return journal.poison(reopened.status());
   journal = std::move(reopened).value();
   std::vector<bool> kept(txns.size(), false);
@@ -529,8 +521,7 @@ template <class Fs>
   return Status();
 }
 
-template <class Fs>
-[[nodiscard]] Result<RecoveryReport> scan_and_plan(Fs& fs, const std::string& store, FileHandle journal_file) {
+[[nodiscard]] CKPT_INLINE Result<RecoveryReport> scan_and_plan(FsRef fs, const std::string& store, FileHandle journal_file) {
   RecoveryReport report;
   report.store = store;
   CKPT_ASSIGN_OR_RETURN(report.journal, scan_journal(fs, journal_file, join_path(store, std::string(journal::kJournalName))));
@@ -539,8 +530,7 @@ template <class Fs>
 }
 
 // Moves a step directory into quarantine/ (spec 6.8): created on first use and made durable first.
-template <class Fs>
-[[nodiscard]] Status quarantine_dir(Fs& fs, const std::string& store, const RecoveryAction& a) {
+[[nodiscard]] CKPT_INLINE Status quarantine_dir(FsRef fs, const std::string& store, const RecoveryAction& a) {
   const std::string q = join_path(store, std::string(journal::kQuarantineName));
   Status s = fs.mkdir(q);
   if (s.ok()) s = fs.sync_dir(store);
@@ -555,8 +545,7 @@ template <class Fs>
 // COMMIT for open transactions, salvaged records, no torn tail), then quarantine moves and removals.
 // The rewrite also makes durable whatever the page cache showed of the old journal, so nothing an
 // earlier failed fsync left behind is trusted (spec 5.4). Journal failures are fatal.
-template <class Fs>
-[[nodiscard]] Status apply_recovery(Fs& fs, JournalWriter<Fs>& journal, RecoveryReport& report) {
+[[nodiscard]] CKPT_INLINE Status apply_recovery(FsRef fs, JournalWriter& journal, RecoveryReport& report) {
   report.dry_run = false;
   if (report.corrupt()) return report.corruption_status();
   std::size_t i = 0;
@@ -603,8 +592,7 @@ template <class Fs>
 
 }  // namespace detail
 
-template <class Fs>
-Result<RecoveryReport> check_store(Fs& fs, const std::string& path) {
+CKPT_INLINE Result<RecoveryReport> check_store(FsRef fs, const std::string& path) {
   const std::string journal_path = join_path(path, std::string(journal::kJournalName));
   auto file = fs.open(journal_path, OpenMode::read);
   if (!file.ok()) {
@@ -612,15 +600,14 @@ Result<RecoveryReport> check_store(Fs& fs, const std::string& path) {
       return make_error(Code::not_found, path + ": not a ckpt store (no JOURNAL)");
     return file.status();
   }
-  ScopedFile<Fs> scoped(fs, *file);
+  ScopedFile scoped(fs, *file);
   return detail::scan_and_plan(fs, path, scoped.get());
 }
 
-template <class Fs>
-Result<RecoveryReport> recover_store(Fs& fs, const std::string& path, bool dry_run) {
+CKPT_INLINE Result<RecoveryReport> recover_store(FsRef fs, const std::string& path, bool dry_run) {
   auto lock = fs.lock(join_path(path, std::string(journal::kLockName)));
   if (!lock.ok()) return lock.status();
-  ScopedFile<Fs> lock_guard(fs, *lock);
+  ScopedFile lock_guard(fs, *lock);
   const std::string journal_path = join_path(path, std::string(journal::kJournalName));
   auto file = fs.open(journal_path, dry_run ? OpenMode::read : OpenMode::read_write);
   if (!file.ok()) {
@@ -633,7 +620,7 @@ Result<RecoveryReport> recover_store(Fs& fs, const std::string& path, bool dry_r
     fs.close(*file).ignore_error();  // nothing was written through it
     return report;
   }
-  JournalWriter<Fs> writer(fs, journal_path, *file, report->journal.end);
+  JournalWriter writer(fs, journal_path, *file, report->journal.end);
   CKPT_TRY(detail::apply_recovery(fs, writer, *report));
   return report;
 }

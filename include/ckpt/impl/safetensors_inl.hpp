@@ -28,7 +28,7 @@ namespace detail {
 struct SafetensorsAbort {};
 
 // A name as it appears in a one-line message: control characters escaped, the rest as is.
-[[nodiscard]] inline std::string printable(std::string_view s) {
+[[nodiscard]] CKPT_INLINE std::string printable(std::string_view s) {
   std::string out = "'";
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
@@ -44,7 +44,7 @@ struct SafetensorsAbort {};
 }
 
 // "a string \"F4\"", "a negative integer -3": the found half of an error message.
-[[nodiscard]] inline std::string describe_json(const nlohmann::json& j) {
+[[nodiscard]] CKPT_INLINE std::string describe_json(const nlohmann::json& j) {
   std::string kind;
   switch (j.type()) {
     case nlohmann::json::value_t::null: return "null";
@@ -65,7 +65,7 @@ struct SafetensorsAbort {};
 }
 
 // Reads a JSON number as a non-negative integer; false for negatives, fractions and anything else.
-[[nodiscard]] inline bool json_u64(const nlohmann::json& j, std::uint64_t& out) {
+[[nodiscard]] CKPT_INLINE bool json_u64(const nlohmann::json& j, std::uint64_t& out) {
   if (j.is_number_unsigned()) {
     out = j.get<std::uint64_t>();
     return true;
@@ -77,7 +77,7 @@ struct SafetensorsAbort {};
   return false;
 }
 
-[[nodiscard]] inline std::string dtype_names() {
+[[nodiscard]] CKPT_INLINE std::string dtype_names() {
   std::string s;
   for (const auto& d : format::kDTypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
   return s;
@@ -252,16 +252,8 @@ class SafetensorsHeaderParser {
   std::uint64_t array_items_ = 0;
 };
 
-// True when Fs offers the optional read-only mapping (io/fs.hpp).
-template <class Fs, class = void>
-struct fs_has_map : std::false_type {};
-template <class Fs>
-struct fs_has_map<Fs, std::void_t<decltype(std::declval<Fs&>().map(FileHandle{}, std::uint64_t{}, std::size_t{}))>>
-    : std::true_type {};
-
 // Refuses to replace an existing output unless asked to, and never replaces a directory.
-template <class Fs>
-[[nodiscard]] Status check_output(Fs& fs, const std::string& out, bool overwrite) {
+[[nodiscard]] CKPT_INLINE Status check_output(FsRef fs, const std::string& out, bool overwrite) {
   auto info = fs.stat(out);
   if (!info.ok()) return info.status().code() == Code::not_found ? Status() : info.status();
   if (info->is_dir) return make_error(Code::conflict, out + ": output is a directory");
@@ -270,7 +262,7 @@ template <class Fs>
 }
 
 // Text form of a metadata value safetensors cannot hold (its __metadata__ is string to string).
-[[nodiscard]] inline std::string metadata_text(const Value& v) {
+[[nodiscard]] CKPT_INLINE std::string metadata_text(const Value& v) {
   switch (v.type()) {
     case format::ValueType::int64: return std::to_string(v.as_int());
     case format::ValueType::float64: {
@@ -297,20 +289,20 @@ template <class Fs>
   return std::string();
 }
 
-[[nodiscard]] inline std::string json_string(const std::string& s) {
+[[nodiscard]] CKPT_INLINE std::string json_string(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Unit of hashing and writing: small enough to stay in cache between the hash and the copy to the kernel.
 inline constexpr std::size_t kSliceSize = std::size_t{256} << 10;
 
-[[nodiscard]] inline std::size_t block_bytes(const ConvertOptions& options) {
+[[nodiscard]] CKPT_INLINE std::size_t block_bytes(const ConvertOptions& options) {
   return std::max<std::size_t>(options.block_size, 4096);
 }
 
 }  // namespace detail
 
-inline Result<SafetensorsHeader> parse_safetensors_json(std::string_view json, std::uint64_t data_size,
+CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_json(std::string_view json, std::uint64_t data_size,
                                                         const std::string& path) {
   detail::SafetensorsHeaderParser parser(path, data_size);
   parser.header().header_length = json.size();
@@ -345,8 +337,7 @@ inline Result<SafetensorsHeader> parse_safetensors_json(std::string_view json, s
   return std::move(parser.header());
 }
 
-template <class Fs>
-Result<SafetensorsHeader> parse_safetensors_header(Fs& fs, FileHandle file, std::uint64_t file_size,
+CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_header(FsRef fs, FileHandle file, std::uint64_t file_size,
                                                    const std::string& path) {
   using safetensors::kLengthFieldSize;
   if (file_size < kLengthFieldSize)
@@ -370,23 +361,21 @@ Result<SafetensorsHeader> parse_safetensors_header(Fs& fs, FileHandle file, std:
   return parse_safetensors_json(text, file_size - kLengthFieldSize - length, path);
 }
 
-template <class Fs>
-Result<SafetensorsHeader> parse_safetensors_header(Fs& fs, const std::string& path) {
+CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_header(FsRef fs, const std::string& path) {
   auto opened = fs.open(path, OpenMode::read);
   if (!opened.ok()) return opened.status();
-  ScopedFile<Fs> file(fs, *opened);
+  ScopedFile file(fs, *opened);
   auto size = fs.file_size(file.get());
   if (!size.ok()) return size.status().with_context(path);
   return parse_safetensors_header(fs, file.get(), *size, path);
 }
 
-template <class Fs>
-Result<ConvertSummary> safetensors_to_ckpt(Fs& fs, const std::string& in, const std::string& out,
+CKPT_INLINE Result<ConvertSummary> safetensors_to_ckpt(FsRef fs, const std::string& in, const std::string& out,
                                            const ConvertOptions& options) {
   CKPT_TRY(detail::check_output(fs, out, options.overwrite));
   auto opened = fs.open(in, OpenMode::read);
   if (!opened.ok()) return opened.status();
-  ScopedFile<Fs> file(fs, *opened);
+  ScopedFile file(fs, *opened);
   auto size = fs.file_size(file.get());
   if (!size.ok()) return size.status().with_context(in);
   auto parsed = parse_safetensors_header(fs, file.get(), *size, in);
@@ -396,15 +385,15 @@ Result<ConvertSummary> safetensors_to_ckpt(Fs& fs, const std::string& in, const 
   WriterOptions writer_options;
   writer_options.alignment_log2 = options.alignment_log2;
   writer_options.chunk_size_log2 = options.chunk_size_log2;
-  auto created = ShardWriter<Fs>::create(fs, out, writer_options);
+  auto created = ShardWriter::create(fs, out, writer_options);
   if (!created.ok()) return created.status();
-  ShardWriter<Fs>& writer = **created;
+  ShardWriter& writer = **created;
 
   std::uint64_t largest = 0;
   for (const auto& t : header.tensors) largest = std::max(largest, t.end - t.begin);
   const auto block_size = static_cast<std::size_t>(std::min<std::uint64_t>(detail::block_bytes(options), std::max<std::uint64_t>(largest, 1)));
   std::vector<unsigned char> block;
-  if (!options.use_mmap || !detail::fs_has_map<Fs>::value) block.resize(block_size);
+  if (!options.use_mmap || !fs.can_map()) block.resize(block_size);
   std::uint64_t done = 0;
   // Data-offset order: the input is read front to back, once.
   for (const auto& t : header.tensors) {
@@ -413,8 +402,8 @@ Result<ConvertSummary> safetensors_to_ckpt(Fs& fs, const std::string& in, const 
     for (std::uint64_t at = t.begin; at < t.end;) {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(block_size, t.end - at));
       bool mapped = false;
-      if constexpr (detail::fs_has_map<Fs>::value) {
-        if (options.use_mmap) {
+      {
+        if (options.use_mmap && fs.can_map()) {
           auto mapping = fs.map(file.get(), header.data_offset + at, n);
           if (!mapping.ok()) return mapping.status().with_context(in);
           CKPT_TRY(writer.write(mapping->data(), n));
@@ -446,13 +435,12 @@ Result<ConvertSummary> safetensors_to_ckpt(Fs& fs, const std::string& in, const 
   return summary;
 }
 
-template <class Fs>
-Result<ConvertSummary> ckpt_to_safetensors(Fs& fs, const std::string& in, const std::string& out,
+CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::string& in, const std::string& out,
                                            const ConvertOptions& options) {
   CKPT_TRY(detail::check_output(fs, out, options.overwrite));
-  auto opened = ShardReader<Fs>::open(fs, in);
+  auto opened = ShardReader::open(fs, in);
   if (!opened.ok()) return opened.status();
-  ShardReader<Fs>& reader = **opened;
+  ShardReader& reader = **opened;
   const Index& index = reader.index();
   ConvertSummary summary;
   summary.output = out;
@@ -510,9 +498,9 @@ Result<ConvertSummary> ckpt_to_safetensors(Fs& fs, const std::string& in, const 
                                              " bytes, over the " + std::to_string(safetensors::kMaxHeaderLength) +
                                              "-byte limit of safetensors readers");
 
-  auto created = AtomicFile<Fs>::create(fs, out, detail::kSliceSize);
+  auto created = AtomicFile::create(fs, out, detail::kSliceSize);
   if (!created.ok()) return created.status();
-  AtomicFile<Fs>& file = **created;
+  AtomicFile& file = **created;
   unsigned char length_field[safetensors::kLengthFieldSize];
   put_u64(length_field, json.size());
   CKPT_TRY(file.write(length_field, sizeof length_field));

@@ -16,8 +16,7 @@ inline constexpr std::size_t kReadSlice = std::size_t{1} << 20;
 
 // Reads n bytes at off slice by slice, hashing each slice right after it lands, and returns their
 // XXH3-64. Slices land one after another in dst (n bytes), or all at dst (kReadSlice bytes) with reuse.
-template <class Fs>
-[[nodiscard]] Result<std::uint64_t> read_hashed(Fs& fs, FileHandle f, const std::string& path, unsigned char* dst,
+[[nodiscard]] CKPT_INLINE Result<std::uint64_t> read_hashed(FsRef fs, FileHandle f, const std::string& path, unsigned char* dst,
                                                 std::size_t n, std::uint64_t off, bool reuse = false) {
   if (n <= kReadSlice) {
     CKPT_TRY(read_exact(fs, f, path, dst, n, off));
@@ -34,7 +33,7 @@ template <class Fs>
   return hasher.digest();
 }
 
-[[nodiscard]] inline Problem make_problem(Code code, std::string region, std::uint64_t offset, std::uint64_t length,
+[[nodiscard]] CKPT_INLINE Problem make_problem(Code code, std::string region, std::uint64_t offset, std::uint64_t length,
                                           std::string message) {
   Problem p;
   p.code = code;
@@ -47,7 +46,7 @@ template <class Fs>
 
 // Reads the fields of a superblock whose digest failed, when they are still in range, so the rest
 // of the file can be checked (the damage is reported either way).
-[[nodiscard]] inline bool salvage_superblock(const unsigned char* b, Superblock& sb) {
+[[nodiscard]] CKPT_INLINE bool salvage_superblock(const unsigned char* b, Superblock& sb) {
   namespace f = format::sb;
   if (std::memcmp(b, format::kSuperblockMagic, 8) != 0) return false;
   sb.alignment_log2 = get_u32(b + f::kAlignmentLog2);
@@ -74,8 +73,7 @@ struct ShardHead {
 // salvage (the verifier) a superblock whose digest fails is still read for its fields where they are
 // in range, and a footer followed by extra bytes is found and the extra bytes reported, so the rest of
 // the file can be checked. The Result fails when the head cannot be used; problems then says why.
-template <class Fs>
-[[nodiscard]] Result<ShardHead> read_shard_head(Fs& fs, FileHandle file, const std::string& path, std::uint64_t file_size,
+[[nodiscard]] CKPT_INLINE Result<ShardHead> read_shard_head(FsRef fs, FileHandle file, const std::string& path, std::uint64_t file_size,
                                                 bool salvage, std::vector<Problem>& problems) {
   auto problem = [&](Problem p) {
     if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
@@ -186,8 +184,7 @@ template <class Fs>
 }
 }  // namespace detail
 
-template <class Fs>
-Result<std::unique_ptr<ShardReader<Fs>>> ShardReader<Fs>::open(Fs& fs, std::string path) {
+CKPT_INLINE Result<std::unique_ptr<ShardReader>> ShardReader::open(FsRef fs, std::string path) {
   auto file = fs.open(path, OpenMode::read);
   if (!file.ok()) return file.status();
   std::unique_ptr<ShardReader> r(new ShardReader(fs, std::move(path), *file));
@@ -195,13 +192,11 @@ Result<std::unique_ptr<ShardReader<Fs>>> ShardReader<Fs>::open(Fs& fs, std::stri
   return Result<std::unique_ptr<ShardReader>>(std::move(r));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
-template <class Fs>
-ShardReader<Fs>::~ShardReader() {
+CKPT_INLINE ShardReader::~ShardReader() {
   if (file_.valid()) fs_.close(file_).ignore_error();  // read-only handle: nothing to lose
 }
 
-template <class Fs>
-Status ShardReader<Fs>::load() {
+CKPT_INLINE Status ShardReader::load() {
   auto size = fs_.file_size(file_);
   if (!size.ok()) return size.status().with_context(path_);
   file_size_ = *size;
@@ -214,8 +209,7 @@ Status ShardReader<Fs>::load() {
   return Status();
 }
 
-template <class Fs>
-Status ShardReader<Fs>::chunk_mismatch(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const {
+CKPT_INLINE Status ShardReader::chunk_mismatch(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const {
   const auto& p = index_.pieces[piece];
   const auto& t = index_.tensors[p.tensor];
   const auto& c = index_.chunks[p.chunk_first + chunk];
@@ -225,15 +219,13 @@ Status ShardReader<Fs>::chunk_mismatch(std::size_t piece, std::uint64_t chunk, s
                                        ", found " + hex64(found));
 }
 
-template <class Fs>
-Status ShardReader<Fs>::check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const {
+CKPT_INLINE Status ShardReader::check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const {
   const auto& c = index_.chunks[index_.pieces[piece].chunk_first + chunk];
   const std::uint64_t found = xxh3_64(bytes, static_cast<std::size_t>(c.length));
   return found == c.digest ? Status() : chunk_mismatch(piece, chunk, found);
 }
 
-template <class Fs>
-Status ShardReader<Fs>::verify_piece_chunks(std::size_t piece, std::uint64_t first, std::uint64_t count) {
+CKPT_INLINE Status ShardReader::verify_piece_chunks(std::size_t piece, std::uint64_t first, std::uint64_t count) {
   if (piece >= index_.pieces.size()) return make_error(Code::invalid_argument, path_ + ": no piece " + std::to_string(piece));
   const auto& p = index_.pieces[piece];
   if (!range_within(first, count, p.chunk_count))
@@ -248,8 +240,7 @@ Status ShardReader<Fs>::verify_piece_chunks(std::size_t piece, std::uint64_t fir
   return Status();
 }
 
-template <class Fs>
-Status ShardReader<Fs>::read_piece(std::size_t piece, void* dst, std::size_t dst_size, ReadCheck check) {
+CKPT_INLINE Status ShardReader::read_piece(std::size_t piece, void* dst, std::size_t dst_size, ReadCheck check) {
   if (piece >= index_.pieces.size()) return make_error(Code::invalid_argument, path_ + ": no piece " + std::to_string(piece));
   const auto& p = index_.pieces[piece];
   if (dst_size != p.data_length)
@@ -266,8 +257,7 @@ Status ShardReader<Fs>::read_piece(std::size_t piece, void* dst, std::size_t dst
   return Status();
 }
 
-template <class Fs>
-Result<Mapping> ShardReader<Fs>::map_piece(std::size_t piece, ReadCheck check) {
+CKPT_INLINE Result<Mapping> ShardReader::map_piece(std::size_t piece, ReadCheck check) {
   if (piece >= index_.pieces.size()) return make_error(Code::invalid_argument, path_ + ": no piece " + std::to_string(piece));
   const auto& p = index_.pieces[piece];
   auto mapping = fs_.map(file_, p.data_offset, static_cast<std::size_t>(p.data_length));
@@ -278,15 +268,13 @@ Result<Mapping> ShardReader<Fs>::map_piece(std::size_t piece, ReadCheck check) {
   return mapping;
 }
 
-template <class Fs>
-Status ShardReader<Fs>::read_tensor(std::string_view name, void* dst, std::size_t dst_size, ReadCheck check) {
+CKPT_INLINE Status ShardReader::read_tensor(std::string_view name, void* dst, std::size_t dst_size, ReadCheck check) {
   const TensorRecord* t = index_.find_tensor(name);
   if (t == nullptr) return make_error(Code::not_found, path_ + ": no tensor '" + std::string(name) + "'");
   return read_slice(name, Shape(t->shape.size(), 0), t->shape, dst, dst_size, check);
 }
 
-template <class Fs>
-Status ShardReader<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+CKPT_INLINE Status ShardReader::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                    std::size_t dst_size, ReadCheck check) {
   const TensorRecord* t = index_.find_tensor(name);
   if (t == nullptr) return make_error(Code::not_found, path_ + ": no tensor '" + std::string(name) + "'");
@@ -298,16 +286,14 @@ Status ShardReader<Fs>::read_slice(std::string_view name, const Shape& offsets, 
   return Status();
 }
 
-template <class Fs>
-Result<std::uint64_t> ShardReader<Fs>::read_slice_partial(const TensorRecord& t, const Shape& offsets, const Shape& shape,
+CKPT_INLINE Result<std::uint64_t> ShardReader::read_slice_partial(const TensorRecord& t, const Shape& offsets, const Shape& shape,
                                                           void* dst, ReadCheck check) {
   // Public entry point for multi-file readers: bounds are checked here, never assumed.
   CKPT_TRY(check_slice(t, offsets, shape).status().with_context(path_));
   return copy_overlap(t, offsets, shape, dst, check);
 }
 
-template <class Fs>
-Result<std::uint64_t> ShardReader<Fs>::copy_overlap(const TensorRecord& t, const Shape& offsets, const Shape& shape, void* dst,
+CKPT_INLINE Result<std::uint64_t> ShardReader::copy_overlap(const TensorRecord& t, const Shape& offsets, const Shape& shape, void* dst,
                                                     ReadCheck check) {
   const std::size_t rank = t.shape.size();
   const std::uint64_t esize = format::dtype_info(t.dtype)->size;

@@ -14,7 +14,7 @@
 namespace ckpt {
 
 namespace detail {
-inline WriteBuffer allocate_write_buffer(std::size_t size) {
+CKPT_INLINE WriteBuffer allocate_write_buffer(std::size_t size) {
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
   void* p = nullptr;
   if (size < kHugePage) {
@@ -29,8 +29,7 @@ inline WriteBuffer allocate_write_buffer(std::size_t size) {
   return WriteBuffer(static_cast<unsigned char*>(p));
 }
 
-template <class Fs>
-bool WriteBehind<Fs>::start() {
+CKPT_INLINE bool WriteBehind::start() {
   try {
     thread_ = std::thread([this] { run(); });
     return true;
@@ -39,8 +38,7 @@ bool WriteBehind<Fs>::start() {
   }
 }
 
-template <class Fs>
-Result<std::uint64_t> WriteBehind<Fs>::submit(const unsigned char* data, std::size_t size, std::uint64_t offset) {
+CKPT_INLINE Result<std::uint64_t> WriteBehind::submit(const unsigned char* data, std::size_t size, std::uint64_t offset) {
   std::unique_lock<std::mutex> lock(mutex_);
   job_done_.wait(lock, [&] { return !error_.ok() || submitted_ - completed_ < kDepth; });
   if (!error_.ok()) {
@@ -54,8 +52,7 @@ Result<std::uint64_t> WriteBehind<Fs>::submit(const unsigned char* data, std::si
   return ticket;
 }
 
-template <class Fs>
-Status WriteBehind<Fs>::wait(std::uint64_t ticket) {
+CKPT_INLINE Status WriteBehind::wait(std::uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
   job_done_.wait(lock, [&] { return completed_ >= ticket; });
   if (thrown_) {
@@ -67,14 +64,12 @@ Status WriteBehind<Fs>::wait(std::uint64_t ticket) {
   return error_;
 }
 
-template <class Fs>
-std::uint64_t WriteBehind<Fs>::submitted() const {
+CKPT_INLINE std::uint64_t WriteBehind::submitted() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return submitted_;
 }
 
-template <class Fs>
-void WriteBehind<Fs>::stop() noexcept {
+CKPT_INLINE void WriteBehind::stop() noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -86,8 +81,7 @@ void WriteBehind<Fs>::stop() noexcept {
   }
 }
 
-template <class Fs>
-void WriteBehind<Fs>::run() {
+CKPT_INLINE void WriteBehind::run() {
   for (;;) {
     Job job;
     {
@@ -123,7 +117,7 @@ void WriteBehind<Fs>::run() {
 }
 
 // Checks a tensor or metadata name: non-empty, bounded, valid UTF-8 (spec 5.2).
-[[nodiscard]] inline Status check_name(std::string_view what, std::string_view name) {
+[[nodiscard]] CKPT_INLINE Status check_name(std::string_view what, std::string_view name) {
   if (name.empty() || name.size() > format::kMaxNameLength)
     return make_error(Code::invalid_argument, std::string(what) + " name must be 1 to 65535 bytes, got " + std::to_string(name.size()));
   if (!valid_utf8(name)) return make_error(Code::invalid_argument, std::string(what) + " name is not valid UTF-8");
@@ -131,8 +125,7 @@ void WriteBehind<Fs>::run() {
 }
 }  // namespace detail
 
-template <class Fs>
-Result<std::unique_ptr<ShardWriter<Fs>>> ShardWriter<Fs>::create(Fs& fs, std::string path, WriterOptions options) {
+CKPT_INLINE Result<std::unique_ptr<ShardWriter>> ShardWriter::create(FsRef fs, std::string path, WriterOptions options) {
   if (options.alignment_log2 < format::kMinAlignmentLog2 || options.alignment_log2 > format::kMaxAlignmentLog2)
     return make_error(Code::invalid_argument, "alignment_log2 must be in [6, 21]");
   if (options.chunk_size_log2 < format::kMinChunkSizeLog2 || options.chunk_size_log2 > format::kMaxChunkSizeLog2)
@@ -154,30 +147,26 @@ Result<std::unique_ptr<ShardWriter<Fs>>> ShardWriter<Fs>::create(Fs& fs, std::st
   return Result<std::unique_ptr<ShardWriter>>(std::move(w));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
-template <class Fs>
-ShardWriter<Fs>::ShardWriter(Fs& fs, std::string path, std::string write_path, FileHandle file, WriterOptions options)
+CKPT_INLINE ShardWriter::ShardWriter(FsRef fs, std::string path, std::string write_path, FileHandle file, WriterOptions options)
     : fs_(fs), path_(std::move(path)), write_path_(std::move(write_path)), file_(file), options_(options),
       write_behind_(options.pipeline) {
   buffers_.push_back(detail::allocate_write_buffer(options_.buffer_size));  // the second at the first flush
   buffer_ticket_.assign(1, 0);
 }
 
-template <class Fs>
-ShardWriter<Fs>::~ShardWriter() {
+CKPT_INLINE ShardWriter::~ShardWriter() {
   if (io_) io_->stop();  // makes the queued writes: no other Fs call while one may be in flight
   if (finished_) return;
   if (file_.valid()) fs_.close(file_).ignore_error();       // abandoning: the file is removed next
   fs_.unlink(write_path_).ignore_error();                    // best effort; a store's recovery also removes it
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::fail(Status s) {
+CKPT_INLINE Status ShardWriter::fail(Status s) {
   if (failure_.ok()) failure_ = s.with_context(write_path_);
   return failure_;
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::usable() {
+CKPT_INLINE Status ShardWriter::usable() {
   if (!failure_.ok()) return failure_;
   if (io_ && io_->failed()) return fail(io_->drain());  // a background write failed since the last call
   return Status();
@@ -185,11 +174,10 @@ Status ShardWriter<Fs>::usable() {
 
 // Writes one block now, or queues it for the I/O thread (ticket returned; 0 when written now). The
 // caller's memory (borrowed) is released by release_caller_memory() before the public call returns.
-template <class Fs>
-Result<std::uint64_t> ShardWriter<Fs>::write_block(const unsigned char* data, std::size_t size, std::uint64_t offset,
+CKPT_INLINE Result<std::uint64_t> ShardWriter::write_block(const unsigned char* data, std::size_t size, std::uint64_t offset,
                                                    bool borrowed) {
   if (write_behind_ && !io_) {
-    io_.reset(new detail::WriteBehind<Fs>(fs_, file_));
+    io_.reset(new detail::WriteBehind(fs_, file_));
     if (!io_->start()) {  // no thread to be had: write in the call, as with pipeline = false
       io_.reset();
       write_behind_ = false;
@@ -207,8 +195,7 @@ Result<std::uint64_t> ShardWriter<Fs>::write_block(const unsigned char* data, st
 }
 
 // Waits for the queued writes from the caller's memory: a caller may reuse it once a call returns.
-template <class Fs>
-Status ShardWriter<Fs>::release_caller_memory() {
+CKPT_INLINE Status ShardWriter::release_caller_memory() {
   if (borrowed_ticket_ == 0) return Status();
   const std::uint64_t ticket = borrowed_ticket_;
   borrowed_ticket_ = 0;
@@ -218,8 +205,7 @@ Status ShardWriter<Fs>::release_caller_memory() {
 
 // Waits for every queued write and ends the I/O thread: what follows (sync, close, rename) is ordered
 // after them, and only this thread calls the Fs from here on.
-template <class Fs>
-Status ShardWriter<Fs>::drain_writes() {
+CKPT_INLINE Status ShardWriter::drain_writes() {
   write_behind_ = false;
   if (!io_) return Status();
   borrowed_ticket_ = 0;
@@ -230,8 +216,7 @@ Status ShardWriter<Fs>::drain_writes() {
   return s.ok() ? s : fail(s);
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::flush() {
+CKPT_INLINE Status ShardWriter::flush() {
   if (filled_ == 0) return Status();
   CKPT_ASSIGN_OR_RETURN(const std::uint64_t ticket, write_block(buffers_[current_].get(), filled_, buffer_start_, false));
   buffer_ticket_[current_] = ticket;
@@ -252,8 +237,7 @@ Status ShardWriter<Fs>::flush() {
   return Status();
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::append(const void* data, std::size_t size) {
+CKPT_INLINE Status ShardWriter::append(const void* data, std::size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
   // Large appends with an empty buffer go straight from the caller's memory to the kernel.
   if (filled_ == 0 && size >= options_.buffer_size / 2) {
@@ -274,8 +258,7 @@ Status ShardWriter<Fs>::append(const void* data, std::size_t size) {
   return Status();
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::pad_to(std::uint64_t offset) {
+CKPT_INLINE Status ShardWriter::pad_to(std::uint64_t offset) {
   static const unsigned char zeros[4096] = {};
   while (position_ < offset) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(offset - position_, sizeof zeros));
@@ -284,16 +267,14 @@ Status ShardWriter<Fs>::pad_to(std::uint64_t offset) {
   return Status();
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+CKPT_INLINE Status ShardWriter::add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
                                    std::size_t size) {
   CKPT_TRY(begin_piece(name, dtype, shape, Shape(shape.size(), 0), shape));
   CKPT_TRY(write(data, size));
   return end_piece();
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::begin_piece(std::string_view name, DType dtype, const Shape& global_shape,
+CKPT_INLINE Status ShardWriter::begin_piece(std::string_view name, DType dtype, const Shape& global_shape,
                                     const Shape& offsets, const Shape& local_shape) {
   CKPT_TRY(usable());
   if (finished_) return make_error(Code::invalid_argument, path_ + ": writer already finished");
@@ -357,8 +338,7 @@ Status ShardWriter<Fs>::begin_piece(std::string_view name, DType dtype, const Sh
   return Status();
 }
 
-template <class Fs>
-void ShardWriter<Fs>::close_chunk() {
+CKPT_INLINE void ShardWriter::close_chunk() {
   auto& p = *open_;
   const std::uint64_t chunk_index = p.chunks.size();
   p.chunks.push_back(ChunkRecord{p.record.data_offset + chunk_index * superblock_.chunk_size(), p.chunk_filled, hasher_.digest()});
@@ -366,8 +346,7 @@ void ShardWriter<Fs>::close_chunk() {
   hasher_.reset();
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
+CKPT_INLINE Status ShardWriter::write(const void* data, std::size_t size) {
   CKPT_TRY(usable());
   if (!open_) return make_error(Code::invalid_argument, path_ + ": write() without begin_piece()");
   auto& p = *open_;
@@ -379,8 +358,7 @@ Status ShardWriter<Fs>::write(const void* data, std::size_t size) {
   return written.ok() ? released : written;
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::write_bytes(const unsigned char* bytes, std::size_t size) {
+CKPT_INLINE Status ShardWriter::write_bytes(const unsigned char* bytes, std::size_t size) {
   auto& p = *open_;
   const std::uint64_t chunk_size = superblock_.chunk_size();
   // Hash a cache-sized slice, then hand the same slice on while it is still in cache: one pass over
@@ -421,8 +399,7 @@ Status ShardWriter<Fs>::write_bytes(const unsigned char* bytes, std::size_t size
   return Status();
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::end_piece() {
+CKPT_INLINE Status ShardWriter::end_piece() {
   CKPT_TRY(usable());
   if (!open_) return make_error(Code::invalid_argument, path_ + ": end_piece() without begin_piece()");
   auto& p = *open_;
@@ -435,8 +412,7 @@ Status ShardWriter<Fs>::end_piece() {
   return Status();
 }
 
-template <class Fs>
-Status ShardWriter<Fs>::set_metadata(std::string key, Value value) {
+CKPT_INLINE Status ShardWriter::set_metadata(std::string key, Value value) {
   CKPT_TRY(usable());
   CKPT_TRY(detail::check_name("metadata", key));
   if (value.is_string() && !valid_utf8(value.as_string()))
@@ -447,8 +423,7 @@ Status ShardWriter<Fs>::set_metadata(std::string key, Value value) {
   return Status();
 }
 
-template <class Fs>
-Result<ShardSummary> ShardWriter<Fs>::finish() {
+CKPT_INLINE Result<ShardSummary> ShardWriter::finish() {
   CKPT_TRY(usable());
   if (finished_) return make_error(Code::invalid_argument, path_ + ": finish() called twice");
   if (open_) return make_error(Code::invalid_argument, "tensor '" + tensors_[open_->tensor].name + "': piece still open at finish()");

@@ -15,7 +15,7 @@
 
 namespace ckpt {
 
-inline std::pair<std::uint64_t, std::uint64_t> split_range(std::uint64_t extent, std::uint32_t parts,
+CKPT_INLINE std::pair<std::uint64_t, std::uint64_t> split_range(std::uint64_t extent, std::uint32_t parts,
                                                            std::uint32_t index) noexcept {
   if (parts == 0 || index >= parts) return {extent, 0};
   const std::uint64_t base = extent / parts, extra = extent % parts;
@@ -24,7 +24,7 @@ inline std::pair<std::uint64_t, std::uint64_t> split_range(std::uint64_t extent,
   return {offset, base + (index < extra ? 1 : 0)};
 }
 
-inline bool glob_match(std::string_view pattern, std::string_view name) noexcept {
+CKPT_INLINE bool glob_match(std::string_view pattern, std::string_view name) noexcept {
   // Greedy matching with one backtrack point per '*': linear in practice, never exponential.
   std::size_t p = 0, n = 0, star = std::string_view::npos, resume = 0;
   while (n < name.size()) {
@@ -45,7 +45,7 @@ inline bool glob_match(std::string_view pattern, std::string_view name) noexcept
   return p == pattern.size();
 }
 
-inline Result<SplitRule> parse_split_rule(std::string_view text) {
+CKPT_INLINE Result<SplitRule> parse_split_rule(std::string_view text) {
   const auto eq = text.rfind('=');
   if (eq == std::string_view::npos || eq == 0 || eq + 1 == text.size())
     return make_error(Code::invalid_argument, "split rule '" + std::string(text) + "': expected PATTERN=DIM or PATTERN=replicate");
@@ -69,7 +69,7 @@ inline Result<SplitRule> parse_split_rule(std::string_view text) {
   return rule;
 }
 
-inline Result<SplitChoice> choose_split(std::string_view name, const Shape& shape, const std::vector<SplitRule>& rules) {
+CKPT_INLINE Result<SplitChoice> choose_split(std::string_view name, const Shape& shape, const std::vector<SplitRule>& rules) {
   SplitChoice choice;
   std::uint64_t elements = 0;
   // A scalar cannot be split, and a tensor without elements has nothing to split: rank 0 writes it whole.
@@ -93,7 +93,7 @@ inline Result<SplitChoice> choose_split(std::string_view name, const Shape& shap
   return choice;
 }
 
-inline Box split_box(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank) {
+CKPT_INLINE Box split_box(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank) {
   Box box{Shape(shape.size(), 0), shape};
   if (choice.replicate || shape.empty()) return box;  // every rank holds it all
   const auto [offset, length] = split_range(shape[choice.dim], world, rank);
@@ -102,7 +102,7 @@ inline Box split_box(const Shape& shape, const SplitChoice& choice, std::uint32_
   return box;
 }
 
-inline Status for_each_block(const Shape& shape, std::uint64_t element_size, std::uint64_t budget,
+CKPT_INLINE Status for_each_block(const Shape& shape, std::uint64_t element_size, std::uint64_t budget,
                              const std::function<Status(const Shape& offsets, const Shape& shape)>& block) {
   const std::size_t rank = shape.size();
   std::uint64_t elements = 0;
@@ -138,14 +138,14 @@ inline Status for_each_block(const Shape& shape, std::uint64_t element_size, std
   }
 }
 
-inline std::string encode_state_metadata(const TrainingState& state) {
+CKPT_INLINE std::string encode_state_metadata(const TrainingState& state) {
   Encoder out;
   out.u64(state.step);
   encode_training_state(out, state);
   return std::move(out.str());
 }
 
-inline Result<TrainingState> decode_state_metadata(const std::string& bytes, const std::string& where) {
+CKPT_INLINE Result<TrainingState> decode_state_metadata(const std::string& bytes, const std::string& where) {
   Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   TrainingState state;
   if (!in.u64(state.step))
@@ -157,7 +157,7 @@ inline Result<TrainingState> decode_state_metadata(const std::string& bytes, con
   return state;
 }
 
-inline Result<ConflictPolicy> parse_conflict_policy(std::string_view text) {
+CKPT_INLINE Result<ConflictPolicy> parse_conflict_policy(std::string_view text) {
   if (text == "error") return ConflictPolicy::error;
   if (text == "first") return ConflictPolicy::first;
   if (text == "last") return ConflictPolicy::last;
@@ -166,8 +166,7 @@ inline Result<ConflictPolicy> parse_conflict_policy(std::string_view text) {
 
 // --- Checkpoint ------------------------------------------------------------------------------
 
-template <class Fs>
-void Checkpoint<Fs>::add_tensors(const Index& index) {
+CKPT_INLINE void Checkpoint::add_tensors(const Index& index) {
   for (const auto& t : index.tensors) {
     if (!by_name_.emplace(t.name, tensors_.size()).second) continue;  // a later shard's piece of a known tensor
     TensorInfo info{t.name, t.dtype, t.shape, 0};
@@ -177,14 +176,12 @@ void Checkpoint<Fs>::add_tensors(const Index& index) {
   }
 }
 
-template <class Fs>
-const TensorInfo* Checkpoint<Fs>::find(std::string_view name) const {
+CKPT_INLINE const TensorInfo* Checkpoint::find(std::string_view name) const {
   const auto it = by_name_.find(std::string(name));
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
-template <class Fs>
-Result<std::unique_ptr<Checkpoint<Fs>>> Checkpoint<Fs>::open(Fs& fs, const std::string& raw_path, const StepSelector& selector) {
+CKPT_INLINE Result<std::unique_ptr<Checkpoint>> Checkpoint::open(FsRef fs, const std::string& raw_path, const StepSelector& selector) {
   std::string path = raw_path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   auto kind = classify_path(fs, path);
@@ -197,7 +194,7 @@ Result<std::unique_ptr<Checkpoint<Fs>>> Checkpoint<Fs>::open(Fs& fs, const std::
                                                   (has ? "step " + std::to_string(*has) : std::string("no step number")));
   };
   if (*kind == PathKind::file) {
-    CKPT_ASSIGN_OR_RETURN(source->file_, ShardReader<Fs>::open(fs, path));
+    CKPT_ASSIGN_OR_RETURN(source->file_, ShardReader::open(fs, path));
     source->kind_ = Kind::file;
     source->description_ = "file " + path;
     // A file read as a checkpoint holds every tensor whole; one shard of a step does not.
@@ -229,7 +226,7 @@ Result<std::unique_ptr<Checkpoint<Fs>>> Checkpoint<Fs>::open(Fs& fs, const std::
     store_path = parent;
     txn = t;
   }
-  CKPT_ASSIGN_OR_RETURN(source->store_, Store<Fs>::open(fs, store_path, Access::read_only));
+  CKPT_ASSIGN_OR_RETURN(source->store_, Store::open(fs, store_path, Access::read_only));
   std::optional<StepInfo> chosen;
   if (txn) {
     for (const auto& s : source->store_->steps())
@@ -258,8 +255,7 @@ Result<std::unique_ptr<Checkpoint<Fs>>> Checkpoint<Fs>::open(Fs& fs, const std::
   return Result<std::unique_ptr<Checkpoint>>(std::move(source));
 }
 
-template <class Fs>
-Result<std::vector<MetaEntry>> Checkpoint<Fs>::metadata(ConflictPolicy policy) const {
+CKPT_INLINE Result<std::vector<MetaEntry>> Checkpoint::metadata(ConflictPolicy policy) const {
   std::vector<MetaEntry> merged;
   std::unordered_map<std::string, std::pair<std::size_t, std::string>> seen;  // key -> position, file
   auto take = [&](const Index& index, const std::string& file) -> Status {
@@ -288,8 +284,7 @@ Result<std::vector<MetaEntry>> Checkpoint<Fs>::metadata(ConflictPolicy policy) c
   return merged;
 }
 
-template <class Fs>
-Status Checkpoint<Fs>::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
+CKPT_INLINE Status Checkpoint::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                         std::size_t dst_size) {
   if (file_) return file_->read_slice(name, offsets, shape, dst, dst_size, ReadCheck::touched);
   return step_reader_->read_slice(name, offsets, shape, dst, dst_size, ReadCheck::touched);
@@ -298,8 +293,8 @@ Status Checkpoint<Fs>::read_slice(std::string_view name, const Shape& offsets, c
 namespace detail {
 
 // Streams one region of a source tensor into an open piece, block by block.
-template <class Fs, class Sink>
-[[nodiscard]] Status copy_region(Checkpoint<Fs>& source, const TensorInfo& t, const Box& box, std::uint64_t block_size,
+template <class Sink>
+[[nodiscard]] Status copy_region(Checkpoint& source, const TensorInfo& t, const Box& box, std::uint64_t block_size,
                                  std::vector<unsigned char>& buffer, Sink& sink, const std::function<void(std::uint64_t)>& done) {
   const std::uint64_t element_size = format::dtype_info(t.dtype)->size;
   Shape absolute(box.offsets.size());
@@ -342,8 +337,7 @@ class WriteSlots {
 
 // --- Reshard ---------------------------------------------------------------------------------------
 
-template <class Fs>
-Result<ReshardSummary> reshard_to_store(Fs& fs, Checkpoint<Fs>& source, const std::string& store_path,
+CKPT_INLINE Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source, const std::string& store_path,
                                         const ReshardOptions& options) {
   const std::uint32_t world = options.world_size;
   if (world == 0 || world > journal::kMaxWorldSize)
@@ -380,7 +374,7 @@ Result<ReshardSummary> reshard_to_store(Fs& fs, Checkpoint<Fs>& source, const st
 
   auto run_rank = [&](std::uint32_t rank) -> Status {
     ThreadComm comm(group, static_cast<int>(rank));
-    CKPT_ASSIGN_OR_RETURN(auto store, Store<Fs>::open(fs, store_path, Access::read_write, store_options, comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, store_path, Access::read_write, store_options, comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
     Status s;
     if (rank == 0) {
@@ -455,11 +449,11 @@ Result<ReshardSummary> reshard_to_store(Fs& fs, Checkpoint<Fs>& source, const st
 
 namespace detail {
 
-[[nodiscard]] inline bool is_optimizer_tensor(const std::optional<TrainingState>& state, const std::string& name) {
+[[nodiscard]] CKPT_INLINE bool is_optimizer_tensor(const std::optional<TrainingState>& state, const std::string& name) {
   return state && std::find(state->optimizer_tensors.begin(), state->optimizer_tensors.end(), name) != state->optimizer_tensors.end();
 }
 
-[[nodiscard]] inline bool selected(const SourceSelection& selection, const std::optional<TrainingState>& state,
+[[nodiscard]] CKPT_INLINE bool selected(const SourceSelection& selection, const std::optional<TrainingState>& state,
                                    const std::string& name) {
   if (selection.empty()) return true;
   for (const auto& p : selection.patterns) {
@@ -470,7 +464,7 @@ namespace detail {
 }
 
 // Training states compared without their optimizer lists, which merge recomputes.
-[[nodiscard]] inline bool same_state(TrainingState a, TrainingState b) {
+[[nodiscard]] CKPT_INLINE bool same_state(TrainingState a, TrainingState b) {
   a.optimizer_tensors.clear();
   b.optimizer_tensors.clear();
   return a == b;
@@ -478,8 +472,7 @@ namespace detail {
 
 }  // namespace detail
 
-template <class Fs>
-Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<Checkpoint<Fs>*>& sources,
+CKPT_INLINE Result<MergeSummary> merge_to_file(FsRef fs, const std::vector<Checkpoint*>& sources,
                                    const std::vector<SourceSelection>& selections, const std::string& output,
                                    const MergeOptions& options) {
   if (sources.empty()) return make_error(Code::invalid_argument, "merge: no source");
@@ -488,7 +481,7 @@ Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<Checkpoint<Fs>*>& s
                                                   std::to_string(sources.size()) + " sources");
   MergeSummary summary;
   summary.output = output;
-  auto conflict = [&](const std::string& what, const Checkpoint<Fs>& kept, const Checkpoint<Fs>& other) -> Status {
+  auto conflict = [&](const std::string& what, const Checkpoint& kept, const Checkpoint& other) -> Status {
     if (options.on_conflict == ConflictPolicy::error)
       return make_error(Code::conflict, what + " is in both " + kept.description() + " and " + other.description() +
                                             " (choose with --on-conflict first or last)");
@@ -569,7 +562,7 @@ Result<MergeSummary> merge_to_file(Fs& fs, const std::vector<Checkpoint<Fs>*>& s
   wo.chunk_size_log2 = options.chunk_size_log2;
   wo.atomic_rename = true;  // complete under its name, or absent
   wo.durable = true;
-  CKPT_ASSIGN_OR_RETURN(auto writer, ShardWriter<Fs>::create(fs, output, wo));
+  CKPT_ASSIGN_OR_RETURN(auto writer, ShardWriter::create(fs, output, wo));
   std::uint64_t total = 0, done = 0;
   for (const auto& name : order) total += picks[name].second->bytes;
   std::vector<unsigned char> buffer;

@@ -10,22 +10,19 @@ namespace ckpt {
 
 // --- Transaction ----------------------------------------------------------------------------------
 
-template <class Fs>
-Transaction<Fs>::Transaction(Store<Fs>* store, std::uint64_t txn, std::uint64_t step, std::string dir_path,
-                             std::string shard_name, std::unique_ptr<ShardWriter<Fs>> writer)
+CKPT_INLINE Transaction::Transaction(Store* store, std::uint64_t txn, std::uint64_t step, std::string dir_path,
+                             std::string shard_name, std::unique_ptr<ShardWriter> writer)
     : store_(store), comm_(store->comm_), txn_(txn), step_(step), dir_path_(std::move(dir_path)),
       shard_name_(std::move(shard_name)), writer_(std::move(writer)), rank_(comm_.rank()), world_(comm_.size()) {
   state_.step = step;
 }
 
-template <class Fs>
-Transaction<Fs>::~Transaction() {
+CKPT_INLINE Transaction::~Transaction() {
   // Never waits for other ranks: dropped here, the others told through the communicator (spec/SHARDING.md 3.4).
   if (active()) drop(make_error(Code::cancelled, "its Transaction was destroyed before commit() or abort()"));
 }
 
-template <class Fs>
-Status Transaction<Fs>::check_open() const {
+CKPT_INLINE Status Transaction::check_open() const {
   if (store_ == nullptr) return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + ": its store is closed");
   if (finished_)
     return make_error(Code::invalid_argument, "transaction " + std::to_string(txn_) + " for step " + std::to_string(step_) +
@@ -33,14 +30,12 @@ Status Transaction<Fs>::check_open() const {
   return Status();
 }
 
-template <class Fs>
-Status Transaction<Fs>::check_active() const {
+CKPT_INLINE Status Transaction::check_active() const {
   CKPT_TRY(check_open());
   return failure_;  // across ranks: an earlier I/O error of this rank, until commit() reports it everywhere
 }
 
-template <class Fs>
-Status Transaction<Fs>::fail(const Status& s) {
+CKPT_INLINE Status Transaction::fail(const Status& s) {
   // Across ranks only rank 0 may abandon, and only once every rank stopped writing (spec/SHARDING.md 3.4).
   if (world_ > 1) {
     if (failure_.ok()) failure_ = s;  // rank 0 names the rank when it reports it
@@ -52,8 +47,7 @@ Status Transaction<Fs>::fail(const Status& s) {
   return outcome.ok() ? outcome->decision : outcome.status();
 }
 
-template <class Fs>
-Status Transaction<Fs>::add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data, std::size_t size) {
+CKPT_INLINE Status Transaction::add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data, std::size_t size) {
   CKPT_TRY(check_active());
   Status s = writer_->add_tensor(name, dtype, shape, data, size);
   // An I/O error leaves the shard unusable: abandon now (spec 5.5). Caller mistakes leave it open.
@@ -61,16 +55,14 @@ Status Transaction<Fs>::add_tensor(std::string_view name, DType dtype, const Sha
   return s;
 }
 
-template <class Fs>
-Status Transaction<Fs>::add_optimizer_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+CKPT_INLINE Status Transaction::add_optimizer_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
                                              std::size_t size) {
   CKPT_TRY(add_tensor(name, dtype, shape, data, size));
   state_.optimizer_tensors.emplace_back(name);
   return Status();
 }
 
-template <class Fs>
-Status Transaction<Fs>::begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
+CKPT_INLINE Status Transaction::begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
                                     const Shape& local_shape) {
   CKPT_TRY(check_active());
   Status s = writer_->begin_piece(name, dtype, global_shape, offsets, local_shape);
@@ -78,24 +70,21 @@ Status Transaction<Fs>::begin_piece(std::string_view name, DType dtype, const Sh
   return s;
 }
 
-template <class Fs>
-Status Transaction<Fs>::write(const void* data, std::size_t size) {
+CKPT_INLINE Status Transaction::write(const void* data, std::size_t size) {
   CKPT_TRY(check_active());
   Status s = writer_->write(data, size);
   if (s.code() == Code::io) return fail(s);
   return s;
 }
 
-template <class Fs>
-Status Transaction<Fs>::end_piece() {
+CKPT_INLINE Status Transaction::end_piece() {
   CKPT_TRY(check_active());
   Status s = writer_->end_piece();
   if (s.code() == Code::io) return fail(s);
   return s;
 }
 
-template <class Fs>
-SaveRecord Transaction<Fs>::save_record(const CommitRecord& c, const Manifest& m) const {
+CKPT_INLINE SaveRecord Transaction::save_record(const CommitRecord& c, const Manifest& m) const {
   using std::chrono::duration_cast;
   using std::chrono::nanoseconds;
   SaveRecord r;
@@ -111,11 +100,10 @@ SaveRecord Transaction<Fs>::save_record(const CommitRecord& c, const Manifest& m
 
 // --- Store ----------------------------------------------------------------------------------------
 
-template <class Fs>
-Store<Fs>::~Store() {
+CKPT_INLINE Store::~Store() {
   // A transaction cannot outlive its store: dropped, without waiting for other ranks (spec/SHARDING.md 3.4).
   if (open_txn_ != nullptr) {
-    Transaction<Fs>* tx = open_txn_;
+    Transaction* tx = open_txn_;
     tx->drop(make_error(Code::cancelled, "its store was closed before commit() or abort()"));
     tx->store_ = nullptr;
   }
@@ -123,8 +111,7 @@ Store<Fs>::~Store() {
   if (lock_.valid()) fs_.close(lock_).ignore_error();  // releases the writer lock
 }
 
-template <class Fs>
-void Store<Fs>::adopt(RecoveryReport report) {
+CKPT_INLINE void Store::adopt(RecoveryReport report) {
   txns_ = report.transactions;
   by_txn_.clear();
   for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.emplace(txns_[i].txn, i);
@@ -133,8 +120,7 @@ void Store<Fs>::adopt(RecoveryReport report) {
   report_ = std::move(report);
 }
 
-template <class Fs>
-Status Store<Fs>::open_read_only() {
+CKPT_INLINE Status Store::open_read_only() {
   // Reads only: no lock, no recovery; an open transaction or a torn tail is simply not a step (spec 6.5).
   CKPT_ASSIGN_OR_RETURN(RecoveryReport report, check_store(fs_, path_));
   if (report.corrupt() && !options_.allow_corrupt_journal) return report.corruption_status();
@@ -142,8 +128,7 @@ Status Store<Fs>::open_read_only() {
   return Status();
 }
 
-template <class Fs>
-Status Store<Fs>::open_writable() {
+CKPT_INLINE Status Store::open_writable() {
   auto info = fs_.stat(path_);
   if (!info.ok()) {
     if (info.status().code() != Code::not_found || !options_.create_if_missing) return info.status().with_context("store");
@@ -175,7 +160,7 @@ Status Store<Fs>::open_writable() {
         return make_error(Code::conflict, path_ + ": holds '" + e + "' but no JOURNAL; refusing to make a store over other files");
     JournalHeader header;
     header.store_uuid = random_uuid();
-    CKPT_TRY(JournalWriter<Fs>::create(fs_, journal_path, header));
+    CKPT_TRY(JournalWriter::create(fs_, journal_path, header));
   }
 
   auto file = fs_.open(journal_path, OpenMode::read_write);
@@ -190,22 +175,19 @@ Status Store<Fs>::open_writable() {
   return Status();
 }
 
-template <class Fs>
-void Store<Fs>::reindex() {
+CKPT_INLINE void Store::reindex() {
   by_txn_.clear();
   for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.emplace(txns_[i].txn, i);
 }
 
-template <class Fs>
-Status Store<Fs>::compact_if_due() {
+CKPT_INLINE Status Store::compact_if_due() {
   // The journal grows with live steps, not history (spec 5.7): rewrite once it has doubled since the last rewrite.
   if (!journal_ || journal_->failed() || open_txn_ != nullptr) return Status();
   if (!journal::compaction_due(journal_->end(), compacted_end_)) return Status();
   return compact();
 }
 
-template <class Fs>
-Status Store<Fs>::compact() {
+CKPT_INLINE Status Store::compact() {
   CKPT_TRY(check_writable());
   if (open_txn_ != nullptr)
     return make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " is open; compact between saves");
@@ -216,8 +198,7 @@ Status Store<Fs>::compact() {
   return Status();
 }
 
-template <class Fs>
-Status Store<Fs>::refresh() {
+CKPT_INLINE Status Store::refresh() {
   if (access_ == Access::read_write) return Status();
   CKPT_ASSIGN_OR_RETURN(RecoveryReport report, check_store(fs_, path_));
   if (report.corrupt() && !options_.allow_corrupt_journal) return report.corruption_status();
@@ -225,29 +206,25 @@ Status Store<Fs>::refresh() {
   return Status();
 }
 
-template <class Fs>
-TxnInfo* Store<Fs>::find_txn(std::uint64_t txn) {
+CKPT_INLINE TxnInfo* Store::find_txn(std::uint64_t txn) {
   const auto it = by_txn_.find(txn);
   return it == by_txn_.end() ? nullptr : &txns_[it->second];
 }
 
-template <class Fs>
-StepInfo Store<Fs>::step_info(const TxnInfo& t) const {
+CKPT_INLINE StepInfo Store::step_info(const TxnInfo& t) const {
   StepInfo s = detail::step_of(t, t.commit);
   s.commit_offset = t.end_offset;
   return s;
 }
 
-template <class Fs>
-std::vector<SaveRecord> Store<Fs>::save_records() const {
+CKPT_INLINE std::vector<SaveRecord> Store::save_records() const {
   std::vector<SaveRecord> out;
   for (const auto& t : txns_)
     if ((t.state == TxnState::committed || t.state == TxnState::retired) && t.save) out.push_back(*t.save);
   return out;
 }
 
-template <class Fs>
-SaveEstimate Store<Fs>::estimate_save(std::optional<std::uint64_t> bytes, std::size_t window) const {
+CKPT_INLINE SaveEstimate Store::estimate_save(std::optional<std::uint64_t> bytes, std::size_t window) const {
   const auto records = save_records();
   SaveEstimate e;
   if (records.empty()) return e;
@@ -263,61 +240,52 @@ SaveEstimate Store<Fs>::estimate_save(std::optional<std::uint64_t> bytes, std::s
   return e;
 }
 
-template <class Fs>
-std::optional<bool> Store<Fs>::save_fits(double seconds, std::optional<std::uint64_t> bytes) const {
+CKPT_INLINE std::optional<bool> Store::save_fits(double seconds, std::optional<std::uint64_t> bytes) const {
   const SaveEstimate e = estimate_save(bytes);
   if (!e.known()) return std::nullopt;
   return e.seconds <= seconds;
 }
 
-template <class Fs>
-std::vector<StepInfo> Store<Fs>::steps() const {
+CKPT_INLINE std::vector<StepInfo> Store::steps() const {
   std::vector<StepInfo> out;
   for (const auto& t : txns_)
     if (t.state == TxnState::committed) out.push_back(step_info(t));
   return out;
 }
 
-template <class Fs>
-std::optional<StepInfo> Store<Fs>::latest() const {
+CKPT_INLINE std::optional<StepInfo> Store::latest() const {
   for (auto it = txns_.rbegin(); it != txns_.rend(); ++it)
     if (it->state == TxnState::committed) return step_info(*it);
   return std::nullopt;
 }
 
-template <class Fs>
-Result<StepInfo> Store<Fs>::find(std::uint64_t step) const {
+CKPT_INLINE Result<StepInfo> Store::find(std::uint64_t step) const {
   for (auto it = txns_.rbegin(); it != txns_.rend(); ++it)
     if (it->state == TxnState::committed && it->step == step) return step_info(*it);
   return make_error(Code::not_found, path_ + ": no committed step " + std::to_string(step));
 }
 
-template <class Fs>
-Result<std::unique_ptr<StepReader<Fs>>> Store<Fs>::open_step(const StepInfo& info) {
-  return StepReader<Fs>::open(fs_, path_, info, uuid_);
+CKPT_INLINE Result<std::unique_ptr<StepReader>> Store::open_step(const StepInfo& info) {
+  return StepReader::open(fs_, path_, info, uuid_);
 }
 
-template <class Fs>
-Result<std::unique_ptr<StepReader<Fs>>> Store<Fs>::open_step(std::uint64_t step) {
+CKPT_INLINE Result<std::unique_ptr<StepReader>> Store::open_step(std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(StepInfo info, find(step));
   return open_step(info);
 }
 
-template <class Fs>
-Result<std::unique_ptr<StepReader<Fs>>> Store<Fs>::open_latest() {
+CKPT_INLINE Result<std::unique_ptr<StepReader>> Store::open_latest() {
   auto info = latest();
   if (!info) return make_error(Code::not_found, path_ + ": no committed step");
   return open_step(*info);
 }
 
-template <class Fs>
-Result<StepVerifyReport> Store<Fs>::verify_step(std::uint64_t step, const VerifyOptions& options) {
+CKPT_INLINE Result<StepVerifyReport> Store::verify_step(std::uint64_t step, const VerifyOptions& options) {
   CKPT_ASSIGN_OR_RETURN(StepInfo info, find(step));
   return ckpt::verify_step(fs_, path_, info, uuid_, cpu_file_verifier(fs_, options));
 }
 
-template <class Fs>
-Status Store<Fs>::check_writable() const {
+CKPT_INLINE Status Store::check_writable() const {
   if (access_ != Access::read_write) return make_error(Code::invalid_argument, path_ + ": store is open read-only");
   if (!journal_)
     return make_error(Code::invalid_argument, path_ + ": this rank is a participant: only rank 0 writes the journal (spec/SHARDING.md 3.1)");
@@ -326,8 +294,7 @@ Status Store<Fs>::check_writable() const {
   return Status();
 }
 
-template <class Fs>
-Status Store<Fs>::remove_txn_files(const TxnInfo& t) {
+CKPT_INLINE Status Store::remove_txn_files(const TxnInfo& t) {
   std::vector<RecoveryAction> actions;
   std::vector<std::string> notes;
   detail::plan_removal(fs_, path_, t, actions, notes);
@@ -349,8 +316,7 @@ Status Store<Fs>::remove_txn_files(const TxnInfo& t) {
   return make_error(Code::io, errors + " (the next writable open retries)");
 }
 
-template <class Fs>
-Status Store<Fs>::abandon(std::uint64_t txn, AbortReason reason) {
+CKPT_INLINE Status Store::abandon(std::uint64_t txn, AbortReason reason) {
   TxnInfo* t = find_txn(txn);
   if (t == nullptr) return make_error(Code::invalid_argument, "no transaction " + std::to_string(txn));
   Status result;
@@ -370,8 +336,7 @@ Status Store<Fs>::abandon(std::uint64_t txn, AbortReason reason) {
   return result.ok() ? removed : result;
 }
 
-template <class Fs>
-Status Store<Fs>::retire_txns(const std::vector<std::uint64_t>& txns) {
+CKPT_INLINE Status Store::retire_txns(const std::vector<std::uint64_t>& txns) {
   std::vector<PendingRecord> records;
   for (const auto id : txns) records.push_back(retire_record(RetireRecord{id, find_txn(id)->step}));
   // RETIRE is durable before any file goes: a crash mid-removal leaves a retired step, never a broken live one (R8).
@@ -390,8 +355,7 @@ Status Store<Fs>::retire_txns(const std::vector<std::uint64_t>& txns) {
   return result.ok() ? compacted : result;
 }
 
-template <class Fs>
-Status Store<Fs>::retire(std::uint64_t step) {
+CKPT_INLINE Status Store::retire(std::uint64_t step) {
   CKPT_TRY(check_writable());
   std::vector<std::uint64_t> victims;
   for (const auto& t : txns_)
@@ -400,8 +364,7 @@ Status Store<Fs>::retire(std::uint64_t step) {
   return retire_txns(victims);
 }
 
-template <class Fs>
-Result<std::vector<StepInfo>> Store<Fs>::apply_retention(const RetentionPolicy& policy) {
+CKPT_INLINE Result<std::vector<StepInfo>> Store::apply_retention(const RetentionPolicy& policy) {
   CKPT_TRY(check_writable());
   std::vector<StepInfo> retired;
   if (!policy.enabled()) return retired;

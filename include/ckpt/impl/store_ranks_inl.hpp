@@ -24,30 +24,30 @@ enum class RankMessage : std::uint8_t {
 inline constexpr std::uint32_t kMaxReportNames = std::uint32_t{1} << 24;
 
 // u32 length, bytes: the string form of every rank message (spec/SHARDING.md 3.5); decode_string32 reads it.
-inline void encode_string32(Encoder& out, std::string_view text) {
+CKPT_INLINE void encode_string32(Encoder& out, std::string_view text) {
   out.u32(static_cast<std::uint32_t>(text.size()));
   out.bytes(text);
 }
 
-inline void encode_status(Encoder& out, const Status& s) {
+CKPT_INLINE void encode_status(Encoder& out, const Status& s) {
   out.u8(static_cast<std::uint8_t>(s.code()));
   encode_string32(out, s.message());
 }
 
-[[nodiscard]] inline bool decode_u8(Decoder& in, std::uint8_t& v) {
+[[nodiscard]] CKPT_INLINE bool decode_u8(Decoder& in, std::uint8_t& v) {
   if (!in.has(1)) return false;
   v = *in.cursor();
   return in.skip(1);
 }
 
-[[nodiscard]] inline bool decode_string32(Decoder& in, std::string& out, std::uint32_t limit) {
+[[nodiscard]] CKPT_INLINE bool decode_string32(Decoder& in, std::string& out, std::uint32_t limit) {
   std::uint32_t n = 0;
   if (!in.u32(n) || n > limit || !in.has(n)) return false;
   out.assign(reinterpret_cast<const char*>(in.cursor()), n);
   return in.skip(n);
 }
 
-[[nodiscard]] inline bool decode_status(Decoder& in, Status& s) {
+[[nodiscard]] CKPT_INLINE bool decode_status(Decoder& in, Status& s) {
   std::uint8_t code = 0;
   std::string message;
   if (!decode_u8(in, code) || code > static_cast<std::uint8_t>(kLastCode) ||
@@ -58,7 +58,7 @@ inline void encode_status(Encoder& out, const Status& s) {
 }
 
 // Opens a message of the expected kind, or says what arrived instead.
-[[nodiscard]] inline Status open_message(Decoder& in, RankMessage kind, const std::string& from) {
+[[nodiscard]] CKPT_INLINE Status open_message(Decoder& in, RankMessage kind, const std::string& from) {
   std::uint8_t k = 0;
   if (!decode_u8(in, k)) return make_error(Code::corrupt, from + " sent an empty message");
   if (k != static_cast<std::uint8_t>(kind))
@@ -68,21 +68,21 @@ inline void encode_status(Encoder& out, const Status& s) {
   return Status();
 }
 
-[[nodiscard]] inline std::string rank_name(int rank) { return "rank " + std::to_string(rank); }
+[[nodiscard]] CKPT_INLINE std::string rank_name(int rank) { return "rank " + std::to_string(rank); }
 
 // A rank's Status as the others see it: named by its rank when there are others to tell it from.
-[[nodiscard]] inline Status from_rank(const Status& s, int rank, int world) {
+[[nodiscard]] CKPT_INLINE Status from_rank(const Status& s, int rank, int world) {
   return world > 1 ? s.with_context(rank_name(rank)) : s;
 }
 
 // "abandoned on every rank" or, for one process, "abandoned" (spec/SHARDING.md 3.4).
-[[nodiscard]] inline const char* abandoned_words(int world) noexcept {
+[[nodiscard]] CKPT_INLINE const char* abandoned_words(int world) noexcept {
   return world > 1 ? " abandoned on every rank" : " abandoned";
 }
 
 // Every rank's Status goes to rank 0, which picks the lowest failing rank's ("rank r: ...") and may act
 // on it (on_root, e.g. abandon the transaction); the verdict is broadcast, so every rank returns it.
-inline Status agree(CommRef comm, const Status& local, const std::function<Status(Status)>& on_root = {}) {
+CKPT_INLINE Status agree(CommRef comm, const Status& local, const std::function<Status(Status)>& on_root = {}) {
   Encoder mine;
   mine.u8(static_cast<std::uint8_t>(RankMessage::status));
   encode_status(mine, local);
@@ -117,11 +117,11 @@ inline Status agree(CommRef comm, const Status& local, const std::function<Statu
   return result;
 }
 
-inline void encode_dims(Encoder& out, const Shape& dims) {
+CKPT_INLINE void encode_dims(Encoder& out, const Shape& dims) {
   for (const auto d : dims) out.u64(d);
 }
 
-[[nodiscard]] inline bool decode_dims(Decoder& in, std::size_t n, Shape& dims) {
+[[nodiscard]] CKPT_INLINE bool decode_dims(Decoder& in, std::size_t n, Shape& dims) {
   if (n > in.remaining() / 8) return false;
   dims.resize(n);
   for (auto& d : dims)
@@ -130,7 +130,7 @@ inline void encode_dims(Encoder& out, const Shape& dims) {
 }
 
 // The body of an ok commit report (spec/SHARDING.md 3.5): shard entry, optimizer names, replicas, pieces.
-inline void encode_report_body(Encoder& out, const ManifestShard& entry, const std::vector<std::string>& optimizer,
+CKPT_INLINE void encode_report_body(Encoder& out, const ManifestShard& entry, const std::vector<std::string>& optimizer,
                                const std::vector<ReplicaDecl>& replicas, const std::vector<GlobalPiece>& pieces) {
   encode_manifest_shard(out, entry);
   out.u32(static_cast<std::uint32_t>(optimizer.size()));
@@ -156,7 +156,7 @@ inline void encode_report_body(Encoder& out, const ManifestShard& entry, const s
 }
 
 // Decodes untrusted report bytes; every count and length is checked against the bytes left.
-[[nodiscard]] inline Status decode_report_body(Decoder& in, std::uint32_t rank, ManifestShard& entry,
+[[nodiscard]] CKPT_INLINE Status decode_report_body(Decoder& in, std::uint32_t rank, ManifestShard& entry,
                                                std::vector<std::string>& optimizer, std::vector<ReplicaDecl>& replicas,
                                                std::vector<GlobalPiece>& pieces) {
   const std::string from = rank_name(static_cast<int>(rank));
@@ -214,7 +214,7 @@ struct RankOutcome {
   Status retention;
 };
 
-inline std::string encode_outcome(const RankOutcome& o) {
+CKPT_INLINE std::string encode_outcome(const RankOutcome& o) {
   Encoder out;
   out.u8(static_cast<std::uint8_t>(RankMessage::outcome));
   encode_status(out, o.decision);
@@ -237,7 +237,7 @@ inline std::string encode_outcome(const RankOutcome& o) {
   return std::move(out.str());
 }
 
-[[nodiscard]] inline Status decode_outcome(const std::string& bytes, RankOutcome& o) {
+[[nodiscard]] CKPT_INLINE Status decode_outcome(const std::string& bytes, RankOutcome& o) {
   Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   CKPT_TRY(open_message(in, RankMessage::outcome, "rank 0"));
   std::uint8_t committed = 0, aborted = 0;
@@ -263,21 +263,18 @@ inline std::string encode_outcome(const RankOutcome& o) {
 
 // --- Store: open and begin ------------------------------------------------------------------------
 
-template <class Fs>
-Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Access access, StoreOptions options) {
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open(FsRef fs, std::string path, Access access, StoreOptions options) {
   static LocalComm local;  // stateless
   return open_with(fs, std::move(path), access, options, CommRef(local));
 }
 
-template <class Fs>
 template <class Comm>
-Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open(Fs& fs, std::string path, Access access, StoreOptions options,
+Result<std::unique_ptr<Store>> Store::open(FsRef fs, std::string path, Access access, StoreOptions options,
                                                    Comm& comm) {
   return open_with(fs, std::move(path), access, options, CommRef(comm));
 }
 
-template <class Fs>
-Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open_with(Fs& fs, std::string path, Access access, StoreOptions options,
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_with(FsRef fs, std::string path, Access access, StoreOptions options,
                                                         CommRef comm) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options, comm));
@@ -309,8 +306,7 @@ Result<std::unique_ptr<Store<Fs>>> Store<Fs>::open_with(Fs& fs, std::string path
   return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
-template <class Fs>
-void Store<Fs>::mirror_txn(const TxnInfo& t) {
+CKPT_INLINE void Store::mirror_txn(const TxnInfo& t) {
   const auto it = by_txn_.find(t.txn);
   if (it != by_txn_.end()) {
     txns_[it->second] = t;
@@ -321,8 +317,7 @@ void Store<Fs>::mirror_txn(const TxnInfo& t) {
   next_txn_ = std::max(next_txn_, t.txn + 1);
 }
 
-template <class Fs>
-Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step) {
+CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step) {
   const int rank = comm_.rank(), world = comm_.size();
   // Phase 1: every rank says whether it can take part; nothing is written unless all can (spec/SHARDING.md 3.2).
   Status local;
@@ -424,7 +419,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step) {
   // Phase 3: every rank creates its shard under the final name BEGIN gave it (O_EXCL), then all agree.
   const std::string dir_path = join_path(path_, t.dir());
   const std::string shard_name = shard_file_name(static_cast<std::uint32_t>(rank), t.world_size);
-  std::unique_ptr<ShardWriter<Fs>> writer;
+  std::unique_ptr<ShardWriter> writer;
   Status created;
   {
     WriterOptions wo;
@@ -433,7 +428,7 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step) {
     wo.buffer_size = options_.buffer_size;
     wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
     wo.durable = true;
-    auto w = ShardWriter<Fs>::create(fs_, join_path(dir_path, shard_name), wo);
+    auto w = ShardWriter::create(fs_, join_path(dir_path, shard_name), wo);
     if (w.ok()) writer = std::move(w).value();
     else created = w.status();
   }
@@ -454,15 +449,14 @@ Result<std::unique_ptr<Transaction<Fs>>> Store<Fs>::begin(std::uint64_t step) {
     }
     return agreed;
   }
-  std::unique_ptr<Transaction<Fs>> tx(new Transaction<Fs>(this, txn, step, dir_path, shard_name, std::move(writer)));
+  std::unique_ptr<Transaction> tx(new Transaction(this, txn, step, dir_path, shard_name, std::move(writer)));
   open_txn_ = tx.get();
-  return Result<std::unique_ptr<Transaction<Fs>>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
+  return Result<std::unique_ptr<Transaction>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 // --- Transaction: replicated tensors, commit and abort ---------------------------------------------
 
-template <class Fs>
-Status Transaction<Fs>::add_replicated_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+CKPT_INLINE Status Transaction::add_replicated_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
                                               std::size_t size, int owner) {
   if (owner < 0 || owner >= world_)
     return make_error(Code::invalid_argument, "replicated tensor '" + std::string(name) + "': owner rank " +
@@ -484,10 +478,9 @@ Status Transaction<Fs>::add_replicated_tensor(std::string_view name, DType dtype
   return Status();
 }
 
-template <class Fs>
-std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::string>> reports) {
-  Store<Fs>& store = *store_;
-  Fs& fs = store.fs_;
+CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<std::string>> reports) {
+  Store& store = *store_;
+  FsRef fs = store.fs_;
   const std::string where = "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ")";
   detail::RankOutcome outcome;
   Status decision = reports.ok() ? Status() : reports.status();
@@ -554,7 +547,7 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
     if (!file.ok()) {
       decision = file.status().with_context(manifest_path);
     } else {
-      ScopedFile<Fs> scoped(fs, *file);
+      ScopedFile scoped(fs, *file);
       decision = fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0);
       if (decision.ok()) decision = fs.sync(scoped.get());
       if (decision.ok()) decision = scoped.close();
@@ -613,8 +606,7 @@ std::string Transaction<Fs>::coordinate(bool commit, Result<std::vector<std::str
   return detail::encode_outcome(outcome);
 }
 
-template <class Fs>
-Result<CommitResult> Transaction<Fs>::commit() {
+CKPT_INLINE Result<CommitResult> Transaction::commit() {
   CKPT_TRY(check_open());
   if (world_ == 1) {
     // Mistakes the caller can still fix leave a one-process transaction open; across ranks they are this
@@ -626,7 +618,7 @@ Result<CommitResult> Transaction<Fs>::commit() {
   }
   CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, finish(true, Status()));
   if (!outcome.decision.ok()) return outcome.decision;
-  Store<Fs>& store = *store_;
+  Store& store = *store_;
   CommitResult result;
   if (const TxnInfo* t = store.find_txn(txn_)) result.step = store.step_info(*t);
   for (const auto& [txn, offset] : outcome.retired)
@@ -635,23 +627,20 @@ Result<CommitResult> Transaction<Fs>::commit() {
   return result;
 }
 
-template <class Fs>
-Status Transaction<Fs>::abort() {
+CKPT_INLINE Status Transaction::abort() {
   CKPT_TRY(check_open());
   CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, finish(false, Status()));
   return outcome.cleanup;
 }
 
-template <class Fs>
-Status Transaction<Fs>::abort(const Status& reason) {
+CKPT_INLINE Status Transaction::abort(const Status& reason) {
   CKPT_TRY(check_open());
   CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, finish(false, reason));
   return outcome.cleanup;
 }
 
-template <class Fs>
-Result<detail::RankOutcome> Transaction<Fs>::finish(bool commit, const Status& reason) {
-  Store<Fs>& store = *store_;
+CKPT_INLINE Result<detail::RankOutcome> Transaction::finish(bool commit, const Status& reason) {
+  Store& store = *store_;
   // This rank's report: its deferred I/O error, or its finished shard (synced, with its directory) and pieces.
   Status local = failure_.ok() ? reason : failure_;
   std::string body;
@@ -723,9 +712,8 @@ Result<detail::RankOutcome> Transaction<Fs>::finish(bool commit, const Status& r
   return Result<detail::RankOutcome>(std::move(outcome));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
-template <class Fs>
-void Transaction<Fs>::drop(const Status& why) {
-  Store<Fs>& store = *store_;
+CKPT_INLINE void Transaction::drop(const Status& why) {
+  Store& store = *store_;
   writer_.reset();  // this rank's unfinished shard is closed and removed
   finished_ = true;
   if (store.open_txn_ == this) store.open_txn_ = nullptr;

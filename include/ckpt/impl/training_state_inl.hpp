@@ -12,7 +12,7 @@
 namespace ckpt {
 
 namespace detail {
-[[nodiscard]] inline Status check_state_name(std::string_view what, std::string_view name) {
+[[nodiscard]] CKPT_INLINE Status check_state_name(std::string_view what, std::string_view name) {
   if (name.empty() || name.size() > training_state::kMaxKeyLength)
     return make_error(Code::invalid_argument, std::string(what) + " must be 1 to 65535 bytes, got " + std::to_string(name.size()));
   if (!valid_utf8(name)) return make_error(Code::invalid_argument, std::string(what) + " is not valid UTF-8");
@@ -20,7 +20,7 @@ namespace detail {
 }
 
 // Reads a u64 length and that many bytes, checked against the bytes left.
-[[nodiscard]] inline bool read_counted(Decoder& in, std::string& out) {
+[[nodiscard]] CKPT_INLINE bool read_counted(Decoder& in, std::string& out) {
   std::uint64_t n = 0;
   if (!in.u64(n) || !in.has(n)) return false;
   out.assign(reinterpret_cast<const char*>(in.cursor()), static_cast<std::size_t>(n));
@@ -28,7 +28,7 @@ namespace detail {
 }
 }  // namespace detail
 
-inline Status check_training_state(const TrainingState& state) {
+CKPT_INLINE Status check_training_state(const TrainingState& state) {
   if (state.optimizer_tensors.size() > training_state::kMaxOptimizerTensors)
     return make_error(Code::invalid_argument, "training state: more than 2^24 optimizer tensors");
   if (state.values.size() > training_state::kMaxValues)
@@ -51,7 +51,7 @@ inline Status check_training_state(const TrainingState& state) {
   return Status();
 }
 
-inline void encode_training_state(Encoder& out, const TrainingState& state) {
+CKPT_INLINE void encode_training_state(Encoder& out, const TrainingState& state) {
   out.u64(state.rng.size());
   out.bytes(state.rng);
   out.u64(state.data.epoch);
@@ -82,7 +82,7 @@ inline void encode_training_state(Encoder& out, const TrainingState& state) {
   }
 }
 
-inline Status decode_training_state(Decoder& in, TrainingState& state, const std::string& where) {
+CKPT_INLINE Status decode_training_state(Decoder& in, TrainingState& state, const std::string& where) {
   auto corrupt = [&](const std::string& what) {
     return make_error(Code::corrupt, where + ": training state at byte " + std::to_string(in.position()) + ": " + what);
   };

@@ -17,8 +17,7 @@ namespace detail {
 
 // Padding must be zero (spec/FORMAT.md 4.2): superblock tail, gaps between pieces, gap before the
 // index. Shared by verify_file and the device verifier (cuda/device_pipeline.cuh).
-template <class Fs>
-void add_padding_problems(Fs& fs, FileHandle file, const std::string& path, const Index& index, std::uint64_t index_offset,
+CKPT_INLINE void add_padding_problems(FsRef fs, FileHandle file, const std::string& path, const Index& index, std::uint64_t index_offset,
                           const std::function<void(Problem)>& problem) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans, gaps;
   for (const auto& p : index.pieces) spans.emplace_back(p.data_offset, p.data_offset + p.data_length);
@@ -51,14 +50,13 @@ void add_padding_problems(Fs& fs, FileHandle file, const std::string& path, cons
 
 }  // namespace detail
 
-template <class Fs>
-Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOptions& options) {
+CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, const VerifyOptions& options) {
   using detail::make_problem;
   VerifyReport report;
   report.path = path;
   auto opened = fs.open(path, OpenMode::read);
   if (!opened.ok()) return opened.status();
-  ScopedFile<Fs> file(fs, *opened);
+  ScopedFile file(fs, *opened);
   auto size = fs.file_size(file.get());
   if (!size.ok()) return size.status().with_context(path);
   report.file_size = *size;
@@ -98,8 +96,8 @@ Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOp
     }
   }
   Mapping mapping;
-  if constexpr (std::is_same_v<Fs, PosixFs>) {
-    if (options.use_mmap && footer->index_offset > sb.data_offset) {
+  {
+    if (options.use_mmap && fs.can_map() && footer->index_offset > sb.data_offset) {
       auto m = fs.map(file.get(), sb.data_offset, static_cast<std::size_t>(footer->index_offset - sb.data_offset));
       if (m.ok()) mapping = std::move(m).value();
     }
@@ -217,7 +215,7 @@ Result<VerifyReport> verify_file(Fs& fs, const std::string& path, const VerifyOp
   return report;
 }
 
-inline const char* step_recheck_name(StepRecheck r) noexcept {
+CKPT_INLINE const char* step_recheck_name(StepRecheck r) noexcept {
   switch (r) {
     case StepRecheck::committed: return "committed";
     case StepRecheck::retired: return "retired";

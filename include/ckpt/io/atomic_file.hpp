@@ -17,11 +17,10 @@
 
 namespace ckpt {
 
-template <class Fs = PosixFs>
 class AtomicFile {
  public:
   // Creates "<path>.tmp-<uuid>" next to path (same directory, so the rename stays on one file system).
-  [[nodiscard]] static Result<std::unique_ptr<AtomicFile>> create(Fs& fs, std::string path,
+  [[nodiscard]] static Result<std::unique_ptr<AtomicFile>> create(FsRef fs, std::string path,
                                                                   std::size_t buffer_size = std::size_t{1} << 20) {
     std::string temp_path = path + ".tmp-" + uuid_string(random_uuid());
     auto file = fs.open(temp_path, OpenMode::create_new);
@@ -84,7 +83,7 @@ class AtomicFile {
   [[nodiscard]] std::uint64_t size() const noexcept { return position_ + buffer_.size(); }
 
  private:
-  AtomicFile(Fs& fs, std::string path, std::string temp_path, FileHandle file, std::size_t capacity)
+  AtomicFile(FsRef fs, std::string path, std::string temp_path, FileHandle file, std::size_t capacity)
       : fs_(fs), path_(std::move(path)), temp_path_(std::move(temp_path)), file_(file), capacity_(capacity) {
     buffer_.reserve(capacity_);
   }
@@ -101,7 +100,7 @@ class AtomicFile {
     return Status();
   }
 
-  Fs& fs_;
+  FsRef fs_;
   std::string path_, temp_path_;
   FileHandle file_;
   std::size_t capacity_;

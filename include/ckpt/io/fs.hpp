@@ -30,8 +30,14 @@
 //   above the parent are followed: a store may live under a symlinked directory (/home -> /data/home).
 #pragma once
 
+#include <sys/mman.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "../error.hpp"
 
@@ -57,6 +63,138 @@ struct PathInfo {
   EntryKind kind = EntryKind::file;
 };
 
+// A read-only memory mapping; unmapped on destruction.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(void* base, std::size_t base_len, const unsigned char* data, std::size_t size) noexcept
+      : base_(base), base_len_(base_len), data_(data), size_(size) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  Mapping(Mapping&& o) noexcept { *this = std::move(o); }
+  Mapping& operator=(Mapping&& o) noexcept {
+    if (this != &o) {
+      reset();
+      base_ = std::exchange(o.base_, nullptr);
+      base_len_ = std::exchange(o.base_len_, 0);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  ~Mapping() { reset(); }
+  [[nodiscard]] const unsigned char* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  void reset() noexcept {
+    if (base_ != nullptr) ::munmap(base_, base_len_);
+    base_ = nullptr;
+  }
+  void* base_ = nullptr;
+  std::size_t base_len_ = 0;
+  const unsigned char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+
+namespace detail {
+// True when Fs offers the optional read-only mapping.
+template <class Fs, class = void>
+struct fs_has_map : std::false_type {};
+template <class Fs>
+struct fs_has_map<Fs, std::void_t<decltype(std::declval<Fs&>().map(FileHandle{}, std::uint64_t{}, std::size_t{}))>>
+    : std::true_type {};
+}  // namespace detail
+
+// A non-owning handle on any Fs, as CommRef is on any Comm (spec/LAYOUT.md 3.3): the store, journal,
+// readers and writers take an FsRef, so each is one ordinary class compiled once for every Fs
+// (PosixFs, SimFs, FaultFs<...>, a user's own). The Fs must outlive every FsRef made from it.
+class FsRef {
+ public:
+  template <class Fs, std::enable_if_t<!std::is_same_v<std::remove_cv_t<Fs>, FsRef>, int> = 0>
+  FsRef(Fs& fs) noexcept : self_(&fs), ops_(&kOps<Fs>) {}  // NOLINT(google-explicit-constructor): as CommRef
+
+  [[nodiscard]] Result<FileHandle> open(const std::string& path, OpenMode mode) const { return ops_->open(self_, path, mode); }
+  [[nodiscard]] Status close(FileHandle f) const { return ops_->close(self_, f); }
+  [[nodiscard]] Result<std::size_t> pread(FileHandle f, void* buf, std::size_t n, std::uint64_t off) const {
+    return ops_->pread(self_, f, buf, n, off);
+  }
+  [[nodiscard]] Status pwrite(FileHandle f, const void* buf, std::size_t n, std::uint64_t off) const {
+    return ops_->pwrite(self_, f, buf, n, off);
+  }
+  [[nodiscard]] Status sync(FileHandle f) const { return ops_->sync(self_, f); }
+  [[nodiscard]] Status sync_data(FileHandle f) const { return ops_->sync_data(self_, f); }
+  [[nodiscard]] Result<std::uint64_t> file_size(FileHandle f) const { return ops_->file_size(self_, f); }
+  [[nodiscard]] Status truncate(FileHandle f, std::uint64_t size) const { return ops_->truncate(self_, f, size); }
+  [[nodiscard]] Status rename(const std::string& from, const std::string& to) const { return ops_->rename(self_, from, to); }
+  [[nodiscard]] Status unlink(const std::string& path) const { return ops_->unlink(self_, path); }
+  [[nodiscard]] Status mkdir(const std::string& path) const { return ops_->mkdir(self_, path); }
+  [[nodiscard]] Status rmdir(const std::string& path) const { return ops_->rmdir(self_, path); }
+  [[nodiscard]] Status sync_dir(const std::string& path) const { return ops_->sync_dir(self_, path); }
+  [[nodiscard]] Result<std::vector<std::string>> list_dir(const std::string& path) const { return ops_->list_dir(self_, path); }
+  [[nodiscard]] Result<PathInfo> stat(const std::string& path) const { return ops_->stat(self_, path); }
+  [[nodiscard]] Result<FileHandle> lock(const std::string& path) const { return ops_->lock(self_, path); }
+  // The optional zero-copy read: can_map() says whether the Fs has one; map() fails when it has not.
+  [[nodiscard]] bool can_map() const noexcept { return ops_->map != nullptr; }
+  [[nodiscard]] Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n) const {
+    if (ops_->map == nullptr) return make_error(Code::unsupported, "this file system has no map()");
+    return ops_->map(self_, f, off, n);
+  }
+
+ private:
+  struct Ops {
+    Result<FileHandle> (*open)(void*, const std::string&, OpenMode);
+    Status (*close)(void*, FileHandle);
+    Result<std::size_t> (*pread)(void*, FileHandle, void*, std::size_t, std::uint64_t);
+    Status (*pwrite)(void*, FileHandle, const void*, std::size_t, std::uint64_t);
+    Status (*sync)(void*, FileHandle);
+    Status (*sync_data)(void*, FileHandle);
+    Result<std::uint64_t> (*file_size)(void*, FileHandle);
+    Status (*truncate)(void*, FileHandle, std::uint64_t);
+    Status (*rename)(void*, const std::string&, const std::string&);
+    Status (*unlink)(void*, const std::string&);
+    Status (*mkdir)(void*, const std::string&);
+    Status (*rmdir)(void*, const std::string&);
+    Status (*sync_dir)(void*, const std::string&);
+    Result<std::vector<std::string>> (*list_dir)(void*, const std::string&);
+    Result<PathInfo> (*stat)(void*, const std::string&);
+    Result<FileHandle> (*lock)(void*, const std::string&);
+    Result<Mapping> (*map)(void*, FileHandle, std::uint64_t, std::size_t);  // null: no map()
+  };
+  template <class Fs>
+  static constexpr Result<Mapping> (*map_of())(void*, FileHandle, std::uint64_t, std::size_t) {
+    if constexpr (detail::fs_has_map<Fs>::value)
+      return [](void* s, FileHandle f, std::uint64_t off, std::size_t n) -> Result<Mapping> {
+        return static_cast<Fs*>(s)->map(f, off, n);
+      };
+    else
+      return nullptr;
+  }
+  template <class Fs>
+  static constexpr Ops kOps = {
+      [](void* s, const std::string& p, OpenMode m) { return static_cast<Fs*>(s)->open(p, m); },
+      [](void* s, FileHandle f) { return static_cast<Fs*>(s)->close(f); },
+      [](void* s, FileHandle f, void* b, std::size_t n, std::uint64_t o) { return static_cast<Fs*>(s)->pread(f, b, n, o); },
+      [](void* s, FileHandle f, const void* b, std::size_t n, std::uint64_t o) { return static_cast<Fs*>(s)->pwrite(f, b, n, o); },
+      [](void* s, FileHandle f) { return static_cast<Fs*>(s)->sync(f); },
+      [](void* s, FileHandle f) { return static_cast<Fs*>(s)->sync_data(f); },
+      [](void* s, FileHandle f) { return static_cast<Fs*>(s)->file_size(f); },
+      [](void* s, FileHandle f, std::uint64_t n) { return static_cast<Fs*>(s)->truncate(f, n); },
+      [](void* s, const std::string& a, const std::string& b) { return static_cast<Fs*>(s)->rename(a, b); },
+      [](void* s, const std::string& p) { return static_cast<Fs*>(s)->unlink(p); },
+      [](void* s, const std::string& p) { return static_cast<Fs*>(s)->mkdir(p); },
+      [](void* s, const std::string& p) { return static_cast<Fs*>(s)->rmdir(p); },
+      [](void* s, const std::string& p) { return static_cast<Fs*>(s)->sync_dir(p); },
+      [](void* s, const std::string& p) { return static_cast<Fs*>(s)->list_dir(p); },
+      [](void* s, const std::string& p) { return static_cast<Fs*>(s)->stat(p); },
+      [](void* s, const std::string& p) { return static_cast<Fs*>(s)->lock(p); },
+      map_of<Fs>(),
+  };
+  void* self_;
+  const Ops* ops_;
+};
+
 // Joins a directory and a name with one '/'.
 [[nodiscard]] inline std::string join_path(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
@@ -75,9 +213,8 @@ struct PathInfo {
 }
 
 // Reads exactly n bytes at off, or fails naming the path and what was missing.
-template <class Fs>
-[[nodiscard]] Status read_exact(Fs& fs, FileHandle f, const std::string& path, void* buf, std::size_t n,
-                                std::uint64_t off) {
+[[nodiscard]] inline Status read_exact(FsRef fs, FileHandle f, const std::string& path, void* buf, std::size_t n,
+                                       std::uint64_t off) {
   auto got = fs.pread(f, buf, n, off);
   if (!got.ok()) return got.status().with_context(path);
   if (*got != n)
@@ -87,25 +224,24 @@ template <class Fs>
 }
 
 // Closes a handle on scope exit; an explicit close() reports the error instead.
-template <class Fs>
 class ScopedFile {
  public:
-  ScopedFile(Fs& fs, FileHandle f) noexcept : fs_(&fs), file_(f) {}
+  ScopedFile(FsRef fs, FileHandle f) noexcept : fs_(fs), file_(f) {}
   ScopedFile(const ScopedFile&) = delete;
   ScopedFile& operator=(const ScopedFile&) = delete;
   ScopedFile(ScopedFile&& o) noexcept : fs_(o.fs_), file_(o.file_) { o.file_ = FileHandle{}; }
   ~ScopedFile() {
-    if (file_.valid()) fs_->close(file_).ignore_error();  // a read-side close error loses nothing
+    if (file_.valid()) fs_.close(file_).ignore_error();  // a read-side close error loses nothing
   }
   [[nodiscard]] FileHandle get() const noexcept { return file_; }
   [[nodiscard]] Status close() {
     FileHandle f = file_;
     file_ = FileHandle{};
-    return f.valid() ? fs_->close(f) : Status();
+    return f.valid() ? fs_.close(f) : Status();
   }
 
  private:
-  Fs* fs_;
+  FsRef fs_;
   FileHandle file_;
 };
 

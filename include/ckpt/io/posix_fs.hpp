@@ -19,40 +19,6 @@
 
 namespace ckpt {
 
-// A read-only memory mapping; unmapped on destruction.
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(void* base, std::size_t base_len, const unsigned char* data, std::size_t size) noexcept
-      : base_(base), base_len_(base_len), data_(data), size_(size) {}
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  Mapping(Mapping&& o) noexcept { *this = std::move(o); }
-  Mapping& operator=(Mapping&& o) noexcept {
-    if (this != &o) {
-      reset();
-      base_ = std::exchange(o.base_, nullptr);
-      base_len_ = std::exchange(o.base_len_, 0);
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
-    }
-    return *this;
-  }
-  ~Mapping() { reset(); }
-  [[nodiscard]] const unsigned char* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-
- private:
-  void reset() noexcept {
-    if (base_ != nullptr) ::munmap(base_, base_len_);
-    base_ = nullptr;
-  }
-  void* base_ = nullptr;
-  std::size_t base_len_ = 0;
-  const unsigned char* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
 // Never follows a symlink in the last component of a path, and reaches every name through a handle
 // on its parent directory opened with O_NOFOLLOW: a step directory that is a symlink to a folder
 // outside the store can never have its contents read, written or removed through it.
