@@ -5,7 +5,7 @@
 # for every `status = f()` assignment, which GCC and Clang rightly accept.
 include_guard(GLOBAL)
 function(ckpt_cuda_target target)
-  target_link_libraries(${target} PRIVATE ckpt::ckpt CUDA::cudart_static)
+  target_link_libraries(${target} PRIVATE ${CKPT_LIB} CUDA::cudart_static)
   set_target_properties(${target} PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
   string(REPLACE ";" "," host_warnings "${CKPT_WARNINGS}")
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${host_warnings} --diag-suppress=2810>)

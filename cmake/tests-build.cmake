@@ -54,8 +54,8 @@ add_test(NAME build_multi_include COMMAND multi_include ${PROJECT_BINARY_DIR})
 set_tests_properties(build_multi_include PROPERTIES LABELS build)
 
 # --- The package as a user gets it -----------------------------------------------------------
-# install: configure this tree headers-only, cmake --install to a scratch prefix, then build and run
-# tests/consumer with find_package(ckpt). subdirectory: the same consumer with add_subdirectory.
+# install: configure this tree without tools and tests, build and install it to a scratch prefix, then
+# build and run tests/consumer (header-only and against ckpt::compiled) with find_package(ckpt). subdirectory: the same consumer with add_subdirectory.
 # The consumer is built without sanitizers, so the sanitizer pass skips it (label no_sanitize).
 foreach(mode install subdirectory)
   add_test(NAME build_consumer_${mode}

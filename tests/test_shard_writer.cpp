@@ -88,6 +88,19 @@ class WatchFs {
     Call c(*this, "unlink " + base_name(path));
     return c.done(inner_.unlink(path));
   }
+  // The rest of the Fs concept (an FsRef needs all of it); a writer makes none of these, so each is
+  // logged too: one would show in the logs the tests compare.
+  [[nodiscard]] Result<std::size_t> pread(FileHandle f, void* buf, std::size_t n, std::uint64_t off) {
+    return logged("pread", inner_.pread(f, buf, n, off));
+  }
+  [[nodiscard]] Status sync_data(FileHandle f) { return logged("sync_data", inner_.sync_data(f)); }
+  [[nodiscard]] Result<std::uint64_t> file_size(FileHandle f) { return logged("file_size", inner_.file_size(f)); }
+  [[nodiscard]] Status truncate(FileHandle f, std::uint64_t size) { return logged("truncate", inner_.truncate(f, size)); }
+  [[nodiscard]] Status mkdir(const std::string& path) { return logged("mkdir " + base_name(path), inner_.mkdir(path)); }
+  [[nodiscard]] Status rmdir(const std::string& path) { return logged("rmdir " + base_name(path), inner_.rmdir(path)); }
+  [[nodiscard]] Result<std::vector<std::string>> list_dir(const std::string& path) { return logged("list_dir", inner_.list_dir(path)); }
+  [[nodiscard]] Result<PathInfo> stat(const std::string& path) { return logged("stat " + base_name(path), inner_.stat(path)); }
+  [[nodiscard]] Result<FileHandle> lock(const std::string& path) { return logged("lock " + base_name(path), inner_.lock(path)); }
 
   std::function<void(std::size_t pwrite_number)> on_pwrite;
   // pwrites from inside [watched_begin, watched_end) are counted: writes straight from the caller's memory.
@@ -106,6 +119,15 @@ class WatchFs {
   [[nodiscard]] int most_at_once() const { return most_at_once_.load(); }
 
  private:
+  template <class R>
+  [[nodiscard]] R logged(std::string what, R r) {
+    Call c(*this, std::move(what));
+    if constexpr (std::is_same_v<R, Status>)
+      c.done(r).ignore_error();  // logged; the result carries it
+    else
+      c.done(r.status()).ignore_error();
+    return r;
+  }
   struct Call {
     Call(WatchFs& fs, std::string what) : fs_(fs), what_(std::move(what)) {
       const int now = ++fs_.in_progress_;

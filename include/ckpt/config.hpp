@@ -11,3 +11,12 @@
 #else
 #define CKPT_INLINE inline
 #endif
+
+// 1 where a header gives its declarations only: a user's translation unit in the compiled mode.
+// src/ckpt.cpp defines CKPT_BUILDING_LIBRARY to take the definitions, in the order the headers
+// include them (the same order as header-only).
+#if defined(CKPT_SEPARATE_COMPILATION) && !defined(CKPT_BUILDING_LIBRARY)
+#define CKPT_DECLARATIONS_ONLY 1
+#else
+#define CKPT_DECLARATIONS_ONLY 0
+#endif

@@ -68,4 +68,6 @@ void append_index_pieces(const Index& index, std::uint32_t rank, std::vector<Glo
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/coverage_inl.hpp"
+#endif

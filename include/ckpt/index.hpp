@@ -119,4 +119,6 @@ inline constexpr std::size_t kAnySize = ~std::size_t{0};
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/index_inl.hpp"
+#endif

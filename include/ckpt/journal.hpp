@@ -318,4 +318,6 @@ class JournalWriter {
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/journal_inl.hpp"
+#endif

@@ -84,4 +84,6 @@ void encode_manifest_shard(Encoder& out, const ManifestShard& shard);
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/manifest_inl.hpp"
+#endif

@@ -86,4 +86,6 @@ struct ConvertSummary {
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/safetensors_inl.hpp"
+#endif

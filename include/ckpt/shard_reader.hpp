@@ -75,4 +75,6 @@ class ShardReader {
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/shard_reader_inl.hpp"
+#endif

@@ -207,4 +207,6 @@ class ShardWriter {
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/shard_writer_inl.hpp"
+#endif

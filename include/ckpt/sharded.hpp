@@ -204,4 +204,6 @@ struct MergeSummary {
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/sharded_inl.hpp"
+#endif

@@ -140,6 +140,10 @@ class Store;
 
 namespace detail {
 struct RankOutcome;  // what the coordinator decided at commit or abort (impl/store_ranks_inl.hpp)
+// Rewrites the journal from the transaction table (spec/JOURNAL.md 5.7) and reopens the writer on the
+// new file (compaction's step; ckpt-bench-journal drives it directly).
+[[nodiscard]] Status rewrite_journal(FsRef fs, JournalWriter& journal, const Uuid& uuid, std::uint64_t next_txn,
+                                     std::vector<TxnInfo>& txns);
 }  // namespace detail
 
 // How long a save of some size takes here, from the store's recorded saves (spec/JOURNAL.md 4.8).
@@ -262,7 +266,9 @@ class Store {
   // it) for every begin, commit and abort. A world of one is the plain open.
   template <class Comm>
   [[nodiscard]] static Result<std::unique_ptr<Store>> open(FsRef fs, std::string path, Access access, StoreOptions options,
-                                                           Comm& comm);
+                                                           Comm& comm) {
+    return open_with(fs, std::move(path), access, options, CommRef(comm));
+  }
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   ~Store();  // aborts a transaction still open, then releases the lock
@@ -364,6 +370,8 @@ class Store {
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/recovery_inl.hpp"
 #include "impl/store_ranks_inl.hpp"
 #include "impl/store_inl.hpp"
+#endif

@@ -51,4 +51,6 @@ void encode_training_state(Encoder& out, const TrainingState& state);
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/training_state_inl.hpp"
+#endif

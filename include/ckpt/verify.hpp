@@ -48,12 +48,22 @@ enum class StepRecheck : std::uint8_t {
 };
 [[nodiscard]] const char* step_recheck_name(StepRecheck r) noexcept;
 
+namespace detail {
+// Padding must be zero (spec/FORMAT.md 4.2): superblock tail, gaps between pieces, gap before the
+// index; each nonzero run reported through problem. Shared by verify_file and the device verifier
+// (cuda/device_pipeline.cuh).
+void add_padding_problems(FsRef fs, FileHandle file, const std::string& path, const Index& index, std::uint64_t index_offset,
+                          const std::function<void(Problem)>& problem);
+}  // namespace detail
+
 // Re-reads the journal of a read-only store (store.refresh()) and says what became of transaction
-// `txn` of step `step`. StoreT is Store, a template parameter only because store.hpp includes this
-// header. A failed refresh is returned as is: the caller keeps its verdict.
-template <class StoreT>
-[[nodiscard]] Result<StepRecheck> recheck_step(StoreT& store, std::uint64_t step, std::uint64_t txn);
+// `txn` of step `step` (defined with the store, impl/store_inl.hpp). A failed refresh is returned as
+// is: the caller keeps its verdict.
+class Store;
+[[nodiscard]] Result<StepRecheck> recheck_step(Store& store, std::uint64_t step, std::uint64_t txn);
 
 }  // namespace ckpt
 
+#if !CKPT_DECLARATIONS_ONLY
 #include "impl/verify_inl.hpp"
+#endif

@@ -1,8 +1,8 @@
 # Drives the consumer test (cmake -P); registered by cmake/tests-build.cmake.
 #   -DCKPT_SOURCE_DIR=<ckpt tree> -DWORK_DIR=<scratch> -DMODE=install|subdirectory
 #   -DGENERATOR=<generator> -DCXX_COMPILER=<compiler>
-# install: configure ckpt headers-only, cmake --install it into WORK_DIR/prefix, then build the
-# consumer with find_package(ckpt). subdirectory: build the consumer with add_subdirectory(ckpt).
+# install: configure ckpt without tools and tests, build it (the compiled library), cmake --install it
+# into WORK_DIR/prefix, then build the consumer with find_package(ckpt). subdirectory: build the consumer with add_subdirectory(ckpt).
 cmake_minimum_required(VERSION 3.18)
 foreach(var CKPT_SOURCE_DIR WORK_DIR MODE)
   if(NOT ${var})
@@ -36,6 +36,7 @@ if(MODE STREQUAL "install")
   step(${CMAKE_COMMAND} -S ${CKPT_SOURCE_DIR} -B ${WORK_DIR}/ckpt-build ${common}
        -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_TESTS=OFF -DCKPT_CUDA=OFF -DCKPT_MPI=OFF
        -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+  step(${CMAKE_COMMAND} --build ${WORK_DIR}/ckpt-build)
   step(${CMAKE_COMMAND} --install ${WORK_DIR}/ckpt-build)
   foreach(installed include/ckpt/ckpt.hpp include/ckpt/impl/index_inl.hpp include/ckpt/io/posix_fs.hpp
                     include/ckpt/testing/sim_fs.hpp include/ckpt/testing/fault_fs.hpp)
@@ -56,6 +57,8 @@ else()
   message(FATAL_ERROR "run.cmake: MODE must be install or subdirectory, not '${MODE}'")
 endif()
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
-step(${WORK_DIR}/consumer-build/consumer ${WORK_DIR}/run)
-message(STATUS "${step_output}")
+foreach(program consumer consumer_compiled)
+  step(${WORK_DIR}/consumer-build/${program} ${WORK_DIR}/run)
+  message(STATUS "${program}: ${step_output}")
+endforeach()
 file(REMOVE_RECURSE ${WORK_DIR})

@@ -383,4 +383,13 @@ CKPT_INLINE Result<std::vector<StepInfo>> Store::apply_retention(const Retention
   return Result<std::vector<StepInfo>>(std::move(retired));
 }
 
+CKPT_INLINE Result<StepRecheck> recheck_step(Store& store, std::uint64_t step, std::uint64_t txn) {
+  CKPT_TRY(store.refresh());
+  for (const auto& s : store.steps())
+    if (s.txn == txn && s.step == step) return StepRecheck::committed;
+  for (const auto& t : store.transactions())
+    if (t.txn == txn && t.step == step) return StepRecheck::retired;  // known and no longer committed
+  return StepRecheck::not_listed;
+}
+
 }  // namespace ckpt

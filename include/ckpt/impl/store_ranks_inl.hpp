@@ -268,12 +268,6 @@ CKPT_INLINE Result<std::unique_ptr<Store>> Store::open(FsRef fs, std::string pat
   return open_with(fs, std::move(path), access, options, CommRef(local));
 }
 
-template <class Comm>
-Result<std::unique_ptr<Store>> Store::open(FsRef fs, std::string path, Access access, StoreOptions options,
-                                                   Comm& comm) {
-  return open_with(fs, std::move(path), access, options, CommRef(comm));
-}
-
 CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_with(FsRef fs, std::string path, Access access, StoreOptions options,
                                                         CommRef comm) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();

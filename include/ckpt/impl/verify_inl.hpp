@@ -15,8 +15,6 @@ namespace ckpt {
 
 namespace detail {
 
-// Padding must be zero (spec/FORMAT.md 4.2): superblock tail, gaps between pieces, gap before the
-// index. Shared by verify_file and the device verifier (cuda/device_pipeline.cuh).
 CKPT_INLINE void add_padding_problems(FsRef fs, FileHandle file, const std::string& path, const Index& index, std::uint64_t index_offset,
                           const std::function<void(Problem)>& problem) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans, gaps;
@@ -224,14 +222,5 @@ CKPT_INLINE const char* step_recheck_name(StepRecheck r) noexcept {
   return "unknown";
 }
 
-template <class StoreT>
-Result<StepRecheck> recheck_step(StoreT& store, std::uint64_t step, std::uint64_t txn) {
-  CKPT_TRY(store.refresh());
-  for (const auto& s : store.steps())
-    if (s.txn == txn && s.step == step) return StepRecheck::committed;
-  for (const auto& t : store.transactions())
-    if (t.txn == txn && t.step == step) return StepRecheck::retired;  // known and no longer committed
-  return StepRecheck::not_listed;
-}
 
 }  // namespace ckpt

@@ -1,0 +1,10 @@
+// ckpt: the compiled mode (spec/LAYOUT.md 3.3). Every definition of the library, compiled once into
+// the ckpt::compiled target; its users' translation units parse declarations only. The headers
+// include their definitions here, in the same order as header-only.
+#ifndef CKPT_SEPARATE_COMPILATION
+#error "src/ckpt.cpp is built with CKPT_SEPARATE_COMPILATION (the ckpt::compiled target sets it)"
+#endif
+#define CKPT_BUILDING_LIBRARY 1
+
+#include "ckpt/ckpt.hpp"
+#include "ckpt/safetensors.hpp"
