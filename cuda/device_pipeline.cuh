@@ -316,7 +316,7 @@ template <class B>
     cpu.progress = options.progress;
     return verify_file(fs, path, cpu);
   }
-  ShardReader& reader = **opened;
+  ShardReader& reader = *opened;
   const Index& index = reader.index();
   VerifyReport report;
   report.path = path;
@@ -582,9 +582,9 @@ template <class B>
                                                     const DeviceIoOptions& options = {},
                                                     const std::vector<MetaEntry>& metadata = {}) {
   CKPT_ASSIGN_OR_RETURN(auto writer, ShardWriter::create(fs, path, writer_options));
-  for (const auto& m : metadata) CKPT_TRY(writer->set_metadata(m.key, m.value));
-  CKPT_TRY(write_device_tensors(backend, *writer, tensors, options));
-  return writer->finish();
+  for (const auto& m : metadata) CKPT_TRY(writer.set_metadata(m.key, m.value));
+  CKPT_TRY(write_device_tensors(backend, writer, tensors, options));
+  return writer.finish();
 }
 
 // Where to load a tensor: a device buffer of exactly its byte size.
@@ -700,7 +700,7 @@ template <class B>
 [[nodiscard]] Status load_to_device(B& backend, FsRef fs, const std::string& path, const std::vector<DeviceTarget>& targets,
                                     const DeviceIoOptions& options = {}) {
   CKPT_ASSIGN_OR_RETURN(auto reader, ShardReader::open(fs, path));
-  return read_device_tensors(backend, *reader, targets, options);
+  return read_device_tensors(backend, reader, targets, options);
 }
 
 }  // namespace ckpt::gpu

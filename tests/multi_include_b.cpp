@@ -26,16 +26,16 @@ int multi_include_b(const std::string& dir) {
     options.durable = false;
     auto writer = ckpt::ShardWriter::create(fs, path, options);
     if (!writer.ok()) return fail("create", writer.status());
-    if (auto s = (*writer)->add_tensor("w", ckpt::DType::F32, {2, 3}, values.data(), values.size() * 4); !s.ok())
+    if (auto s = writer->add_tensor("w", ckpt::DType::F32, {2, 3}, values.data(), values.size() * 4); !s.ok())
       return fail("add_tensor", s);
-    if (auto s = (*writer)->set_metadata("step", ckpt::Value(std::int64_t{7})); !s.ok()) return fail("set_metadata", s);
-    auto summary = (*writer)->finish();
+    if (auto s = writer->set_metadata("step", ckpt::Value(std::int64_t{7})); !s.ok()) return fail("set_metadata", s);
+    auto summary = writer->finish();
     if (!summary.ok()) return fail("finish", summary.status());
   }
   auto reader = ckpt::ShardReader::open(fs, path);
   if (!reader.ok()) return fail("open", reader.status());
   std::vector<float> back(values.size());
-  if (auto s = (*reader)->read_tensor("w", back.data(), back.size() * 4); !s.ok()) return fail("read_tensor", s);
+  if (auto s = reader->read_tensor("w", back.data(), back.size() * 4); !s.ok()) return fail("read_tensor", s);
   if (back != values) return fail("read_tensor", ckpt::make_error(ckpt::Code::corrupt, "values differ"));
   auto report = ckpt::verify_file(fs, path);
   if (!report.ok()) return fail("verify_file", report.status());

@@ -26,7 +26,7 @@ template <class Fs>
   if (!reader.ok()) return "open: " + reader.status().to_string();
   for (const auto& [name, bytes] : expected) {
     std::vector<unsigned char> back(bytes->size());
-    if (!(*reader)->read_tensor(name, back.data(), back.size()).ok()) return "read failed: " + name;
+    if (!reader->read_tensor(name, back.data(), back.size()).ok()) return "read failed: " + name;
     if (back != *bytes) return "wrong bytes: " + name;
   }
   return "intact";

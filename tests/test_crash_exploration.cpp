@@ -112,14 +112,14 @@ std::string check_step_exact(Store& store, const StepInfo& info) {
   auto reader = store.open_step(info);
   if (!reader.ok()) return where + reader.status().to_string();
   std::vector<float> w(kWeights), m(kMoments);
-  Status s = (*reader)->read_tensor("w", w.data(), w.size() * sizeof(float));
-  if (s.ok()) s = (*reader)->read_tensor("adam.m/w", m.data(), m.size() * sizeof(float));
+  Status s = reader->read_tensor("w", w.data(), w.size() * sizeof(float));
+  if (s.ok()) s = reader->read_tensor("adam.m/w", m.data(), m.size() * sizeof(float));
   if (!s.ok()) return where + s.to_string();
   const auto want_w = tensor_values(info.step, kWeights, 1);
   const auto want_m = tensor_values(info.step, kMoments, 2);
   if (std::memcmp(w.data(), want_w.data(), w.size() * sizeof(float)) != 0) return where + "tensor w differs";
   if (std::memcmp(m.data(), want_m.data(), m.size() * sizeof(float)) != 0) return where + "tensor adam.m/w differs";
-  if ((*reader)->state() != expected_state(info.step)) return where + "training state differs";
+  if (reader->state() != expected_state(info.step)) return where + "training state differs";
   auto verified = store.verify_step(info.step);
   if (!verified.ok()) return where + verified.status().to_string();
   if (!verified->ok()) {

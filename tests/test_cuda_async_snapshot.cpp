@@ -39,7 +39,7 @@ std::vector<unsigned char> read_back(Store& store, std::uint64_t step, const std
   auto reader = store.open_step(step);
   REQUIRE(reader.ok());
   std::vector<unsigned char> out(n);
-  REQUIRE((*reader)->read_tensor(name, out.data(), out.size()).ok());
+  REQUIRE(reader->read_tensor(name, out.data(), out.size()).ok());
   return out;
 }
 

@@ -47,16 +47,16 @@ void write_sample(const std::string& path, std::uint64_t seed, std::uint32_t ali
   REQUIRE(w.ok());
   const auto a = ckpt_test::random_bytes(37 * 1000 * 4, seed);
   const auto b = ckpt_test::random_bytes(10 * 1000 * 2, seed + 1);
-  REQUIRE((*w)->add_tensor("alpha", DType::F32, {37, 1000}, a.data(), a.size()).ok());
-  REQUIRE((*w)->begin_piece("beta", DType::BF16, {10, 1000}, {0, 0}, {6, 1000}).ok());
-  REQUIRE((*w)->write(b.data(), 6 * 2000).ok());
-  REQUIRE((*w)->end_piece().ok());
-  REQUIRE((*w)->add_tensor("empty", DType::U8, {0}, nullptr, 0).ok());
-  REQUIRE((*w)->begin_piece("beta", DType::BF16, {10, 1000}, {6, 0}, {4, 1000}).ok());
-  REQUIRE((*w)->write(b.data() + 6 * 2000, 4 * 2000).ok());
-  REQUIRE((*w)->end_piece().ok());
-  REQUIRE((*w)->set_metadata("step", Value(std::int64_t{7})).ok());
-  REQUIRE((*w)->finish().ok());
+  REQUIRE(w->add_tensor("alpha", DType::F32, {37, 1000}, a.data(), a.size()).ok());
+  REQUIRE(w->begin_piece("beta", DType::BF16, {10, 1000}, {0, 0}, {6, 1000}).ok());
+  REQUIRE(w->write(b.data(), 6 * 2000).ok());
+  REQUIRE(w->end_piece().ok());
+  REQUIRE(w->add_tensor("empty", DType::U8, {0}, nullptr, 0).ok());
+  REQUIRE(w->begin_piece("beta", DType::BF16, {10, 1000}, {6, 0}, {4, 1000}).ok());
+  REQUIRE(w->write(b.data() + 6 * 2000, 4 * 2000).ok());
+  REQUIRE(w->end_piece().ok());
+  REQUIRE(w->set_metadata("step", Value(std::int64_t{7})).ok());
+  REQUIRE(w->finish().ok());
 }
 
 using ProblemKey = std::tuple<std::uint64_t, std::string, std::string, std::int64_t, std::int64_t, std::uint64_t, std::string,
@@ -164,8 +164,8 @@ TEST_CASE("verify on the device reports what the CPU verifier reports", "[cuda_d
   REQUIRE(intact->ok());
   auto reader = ShardReader::open(fs, path);
   REQUIRE(reader.ok());
-  const Index index = (*reader)->index();
-  const std::uint64_t index_offset = (*reader)->footer().index_offset;
+  const Index index = reader->index();
+  const std::uint64_t index_offset = reader->footer().index_offset;
   reader = make_error(Code::ok, "");  // close the file before it is rewritten
   const auto& alpha_piece = index.pieces[index.tensors[0].piece_first];
   const auto& beta_piece1 = index.pieces[index.tensors[1].piece_first + 1];
@@ -237,8 +237,8 @@ TEST_CASE("verify on the device reads large blocks with several threads", "[cuda
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const auto data = ckpt_test::random_bytes((std::size_t{20} << 20) + 12345, 31);
-    REQUIRE((*w)->add_tensor("big", DType::U8, {data.size()}, data.data(), data.size()).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("big", DType::U8, {data.size()}, data.data(), data.size()).ok());
+    REQUIRE(w->finish().ok());
   }
   std::string bytes = ckpt_test::read_file(path);
   bytes[4096 + (std::size_t{17} << 20) + 3] ^= 0x04;  // chunk 17, in the third 8 MiB read part
@@ -296,11 +296,11 @@ TEST_CASE("tensors saved from device memory read back bit for bit and carry thei
     auto reader = ShardReader::open(fs, path);
     REQUIRE(reader.ok());
     std::vector<unsigned char> back_a(a.size()), back_b(b.size());
-    REQUIRE((*reader)->read_tensor("a", back_a.data(), back_a.size()).ok());
-    REQUIRE((*reader)->read_tensor("b", back_b.data(), back_b.size()).ok());
+    REQUIRE(reader->read_tensor("a", back_a.data(), back_a.size()).ok());
+    REQUIRE(reader->read_tensor("b", back_b.data(), back_b.size()).ok());
     CHECK(back_a == a);
     CHECK(back_b == b);
-    REQUIRE((*reader)->index().find_metadata("step") != nullptr);
+    REQUIRE(reader->index().find_metadata("step") != nullptr);
     require_clean(backend, 2);
   }
   REQUIRE(backend.device_free(da).ok());
@@ -375,7 +375,7 @@ TEST_CASE("tensors loaded into device memory are verified there", "[cuda_device_
   SECTION("a damaged chunk in the file is named") {
     auto reader = ShardReader::open(fs, path);
     REQUIRE(reader.ok());
-    const auto& p = (*reader)->index().pieces[(*reader)->index().tensors[1].piece_first + 1];
+    const auto& p = reader->index().pieces[reader->index().tensors[1].piece_first + 1];
     const std::uint64_t at = p.data_offset + 4096 + 10;
     reader = make_error(Code::ok, "");
     std::string bytes = ckpt_test::read_file(path);
@@ -416,13 +416,13 @@ TEST_CASE("a piece that is not contiguous in its tensor is refused, pieces that 
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const std::vector<unsigned char> half(4 * 2, 1);
-    REQUIRE((*w)->begin_piece("m", DType::U8, {4, 4}, {0, 0}, {4, 2}).ok());  // left columns only
-    REQUIRE((*w)->write(half.data(), half.size()).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->begin_piece("rows", DType::U8, {4, 4}, {1, 0}, {2, 4}).ok());  // rows 1-2 of 4
-    REQUIRE((*w)->write(half.data(), half.size()).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->begin_piece("m", DType::U8, {4, 4}, {0, 0}, {4, 2}).ok());  // left columns only
+    REQUIRE(w->write(half.data(), half.size()).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->begin_piece("rows", DType::U8, {4, 4}, {1, 0}, {2, 4}).ok());  // rows 1-2 of 4
+    REQUIRE(w->write(half.data(), half.size()).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->finish().ok());
   }
   HostBackend backend;
   void* d = nullptr;

@@ -39,13 +39,13 @@ Status save(Fs& fs, const std::string& path) {
   CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter::create(fs, path, o));
   const auto& bytes = tensor_bytes();
   const Shape shape{bytes.size()};
-  CKPT_TRY(w->begin_piece("t", DType::U8, shape, Shape{0}, shape));
+  CKPT_TRY(w.begin_piece("t", DType::U8, shape, Shape{0}, shape));
   for (std::size_t at = 0; at < bytes.size(); at += 1500)
-    CKPT_TRY(w->write(bytes.data() + at, std::min<std::size_t>(1500, bytes.size() - at)));
-  CKPT_TRY(w->end_piece());
-  CKPT_TRY(w->add_tensor("small", DType::U8, {64}, bytes.data(), 64));
-  CKPT_TRY(w->set_metadata("step", Value(7)));
-  auto summary = w->finish();
+    CKPT_TRY(w.write(bytes.data() + at, std::min<std::size_t>(1500, bytes.size() - at)));
+  CKPT_TRY(w.end_piece());
+  CKPT_TRY(w.add_tensor("small", DType::U8, {64}, bytes.data(), 64));
+  CKPT_TRY(w.set_metadata("step", Value(7)));
+  auto summary = w.finish();
   return summary.ok() ? Status() : summary.status();
 }
 
@@ -242,11 +242,11 @@ TEST_CASE("FaultFs wraps PosixFs, mmap included", "[fault_fs]") {
     REQUIRE(save(fs, dir.file("a.ckpt")).ok());
     auto reader = ShardReader::open(fs, dir.file("a.ckpt"));
     REQUIRE(reader.ok());
-    auto mapped = (*reader)->map_piece(0);
+    auto mapped = reader->map_piece(0);
     REQUIRE(mapped.ok());
     CHECK(std::memcmp(mapped->data(), tensor_bytes().data(), tensor_bytes().size()) == 0);
     fs.set_plan(FaultPlan::nth(1, Fault::io_error, fs_op_bit(FsOp::map)));
-    CHECK((*reader)->map_piece(0).status().code() == Code::io);
+    CHECK(reader->map_piece(0).status().code() == Code::io);
   }
   FaultFs<PosixFs> fs(posix, FaultPlan::nth(3, Fault::no_space, fs_op_bit(FsOp::pwrite)));
   const Status s = save(fs, dir.file("b.ckpt"));

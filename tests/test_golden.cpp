@@ -293,19 +293,19 @@ ShardSummary write_file(const std::string& path, std::uint32_t alignment_log2, s
   for (const auto& wp : order) {
     const auto& t = tensors[wp.tensor];
     const auto& p = t.pieces[wp.piece];
-    REQUIRE((*w)->begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape).ok());
+    REQUIRE(w->begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape).ok());
     // Hand the bytes over in uneven slices: the writer's chunking must not depend on call sizes.
     std::size_t at = 0, step = 1;
     while (at < wp.bytes.size()) {
       const std::size_t n = std::min(step, wp.bytes.size() - at);
-      REQUIRE((*w)->write(wp.bytes.data() + at, n).ok());
+      REQUIRE(w->write(wp.bytes.data() + at, n).ok());
       at += n;
       step = step * 3 + 1;
     }
-    REQUIRE((*w)->end_piece().ok());
+    REQUIRE(w->end_piece().ok());
   }
-  for (const auto& m : metadata) REQUIRE((*w)->set_metadata(m.first, m.second).ok());
-  auto summary = (*w)->finish();
+  for (const auto& m : metadata) REQUIRE(w->set_metadata(m.first, m.second).ok());
+  auto summary = w->finish();
   REQUIRE(summary.ok());
   return *summary;
 }
@@ -498,7 +498,7 @@ TEST_CASE("reading a golden file gives exactly what its description says", "[gol
     const Json j = load_json(kGoldenDir + "/" + f.name.substr(0, f.name.size() - 5) + ".json");
     auto opened = ShardReader::open(fs, path);
     REQUIRE(opened.ok());
-    auto& r = **opened;
+    auto& r = *opened;
     CHECK(r.file_size() == j.at("file_size").get<std::uint64_t>());
     CHECK(r.superblock().version == j.at("format_version").get<std::uint32_t>());
     CHECK(r.superblock().uuid == parse_uuid(j.at("uuid").get<std::string>()));

@@ -72,27 +72,27 @@ struct Good {
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const auto rnd = ckpt_test::random_bytes(16000, 1);
-    REQUIRE((*w)->begin_piece("b", DType::I16, {6, 8}, {3, 0}, {3, 8}).ok());
-    REQUIRE((*w)->write(rnd.data(), 48).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->add_tensor("a", DType::F32, {4, 1000}, rnd.data(), 16000).ok());
-    REQUIRE((*w)->add_tensor("c", DType::U8, {}, rnd.data(), 1).ok());
-    REQUIRE((*w)->begin_piece("b", DType::I16, {6, 8}, {0, 0}, {3, 8}).ok());
-    REQUIRE((*w)->write(rnd.data() + 100, 48).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->add_tensor("z", DType::BF16, {0, 3}, nullptr, 0).ok());
-    REQUIRE((*w)->set_metadata("i", Value(std::int64_t{-5})).ok());
-    REQUIRE((*w)->set_metadata("f", Value(1.5)).ok());
-    REQUIRE((*w)->set_metadata("t", Value(true)).ok());
-    REQUIRE((*w)->set_metadata("s", Value("hello")).ok());
-    REQUIRE((*w)->set_metadata("y", Value(Bytes{std::string("\0\1\2", 3)})).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->begin_piece("b", DType::I16, {6, 8}, {3, 0}, {3, 8}).ok());
+    REQUIRE(w->write(rnd.data(), 48).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->add_tensor("a", DType::F32, {4, 1000}, rnd.data(), 16000).ok());
+    REQUIRE(w->add_tensor("c", DType::U8, {}, rnd.data(), 1).ok());
+    REQUIRE(w->begin_piece("b", DType::I16, {6, 8}, {0, 0}, {3, 8}).ok());
+    REQUIRE(w->write(rnd.data() + 100, 48).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->add_tensor("z", DType::BF16, {0, 3}, nullptr, 0).ok());
+    REQUIRE(w->set_metadata("i", Value(std::int64_t{-5})).ok());
+    REQUIRE(w->set_metadata("f", Value(1.5)).ok());
+    REQUIRE(w->set_metadata("t", Value(true)).ok());
+    REQUIRE(w->set_metadata("s", Value("hello")).ok());
+    REQUIRE(w->set_metadata("y", Value(Bytes{std::string("\0\1\2", 3)})).ok());
+    REQUIRE(w->finish().ok());
     file = ckpt_test::read_file(path);
     auto r = ShardReader::open(fs, path);
     REQUIRE(r.ok());
-    sb = (*r)->superblock();
-    footer = (*r)->footer();
-    parsed = (*r)->index();
+    sb = r->superblock();
+    footer = r->footer();
+    parsed = r->index();
     index = file.substr(footer.index_offset, footer.index_length);
     REQUIRE(parsed.tensors.size() == 4);
     REQUIRE(parsed.tensors[0].name == "b");
@@ -715,16 +715,16 @@ void mutate_index(std::mt19937_64& rng, std::string& idx, std::uint64_t index_of
 void exercise_file(PosixFs& fs, const std::string& path) {
   auto r = ShardReader::open(fs, path);
   if (r.ok()) {
-    for (const auto& t : (*r)->index().tensors) {
+    for (const auto& t : r->index().tensors) {
       std::uint64_t bytes = 0;
       REQUIRE(shape_bytes(t.shape, t.dtype, bytes));
       if (bytes > (std::uint64_t{1} << 24)) continue;  // a hostile shape may be huge: do not allocate it
       std::vector<unsigned char> buf(static_cast<std::size_t>(bytes));
-      const Status st = (*r)->read_tensor(t.name, buf.data(), buf.size());
+      const Status st = r->read_tensor(t.name, buf.data(), buf.size());
       CHECK((st.ok() || st.code() == Code::corrupt || st.code() == Code::not_found));
     }
-    for (std::size_t k = 0; k < (*r)->index().pieces.size(); ++k) {
-      auto m = (*r)->map_piece(k, ReadCheck::touched);
+    for (std::size_t k = 0; k < r->index().pieces.size(); ++k) {
+      auto m = r->map_piece(k, ReadCheck::touched);
       CHECK((m.ok() || m.status().code() == Code::corrupt));
     }
   } else {

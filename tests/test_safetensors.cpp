@@ -311,8 +311,8 @@ TEST_CASE("safetensors to ckpt and back preserves names, dtypes, shapes, bytes a
   {
     auto reader = ShardReader::open(fs, dir.file("mid.ckpt"));
     REQUIRE(reader.ok());
-    CHECK((*reader)->superblock().chunk_size() == 4096);
-    const Index& index = (*reader)->index();
+    CHECK(reader->superblock().chunk_size() == 4096);
+    const Index& index = reader->index();
     REQUIRE(index.tensors.size() == tensors.size());
     // Written in data-offset order, which is the generator's order.
     for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -321,7 +321,7 @@ TEST_CASE("safetensors to ckpt and back preserves names, dtypes, shapes, bytes a
       CHECK(index.tensors[i].dtype == t.dtype);
       CHECK(index.tensors[i].shape == t.shape);
       std::string back(t.bytes.size(), '\0');
-      REQUIRE((*reader)->read_tensor(t.name, back.data(), back.size()).ok());
+      REQUIRE(reader->read_tensor(t.name, back.data(), back.size()).ok());
       CHECK(back == t.bytes);
     }
     REQUIRE(index.metadata.size() == ckpt_metadata.size());
@@ -413,18 +413,18 @@ TEST_CASE("a tensor split into pieces is assembled in row-major order", "[safete
     // Column pieces along dimension 1, written in reverse order.
     for (const auto& [off, ext] : std::vector<std::pair<Shape, Shape>>{{{0, 2, 0}, {5, 4, 700}}, {{0, 0, 0}, {5, 2, 700}}}) {
       const auto bytes = region(full, shape, off, ext, 2);
-      REQUIRE((*w)->begin_piece("cols", DType::U16, shape, off, ext).ok());
-      REQUIRE((*w)->write(bytes.data(), bytes.size()).ok());
-      REQUIRE((*w)->end_piece().ok());
+      REQUIRE(w->begin_piece("cols", DType::U16, shape, off, ext).ok());
+      REQUIRE(w->write(bytes.data(), bytes.size()).ok());
+      REQUIRE(w->end_piece().ok());
     }
     for (const auto& [off, ext] : std::vector<std::pair<Shape, Shape>>{{{3, 0}, {4, 300}}, {{0, 0}, {3, 300}}}) {
       const auto bytes = region(rows, rows_shape, off, ext, 4);
-      REQUIRE((*w)->begin_piece("rows", DType::F32, rows_shape, off, ext).ok());
-      REQUIRE((*w)->write(bytes.data(), bytes.size()).ok());
-      REQUIRE((*w)->end_piece().ok());
+      REQUIRE(w->begin_piece("rows", DType::F32, rows_shape, off, ext).ok());
+      REQUIRE(w->write(bytes.data(), bytes.size()).ok());
+      REQUIRE(w->end_piece().ok());
     }
-    REQUIRE((*w)->set_metadata("step", Value("12")).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->set_metadata("step", Value("12")).ok());
+    REQUIRE(w->finish().ok());
   }
   ConvertOptions options;
   options.block_size = 4096;  // forces several reads per tensor, split below the leading dimension
@@ -445,13 +445,13 @@ TEST_CASE("metadata safetensors cannot hold is refused unless stringified", "[sa
     auto w = ShardWriter::create(fs, dir.file("m.ckpt"));
     REQUIRE(w.ok());
     const unsigned char one = 1;
-    REQUIRE((*w)->add_tensor("t", DType::U8, {1}, &one, 1).ok());
-    REQUIRE((*w)->set_metadata("step", Value(std::int64_t{-42})).ok());
-    REQUIRE((*w)->set_metadata("lr", Value(0.1)).ok());
-    REQUIRE((*w)->set_metadata("done", Value(true)).ok());
-    REQUIRE((*w)->set_metadata("rng", Value(Bytes{std::string("\x00\xff\x10", 3)})).ok());
-    REQUIRE((*w)->set_metadata("name", Value("run-1")).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("t", DType::U8, {1}, &one, 1).ok());
+    REQUIRE(w->set_metadata("step", Value(std::int64_t{-42})).ok());
+    REQUIRE(w->set_metadata("lr", Value(0.1)).ok());
+    REQUIRE(w->set_metadata("done", Value(true)).ok());
+    REQUIRE(w->set_metadata("rng", Value(Bytes{std::string("\x00\xff\x10", 3)})).ok());
+    REQUIRE(w->set_metadata("name", Value("run-1")).ok());
+    REQUIRE(w->finish().ok());
   }
   auto refused = ckpt_to_safetensors(fs, dir.file("m.ckpt"), dir.file("m.safetensors"));
   REQUIRE_FALSE(refused.ok());
@@ -480,11 +480,11 @@ TEST_CASE("a damaged chunk stops ckpt to safetensors and leaves no output", "[sa
     o.chunk_size_log2 = 12;
     auto w = ShardWriter::create(fs, dir.file("d.ckpt"), o);
     REQUIRE(w.ok());
-    REQUIRE((*w)->add_tensor("w", DType::U8, {20000}, data.data(), data.size()).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("w", DType::U8, {20000}, data.data(), data.size()).ok());
+    REQUIRE(w->finish().ok());
     auto r = ShardReader::open(fs, dir.file("d.ckpt"));
     REQUIRE(r.ok());
-    second_chunk = (*r)->index().chunks[1].offset;
+    second_chunk = r->index().chunks[1].offset;
   }
   std::string bytes = ckpt_test::read_file(dir.file("d.ckpt"));
   bytes[static_cast<std::size_t>(second_chunk + 17)] ^= 0x04;
@@ -506,10 +506,10 @@ TEST_CASE("ckpt files safetensors cannot express are refused", "[safetensors]") 
   SECTION("a tensor only partly in this file") {
     auto w = ShardWriter::create(fs, dir.file("p.ckpt"));
     REQUIRE(w.ok());
-    REQUIRE((*w)->begin_piece("half", DType::U8, {8, 8}, {0, 0}, {4, 8}).ok());
-    REQUIRE((*w)->write(data.data(), 32).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->begin_piece("half", DType::U8, {8, 8}, {0, 0}, {4, 8}).ok());
+    REQUIRE(w->write(data.data(), 32).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->finish().ok());
     auto r = ckpt_to_safetensors(fs, dir.file("p.ckpt"), dir.file("p.safetensors"));
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == Code::not_found);
@@ -518,8 +518,8 @@ TEST_CASE("ckpt files safetensors cannot express are refused", "[safetensors]") 
   SECTION("a tensor named __metadata__") {
     auto w = ShardWriter::create(fs, dir.file("p.ckpt"));
     REQUIRE(w.ok());
-    REQUIRE((*w)->add_tensor("__metadata__", DType::U8, {64}, data.data(), 64).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("__metadata__", DType::U8, {64}, data.data(), 64).ok());
+    REQUIRE(w->finish().ok());
     auto r = ckpt_to_safetensors(fs, dir.file("p.ckpt"), dir.file("p.safetensors"));
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().message().find("reserved") != std::string::npos);

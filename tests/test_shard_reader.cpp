@@ -140,17 +140,17 @@ void write_shard(const std::string& path, const std::vector<TensorSpec>& ts) {
     const auto& t = ts[i];
     const auto& p = t.pieces[k];
     const Bytes8 bytes = extract(t.data, t.shape, t.esize(), p.offsets, p.shape);
-    REQUIRE((*w)->begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape).ok());
+    REQUIRE(w->begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape).ok());
     std::size_t at = 0, step = 1;
     while (at < bytes.size()) {
       const std::size_t n = std::min(bytes.size() - at, step);
-      REQUIRE((*w)->write(bytes.data() + at, n).ok());
+      REQUIRE(w->write(bytes.data() + at, n).ok());
       at += n;
       step = step * 3 + 7;
     }
-    REQUIRE((*w)->end_piece().ok());
+    REQUIRE(w->end_piece().ok());
   }
-  REQUIRE((*w)->finish().ok());
+  REQUIRE(w->finish().ok());
 }
 
 // A random box inside shape, sometimes empty along a dimension, sometimes the whole extent.
@@ -178,7 +178,7 @@ struct Shard {
   std::vector<TensorSpec> tensors = make_tensors();
   PosixFs fs;
   Shard() : path(dir.file("s.ckpt")) { write_shard(path, tensors); }
-  std::unique_ptr<ShardReader> open() {
+  ShardReader open() {
     auto r = ShardReader::open(fs, path);
     REQUIRE(r.ok());
     return std::move(r).value();
@@ -192,14 +192,14 @@ TEST_CASE("whole tensors of every rank and dtype read back bit for bit", "[shard
   auto r = s.open();
   for (const auto& t : s.tensors) {
     INFO("tensor " << t.name);
-    const TensorRecord* rec = r->index().find_tensor(t.name);
+    const TensorRecord* rec = r.index().find_tensor(t.name);
     REQUIRE(rec != nullptr);
     CHECK(rec->dtype == t.dtype);
     CHECK(rec->shape == t.shape);
     CHECK(rec->piece_count == t.pieces.size());
     for (ReadCheck v : {ReadCheck::touched, ReadCheck::none}) {
       Bytes8 back(t.data.size() + 1, 0xAB);
-      REQUIRE(r->read_tensor(t.name, back.data(), t.data.size(), v).ok());
+      REQUIRE(r.read_tensor(t.name, back.data(), t.data.size(), v).ok());
       CHECK(std::equal(t.data.begin(), t.data.end(), back.begin()));
       CHECK(back.back() == 0xAB);  // nothing written past the buffer's end
     }
@@ -219,7 +219,7 @@ TEST_CASE("random hyper-rectangular slices match the reference", "[shard_reader]
       const Bytes8 want = extract(t.data, t.shape, t.esize(), off, len);
       Bytes8 got(want.size(), 0xCD);
       const ReadCheck v = i % 5 == 4 ? ReadCheck::none : ReadCheck::touched;
-      REQUIRE(r->read_slice(t.name, off, len, got.data(), got.size(), v).ok());
+      REQUIRE(r.read_slice(t.name, off, len, got.data(), got.size(), v).ok());
       CHECK(got == want);
       ++slices;
       empty += want.empty();
@@ -239,10 +239,10 @@ TEST_CASE("a read verifies exactly the chunks it touches", "[shard_reader]") {
   PieceRecord piece;
   {
     auto r = s.open();
-    const TensorRecord* rec = r->index().find_tensor(name);
-    piece = r->index().pieces[rec->piece_first + piece_no];
+    const TensorRecord* rec = r.index().find_tensor(name);
+    piece = r.index().pieces[rec->piece_first + piece_no];
     REQUIRE(piece.chunk_count > chunk_no + 1);
-    file_offset = r->index().chunks[piece.chunk_first + chunk_no].offset + byte_in_chunk;
+    file_offset = r.index().chunks[piece.chunk_first + chunk_no].offset + byte_in_chunk;
   }
   std::string bytes = ckpt_test::read_file(s.path);
   bytes[file_offset] = static_cast<char>(bytes[file_offset] ^ 0x40);
@@ -285,7 +285,7 @@ TEST_CASE("a read verifies exactly the chunks it touches", "[shard_reader]") {
     INFO("slice at " << shape_string(off) << " shape " << shape_string(len));
     const Bytes8 want = extract(t.data, t.shape, t.esize(), off, len);
     Bytes8 got(want.size());
-    Status st = r->read_slice(name, off, len, got.data(), got.size());
+    Status st = r.read_slice(name, off, len, got.data(), got.size());
     if (touches(off, len)) {
       REQUIRE_FALSE(st.ok());
       CHECK(st.code() == Code::corrupt);
@@ -298,34 +298,34 @@ TEST_CASE("a read verifies exactly the chunks it touches", "[shard_reader]") {
       ++passed;
     }
     // ReadCheck::none never looks at digests and returns the bytes as they are on disk.
-    REQUIRE(r->read_slice(name, off, len, got.data(), got.size(), ReadCheck::none).ok());
+    REQUIRE(r.read_slice(name, off, len, got.data(), got.size(), ReadCheck::none).ok());
     CHECK(got == extract(damaged, t.shape, t.esize(), off, len));
   }
   CHECK(failed > 10);  // both outcomes are exercised
   CHECK(passed > 10);
 
   Bytes8 whole(t.data.size());
-  Status st = r->read_tensor(name, whole.data(), whole.size());
+  Status st = r.read_tensor(name, whole.data(), whole.size());
   CHECK(st.code() == Code::corrupt);
-  REQUIRE(r->read_tensor(name, whole.data(), whole.size(), ReadCheck::none).ok());
+  REQUIRE(r.read_tensor(name, whole.data(), whole.size(), ReadCheck::none).ok());
   CHECK(whole == damaged);
   // Other tensors are untouched by the damage.
   for (const auto& other : s.tensors) {
     if (other.name == name) continue;
     Bytes8 back(other.data.size());
-    CHECK(r->read_tensor(other.name, back.data(), back.size()).ok());
+    CHECK(r.read_tensor(other.name, back.data(), back.size()).ok());
   }
   // Piece-level access agrees.
-  const std::size_t piece_index = r->index().find_tensor(name)->piece_first + piece_no;
+  const std::size_t piece_index = r.index().find_tensor(name)->piece_first + piece_no;
   Bytes8 pbytes(piece.data_length);
-  CHECK(r->read_piece(piece_index, pbytes.data(), pbytes.size()).code() == Code::corrupt);
-  CHECK(r->read_piece(piece_index, pbytes.data(), pbytes.size(), ReadCheck::none).ok());
-  CHECK(r->verify_piece_chunks(piece_index, 0, chunk_no).ok());
-  CHECK(r->verify_piece_chunks(piece_index, chunk_no + 1, piece.chunk_count - chunk_no - 1).ok());
-  CHECK(r->verify_piece_chunks(piece_index, chunk_no, 1).code() == Code::corrupt);
-  CHECK(r->verify_piece_chunks(piece_index, 0, piece.chunk_count + 1).code() == Code::invalid_argument);
-  CHECK(r->map_piece(piece_index).status().code() == Code::corrupt);
-  auto unverified = r->map_piece(piece_index, ReadCheck::none);
+  CHECK(r.read_piece(piece_index, pbytes.data(), pbytes.size()).code() == Code::corrupt);
+  CHECK(r.read_piece(piece_index, pbytes.data(), pbytes.size(), ReadCheck::none).ok());
+  CHECK(r.verify_piece_chunks(piece_index, 0, chunk_no).ok());
+  CHECK(r.verify_piece_chunks(piece_index, chunk_no + 1, piece.chunk_count - chunk_no - 1).ok());
+  CHECK(r.verify_piece_chunks(piece_index, chunk_no, 1).code() == Code::corrupt);
+  CHECK(r.verify_piece_chunks(piece_index, 0, piece.chunk_count + 1).code() == Code::invalid_argument);
+  CHECK(r.map_piece(piece_index).status().code() == Code::corrupt);
+  auto unverified = r.map_piece(piece_index, ReadCheck::none);
   REQUIRE(unverified.ok());
   CHECK(unverified->size() == piece.data_length);
 }
@@ -335,15 +335,15 @@ TEST_CASE("map_piece gives the piece's bytes without copying", "[shard_reader]")
   auto r = s.open();
   const long page = ::sysconf(_SC_PAGESIZE);
   for (const auto& t : s.tensors) {
-    const TensorRecord* rec = r->index().find_tensor(t.name);
+    const TensorRecord* rec = r.index().find_tensor(t.name);
     REQUIRE(rec != nullptr);
     for (std::uint64_t k = 0; k < rec->piece_count; ++k) {
       INFO("tensor " << t.name << " piece " << k);
-      const auto& p = r->index().pieces[rec->piece_first + k];
+      const auto& p = r.index().pieces[rec->piece_first + k];
       const auto& spec = t.pieces[k];
       CHECK(p.offsets == spec.offsets);
       const Bytes8 want = extract(t.data, t.shape, t.esize(), spec.offsets, spec.shape);
-      auto m = r->map_piece(rec->piece_first + k);
+      auto m = r.map_piece(rec->piece_first + k);
       REQUIRE(m.ok());
       REQUIRE(m->size() == want.size());
       if (want.empty()) continue;
@@ -352,11 +352,11 @@ TEST_CASE("map_piece gives the piece's bytes without copying", "[shard_reader]")
       CHECK(reinterpret_cast<std::uintptr_t>(m->data()) % static_cast<std::uintptr_t>(page) ==
             p.data_offset % static_cast<std::uint64_t>(page));
       Bytes8 copy(want.size());
-      REQUIRE(r->read_piece(rec->piece_first + k, copy.data(), copy.size()).ok());
+      REQUIRE(r.read_piece(rec->piece_first + k, copy.data(), copy.size()).ok());
       CHECK(copy == want);
     }
   }
-  CHECK(r->map_piece(r->index().pieces.size()).status().code() == Code::invalid_argument);
+  CHECK(r.map_piece(r.index().pieces.size()).status().code() == Code::invalid_argument);
 }
 
 TEST_CASE("a region the file's pieces do not cover is not_found", "[shard_reader]") {
@@ -370,34 +370,34 @@ TEST_CASE("a region the file's pieces do not cover is not_found", "[shard_reader
     o.chunk_size_log2 = 12;
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
-    REQUIRE((*w)->begin_piece("w", DType::I32, {10, 8}, {0, 0}, {4, 8}).ok());
-    REQUIRE((*w)->write(data.data(), 4 * 8 * 4).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->begin_piece("w", DType::I32, {10, 8}, {6, 0}, {4, 8}).ok());
-    REQUIRE((*w)->write(data.data() + 6 * 8 * 4, 4 * 8 * 4).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->begin_piece("w", DType::I32, {10, 8}, {0, 0}, {4, 8}).ok());
+    REQUIRE(w->write(data.data(), 4 * 8 * 4).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->begin_piece("w", DType::I32, {10, 8}, {6, 0}, {4, 8}).ok());
+    REQUIRE(w->write(data.data() + 6 * 8 * 4, 4 * 8 * 4).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->finish().ok());
   }
   auto r = ShardReader::open(fs, path);
   REQUIRE(r.ok());
   Bytes8 whole(data.size());
-  Status st = (*r)->read_tensor("w", whole.data(), whole.size());
+  Status st = r->read_tensor("w", whole.data(), whole.size());
   CHECK(st.code() == Code::not_found);
   CHECK(st.message().find("'w'") != std::string::npos);
   Bytes8 part(3 * 8 * 4);
-  REQUIRE((*r)->read_slice("w", {1, 0}, {3, 8}, part.data(), part.size()).ok());
+  REQUIRE(r->read_slice("w", {1, 0}, {3, 8}, part.data(), part.size()).ok());
   CHECK(std::equal(part.begin(), part.end(), data.begin() + 8 * 4));
-  REQUIRE((*r)->read_slice("w", {6, 2}, {3, 5}, nullptr, 0).code() == Code::invalid_argument);
+  REQUIRE(r->read_slice("w", {6, 2}, {3, 5}, nullptr, 0).code() == Code::invalid_argument);
   Bytes8 cross(4 * 8 * 4);
-  CHECK((*r)->read_slice("w", {3, 0}, {4, 8}, cross.data(), cross.size()).code() == Code::not_found);
-  CHECK((*r)->read_slice("w", {4, 0}, {2, 8}, cross.data(), 2 * 8 * 4).code() == Code::not_found);
+  CHECK(r->read_slice("w", {3, 0}, {4, 8}, cross.data(), cross.size()).code() == Code::not_found);
+  CHECK(r->read_slice("w", {4, 0}, {2, 8}, cross.data(), 2 * 8 * 4).code() == Code::not_found);
   // The partial read reports how much this file holds: rows 3 and 6 of [3, 7).
-  auto copied = (*r)->read_slice_partial(*(*r)->index().find_tensor("w"), {3, 0}, {4, 8}, cross.data(), ReadCheck::touched);
+  auto copied = r->read_slice_partial(*r->index().find_tensor("w"), {3, 0}, {4, 8}, cross.data(), ReadCheck::touched);
   REQUIRE(copied.ok());
   CHECK(*copied == 2 * 8);
   CHECK(std::equal(cross.begin(), cross.begin() + 8 * 4, data.begin() + 3 * 8 * 4));
   CHECK(std::equal(cross.begin() + 3 * 8 * 4, cross.end(), data.begin() + 6 * 8 * 4));
-  CHECK((*r)->read_tensor("nope", whole.data(), whole.size()).code() == Code::not_found);
+  CHECK(r->read_tensor("nope", whole.data(), whole.size()).code() == Code::not_found);
 }
 
 TEST_CASE("scalars and zero-size tensors read like any other", "[shard_reader]") {
@@ -405,24 +405,24 @@ TEST_CASE("scalars and zero-size tensors read like any other", "[shard_reader]")
   auto r = s.open();
   const TensorSpec& scalar = *std::find_if(s.tensors.begin(), s.tensors.end(), [](const auto& x) { return x.name == "scalar"; });
   Bytes8 v(8);
-  REQUIRE(r->read_tensor("scalar", v.data(), v.size()).ok());
+  REQUIRE(r.read_tensor("scalar", v.data(), v.size()).ok());
   CHECK(v == scalar.data);
-  REQUIRE(r->read_slice("scalar", {}, {}, v.data(), v.size()).ok());
+  REQUIRE(r.read_slice("scalar", {}, {}, v.data(), v.size()).ok());
   CHECK(v == scalar.data);
-  CHECK(r->read_slice("scalar", {0}, {1}, v.data(), v.size()).code() == Code::invalid_argument);
-  CHECK(r->read_tensor("scalar", v.data(), 4).code() == Code::invalid_argument);
+  CHECK(r.read_slice("scalar", {0}, {1}, v.data(), v.size()).code() == Code::invalid_argument);
+  CHECK(r.read_tensor("scalar", v.data(), 4).code() == Code::invalid_argument);
 
-  const TensorRecord* empty = r->index().find_tensor("empty");
+  const TensorRecord* empty = r.index().find_tensor("empty");
   REQUIRE(empty != nullptr);
   CHECK(empty->piece_count == 2);
   for (std::uint64_t k = 0; k < empty->piece_count; ++k) {
-    CHECK(r->index().pieces[empty->piece_first + k].data_length == 0);
-    CHECK(r->index().pieces[empty->piece_first + k].chunk_count == 0);
+    CHECK(r.index().pieces[empty->piece_first + k].data_length == 0);
+    CHECK(r.index().pieces[empty->piece_first + k].chunk_count == 0);
   }
-  REQUIRE(r->read_tensor("empty", nullptr, 0).ok());
-  REQUIRE(r->read_slice("empty", {1, 0, 1}, {2, 0, 2}, nullptr, 0).ok());
-  CHECK(r->read_slice("empty", {1, 0, 1}, {2, 1, 2}, nullptr, 0).code() == Code::invalid_argument);
-  auto m = r->map_piece(empty->piece_first);
+  REQUIRE(r.read_tensor("empty", nullptr, 0).ok());
+  REQUIRE(r.read_slice("empty", {1, 0, 1}, {2, 0, 2}, nullptr, 0).ok());
+  CHECK(r.read_slice("empty", {1, 0, 1}, {2, 1, 2}, nullptr, 0).code() == Code::invalid_argument);
+  auto m = r.map_piece(empty->piece_first);
   REQUIRE(m.ok());
   CHECK(m->size() == 0);
 }
@@ -445,10 +445,10 @@ TEST_CASE("slices out of range or with the wrong buffer are invalid_argument", "
   };
   for (const auto& row : rows) {
     INFO("slice at " << shape_string(row.off) << " shape " << shape_string(row.len));
-    CHECK(r->read_slice("r2", row.off, row.len, buf.data(), row.size).code() == Code::invalid_argument);
+    CHECK(r.read_slice("r2", row.off, row.len, buf.data(), row.size).code() == Code::invalid_argument);
   }
-  CHECK(r->read_piece(r->index().pieces.size(), buf.data(), 1).code() == Code::invalid_argument);
-  CHECK(r->read_piece(0, buf.data(), 1).code() == Code::invalid_argument);
+  CHECK(r.read_piece(r.index().pieces.size(), buf.data(), 1).code() == Code::invalid_argument);
+  CHECK(r.read_piece(0, buf.data(), 1).code() == Code::invalid_argument);
 }
 
 TEST_CASE("chunks larger than one read are verified whole, in place and through scratch", "[shard_reader]") {
@@ -462,8 +462,8 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
     o.chunk_size_log2 = 20;
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
-    REQUIRE((*w)->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
+    REQUIRE(w->finish().ok());
   }
   struct Slice { std::uint64_t off, len; };
   const Slice slices[] = {{0, data.size()}, {0, mib}, {mib, mib}, {10, 1000}, {mib - 5, 10}, {mib + 300000, 5},
@@ -474,10 +474,10 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
     for (const auto& s : slices) {
       INFO("slice [" << s.off << ", +" << s.len << ")");
       Bytes8 got(s.len);
-      REQUIRE((*r)->read_slice("w", {s.off}, {s.len}, got.data(), got.size()).ok());
+      REQUIRE(r->read_slice("w", {s.off}, {s.len}, got.data(), got.size()).ok());
       CHECK(std::equal(got.begin(), got.end(), data.begin() + static_cast<std::ptrdiff_t>(s.off)));
     }
-    CHECK((*r)->verify_piece_chunks(0, 0, 4).ok());
+    CHECK(r->verify_piece_chunks(0, 0, 4).ok());
   }
   // Damage chunk 1 past its first 256 KiB.
   std::string bytes = ckpt_test::read_file(path);
@@ -490,7 +490,7 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
     INFO("slice [" << s.off << ", +" << s.len << ")");
     const bool touches = s.off < 2 * mib && s.off + s.len > mib;
     Bytes8 got(s.len);
-    const Status st = (*r)->read_slice("w", {s.off}, {s.len}, got.data(), got.size());
+    const Status st = r->read_slice("w", {s.off}, {s.len}, got.data(), got.size());
     if (touches) {
       CHECK(st.code() == Code::corrupt);
       CHECK(st.message().find("tensor 'w' piece 0 chunk 1 ") != std::string::npos);
@@ -500,11 +500,11 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
     }
   }
   Bytes8 whole(data.size());
-  CHECK((*r)->read_piece(0, whole.data(), whole.size()).code() == Code::corrupt);
-  REQUIRE((*r)->read_piece(0, whole.data(), whole.size(), ReadCheck::none).ok());
+  CHECK(r->read_piece(0, whole.data(), whole.size()).code() == Code::corrupt);
+  REQUIRE(r->read_piece(0, whole.data(), whole.size(), ReadCheck::none).ok());
   CHECK(whole[damaged - 4096] == (data[damaged - 4096] ^ 0x02));
-  CHECK((*r)->verify_piece_chunks(0, 0, 1).ok());
-  CHECK((*r)->verify_piece_chunks(0, 2, 2).ok());
-  CHECK((*r)->verify_piece_chunks(0, 1, 1).code() == Code::corrupt);
-  CHECK((*r)->map_piece(0).status().code() == Code::corrupt);
+  CHECK(r->verify_piece_chunks(0, 0, 1).ok());
+  CHECK(r->verify_piece_chunks(0, 2, 2).ok());
+  CHECK(r->verify_piece_chunks(0, 1, 1).code() == Code::corrupt);
+  CHECK(r->map_piece(0).status().code() == Code::corrupt);
 }

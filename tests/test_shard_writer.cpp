@@ -28,15 +28,15 @@ TEST_CASE("a tensor written whole reads back bit for bit", "[shard_writer]") {
     o.chunk_size_log2 = 12;
     auto w = ShardWriter::create(fs, dir.file("a.ckpt"), o);
     REQUIRE(w.ok());
-    REQUIRE((*w)->add_tensor("w", DType::F32, {3, 5000}, data.data(), data.size()).ok());
-    auto s = (*w)->finish();
+    REQUIRE(w->add_tensor("w", DType::F32, {3, 5000}, data.data(), data.size()).ok());
+    auto s = w->finish();
     REQUIRE(s.ok());
     CHECK(s->chunk_count == (data.size() + 4095) / 4096);
   }
   auto r = ShardReader::open(fs, dir.file("a.ckpt"));
   REQUIRE(r.ok());
   std::vector<unsigned char> back(data.size());
-  REQUIRE((*r)->read_tensor("w", back.data(), back.size()).ok());
+  REQUIRE(r->read_tensor("w", back.data(), back.size()).ok());
   CHECK(back == data);
 }
 
@@ -214,27 +214,27 @@ Status save_plan(Fs& fs, const std::string& path, const std::vector<TensorPlan>&
   for (const auto& t : plan) {
     const std::uint64_t rows = t.size / 2;  // U16 rows of one element: a half is whole rows
     if (t.write_size == 0) {
-      CKPT_TRY(w->add_tensor(t.name, DType::U16, {rows}, data, t.size));
-      if (chunks) chunks->insert(chunks->end(), w->last_piece_chunks().begin(), w->last_piece_chunks().end());
+      CKPT_TRY(w.add_tensor(t.name, DType::U16, {rows}, data, t.size));
+      if (chunks) chunks->insert(chunks->end(), w.last_piece_chunks().begin(), w.last_piece_chunks().end());
       data += t.size;
       continue;
     }
     const std::uint64_t first = t.two_pieces ? rows / 2 : rows;
     for (const auto& [offset, count] : {std::make_pair(std::uint64_t{0}, first), std::make_pair(first, rows - first)}) {
       if (count == 0) continue;
-      CKPT_TRY(w->begin_piece(t.name, DType::U16, {rows}, {offset}, {count}));
+      CKPT_TRY(w.begin_piece(t.name, DType::U16, {rows}, {offset}, {count}));
       for (std::size_t done = 0; done < 2 * count;) {
         const std::size_t n = std::min<std::size_t>(t.write_size, 2 * count - done);
-        CKPT_TRY(w->write(data, n));
+        CKPT_TRY(w.write(data, n));
         data += n;
         done += n;
       }
-      CKPT_TRY(w->end_piece());
-      if (chunks) chunks->insert(chunks->end(), w->last_piece_chunks().begin(), w->last_piece_chunks().end());
+      CKPT_TRY(w.end_piece());
+      if (chunks) chunks->insert(chunks->end(), w.last_piece_chunks().begin(), w.last_piece_chunks().end());
     }
   }
-  CKPT_TRY(w->set_metadata("step", Value(42)));
-  CKPT_ASSIGN_OR_RETURN(auto s, w->finish());
+  CKPT_TRY(w.set_metadata("step", Value(42)));
+  CKPT_ASSIGN_OR_RETURN(auto s, w.finish());
   if (summary) *summary = s;
   return Status();
 }
@@ -258,7 +258,7 @@ void check_reads_back(Fs& fs, const std::string& path, const std::vector<TensorP
   const unsigned char* data = source_bytes().data();
   for (const auto& t : plan) {
     std::vector<unsigned char> back(t.size);
-    REQUIRE((*r)->read_tensor(t.name, back.data(), back.size()).ok());
+    REQUIRE(r->read_tensor(t.name, back.data(), back.size()).ok());
     CHECK(std::equal(back.begin(), back.end(), data));
     data += t.size;
   }
@@ -436,17 +436,17 @@ TEST_CASE("write() returns only when the caller's bytes are copied or written", 
     for (const auto& t : plan) {
       staging.assign(data, data + t.size);
       const std::size_t step = t.write_size == 0 ? t.size : t.write_size;
-      REQUIRE((*w)->begin_piece(t.name, DType::U16, {t.size / 2}, {0}, {t.size / 2}).ok());
+      REQUIRE(w->begin_piece(t.name, DType::U16, {t.size / 2}, {0}, {t.size / 2}).ok());
       for (std::size_t done = 0; done < t.size;) {
         const std::size_t n = std::min(step, t.size - done);
-        REQUIRE((*w)->write(staging.data() + done, n).ok());
+        REQUIRE(w->write(staging.data() + done, n).ok());
         std::fill(staging.begin() + done, staging.begin() + done + n, 0xA5);  // reused at once
         done += n;
       }
-      REQUIRE((*w)->end_piece().ok());
+      REQUIRE(w->end_piece().ok());
       data += t.size;
     }
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->finish().ok());
     check_reads_back(sim, "/ckpt/m.ckpt", plan);
   }
 }
@@ -469,8 +469,8 @@ TEST_CASE("an exception thrown inside the Fs on the I/O thread reaches the calle
     CHECK(thrown);
     CHECK(throwing.pwrite_threads().size() == 3);  // nothing was written after the one that threw
     // The writer that threw is gone and took its file; the other one still works.
-    REQUIRE((*w)->add_tensor("x", DType::U8, {5}, source_bytes().data(), 5).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("x", DType::U8, {5}, source_bytes().data(), 5).ok());
+    REQUIRE(w->finish().ok());
   }
   CHECK(*sim.list_dir("/ckpt") == std::vector<std::string>{"m.ckpt"});
   CHECK(throwing.most_at_once() == 1);
@@ -486,7 +486,7 @@ TEST_CASE("a writer abandoned with writes queued makes them, then removes its fi
     {
       auto w = ShardWriter::create(fs, "/ckpt/m.ckpt", options_for(kLarge, pipeline));
       REQUIRE(w.ok());
-      REQUIRE((*w)->add_tensor("t", DType::U8, {std::size_t{13} << 20}, source_bytes().data(), std::size_t{13} << 20).ok());
+      REQUIRE(w->add_tensor("t", DType::U8, {std::size_t{13} << 20}, source_bytes().data(), std::size_t{13} << 20).ok());
     }
     logs[pipeline] = fs.log();
     REQUIRE(logs[pipeline].size() >= 3);

@@ -177,15 +177,15 @@ TEST_CASE("a save across 4 ranks reads back bit-identical at 1, 2, 3 and 4 ranks
   CHECK(latest->files.size() == 4);
   auto reader = (*store)->open_latest();
   REQUIRE(reader.ok());
-  CHECK((*reader)->shard_count() == 4);
+  CHECK(reader->shard_count() == 4);
   // Rank 0's state, with the optimizer tensor that only rank 1 listed.
-  CHECK((*reader)->state().rng == "rng of rank 0");
-  CHECK((*reader)->state().optimizer_tensors == std::vector<std::string>{"adam.m/emb"});
+  CHECK(reader->state().rng == "rng of rank 0");
+  CHECK(reader->state().optimizer_tensors == std::vector<std::string>{"adam.m/emb"});
   // The replicated tensor and the scalar were written once, by rank 0.
-  CHECK((*reader)->shard(0).index().find_tensor("norm") != nullptr);
-  for (std::size_t r = 1; r < 4; ++r) CHECK((*reader)->shard(r).index().find_tensor("norm") == nullptr);
-  CHECK((*reader)->shard(3).index().find_tensor("tiny") == nullptr);  // rank 3 held none of it
-  for (std::uint32_t world = 1; world <= 4; ++world) check_load_at(**reader, world, 7);
+  CHECK(reader->shard(0).index().find_tensor("norm") != nullptr);
+  for (std::size_t r = 1; r < 4; ++r) CHECK(reader->shard(r).index().find_tensor("norm") == nullptr);
+  CHECK(reader->shard(3).index().find_tensor("tiny") == nullptr);  // rank 3 held none of it
+  for (std::uint32_t world = 1; world <= 4; ++world) check_load_at(*reader, world, 7);
   CHECK((*store)->verify_step(7).value().ok());
 }
 
@@ -411,35 +411,35 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   }
   auto src = Checkpoint::open(fs, a);
   REQUIRE(src.ok());
-  CHECK((*src)->kind() == Checkpoint::Kind::step);
-  CHECK((*src)->world_size() == 4);
+  CHECK(src->kind() == Checkpoint::Kind::step);
+  CHECK(src->world_size() == 4);
   ReshardOptions options;
   options.world_size = 3;
   options.block_size = 4096;
   options.store = small_options();
   options.rules = {*parse_split_rule("attn.*=2"), *parse_split_rule("tiny=replicate")};
-  auto to3 = reshard_to_store(fs, **src, b, options);
+  auto to3 = reshard_to_store(fs, *src, b, options);
   REQUIRE(to3.ok());
   CHECK(to3->step.step == 9);
   CHECK(to3->world_size == 3);
   auto mid = Checkpoint::open(fs, b + "/" + to3->step.dir);  // a step directory
   REQUIRE(mid.ok());
-  CHECK((*mid)->world_size() == 3);
+  CHECK(mid->world_size() == 3);
   options.world_size = 4;
   options.rules.clear();
-  auto to4 = reshard_to_store(fs, **mid, c, options);
+  auto to4 = reshard_to_store(fs, *mid, c, options);
   REQUIRE(to4.ok());
   const std::string merged = dir.file("merged.ckpt");
   auto last = Checkpoint::open(fs, c);
   REQUIRE(last.ok());
-  auto m = merge_to_file(fs, {last->get()}, {}, merged, MergeOptions{});
+  auto m = merge_to_file(fs, {&*last}, {}, merged, MergeOptions{});
   REQUIRE(m.ok());
   CHECK(m->tensors == specs().size());
   auto single = Checkpoint::open(fs, merged);
   REQUIRE(single.ok());
-  CHECK((*single)->kind() == Checkpoint::Kind::file);
+  CHECK(single->kind() == Checkpoint::Kind::file);
   // Every tensor, whole, from every stage equals the original.
-  for (auto* s : {src->get(), mid->get(), last->get(), single->get()}) {
+  for (auto* s : {&*src, &*mid, &*last, &*single}) {
     for (const auto& t : specs()) {
       INFO(s->description() << " tensor " << t.name);
       const auto expected = global_bytes(t, 9);
@@ -457,13 +457,13 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   REQUIRE(b_store.ok());
   auto b_reader = (*b_store)->open_latest();
   REQUIRE(b_reader.ok());
-  const auto& shard1 = (*b_reader)->shard(1).index();
+  const auto& shard1 = b_reader->shard(1).index();
   const TensorRecord* attn = shard1.find_tensor("attn.w");
   REQUIRE(attn != nullptr);
   CHECK(shard1.pieces[attn->piece_first].offsets == Shape{0, 0, 1});
   CHECK(shard1.pieces[attn->piece_first].shape == Shape{5, 7, 1});
   CHECK(shard1.find_tensor("tiny") == nullptr);
-  CHECK((*b_reader)->shard(0).index().find_tensor("tiny") != nullptr);
+  CHECK(b_reader->shard(0).index().find_tensor("tiny") != nullptr);
 }
 
 TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
@@ -476,8 +476,8 @@ TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
     auto w = ShardWriter::create(fs, file, wo);
     REQUIRE(w.ok());
     const auto bytes = ckpt_test::random_bytes(64 << 10, 5);
-    REQUIRE((*w)->add_tensor("big", DType::U8, {64, 1024}, bytes.data(), bytes.size()).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("big", DType::U8, {64, 1024}, bytes.data(), bytes.size()).ok());
+    REQUIRE(w->finish().ok());
   }
   {
     std::string content = ckpt_test::read_file(file);
@@ -489,7 +489,7 @@ TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
   ReshardOptions options;
   options.world_size = 4;
   options.store = small_options();
-  auto r = reshard_to_store(fs, **src, dir.file("out"), options);
+  auto r = reshard_to_store(fs, *src, dir.file("out"), options);
   CHECK(r.status().code() == Code::corrupt);
   CHECK(r.status().message().find("tensor 'big'") != std::string::npos);
   auto store = Store::open(fs, dir.file("out"), Access::read_only);
@@ -508,7 +508,7 @@ TEST_CASE("a source opens a file, a store or a step directory, and refuses anyth
   }
   auto store = Checkpoint::open(fs, dir.file("s") + "/");
   REQUIRE(store.ok());
-  CHECK((*store)->description().find("step 4 (txn 1, 2 shards)") != std::string::npos);
+  CHECK(store->description().find("step 4 (txn 1, 2 shards)") != std::string::npos);
   // One shard file of that step holds only part of its tensors: not a checkpoint on its own.
   const std::string shard = dir.file("s") + "/step-4-1/shard-00000-of-00002.ckpt";
   auto part = Checkpoint::open(fs, shard);
@@ -542,20 +542,20 @@ TEST_CASE("a checkpoint opens the step a selector names, and refuses a step its 
   }
   auto latest = Checkpoint::open(fs, dir.file("s"));
   REQUIRE(latest.ok());
-  CHECK((*latest)->step() == std::optional<std::uint64_t>(6));
+  CHECK(latest->step() == std::optional<std::uint64_t>(6));
   StepSelector four;
   four.step = 4;
   auto older = Checkpoint::open(fs, dir.file("s"), four);
   REQUIRE(older.ok());
-  CHECK((*older)->step() == std::optional<std::uint64_t>(4));
-  CHECK((*older)->kind() == Checkpoint::Kind::step);
+  CHECK(older->step() == std::optional<std::uint64_t>(4));
+  CHECK(older->kind() == Checkpoint::Kind::step);
   StepSelector five;
   five.step = 5;
   CHECK(Checkpoint::open(fs, dir.file("s"), five).status().code() == Code::not_found);
   // A step directory holds one step: asking it for another is a usage error.
   auto dir_ok = Checkpoint::open(fs, dir.file("s") + "/step-4-1", four);
   REQUIRE(dir_ok.ok());
-  CHECK((*dir_ok)->step() == std::optional<std::uint64_t>(4));
+  CHECK(dir_ok->step() == std::optional<std::uint64_t>(4));
   auto dir_other = Checkpoint::open(fs, dir.file("s") + "/step-4-1", five);
   CHECK(dir_other.status().code() == Code::invalid_argument);
   CHECK(dir_other.status().message().find("holds step 4") != std::string::npos);
@@ -569,14 +569,14 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
     auto w = ShardWriter::create(fs, path, WriterOptions{});
     REQUIRE(w.ok());
     std::vector<unsigned char> bytes(16, fill);
-    REQUIRE((*w)->add_tensor("w", DType::U8, {16}, bytes.data(), bytes.size()).ok());
-    REQUIRE((*w)->add_tensor("adam.m/w", DType::U8, {16}, bytes.data(), bytes.size()).ok());
-    REQUIRE((*w)->set_metadata("run", Value(std::string(1, static_cast<char>('a' + fill)))).ok());
+    REQUIRE(w->add_tensor("w", DType::U8, {16}, bytes.data(), bytes.size()).ok());
+    REQUIRE(w->add_tensor("adam.m/w", DType::U8, {16}, bytes.data(), bytes.size()).ok());
+    REQUIRE(w->set_metadata("run", Value(std::string(1, static_cast<char>('a' + fill)))).ok());
     TrainingState st;
     st.step = step;
     st.optimizer_tensors = {"adam.m/w"};
-    REQUIRE((*w)->set_metadata(std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(st)})).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->set_metadata(std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(st)})).ok());
+    REQUIRE(w->finish().ok());
   };
   make(dir.file("a.ckpt"), 1, 100);
   make(dir.file("b.ckpt"), 2, 200);
@@ -584,12 +584,12 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
   auto b = Checkpoint::open(fs, dir.file("b.ckpt"));
   REQUIRE(a.ok());
   REQUIRE(b.ok());
-  const std::vector<Checkpoint*> both = {a->get(), b->get()};
+  const std::vector<Checkpoint*> both = {&*a, &*b};
   auto read_all = [&](const std::string& path, const std::string& name) {
     auto s = Checkpoint::open(fs, path);
     REQUIRE(s.ok());
     std::vector<unsigned char> v(16);
-    REQUIRE((*s)->read_slice(name, {0}, {16}, v.data(), v.size()).ok());
+    REQUIRE(s->read_slice(name, {0}, {16}, v.data(), v.size()).ok());
     return v[0];
   };
 
@@ -611,8 +611,8 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
       CHECK(read_all(dir.file("out.ckpt"), "w") == want);
       auto out = Checkpoint::open(fs, dir.file("out.ckpt"));
       REQUIRE(out.ok());
-      CHECK((*out)->state()->step == (policy == ConflictPolicy::first ? 100u : 200u));
-      CHECK((*out)->metadata(ConflictPolicy::error)->at(0).value.as_string() == std::string(1, static_cast<char>('a' + want)));
+      CHECK(out->state()->step == (policy == ConflictPolicy::first ? 100u : 200u));
+      CHECK(out->metadata(ConflictPolicy::error)->at(0).value.as_string() == std::string(1, static_cast<char>('a' + want)));
     }
   }
   SECTION("weights from one, optimizer state from the other") {
@@ -625,7 +625,7 @@ TEST_CASE("merge combines checkpoints and resolves conflicts by policy", "[shard
     CHECK(read_all(dir.file("mix.ckpt"), "adam.m/w") == 2);
     auto out = Checkpoint::open(fs, dir.file("mix.ckpt"));
     REQUIRE(out.ok());
-    CHECK((*out)->state()->optimizer_tensors == std::vector<std::string>{"adam.m/w"});
+    CHECK(out->state()->optimizer_tensors == std::vector<std::string>{"adam.m/w"});
   }
   SECTION("an existing output is kept unless overwrite is asked") {
     ckpt_test::write_file(dir.file("keep.ckpt"), "precious");
@@ -662,11 +662,11 @@ TEST_CASE("ckpt-reshard and ckpt-merge round trip a store through the command li
   REQUIRE(ckpt_test::run_command(kReshard + " " + dir.file("m.ckpt") + " -o " + dir.file("c") + " --world-size 4 --json > " + out) == 0);
   auto c = Checkpoint::open(fs, dir.file("c"));
   REQUIRE(c.ok());
-  CHECK((*c)->world_size() == 4);
+  CHECK(c->world_size() == 4);
   for (const auto& t : specs()) {
     const auto expected = global_bytes(t, 5);
     std::vector<unsigned char> got(expected.size());
-    REQUIRE((*c)->read_slice(t.name, Shape(t.shape.size(), 0), t.shape, got.data(), got.size()).ok());
+    REQUIRE(c->read_slice(t.name, Shape(t.shape.size(), 0), t.shape, got.data(), got.size()).ok());
     CHECK(got == expected);
   }
 }
@@ -679,8 +679,8 @@ TEST_CASE("ckpt-reshard and ckpt-merge answer bad input with exit 2 and damage w
     auto w = ShardWriter::create(fs, in, WriterOptions{});
     REQUIRE(w.ok());
     const auto bytes = ckpt_test::random_bytes(8192, 3);
-    REQUIRE((*w)->add_tensor("t", DType::U8, {8192}, bytes.data(), bytes.size()).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("t", DType::U8, {8192}, bytes.data(), bytes.size()).ok());
+    REQUIRE(w->finish().ok());
   }
   const std::string quiet = " > /dev/null 2>&1";
   struct Row {

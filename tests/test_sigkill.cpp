@@ -93,10 +93,10 @@ std::string check_step(Store& store, const StepInfo& info) {
   auto reader = store.open_step(info);
   if (!reader.ok()) return where + reader.status().to_string();
   std::vector<float> w(kWeights);
-  if (Status s = (*reader)->read_tensor("w", w.data(), w.size() * sizeof(float)); !s.ok()) return where + s.to_string();
+  if (Status s = reader->read_tensor("w", w.data(), w.size() * sizeof(float)); !s.ok()) return where + s.to_string();
   const auto want = weights_of(info.step);
   if (std::memcmp(w.data(), want.data(), w.size() * sizeof(float)) != 0) return where + "tensor w differs";
-  if ((*reader)->state().rng != rng_of(info.step) || (*reader)->state().data.offset != info.step * 32)
+  if (reader->state().rng != rng_of(info.step) || reader->state().data.offset != info.step * 32)
     return where + "training state differs";
   auto v = store.verify_step(info.step);
   if (!v.ok()) return where + v.status().to_string();

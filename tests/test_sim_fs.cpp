@@ -774,16 +774,16 @@ Status save(Fs& fs, const std::string& path, WriterOptions o) {
   CKPT_ASSIGN_OR_RETURN(auto w, ShardWriter::create(fs, path, o));
   // Streamed in 1500-byte calls, so the 4 KiB buffer makes one write per flush.
   const auto stream = [&](const char* name, DType dtype, const Shape& shape, const std::vector<unsigned char>& bytes) {
-    CKPT_TRY(w->begin_piece(name, dtype, shape, Shape(shape.size(), 0), shape));
+    CKPT_TRY(w.begin_piece(name, dtype, shape, Shape(shape.size(), 0), shape));
     for (std::size_t at = 0; at < bytes.size(); at += 1500)
-      CKPT_TRY(w->write(bytes.data() + at, std::min<std::size_t>(1500, bytes.size() - at)));
-    return w->end_piece();
+      CKPT_TRY(w.write(bytes.data() + at, std::min<std::size_t>(1500, bytes.size() - at)));
+    return w.end_piece();
   };
   CKPT_TRY(stream("w", DType::F32, {6, 1024}, payload().w));
-  CKPT_TRY(w->add_tensor("b", DType::F32, {1000}, payload().b.data(), payload().b.size()));
+  CKPT_TRY(w.add_tensor("b", DType::F32, {1000}, payload().b.data(), payload().b.size()));
   CKPT_TRY(stream("e", DType::U8, {3 * 4096 + 100}, payload().e));
-  CKPT_TRY(w->set_metadata("step", Value(std::int64_t{42})));
-  auto summary = w->finish();
+  CKPT_TRY(w.set_metadata("step", Value(std::int64_t{42})));
+  auto summary = w.finish();
   return summary.ok() ? Status() : summary.status();
 }
 

@@ -240,7 +240,7 @@ TEST_CASE("a step opened by StepReader verifies through it, each shard once", "[
     asked.push_back(path);
     return verify_file(t.fs, path);
   };
-  StepVerifyReport r = verify_step(**reader, counting);
+  StepVerifyReport r = verify_step(*reader, counting);
   CHECK(r.ok());
   CHECK(asked == std::vector<std::string>{t.shard1});
   CHECK(r.step.step == 1);
@@ -250,7 +250,7 @@ TEST_CASE("a step opened by StepReader verifies through it, each shard once", "[
   std::string b = ckpt_test::read_file(t.shard1);
   b[128 + 10] = static_cast<char>(b[128 + 10] ^ 1);
   ckpt_test::write_file(t.shard1, b);
-  r = verify_step(**reader, cpu_file_verifier(t.fs));
+  r = verify_step(*reader, cpu_file_verifier(t.fs));
   const auto problems = all_problems(r);
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].region == "data");

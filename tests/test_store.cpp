@@ -57,11 +57,11 @@ void check_step(Store& store, std::uint64_t step) {
   INFO(reader.status().to_string());
   REQUIRE(reader.ok());
   std::vector<float> w(kElems), m(kElems);
-  REQUIRE((*reader)->read_tensor("w", w.data(), w.size() * 4).ok());
-  REQUIRE((*reader)->read_tensor("adam.m/w", m.data(), m.size() * 4).ok());
+  REQUIRE(reader->read_tensor("w", w.data(), w.size() * 4).ok());
+  REQUIRE(reader->read_tensor("adam.m/w", m.data(), m.size() * 4).ok());
   CHECK(w == weights(step));
   CHECK(m == weights(step + 1));
-  const TrainingState& st = (*reader)->state();
+  const TrainingState& st = reader->state();
   CHECK(st.step == step);
   CHECK(st.rng == "rng-" + std::to_string(step));
   CHECK(st.data == DataPosition{step / 10, step * 32, "loader"});
@@ -137,8 +137,8 @@ TEST_CASE("commit makes a step that steps, latest, find and open_step see", "[st
   for (const std::uint64_t step : {100, 200, 300}) check_step(**store, step);
   auto latest = (*store)->open_latest();
   REQUIRE(latest.ok());
-  CHECK((*latest)->tensor_names() == std::vector<std::string>{"adam.m/w", "w"});
-  CHECK((*latest)->manifest().world_size == 1);
+  CHECK(latest->tensor_names() == std::vector<std::string>{"adam.m/w", "w"});
+  CHECK(latest->manifest().world_size == 1);
   auto verified = (*store)->verify_step(300);
   REQUIRE(verified.ok());
   CHECK(verified->ok());
@@ -269,7 +269,7 @@ TEST_CASE("a reader sees only committed steps while a transaction is open", "[st
   auto step2 = (*reader)->open_step(2);
   REQUIRE(step2.ok());
   std::vector<float> back(kElems);
-  REQUIRE((*step2)->read_tensor("w", back.data(), back.size() * 4).ok());
+  REQUIRE(step2->read_tensor("w", back.data(), back.size() * 4).ok());
   CHECK(back == w);
 }
 
@@ -552,7 +552,7 @@ TEST_CASE("opening a step checks the manifest and shards it names; verify_step c
   auto reader = (*store)->open_step(1);
   REQUIRE(reader.ok());
   std::vector<float> w(kElems);
-  CHECK((*reader)->read_tensor("w", w.data(), w.size() * 4).code() == Code::corrupt);
+  CHECK(reader->read_tensor("w", w.data(), w.size() * 4).code() == Code::corrupt);
   auto v = (*store)->verify_step(1);
   REQUIRE(v.ok());
   CHECK_FALSE(v->ok());
@@ -693,7 +693,7 @@ TEST_CASE("the commit takes the shard's pieces from its writer, and can verify t
     auto reader = (*store)->open_step(7);
     REQUIRE(reader.ok());
     std::vector<float> back(kElems);
-    REQUIRE((*reader)->read_tensor("direct", back.data(), back.size() * 4).ok());
+    REQUIRE(reader->read_tensor("direct", back.data(), back.size() * 4).ok());
     CHECK(back == w);
   }
 }
@@ -866,7 +866,7 @@ TEST_CASE("a commit refused for bad training state leaves the transaction open t
   REQUIRE(r.ok());
   auto reader = (*store)->open_step(5);
   REQUIRE(reader.ok());
-  CHECK((*reader)->state().step == 5);
+  CHECK(reader->state().step == 5);
 }
 
 TEST_CASE("closing a store aborts the transaction still open in it", "[store]") {

@@ -52,28 +52,28 @@ struct Fixture {
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const auto big = ckpt_test::random_bytes(3 * 2500 * 4, 11);
-    REQUIRE((*w)->add_tensor("big", DType::F32, {3, 2500}, big.data(), big.size()).ok());
+    REQUIRE(w->add_tensor("big", DType::F32, {3, 2500}, big.data(), big.size()).ok());
     const auto lower = ckpt_test::random_bytes(3 * 1000 * 2, 12), upper = ckpt_test::random_bytes(3 * 1000 * 2, 13);
-    REQUIRE((*w)->begin_piece("sharded", DType::I16, {6, 1000}, {3, 0}, {3, 1000}).ok());
-    REQUIRE((*w)->write(upper.data(), upper.size()).ok());
-    REQUIRE((*w)->end_piece().ok());
+    REQUIRE(w->begin_piece("sharded", DType::I16, {6, 1000}, {3, 0}, {3, 1000}).ok());
+    REQUIRE(w->write(upper.data(), upper.size()).ok());
+    REQUIRE(w->end_piece().ok());
     const double pi = 3.14159;
-    REQUIRE((*w)->add_tensor("scalar", DType::F64, {}, &pi, sizeof pi).ok());
-    REQUIRE((*w)->begin_piece("sharded", DType::I16, {6, 1000}, {0, 0}, {3, 1000}).ok());
-    REQUIRE((*w)->write(lower.data(), lower.size()).ok());
-    REQUIRE((*w)->end_piece().ok());
-    REQUIRE((*w)->add_tensor("empty", DType::U8, {0, 7}, nullptr, 0).ok());
-    REQUIRE((*w)->set_metadata("step", Value(std::int64_t{1234})).ok());
-    REQUIRE((*w)->set_metadata("lr", Value(0.25)).ok());
-    REQUIRE((*w)->set_metadata("done", Value(true)).ok());
-    REQUIRE((*w)->set_metadata("run", Value("resnet-7")).ok());
-    REQUIRE((*w)->set_metadata("rng", Value(Bytes{std::string(40, '\x7f')})).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("scalar", DType::F64, {}, &pi, sizeof pi).ok());
+    REQUIRE(w->begin_piece("sharded", DType::I16, {6, 1000}, {0, 0}, {3, 1000}).ok());
+    REQUIRE(w->write(lower.data(), lower.size()).ok());
+    REQUIRE(w->end_piece().ok());
+    REQUIRE(w->add_tensor("empty", DType::U8, {0, 7}, nullptr, 0).ok());
+    REQUIRE(w->set_metadata("step", Value(std::int64_t{1234})).ok());
+    REQUIRE(w->set_metadata("lr", Value(0.25)).ok());
+    REQUIRE(w->set_metadata("done", Value(true)).ok());
+    REQUIRE(w->set_metadata("run", Value("resnet-7")).ok());
+    REQUIRE(w->set_metadata("rng", Value(Bytes{std::string(40, '\x7f')})).ok());
+    REQUIRE(w->finish().ok());
     bytes = ckpt_test::read_file(path);
     auto r = ShardReader::open(fs, path);
     REQUIRE(r.ok());
-    index = (*r)->index();
-    footer = (*r)->footer();
+    index = r->index();
+    footer = r->footer();
 
     const std::uint64_t size = bytes.size();
     regions["superblock"] = {0, format::kSuperblockSize};
@@ -401,8 +401,8 @@ TEST_CASE("every damaged chunk is reported once, in file order, by any number of
     o.chunk_size_log2 = chunk_log2;
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
-    REQUIRE((*w)->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
-    REQUIRE((*w)->finish().ok());
+    REQUIRE(w->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
+    REQUIRE(w->finish().ok());
   }
   std::string bytes = ckpt_test::read_file(path);
   const std::uint64_t chunks = data.size() >> chunk_log2;
@@ -491,8 +491,8 @@ std::string write_big_shard(const std::string& path) {
   auto w = ShardWriter::create(fs, path, o);
   REQUIRE(w.ok());
   const auto data = ckpt_test::random_bytes(std::size_t{12} << 20, 99);
-  REQUIRE((*w)->add_tensor("big", DType::U8, {data.size()}, data.data(), data.size()).ok());
-  REQUIRE((*w)->finish().ok());
+  REQUIRE(w->add_tensor("big", DType::U8, {data.size()}, data.data(), data.size()).ok());
+  REQUIRE(w->finish().ok());
   return ckpt_test::read_file(path);
 }
 

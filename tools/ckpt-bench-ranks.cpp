@@ -125,7 +125,7 @@ std::vector<double> round_for(ckpt::MpiComm& comm, const Settings& s, const std:
     check(store.status(), "open " + store_path);
     auto reader = (*store)->open_latest();
     check(reader.status(), "open step");
-    check((*reader)->read_slice("w", {first, 0}, {count, kRow}, back.data(), bytes, ckpt::ReadCheck::touched), "read_slice");
+    check(reader->read_slice("w", {first, 0}, {count, kRow}, back.data(), bytes, ckpt::ReadCheck::touched), "read_slice");
   });
   if (std::memcmp(back.data(), data.data(), bytes) != 0) throw ckpt::bench::BenchError("rank " + std::to_string(rank) + ": loaded bytes differ");
   check(comm.barrier(), "barrier");

@@ -248,8 +248,8 @@ int run(const Config& cfg) {
     auto w = ShardWriter::create(fs, ckpt_path, wopts);
     check(w, "save");
     for (const auto& t : tensors)
-      check((*w)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
-    check((*w)->finish(), "save finish");
+      check(w->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
+    check(w->finish(), "save finish");
   }));
   const std::size_t write_size = static_cast<std::size_t>(std::max<std::uint64_t>(cfg.write_size, 2));
   Measurement& stream = add(false, measurement("save_streaming", "save: streaming " + cli::human_bytes(double(write_size)) + " writes", 1, size,
@@ -258,12 +258,12 @@ int run(const Config& cfg) {
     check(w, "save");
     for (const auto& t : tensors) {
       const Shape shape{t.size / 2};
-      check((*w)->begin_piece(t.name, DType::BF16, shape, {0}, shape), "begin_piece " + t.name);
+      check(w->begin_piece(t.name, DType::BF16, shape, {0}, shape), "begin_piece " + t.name);
       for (std::size_t off = 0; off < t.size; off += write_size)
-        check((*w)->write(data.data() + t.offset + off, std::min(write_size, t.size - off)), "write " + t.name);
-      check((*w)->end_piece(), "end_piece " + t.name);
+        check(w->write(data.data() + t.offset + off, std::min(write_size, t.size - off)), "write " + t.name);
+      check(w->end_piece(), "end_piece " + t.name);
     }
-    check((*w)->finish(), "save finish");
+    check(w->finish(), "save finish");
   }));
   // The commit protocol (spec/JOURNAL.md 5): BEGIN, shard, MANIFEST, directory syncs, COMMIT.
   const std::string store_path = scratch.file("store");
@@ -382,8 +382,8 @@ int run(const Config& cfg) {
         auto w = ShardWriter::create(fs, shm_ckpt_path, o);
         check(w, "save");
         for (const auto& t : tensors)
-          check((*w)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
-        check((*w)->finish(), "save finish");
+          check(w->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "save " + t.name);
+        check(w->finish(), "save finish");
       };
       Measurement& shm_raw = add(true, measurement("shm_write_fsync", "RAM dir: write+fsync, 8 MiB pwrites", 1, size,
                                                    shm_fresh, [&] {
@@ -480,7 +480,7 @@ int run(const Config& cfg) {
     auto load_all = [&](ReadCheck read_check) {
       auto reader = ShardReader::open(fs, ckpt_path);
       check(reader, "open " + ckpt_path);
-      for (const auto& t : tensors) check((*reader)->read_tensor(t.name, dst.data() + t.offset, t.size, read_check), "read_tensor " + t.name);
+      for (const auto& t : tensors) check(reader->read_tensor(t.name, dst.data() + t.offset, t.size, read_check), "read_tensor " + t.name);
     };
     memory_group.push_back(&add(false, measurement("load_verified", "load: read_tensor, ReadCheck::touched", 1, size, nullptr, [&] { load_all(ReadCheck::touched); })));
     memory_group.push_back(&add(false, measurement("load_unverified", "load: read_tensor, ReadCheck::none", 1, size, nullptr, [&] { load_all(ReadCheck::none); })));

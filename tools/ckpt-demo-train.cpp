@@ -265,7 +265,7 @@ ckpt::Status save(ckpt::Store& store, const ckpt::SaveRequest& request) {
 // Restores everything from the latest committed step; the model was initialised already (shapes).
 ckpt::Status resume(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
   CKPT_ASSIGN_OR_RETURN(auto reader, store.open_latest());
-  const auto& st = reader->state();
+  const auto& st = reader.state();
   auto int_value = [&](const char* key) -> std::int64_t {
     const auto it = st.values.find(key);
     return it != st.values.end() && it->second.is_int() ? it->second.as_int() : -1;
@@ -280,16 +280,16 @@ ckpt::Status resume(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& 
                                 std::to_string(int_value("batch")) + " --extra-mib " + std::to_string(int_value("extra_mib")) +
                                 "; resume it with the same options");
   for (Tensor* p : t.model.params()) {
-    CKPT_TRY(reader->read_tensor(p->name, p->value.data(), p->value.size() * sizeof(float)));
-    CKPT_TRY(reader->read_tensor(std::string("adam.m.") + p->name, p->m.data(), p->m.size() * sizeof(float)));
-    CKPT_TRY(reader->read_tensor(std::string("adam.v.") + p->name, p->v.data(), p->v.size() * sizeof(float)));
+    CKPT_TRY(reader.read_tensor(p->name, p->value.data(), p->value.size() * sizeof(float)));
+    CKPT_TRY(reader.read_tensor(std::string("adam.m.") + p->name, p->m.data(), p->m.size() * sizeof(float)));
+    CKPT_TRY(reader.read_tensor(std::string("adam.v.") + p->name, p->v.data(), p->v.size() * sizeof(float)));
   }
   if (!extra.empty()) {
-    CKPT_TRY(reader->read_tensor("adam.extra_state", extra.data(), extra.size()));
+    CKPT_TRY(reader.read_tensor("adam.extra_state", extra.data(), extra.size()));
     std::vector<unsigned char> expected(extra.size());
-    fill_extra(expected, t.seed, reader->info().step);
+    fill_extra(expected, t.seed, reader.info().step);
     if (expected != extra)
-      return ckpt::make_error(ckpt::Code::corrupt, store.path() + ": adam.extra_state of step " + std::to_string(reader->info().step) +
+      return ckpt::make_error(ckpt::Code::corrupt, store.path() + ": adam.extra_state of step " + std::to_string(reader.info().step) +
                                                        " is not what was saved");
   }
   if (!t.rng.load(st.rng))
@@ -299,7 +299,7 @@ ckpt::Status resume(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& 
   t.loader.epoch = st.data.epoch;
   t.loader.offset = st.data.offset;
   t.loader.shuffle();  // the order of the saved epoch, then continue at the saved offset
-  t.step = reader->info().step;
+  t.step = reader.info().step;
   return ckpt::Status();
 }
 

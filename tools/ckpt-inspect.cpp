@@ -24,7 +24,7 @@ constexpr const char* kTool = "ckpt-inspect";
   if (info->is_dir) return ckpt::make_error(ckpt::Code::invalid_argument, path + ": is a directory, expected a shard file");
   auto reader = ckpt::ShardReader::open(fs, path);
   if (!reader.ok()) return reader.status();
-  return ckpt::tools::shard_json(**reader, with_chunks);
+  return ckpt::tools::shard_json(*reader, with_chunks);
 }
 
 // Prints rows as columns separated by two spaces; columns listed in right_aligned hold numbers.
@@ -159,11 +159,11 @@ void print_human(const json& doc) {
                                                         bool with_chunks) {
   CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(info));
   json shards = json::array();
-  for (std::size_t i = 0; i < reader->shard_count(); ++i) shards.push_back(ckpt::tools::shard_json(reader->shard(i), with_chunks));
+  for (std::size_t i = 0; i < reader.shard_count(); ++i) shards.push_back(ckpt::tools::shard_json(reader.shard(i), with_chunks));
   json step = ckpt::tools::step_info_json(info);
   step["store"] = store.path();
   step["committed"] = true;
-  return step_doc(step, reader->manifest(), shards);
+  return step_doc(step, reader.manifest(), shards);
 }
 
 // A step directory given directly: through its store when that commits it, else from its MANIFEST alone.
@@ -230,7 +230,7 @@ void print_human(const json& doc) {
       damaged = true;
     } else {
       row["status"] = "ok";
-      const ckpt::Manifest& m = (*reader)->manifest();
+      const ckpt::Manifest& m = reader->manifest();
       std::uint64_t data_bytes = 0, tensors = 0, file_bytes = 0;
       for (const auto& s : m.shards) {
         data_bytes += s.data_bytes;

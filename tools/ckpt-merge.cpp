@@ -75,14 +75,14 @@ int main(int argc, char** argv) {
     }
 
     ckpt::PosixFs fs;
-    std::vector<std::unique_ptr<ckpt::Checkpoint>> sources;
-    std::vector<ckpt::Checkpoint*> pointers;
+    std::vector<ckpt::Checkpoint> sources;
     for (const auto& in : inputs) {
       auto source = ckpt::Checkpoint::open(fs, in);
       if (!source.ok()) return ckpt::cli::report(kTool, source.status());
-      pointers.push_back(source->get());
       sources.push_back(std::move(source).value());
     }
+    std::vector<ckpt::Checkpoint*> pointers;
+    for (auto& s : sources) pointers.push_back(&s);
     auto [result, seconds] = ckpt::cli::timed_with_progress(output, as_json, options.progress,
                                                             [&] { return ckpt::merge_to_file(fs, pointers, selections, output, options); });
     if (!result.ok()) return ckpt::cli::report(kTool, result.status());
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       nlohmann::json j;
       j["output"] = result->output;
       j["sources"] = nlohmann::json::array();
-      for (const auto& s : sources) j["sources"].push_back({{"path", s->path()}, {"description", s->description()}});
+      for (const auto& s : sources) j["sources"].push_back({{"path", s.path()}, {"description", s.description()}});
       j["tensors"] = result->tensors;
       j["bytes"] = result->bytes;
       j["output_size"] = result->file_size;

@@ -80,14 +80,14 @@ int main(int argc, char** argv) {
     auto source = ckpt::Checkpoint::open(fs, source_path);
     if (!source.ok()) return ckpt::cli::report(kTool, source.status());
     auto [result, seconds] = ckpt::cli::timed_with_progress(source_path, as_json, options.progress,
-                                                            [&] { return ckpt::reshard_to_store(fs, **source, output, options); });
+                                                            [&] { return ckpt::reshard_to_store(fs, *source, output, options); });
     if (!result.ok()) return ckpt::cli::report(kTool, result.status());
     if (as_json) {
       nlohmann::json j;
       j["source"] = source_path;
-      j["source_kind"] = (*source)->kind() == ckpt::Checkpoint::Kind::file ? "file" : "step";
-      j["source_description"] = (*source)->description();
-      j["source_world_size"] = (*source)->world_size();
+      j["source_kind"] = source->kind() == ckpt::Checkpoint::Kind::file ? "file" : "step";
+      j["source_description"] = source->description();
+      j["source_world_size"] = source->world_size();
       j["output"] = output;
       j["step"] = result->step.step;
       j["txn"] = result->step.txn;

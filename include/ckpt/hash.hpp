@@ -19,8 +19,12 @@ namespace ckpt {
 class StreamHasher {
  public:
   StreamHasher() noexcept { reset(); }
-  StreamHasher(const StreamHasher&) = delete;
-  StreamHasher& operator=(const StreamHasher&) = delete;
+  // The state is plain data (XXH3_copyState is a copy of it), so a hasher moves with its writer.
+  StreamHasher(const StreamHasher& o) noexcept { XXH3_copyState(&state_, &o.state_); }
+  StreamHasher& operator=(const StreamHasher& o) noexcept {
+    XXH3_copyState(&state_, &o.state_);
+    return *this;
+  }
   void reset() noexcept { (void)XXH3_64bits_reset(&state_); }
   void update(const void* data, std::size_t size) noexcept { (void)XXH3_64bits_update(&state_, data, size); }
   [[nodiscard]] std::uint64_t digest() const noexcept { return XXH3_64bits_digest(&state_); }

@@ -24,9 +24,12 @@ class StepReader;
 class ShardReader {
  public:
   // Reads and validates superblock, footer and index (detail::read_shard_head); data is not read.
-  [[nodiscard]] static Result<std::unique_ptr<ShardReader>> open(FsRef fs, std::string path);
+  [[nodiscard]] static Result<ShardReader> open(FsRef fs, std::string path);
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
+  // A value: moving hands over the open file; the moved-from reader holds none and reads nothing.
+  ShardReader(ShardReader&& o) noexcept;
+  ShardReader& operator=(ShardReader&& o) noexcept;
   ~ShardReader();
 
   [[nodiscard]] const std::string& path() const noexcept { return path_; }

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "error.hpp"
@@ -118,9 +119,14 @@ class WriteBehind {
 
 class ShardWriter {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<ShardWriter>> create(FsRef fs, std::string path, WriterOptions options = {});
+  [[nodiscard]] static Result<ShardWriter> create(FsRef fs, std::string path, WriterOptions options = {});
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
+  // A value: moving hands over the file, the buffers and the I/O thread (which holds no pointer to the
+  // writer); the moved-from writer owns nothing and its destructor does nothing. No move assignment:
+  // replacing a writer that still owns a file would have to abandon it silently; finish or destroy it.
+  ShardWriter(ShardWriter&&) = default;
+  ShardWriter& operator=(ShardWriter&&) = delete;
   ~ShardWriter();  // an unfinished writer removes its file: nothing half-written is left under the final name
 
   // Adds a whole tensor from one buffer of exactly its byte size.
@@ -175,6 +181,14 @@ class ShardWriter {
     std::uint64_t chunk_filled = 0;
   };
 
+  // True until moved from: the destructor of a moved-from writer must not remove the file.
+  struct Owner {
+    bool owns = true;
+    Owner() = default;
+    Owner(Owner&& o) noexcept : owns(std::exchange(o.owns, false)) {}
+    Owner& operator=(Owner&&) = delete;
+  };
+  Owner owner_;
   FsRef fs_;
   std::string path_, write_path_;
   FileHandle file_;

@@ -102,10 +102,12 @@ class Checkpoint {
   // opened as Store::open_step does: manifest against COMMIT, shards against manifest, coverage.
   // The path is told apart by classify_path (path_kind.hpp). selector.step picks a store's step; for a
   // file or a step directory it must be that file's or directory's step (else invalid_argument).
-  [[nodiscard]] static Result<std::unique_ptr<Checkpoint>> open(FsRef fs, const std::string& path,
+  [[nodiscard]] static Result<Checkpoint> open(FsRef fs, const std::string& path,
                                                                 const StepSelector& selector = {});
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
+  Checkpoint(Checkpoint&&) = default;  // a value: the open file, step or store moves with it
+  Checkpoint& operator=(Checkpoint&&) = default;
 
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
@@ -138,9 +140,9 @@ class Checkpoint {
   std::unordered_map<std::string, std::size_t> by_name_;  // positions in tensors_
   std::uint64_t data_bytes_ = 0;
   std::optional<TrainingState> state_;
-  std::unique_ptr<ShardReader> file_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<StepReader> step_reader_;
+  std::optional<ShardReader> file_;    // Kind::file
+  std::unique_ptr<Store> store_;       // Kind::step: the store stays open (and locked for nobody: read-only)
+  std::optional<StepReader> step_reader_;
 };
 
 // --- Reshard (spec/SHARDING.md 6.1) ---------------------------------------------------------------

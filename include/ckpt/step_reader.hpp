@@ -39,16 +39,19 @@ struct StepInfo {
 // shard's size, UUID and index digest against the manifest. Chunks are verified as reads touch them.
 class StepReader {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<StepReader>> open(FsRef fs, const std::string& store_path, const StepInfo& info,
-                                                                const Uuid& store_uuid);
+  [[nodiscard]] static Result<StepReader> open(FsRef fs, const std::string& store_path, const StepInfo& info,
+                                               const Uuid& store_uuid);
   StepReader(const StepReader&) = delete;
   StepReader& operator=(const StepReader&) = delete;
+  StepReader(StepReader&&) = default;  // a value: its shard readers move with it
+  StepReader& operator=(StepReader&&) = default;
 
   [[nodiscard]] const StepInfo& info() const noexcept { return info_; }
   [[nodiscard]] const Manifest& manifest() const noexcept { return manifest_; }
   [[nodiscard]] const TrainingState& state() const noexcept { return manifest_.state; }
   [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
-  [[nodiscard]] ShardReader& shard(std::size_t i) { return *shards_[i]; }
+  [[nodiscard]] ShardReader& shard(std::size_t i) { return shards_[i]; }
+  [[nodiscard]] const ShardReader& shard(std::size_t i) const { return shards_[i]; }
   // Every tensor name of the step, sorted, each once.
   [[nodiscard]] std::vector<std::string> tensor_names() const;
   // The tensor's record in the first shard that holds a piece of it; nullptr when none does.
@@ -62,7 +65,7 @@ class StepReader {
   StepReader(StepInfo info) : info_(std::move(info)) {}
   StepInfo info_;
   Manifest manifest_;
-  std::vector<std::unique_ptr<ShardReader>> shards_;
+  std::vector<ShardReader> shards_;
 };
 
 // --- A step directory on its own (no journal to pin it) ----------------------------------------------

@@ -226,7 +226,7 @@ class Transaction {
  private:
   friend class Store;
   Transaction(Store* store, std::uint64_t txn, std::uint64_t step, std::string dir_path, std::string shard_name,
-              std::unique_ptr<ShardWriter> writer);
+              std::optional<ShardWriter> writer);
   [[nodiscard]] Status check_open() const;    // the store is open and the transaction not finished
   [[nodiscard]] Status check_active() const;  // check_open, and no I/O error kept for commit
   [[nodiscard]] Status fail(const Status& s);  // abandons (one rank) or keeps s for commit (ranks), then returns s with context
@@ -244,7 +244,7 @@ class Transaction {
   CommRef comm_;
   std::uint64_t txn_, step_;
   std::string dir_path_, shard_name_;
-  std::unique_ptr<ShardWriter> writer_;
+  std::optional<ShardWriter> writer_;  // empty once finished or dropped
   TrainingState state_;
   bool finished_ = false;
   int rank_ = 0, world_ = 1;
@@ -297,9 +297,9 @@ class Store {
   // Read-only: re-reads the journal to see steps committed since open. Writable: nothing to do.
   [[nodiscard]] Status refresh();
 
-  [[nodiscard]] Result<std::unique_ptr<StepReader>> open_step(std::uint64_t step);
-  [[nodiscard]] Result<std::unique_ptr<StepReader>> open_step(const StepInfo& info);
-  [[nodiscard]] Result<std::unique_ptr<StepReader>> open_latest();
+  [[nodiscard]] Result<StepReader> open_step(std::uint64_t step);
+  [[nodiscard]] Result<StepReader> open_step(const StepInfo& info);
+  [[nodiscard]] Result<StepReader> open_latest();
   // Every chunk of every shard file; damage is in the report, the Status fails only on misuse.
   [[nodiscard]] Result<StepVerifyReport> verify_step(std::uint64_t step, const VerifyOptions& options = {});
 

@@ -260,8 +260,8 @@ int main(int argc, char** argv) {
     auto w = ShardWriter::create(fs, file, o);
     or_die(w.status(), "create");
     for (std::size_t t = 0; t < tensors; ++t)
-      or_die((*w)->add_tensor("t" + std::to_string(t), DType::U8, {tensor_bytes}, host.data() + t * tensor_bytes, tensor_bytes), "add_tensor");
-    or_die((*w)->finish().status(), "finish");
+      or_die(w->add_tensor("t" + std::to_string(t), DType::U8, {tensor_bytes}, host.data() + t * tensor_bytes, tensor_bytes), "add_tensor");
+    or_die(w->finish().status(), "finish");
   }
   VerifyOptions cpu_options;
   cpu_options.threads = cpu_threads;

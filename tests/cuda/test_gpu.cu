@@ -202,7 +202,7 @@ void test_save_load_verify(std::uint64_t seed) {
     auto reader = ShardReader::open(fs, path);
     GPU_OK(reader.status());
     std::vector<unsigned char> back(a.size());
-    GPU_OK((*reader)->read_tensor("a", back.data(), back.size()));
+    GPU_OK(reader->read_tensor("a", back.data(), back.size()));
     GPU_EXPECT(back == a, "tensor a read back on the CPU differs");
   }
   DeviceBytes la(a.size()), lb(b.size());
@@ -222,7 +222,7 @@ void test_save_load_verify(std::uint64_t seed) {
   {
     auto reader = ShardReader::open(fs, path);
     GPU_OK(reader.status());
-    index_offset = (*reader)->footer().index_offset;
+    index_offset = reader->footer().index_offset;
   }
   struct Damage {
     const char* name;

@@ -143,7 +143,7 @@ inline const std::string& scratch_path() {
   PosixFs fs;
   auto reader = ShardReader::open(fs, detail::scratch_path());
   if (reader.ok()) {
-    auto& r = **reader;
+    auto& r = *reader;
     for (const auto& t : r.index().tensors) {
       std::uint64_t bytes = 0;
       if (!shape_bytes(t.shape, t.dtype, bytes)) return "accepted tensor '" + t.name + "' whose size overflows";

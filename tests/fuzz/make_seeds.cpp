@@ -69,21 +69,21 @@ int main(int argc, char** argv) {
     require(w.status());
     std::vector<unsigned char> bytes(9000);
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 7);
-    require((*w)->begin_piece("w", DType::I16, {4, 6}, {2, 0}, {2, 6}));
-    require((*w)->write(bytes.data(), 24));
-    require((*w)->end_piece());
-    require((*w)->add_tensor("big", DType::U8, {9000}, bytes.data(), 9000));
-    require((*w)->add_tensor("s", DType::F64, {}, bytes.data(), 8));
-    require((*w)->begin_piece("w", DType::I16, {4, 6}, {0, 0}, {2, 6}));
-    require((*w)->write(bytes.data() + 100, 24));
-    require((*w)->end_piece());
-    require((*w)->add_tensor("empty", DType::BF16, {0, 3}, nullptr, 0));
-    require((*w)->set_metadata("i", Value(std::int64_t{-5})));
-    require((*w)->set_metadata("f", Value(1.5)));
-    require((*w)->set_metadata("t", Value(true)));
-    require((*w)->set_metadata("s", Value("hello")));
-    require((*w)->set_metadata("y", Value(Bytes{std::string("\0\1\2", 3)})));
-    require((*w)->finish().status());
+    require(w->begin_piece("w", DType::I16, {4, 6}, {2, 0}, {2, 6}));
+    require(w->write(bytes.data(), 24));
+    require(w->end_piece());
+    require(w->add_tensor("big", DType::U8, {9000}, bytes.data(), 9000));
+    require(w->add_tensor("s", DType::F64, {}, bytes.data(), 8));
+    require(w->begin_piece("w", DType::I16, {4, 6}, {0, 0}, {2, 6}));
+    require(w->write(bytes.data() + 100, 24));
+    require(w->end_piece());
+    require(w->add_tensor("empty", DType::BF16, {0, 3}, nullptr, 0));
+    require(w->set_metadata("i", Value(std::int64_t{-5})));
+    require(w->set_metadata("f", Value(1.5)));
+    require(w->set_metadata("t", Value(true)));
+    require(w->set_metadata("s", Value("hello")));
+    require(w->set_metadata("y", Value(Bytes{std::string("\0\1\2", 3)})));
+    require(w->finish().status());
   }
   // Shared blob and dims ranges within the decoder limit (issue 9), and a little over it.
   ckpt_test::HostileShape shape;

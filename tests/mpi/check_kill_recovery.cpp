@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       for (const auto& t : sharded_fixture::specs()) {
         const auto want = sharded_fixture::global_bytes(t, 1);
         std::vector<unsigned char> got(want.size());
-        const Status s = (*reader)->read_tensor(t.name, got.data(), got.size());
+        const Status s = reader->read_tensor(t.name, got.data(), got.size());
         check(s.ok() && got == want, "step 1 tensor '" + t.name + "' bit for bit: " + s.to_string());
       }
     auto verified = (*store)->verify_step(1);

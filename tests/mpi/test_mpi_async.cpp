@@ -61,7 +61,7 @@ void check_step(const std::string& dir, std::uint64_t step) {
   MPI_CHECK(reader.ok(), reader.status().to_string());
   if (!reader.ok()) return;
   std::vector<unsigned char> all(kRows * kCols);
-  MPI_CHECK_OK((*reader)->read_tensor("w", all.data(), all.size()));
+  MPI_CHECK_OK(reader->read_tensor("w", all.data(), all.size()));
   for (int r = 0; r < 4; ++r)
     MPI_CHECK(all[static_cast<std::size_t>(r) * (kRows / 4) * kCols + 7] == static_cast<unsigned char>(step + static_cast<std::uint64_t>(r)),
               "rank " + std::to_string(r) + "'s rows of step " + std::to_string(step));

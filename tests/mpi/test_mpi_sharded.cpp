@@ -74,7 +74,7 @@ void reshard_store(PosixFs& fs, const std::string& from_path, const std::string&
   MPI_CHECK_OK(reader.status());
   MPI_CHECK_OK(tx.status());
   if (reader.ok() && tx.ok()) {
-    MPI_CHECK_OK(reshard_rank(**reader, **tx, world, rank));
+    MPI_CHECK_OK(reshard_rank(*reader, **tx, world, rank));
     MPI_CHECK_OK((*tx)->commit().status());
   }
 }
@@ -96,7 +96,7 @@ void load_with(PosixFs& fs, const std::string& store_path, int world) {
       for (const auto& t : specs()) {
         const Box box = load_box(t, static_cast<std::uint32_t>(world), static_cast<std::uint32_t>(rank));
         std::vector<unsigned char> part(elements(box.shape) * element_size(t.dtype));
-        if (reader.ok() && !part.empty()) MPI_CHECK_OK((*reader)->read_slice(t.name, box.offsets, box.shape, part.data(), part.size()));
+        if (reader.ok() && !part.empty()) MPI_CHECK_OK(reader->read_slice(t.name, box.offsets, box.shape, part.data(), part.size()));
         auto parts = comm->gather(as_string(part), 0);
         MPI_CHECK_OK(parts.status());
         if (rank != 0 || !parts.ok()) continue;
@@ -187,15 +187,15 @@ void run_phases(const std::string& base) {
         MPI_CHECK_OK(ra.status());
         MPI_CHECK_OK(rc.status());
         if (ra.ok() && rc.ok()) {
-          MPI_CHECK((*rc)->shard_count() == 4, "the final step has 4 shards");
-          MPI_CHECK((*rc)->tensor_names() == (*ra)->tensor_names(), "same tensors");
+          MPI_CHECK(rc->shard_count() == 4, "the final step has 4 shards");
+          MPI_CHECK(rc->tensor_names() == ra->tensor_names(), "same tensors");
           for (const auto& t : specs()) {
             std::vector<unsigned char> x(elements(t.shape) * element_size(t.dtype)), y(x.size());
-            MPI_CHECK_OK((*ra)->read_tensor(t.name, x.data(), x.size()));
-            MPI_CHECK_OK((*rc)->read_tensor(t.name, y.data(), y.size()));
+            MPI_CHECK_OK(ra->read_tensor(t.name, x.data(), x.size()));
+            MPI_CHECK_OK(rc->read_tensor(t.name, y.data(), y.size()));
             MPI_CHECK(x == y && y == global_bytes(t, 1), "tensor '" + t.name + "' differs after 4 -> 3 -> 4");
           }
-          MPI_CHECK((*rc)->state() == (*ra)->state(), "the training state survives the round trip");
+          MPI_CHECK(rc->state() == ra->state(), "the training state survives the round trip");
           MPI_CHECK_OK((*final_store)->verify_step(1).status());
         }
       }

@@ -387,7 +387,7 @@ CKPT_INLINE Result<ConvertSummary> safetensors_to_ckpt(FsRef fs, const std::stri
   writer_options.chunk_size_log2 = options.chunk_size_log2;
   auto created = ShardWriter::create(fs, out, writer_options);
   if (!created.ok()) return created.status();
-  ShardWriter& writer = **created;
+  ShardWriter& writer = *created;
 
   std::uint64_t largest = 0;
   for (const auto& t : header.tensors) largest = std::max(largest, t.end - t.begin);
@@ -440,7 +440,7 @@ CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::stri
   CKPT_TRY(detail::check_output(fs, out, options.overwrite));
   auto opened = ShardReader::open(fs, in);
   if (!opened.ok()) return opened.status();
-  ShardReader& reader = **opened;
+  ShardReader& reader = *opened;
   const Index& index = reader.index();
   ConvertSummary summary;
   summary.output = out;

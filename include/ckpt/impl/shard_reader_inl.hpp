@@ -184,12 +184,35 @@ struct ShardHead {
 }
 }  // namespace detail
 
-CKPT_INLINE Result<std::unique_ptr<ShardReader>> ShardReader::open(FsRef fs, std::string path) {
+CKPT_INLINE Result<ShardReader> ShardReader::open(FsRef fs, std::string path) {
   auto file = fs.open(path, OpenMode::read);
   if (!file.ok()) return file.status();
-  std::unique_ptr<ShardReader> r(new ShardReader(fs, std::move(path), *file));
-  CKPT_TRY(r->load());
-  return Result<std::unique_ptr<ShardReader>>(std::move(r));  // explicit: nvcc (EDG) has no C++20 implicit move
+  ShardReader r(fs, std::move(path), *file);
+  CKPT_TRY(r.load());
+  return Result<ShardReader>(std::move(r));  // explicit: nvcc (EDG) has no C++20 implicit move
+}
+
+CKPT_INLINE ShardReader::ShardReader(ShardReader&& o) noexcept
+    : fs_(o.fs_),
+      path_(std::move(o.path_)),
+      file_(std::exchange(o.file_, FileHandle{})),
+      file_size_(o.file_size_),
+      superblock_(o.superblock_),
+      footer_(o.footer_),
+      index_(std::move(o.index_)) {}
+
+CKPT_INLINE ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
+  if (this != &o) {
+    if (file_.valid()) fs_.close(file_).ignore_error();  // read-only handle: nothing to lose
+    fs_ = o.fs_;
+    path_ = std::move(o.path_);
+    file_ = std::exchange(o.file_, FileHandle{});
+    file_size_ = o.file_size_;
+    superblock_ = o.superblock_;
+    footer_ = o.footer_;
+    index_ = std::move(o.index_);
+  }
+  return *this;
 }
 
 CKPT_INLINE ShardReader::~ShardReader() {

@@ -125,7 +125,7 @@ CKPT_INLINE void WriteBehind::run() {
 }
 }  // namespace detail
 
-CKPT_INLINE Result<std::unique_ptr<ShardWriter>> ShardWriter::create(FsRef fs, std::string path, WriterOptions options) {
+CKPT_INLINE Result<ShardWriter> ShardWriter::create(FsRef fs, std::string path, WriterOptions options) {
   if (options.alignment_log2 < format::kMinAlignmentLog2 || options.alignment_log2 > format::kMaxAlignmentLog2)
     return make_error(Code::invalid_argument, "alignment_log2 must be in [6, 21]");
   if (options.chunk_size_log2 < format::kMinChunkSizeLog2 || options.chunk_size_log2 > format::kMaxChunkSizeLog2)
@@ -135,16 +135,16 @@ CKPT_INLINE Result<std::unique_ptr<ShardWriter>> ShardWriter::create(FsRef fs, s
   std::string write_path = options.atomic_rename ? path + ".tmp-" + uuid_string(uuid) : path;
   auto file = fs.open(write_path, OpenMode::create_new);
   if (!file.ok()) return file.status().with_context("cannot create shard file");
-  std::unique_ptr<ShardWriter> w(new ShardWriter(fs, std::move(path), std::move(write_path), *file, options));
-  w->superblock_.uuid = uuid;
-  w->superblock_.alignment_log2 = options.alignment_log2;
-  w->superblock_.chunk_size_log2 = options.chunk_size_log2;
-  w->superblock_.data_offset = align_up(format::kSuperblockSize, w->superblock_.alignment());
-  const auto sb = encode_superblock(w->superblock_);
-  CKPT_TRY(w->append(sb.data(), sb.size()));
-  CKPT_TRY(w->pad_to(w->superblock_.data_offset));
-  CKPT_TRY(w->release_caller_memory());  // sb is a local
-  return Result<std::unique_ptr<ShardWriter>>(std::move(w));  // explicit: nvcc (EDG) has no C++20 implicit move
+  ShardWriter w(fs, std::move(path), std::move(write_path), *file, options);
+  w.superblock_.uuid = uuid;
+  w.superblock_.alignment_log2 = options.alignment_log2;
+  w.superblock_.chunk_size_log2 = options.chunk_size_log2;
+  w.superblock_.data_offset = align_up(format::kSuperblockSize, w.superblock_.alignment());
+  const auto sb = encode_superblock(w.superblock_);
+  CKPT_TRY(w.append(sb.data(), sb.size()));
+  CKPT_TRY(w.pad_to(w.superblock_.data_offset));
+  CKPT_TRY(w.release_caller_memory());  // sb is a local
+  return Result<ShardWriter>(std::move(w));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 CKPT_INLINE ShardWriter::ShardWriter(FsRef fs, std::string path, std::string write_path, FileHandle file, WriterOptions options)
@@ -155,6 +155,7 @@ CKPT_INLINE ShardWriter::ShardWriter(FsRef fs, std::string path, std::string wri
 }
 
 CKPT_INLINE ShardWriter::~ShardWriter() {
+  if (!owner_.owns) return;  // moved from: the file and the I/O thread went with the move
   if (io_) io_->stop();  // makes the queued writes: no other Fs call while one may be in flight
   if (finished_) return;
   if (file_.valid()) fs_.close(file_).ignore_error();       // abandoning: the file is removed next

@@ -181,38 +181,38 @@ CKPT_INLINE const TensorInfo* Checkpoint::find(std::string_view name) const {
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
-CKPT_INLINE Result<std::unique_ptr<Checkpoint>> Checkpoint::open(FsRef fs, const std::string& raw_path, const StepSelector& selector) {
+CKPT_INLINE Result<Checkpoint> Checkpoint::open(FsRef fs, const std::string& raw_path, const StepSelector& selector) {
   std::string path = raw_path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   auto kind = classify_path(fs, path);
   if (!kind.ok()) return kind.status().with_context(path);
-  std::unique_ptr<Checkpoint> source(new Checkpoint());
-  source->path_ = path;
+  Checkpoint source;
+  source.path_ = path;
   auto wrong_step = [&](std::optional<std::uint64_t> has) {
     return make_error(Code::invalid_argument, path + ": step " + std::to_string(*selector.step) + " was asked for, this " +
                                                   (*kind == PathKind::file ? "file" : "step directory") + " holds " +
                                                   (has ? "step " + std::to_string(*has) : std::string("no step number")));
   };
   if (*kind == PathKind::file) {
-    CKPT_ASSIGN_OR_RETURN(source->file_, ShardReader::open(fs, path));
-    source->kind_ = Kind::file;
-    source->description_ = "file " + path;
+    CKPT_ASSIGN_OR_RETURN(source.file_, ShardReader::open(fs, path));
+    source.kind_ = Kind::file;
+    source.description_ = "file " + path;
     // A file read as a checkpoint holds every tensor whole; one shard of a step does not.
     std::vector<GlobalPiece> pieces;
-    append_index_pieces(source->file_->index(), 0, pieces);
+    append_index_pieces(source.file_->index(), 0, pieces);
     CKPT_TRY(coverage_status(check_coverage(pieces), Code::invalid_argument,
                              path + ": a standalone file must hold every tensor whole (for the shards of a step, pass "
                                     "its step directory or its store)"));
-    source->add_tensors(source->file_->index());
-    if (const MetaEntry* m = source->file_->index().find_metadata(kTrainingStateKey)) {
+    source.add_tensors(source.file_->index());
+    if (const MetaEntry* m = source.file_->index().find_metadata(kTrainingStateKey)) {
       if (!m->value.is_bytes())
         return make_error(Code::corrupt, path + ": metadata '" + std::string(kTrainingStateKey) + "' is not bytes");
       CKPT_ASSIGN_OR_RETURN(TrainingState state, decode_state_metadata(m->value.as_bytes(), path));
-      source->step_ = state.step;
-      source->state_ = std::move(state);
+      source.step_ = state.step;
+      source.state_ = std::move(state);
     }
-    if (selector.step && source->step_ != selector.step) return wrong_step(source->step_);
-    return Result<std::unique_ptr<Checkpoint>>(std::move(source));
+    if (selector.step && source.step_ != selector.step) return wrong_step(source.step_);
+    return Result<Checkpoint>(std::move(source));
   }
   std::string store_path = path;
   std::optional<std::uint64_t> txn;
@@ -226,33 +226,33 @@ CKPT_INLINE Result<std::unique_ptr<Checkpoint>> Checkpoint::open(FsRef fs, const
     store_path = parent;
     txn = t;
   }
-  CKPT_ASSIGN_OR_RETURN(source->store_, Store::open(fs, store_path, Access::read_only));
+  CKPT_ASSIGN_OR_RETURN(source.store_, Store::open(fs, store_path, Access::read_only));
   std::optional<StepInfo> chosen;
   if (txn) {
-    for (const auto& s : source->store_->steps())
+    for (const auto& s : source.store_->steps())
       if (s.txn == *txn) chosen = s;
     if (!chosen) {
       std::string state = "not in the journal";
-      for (const auto& t : source->store_->transactions())
+      for (const auto& t : source.store_->transactions())
         if (t.txn == *txn) state = txn_state_name(t.state);
       return make_error(Code::not_found, path + ": transaction " + std::to_string(*txn) + " is not a committed step (" + state + ")");
     }
   } else if (selector.step) {
-    CKPT_ASSIGN_OR_RETURN(chosen, source->store_->find(*selector.step));
+    CKPT_ASSIGN_OR_RETURN(chosen, source.store_->find(*selector.step));
   } else {
-    chosen = source->store_->latest();
+    chosen = source.store_->latest();
     if (!chosen) return make_error(Code::not_found, store_path + ": the store has no committed step");
   }
-  CKPT_ASSIGN_OR_RETURN(source->step_reader_, source->store_->open_step(*chosen));
-  source->kind_ = Kind::step;
-  source->step_ = chosen->step;
-  source->world_ = chosen->world_size;
-  source->description_ = "store " + store_path + " step " + std::to_string(chosen->step) + " (txn " +
+  CKPT_ASSIGN_OR_RETURN(source.step_reader_, source.store_->open_step(*chosen));
+  source.kind_ = Kind::step;
+  source.step_ = chosen->step;
+  source.world_ = chosen->world_size;
+  source.description_ = "store " + store_path + " step " + std::to_string(chosen->step) + " (txn " +
                          std::to_string(chosen->txn) + ", " + std::to_string(chosen->world_size) + " shard" +
                          (chosen->world_size == 1 ? "" : "s") + ")";
-  for (std::size_t i = 0; i < source->step_reader_->shard_count(); ++i) source->add_tensors(source->step_reader_->shard(i).index());
-  source->state_ = source->step_reader_->state();
-  return Result<std::unique_ptr<Checkpoint>>(std::move(source));
+  for (std::size_t i = 0; i < source.step_reader_->shard_count(); ++i) source.add_tensors(source.step_reader_->shard(i).index());
+  source.state_ = source.step_reader_->state();
+  return Result<Checkpoint>(std::move(source));
 }
 
 CKPT_INLINE Result<std::vector<MetaEntry>> Checkpoint::metadata(ConflictPolicy policy) const {
@@ -570,16 +570,16 @@ CKPT_INLINE Result<MergeSummary> merge_to_file(FsRef fs, const std::vector<Check
   for (const auto& name : order) {
     const auto [s, t] = picks[name];
     const Box whole{Shape(t->shape.size(), 0), t->shape};
-    CKPT_TRY(writer->begin_piece(t->name, t->dtype, t->shape, whole.offsets, whole.shape));
-    CKPT_TRY(detail::copy_region(*sources[s], *t, whole, block_size, buffer, *writer, [&](std::uint64_t bytes) {
+    CKPT_TRY(writer.begin_piece(t->name, t->dtype, t->shape, whole.offsets, whole.shape));
+    CKPT_TRY(detail::copy_region(*sources[s], *t, whole, block_size, buffer, writer, [&](std::uint64_t bytes) {
       done += bytes;
       if (options.progress) options.progress(done, total);
     }));
-    CKPT_TRY(writer->end_piece());
+    CKPT_TRY(writer.end_piece());
   }
-  for (auto& m : metadata) CKPT_TRY(writer->set_metadata(m.key, m.value));
-  if (state) CKPT_TRY(writer->set_metadata(std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(*state)})));
-  CKPT_ASSIGN_OR_RETURN(const ShardSummary finished, writer->finish());
+  for (auto& m : metadata) CKPT_TRY(writer.set_metadata(m.key, m.value));
+  if (state) CKPT_TRY(writer.set_metadata(std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(*state)})));
+  CKPT_ASSIGN_OR_RETURN(const ShardSummary finished, writer.finish());
   summary.tensors = order.size();
   summary.bytes = finished.data_bytes;
   summary.file_size = finished.file_size;

@@ -13,7 +13,7 @@ struct StepParts {
   struct Shard {
     std::string path;
     std::uint32_t rank = 0;
-    std::unique_ptr<ShardReader> reader;  // null when the head did not open
+    std::optional<ShardReader> reader;  // empty when the head did not open
     Status head;                              // why it did not open (not_found: the file is missing)
     Status pin;                               // the file opened but is not the one the manifest names
   };
@@ -184,27 +184,27 @@ struct StepParts {
 
 // --- Definitions -----------------------------------------------------------------------------------
 
-CKPT_INLINE Result<std::unique_ptr<StepReader>> StepReader::open(FsRef fs, const std::string& store_path, const StepInfo& info,
-                                                             const Uuid& store_uuid) {
+CKPT_INLINE Result<StepReader> StepReader::open(FsRef fs, const std::string& store_path, const StepInfo& info,
+                                                const Uuid& store_uuid) {
   const std::string where = store_path + ": step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ")";
   auto parts = detail::open_step_parts(fs, join_path(store_path, info.dir), where, &info, &store_uuid, true);
   CKPT_TRY(parts.first_problem());
-  std::unique_ptr<StepReader> reader(new StepReader(info));
-  for (auto& s : parts.shards) reader->shards_.push_back(std::move(s.reader));
-  reader->manifest_ = std::move(*parts.manifest);
-  return Result<std::unique_ptr<StepReader>>(std::move(reader));  // explicit: nvcc (EDG) has no C++20 implicit move
+  StepReader reader(info);
+  for (auto& s : parts.shards) reader.shards_.push_back(std::move(*s.reader));
+  reader.manifest_ = std::move(*parts.manifest);
+  return Result<StepReader>(std::move(reader));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 CKPT_INLINE std::vector<std::string> StepReader::tensor_names() const {
   std::set<std::string> names;
   for (const auto& s : shards_)
-    for (const auto& t : s->index().tensors) names.insert(t.name);
+    for (const auto& t : s.index().tensors) names.insert(t.name);
   return std::vector<std::string>(names.begin(), names.end());
 }
 
 CKPT_INLINE const TensorRecord* StepReader::find_tensor(std::string_view name) const {
   for (const auto& s : shards_)
-    if (const TensorRecord* t = s->index().find_tensor(name)) return t;
+    if (const TensorRecord* t = s.index().find_tensor(name)) return t;
   return nullptr;
 }
 
@@ -223,14 +223,14 @@ CKPT_INLINE Status StepReader::read_slice(std::string_view name, const Shape& of
     return make_error(Code::not_found, "step " + std::to_string(info_.step) + ": no tensor '" + std::string(name) + "'");
   CKPT_ASSIGN_OR_RETURN(const std::uint64_t elements, check_slice(*first, offsets, shape, dst_size));
   std::uint64_t copied = 0;
-  for (const auto& s : shards_) {
-    const TensorRecord* t = s->index().find_tensor(name);
+  for (auto& s : shards_) {
+    const TensorRecord* t = s.index().find_tensor(name);
     if (t == nullptr) continue;
     if (t->dtype != first->dtype || t->shape != first->shape)
-      return make_error(Code::corrupt, s->path() + ": tensor '" + t->name + "' is " + shape_string(t->shape) +
+      return make_error(Code::corrupt, s.path() + ": tensor '" + t->name + "' is " + shape_string(t->shape) +
                                            " here but " + shape_string(first->shape) + " in another shard of the step");
     // Same dtype and shape as the one checked above: the bounds hold for this shard's record too.
-    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->copy_overlap(*t, offsets, shape, dst, check));
+    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s.copy_overlap(*t, offsets, shape, dst, check));
     copied += n;
   }
   if (copied != elements)

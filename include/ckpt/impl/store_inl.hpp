@@ -11,7 +11,7 @@ namespace ckpt {
 // --- Transaction ----------------------------------------------------------------------------------
 
 CKPT_INLINE Transaction::Transaction(Store* store, std::uint64_t txn, std::uint64_t step, std::string dir_path,
-                             std::string shard_name, std::unique_ptr<ShardWriter> writer)
+                             std::string shard_name, std::optional<ShardWriter> writer)
     : store_(store), comm_(store->comm_), txn_(txn), step_(step), dir_path_(std::move(dir_path)),
       shard_name_(std::move(shard_name)), writer_(std::move(writer)), rank_(comm_.rank()), world_(comm_.size()) {
   state_.step = step;
@@ -265,16 +265,16 @@ CKPT_INLINE Result<StepInfo> Store::find(std::uint64_t step) const {
   return make_error(Code::not_found, path_ + ": no committed step " + std::to_string(step));
 }
 
-CKPT_INLINE Result<std::unique_ptr<StepReader>> Store::open_step(const StepInfo& info) {
+CKPT_INLINE Result<StepReader> Store::open_step(const StepInfo& info) {
   return StepReader::open(fs_, path_, info, uuid_);
 }
 
-CKPT_INLINE Result<std::unique_ptr<StepReader>> Store::open_step(std::uint64_t step) {
+CKPT_INLINE Result<StepReader> Store::open_step(std::uint64_t step) {
   CKPT_ASSIGN_OR_RETURN(StepInfo info, find(step));
   return open_step(info);
 }
 
-CKPT_INLINE Result<std::unique_ptr<StepReader>> Store::open_latest() {
+CKPT_INLINE Result<StepReader> Store::open_latest() {
   auto info = latest();
   if (!info) return make_error(Code::not_found, path_ + ": no committed step");
   return open_step(*info);

@@ -413,7 +413,7 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step
   // Phase 3: every rank creates its shard under the final name BEGIN gave it (O_EXCL), then all agree.
   const std::string dir_path = join_path(path_, t.dir());
   const std::string shard_name = shard_file_name(static_cast<std::uint32_t>(rank), t.world_size);
-  std::unique_ptr<ShardWriter> writer;
+  std::optional<ShardWriter> writer;
   Status created;
   {
     WriterOptions wo;
@@ -423,7 +423,7 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step
     wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
     wo.durable = true;
     auto w = ShardWriter::create(fs_, join_path(dir_path, shard_name), wo);
-    if (w.ok()) writer = std::move(w).value();
+    if (w.ok()) writer.emplace(std::move(w).value());
     else created = w.status();
   }
   const std::uint64_t txn = t.txn;
