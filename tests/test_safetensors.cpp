@@ -1,4 +1,5 @@
-// Tests for include/ckpt/safetensors.hpp: hostile headers, and round trips in both directions.
+// Tests for include/ckpt/safetensors.hpp: hostile headers, round trips in both directions, and the
+// export of a sharded step of a store (read through Checkpoint::open, sharded.hpp).
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -6,13 +7,17 @@
 #include <ckpt/safetensors.hpp>
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
+#include <ckpt/store.hpp>
 
 #include <algorithm>
 #include <map>
 #include <random>
 
 #include "heap_counter.hpp"  // replaces operator new in this program
+#include "sharded_fixture.hpp"
+#include "store_test_util.hpp"
 #include "test_util.hpp"
+#include "thread_ranks.hpp"
 
 using namespace ckpt;
 
@@ -102,6 +107,35 @@ Loaded load_safetensors(const std::string& path) {
                                                       static_cast<std::size_t>(t.end - t.begin))};
   l.metadata = header->metadata;
   return l;
+}
+
+// Saves `step` of the sharded fixture's tensors into the store at `path`, written by `world` ranks.
+void save_step(const std::string& path, int world, std::uint64_t step) {
+  PosixFs fs;
+  const auto results = ckpt_test::run_ranks(world, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, path, Access::read_write, ckpt_test::small_store_options(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
+    CKPT_TRY(sharded_fixture::save_rank(*tx, static_cast<std::uint32_t>(world), rank, step));
+    return tx->commit().status();
+  });
+  for (const auto& s : results) {
+    INFO(s.to_string());
+    REQUIRE(s.ok());
+  }
+}
+
+// Every fixture tensor of `file` holds the bytes the ranks saved at `step`, whole.
+void check_fixture_tensors(const Loaded& loaded, std::uint64_t step) {
+  REQUIRE(loaded.tensors.size() == sharded_fixture::specs().size());
+  for (const auto& t : sharded_fixture::specs()) {
+    INFO("tensor " << t.name);
+    const auto it = loaded.tensors.find(t.name);
+    REQUIRE(it != loaded.tensors.end());
+    CHECK(std::get<0>(it->second) == t.dtype);
+    CHECK(std::get<1>(it->second) == t.shape);
+    const auto expected = sharded_fixture::global_bytes(t, step);
+    CHECK(std::get<2>(it->second) == std::string(expected.begin(), expected.end()));
+  }
 }
 
 std::size_t files_in(const std::string& dir) {
@@ -494,7 +528,7 @@ TEST_CASE("a damaged chunk stops ckpt to safetensors and leaves no output", "[sa
   CHECK(r.status().code() == Code::corrupt);
   const std::string message = r.status().message();
   INFO(message);
-  CHECK(message.find("tensor 'w' chunk 1") != std::string::npos);
+  CHECK(message.find("d.ckpt: tensor 'w' piece 0 chunk 1") != std::string::npos);  // the shard reader's wording
   CHECK(message.find("digest expected") != std::string::npos);
   CHECK(files_in(dir.path()) == 1);
 }
@@ -512,8 +546,9 @@ TEST_CASE("ckpt files safetensors cannot express are refused", "[safetensors]") 
     REQUIRE(w->finish().ok());
     auto r = ckpt_to_safetensors(fs, dir.file("p.ckpt"), dir.file("p.safetensors"));
     REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == Code::not_found);
-    CHECK(r.status().message().find("hold 32 of its 64 elements") != std::string::npos);
+    // Checkpoint::open's verdict on a file that is one shard of a step (spec/SHARDING.md 4).
+    CHECK(r.status().code() == Code::invalid_argument);
+    CHECK(r.status().message().find("tensor 'half': its pieces hold 32 of 64 elements") != std::string::npos);
   }
   SECTION("a tensor named __metadata__") {
     auto w = ShardWriter::create(fs, dir.file("p.ckpt"));
@@ -591,4 +626,146 @@ TEST_CASE("a header of many short entries parses in a small multiple of its size
     REQUIRE_FALSE(twice.ok());
     CHECK(twice.status().message() == "twice.safetensors: __metadata__ key 'b': key appears twice");
   }
+}
+
+TEST_CASE("a two-rank step of a store exports whole, each tensor gathered from both shards", "[safetensors][store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string store = dir.file("s");
+  save_step(store, 2, 4);
+  save_step(store, 2, 6);
+  ConvertOptions options;
+  options.block_size = 4096;  // several blocks per shard piece, straddling its 4 KiB chunks
+  std::uint64_t last_done = 0, last_total = 0;
+  options.progress = [&](std::uint64_t done, std::uint64_t total) {
+    CHECK(done >= last_done);
+    last_done = done;
+    last_total = total;
+  };
+  const std::string out = dir.file("latest.safetensors");
+
+  SECTION("a store: its latest committed step") {
+    auto r = ckpt_to_safetensors(fs, store, out, options);
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    CHECK(r->tensors == sharded_fixture::specs().size());
+    CHECK(r->warnings.empty());
+    CHECK(last_done == last_total);
+    CHECK(last_total == r->data_bytes);
+    const Loaded loaded = load_safetensors(out);
+    check_fixture_tensors(loaded, 6);
+    // The step number is the one piece of the training state safetensors can carry as text.
+    CHECK(loaded.metadata == std::vector<std::pair<std::string, std::string>>{{"ckpt.step", "6"}});
+    CHECK(files_in(dir.path()) == 2);  // the store and the output: no temporary left
+  }
+  SECTION("options.step chooses an older step") {
+    options.step = 4;
+    auto r = ckpt_to_safetensors(fs, store, out, options);
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    const Loaded loaded = load_safetensors(out);
+    check_fixture_tensors(loaded, 4);
+    CHECK(loaded.metadata == std::vector<std::pair<std::string, std::string>>{{"ckpt.step", "4"}});
+  }
+  SECTION("a step directory") {
+    auto opened = Store::open(fs, store, Access::read_only);
+    REQUIRE(opened.ok());
+    auto four = (*opened)->find(4);
+    REQUIRE(four.ok());
+    auto r = ckpt_to_safetensors(fs, store + "/" + four->dir, out, options);
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    check_fixture_tensors(load_safetensors(out), 4);
+  }
+  SECTION("stringified, the whole training state comes along in hex") {
+    options.stringify_metadata = true;
+    auto r = ckpt_to_safetensors(fs, store, out, options);
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    REQUIRE(r->warnings.size() == 1);
+    CHECK(r->warnings[0].find("'ckpt.training_state' (bytes) written as text in hex") != std::string::npos);
+    const Loaded loaded = load_safetensors(out);
+    const std::map<std::string, std::string> got(loaded.metadata.begin(), loaded.metadata.end());
+    REQUIRE(got.count("ckpt.training_state") == 1);
+    auto opened = Store::open(fs, store, Access::read_only);
+    REQUIRE(opened.ok());
+    auto step_reader = (*opened)->open_latest();
+    REQUIRE(step_reader.ok());
+    // The encoding of a standalone file's kTrainingStateKey (spec/SHARDING.md 6.3), as lower-case hex.
+    std::string hex;
+    for (const unsigned char c : encode_state_metadata(step_reader->state())) {
+      const char digits[] = "0123456789abcdef";
+      hex += digits[c >> 4];
+      hex += digits[c & 15];
+    }
+    CHECK(got.at("ckpt.training_state") == hex);
+    CHECK(got.at("ckpt.step") == "6");
+  }
+  SECTION("a missing step is a clear error and writes nothing") {
+    options.step = 5;
+    auto r = ckpt_to_safetensors(fs, store, out, options);
+    REQUIRE_FALSE(r.ok());
+    INFO(r.status().to_string());
+    CHECK(r.status().code() == Code::not_found);
+    CHECK(r.status().message().find(store + ": no committed step 5") != std::string::npos);
+    CHECK(files_in(dir.path()) == 1);
+  }
+}
+
+TEST_CASE("a damaged chunk in one shard of a step stops the export and leaves no output", "[safetensors][store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string store = dir.file("s");
+  save_step(store, 2, 4);
+  auto opened = Store::open(fs, store, Access::read_only);
+  REQUIRE(opened.ok());
+  const auto latest = (*opened)->latest();
+  REQUIRE(latest);
+  const std::string shard = store + "/" + latest->dir + "/shard-00001-of-00002.ckpt";
+  std::uint64_t at = 0;
+  {
+    auto reader = ShardReader::open(fs, shard);
+    REQUIRE(reader.ok());
+    const TensorRecord* emb = reader->index().find_tensor("emb");
+    REQUIRE(emb != nullptr);
+    at = reader->index().chunks[reader->index().pieces[emb->piece_first].chunk_first].offset + 5;
+  }
+  std::string bytes = ckpt_test::read_file(shard);
+  bytes[static_cast<std::size_t>(at)] ^= 0x20;
+  ckpt_test::write_file(shard, bytes);
+
+  auto r = ckpt_to_safetensors(fs, store, dir.file("out.safetensors"));
+  REQUIRE_FALSE(r.ok());
+  const std::string message = r.status().message();
+  INFO(message);
+  CHECK(r.status().code() == Code::corrupt);
+  CHECK(message.find(shard + ": tensor 'emb' piece 0 chunk 0 ") != std::string::npos);
+  CHECK(message.find("digest expected") != std::string::npos);
+  CHECK_FALSE(fs.stat(dir.file("out.safetensors")).ok());
+  CHECK(files_in(dir.path()) == 1);  // the store alone: no output, no temporary
+}
+
+TEST_CASE("ckpt-convert exports a store or a step directory, --step picks the step", "[safetensors][tool]") {
+  const std::string tool = std::string(CKPT_BINARY_DIR) + "/ckpt-convert";
+  PosixFs fs;
+  if (!fs.stat(tool).ok()) {
+    WARN("ckpt-convert is not built; skipping the tool checks");
+    return;
+  }
+  ckpt_test::TempDir dir;
+  const std::string store = dir.file("s");
+  save_step(store, 2, 4);
+  save_step(store, 2, 6);
+  ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(generated_tensors(4), {}));
+  const std::string q = " >/dev/null 2>&1";
+  auto run = [&](const std::string& args) { return ckpt_test::run_command(tool + " " + args + q); };
+  CHECK(run(store + " " + dir.file("latest.safetensors")) == 0);
+  check_fixture_tensors(load_safetensors(dir.file("latest.safetensors")), 6);
+  CHECK(run(store + "/ " + dir.file("four.safetensors") + " --step 4 --json") == 0);
+  check_fixture_tensors(load_safetensors(dir.file("four.safetensors")), 4);
+  CHECK(run(store + " " + dir.file("five.safetensors") + " --step 5") == 2);  // no such step
+  CHECK_FALSE(fs.stat(dir.file("five.safetensors")).ok());
+  CHECK(run(dir.file("in.safetensors") + " " + dir.file("x.ckpt") + " --step 4") == 2);  // --step is for the export only
+  CHECK_FALSE(fs.stat(dir.file("x.ckpt")).ok());
+  CHECK(run(store + " " + dir.file("x.ckpt")) == 2);  // a directory cannot become a .ckpt here
 }

@@ -1,6 +1,7 @@
-// ckpt-convert: converts between safetensors and ckpt shard files, streaming with bounded memory.
-// The direction follows the extensions: IN.safetensors -> OUT.ckpt, or IN.ckpt -> OUT.safetensors.
-// Exit status: 0 converted, 1 a .ckpt input is damaged or incomplete, 2 anything else (bad arguments,
+// ckpt-convert: converts a safetensors file to a ckpt shard file, and exports any checkpoint (a .ckpt
+// file, a step directory, a store's step) to safetensors, streaming with bounded memory.
+// The direction follows the names: IN.safetensors -> OUT.ckpt, or IN (a .ckpt or a directory) -> OUT.safetensors.
+// Exit status: 0 converted, 1 a ckpt input is damaged or incomplete, 2 anything else (bad arguments,
 // malformed safetensors input, I/O error).
 #include <unistd.h>
 
@@ -29,10 +30,13 @@ enum class Direction { to_ckpt, to_safetensors, unknown };
   return tail == suffix;
 }
 
-[[nodiscard]] Direction direction_of(const std::string& in, const std::string& out) {
+// A directory input (a step directory or a store) can only be exported: Checkpoint::open tells which.
+[[nodiscard]] Direction direction_of(ckpt::FsRef fs, const std::string& in, const std::string& out) {
   if (has_suffix(in, ".safetensors") && has_suffix(out, ".ckpt")) return Direction::to_ckpt;
-  if (has_suffix(in, ".ckpt") && has_suffix(out, ".safetensors")) return Direction::to_safetensors;
-  return Direction::unknown;
+  if (!has_suffix(out, ".safetensors")) return Direction::unknown;
+  if (has_suffix(in, ".ckpt")) return Direction::to_safetensors;
+  auto info = fs.stat(in);
+  return info.ok() && info->is_dir ? Direction::to_safetensors : Direction::unknown;
 }
 
 
@@ -41,35 +45,43 @@ enum class Direction { to_ckpt, to_safetensors, unknown };
 }  // namespace
 
 // --help: what the tool does and its exit status (README "Exit codes").
-constexpr const char* kAbout = R"(Converts a safetensors file to a ckpt shard file or back, in one streaming pass with bounded
-memory. The direction follows the extensions: IN.safetensors OUT.ckpt, or IN.ckpt OUT.safetensors.
+constexpr const char* kAbout = R"(Converts a safetensors file to a ckpt shard file, or a checkpoint to safetensors, in one streaming
+pass with bounded memory. The direction follows the names: IN.safetensors OUT.ckpt, or
+IN OUT.safetensors where IN is a standalone .ckpt file (every tensor whole in it), a step directory
+(STORE/step-<step>-<txn>) or a store (its latest committed step, or --step N). Each tensor is
+gathered whole from every shard of the step; every chunk digest is verified as it is read.
 Names, dtypes, shapes, bytes and __metadata__ survive a round trip exactly. The output is written
 under a temporary name, fsynced and renamed, so it is complete or absent.
-Reading a .ckpt verifies every chunk digest; its tensors must be whole in that one file.
 safetensors metadata is string to string: other metadata types are refused unless
---stringify-metadata converts them to text (with a warning each).
+--stringify-metadata converts them to text (with a warning each). A step's number is written as
+__metadata__ key ckpt.step; its whole training state (RNG, data position, values) goes to
+ckpt.training_state in hex only with --stringify-metadata.
 
-Exit status: 0 converted, 1 the .ckpt input is damaged or incomplete (a digest mismatch, a torn
-file), 2 bad arguments, malformed safetensors input, an unreadable input or an I/O error.)";
+Exit status: 0 converted, 1 the ckpt input (the file, or a shard of the step) is damaged or
+incomplete (a digest mismatch, a torn file), 2 bad arguments, malformed safetensors input, a step
+the store does not hold, an unreadable input or an I/O error.)";
 
 int main(int argc, char** argv) {
   return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string in, out;
     ckpt::cli::LayoutFlags layout;
     bool stringify = false, as_json = false, force = false, use_mmap = false;
-    app.add_option("IN", in, "input file (.safetensors or .ckpt)")->required();
+    std::uint64_t step = 0;
+    app.add_option("IN", in, "input: a .safetensors file, or a .ckpt file, step directory or store")->required();
     app.add_option("OUT", out, "output file (.ckpt or .safetensors)")->required();
     ckpt::cli::add_layout_options(app, layout, "ckpt output: ");
     app.add_flag("--stringify-metadata", stringify, "safetensors output: write int64/float64/bool/bytes metadata as text");
     app.add_flag("--mmap", use_mmap, "safetensors input: read through a memory mapping (faster; the input must not be truncated meanwhile)");
+    auto* step_option = app.add_option("--step", step, "safetensors output from a store: export step N (default: the latest committed step)");
     app.add_flag("--json", as_json, "print a JSON summary (tensors, bytes, output, seconds) and no progress");
     app.add_flag("--force", force, "replace OUT if it exists");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
-    const Direction direction = direction_of(in, out);
+    ckpt::PosixFs fs;
+    const Direction direction = direction_of(fs, in, out);
     if (direction == Direction::unknown)
-      return usage_error("cannot tell the direction from the extensions of '" + in + "' and '" + out +
-                         "': expected IN.safetensors OUT.ckpt or IN.ckpt OUT.safetensors");
+      return usage_error("cannot tell the direction from '" + in + "' and '" + out +
+                         "': expected IN.safetensors OUT.ckpt, or IN.ckpt (or a step directory or store) OUT.safetensors");
     ckpt::ConvertOptions options;
     options.overwrite = force;
     options.stringify_metadata = stringify;
@@ -82,8 +94,11 @@ int main(int argc, char** argv) {
       return usage_error("--mmap applies only when reading a .safetensors file");
     if (direction == Direction::to_ckpt && stringify)
       return usage_error("--stringify-metadata applies only when writing a .safetensors file");
+    if (*step_option) {
+      if (direction != Direction::to_safetensors) return usage_error("--step applies only when writing a .safetensors file");
+      options.step = step;
+    }
 
-    ckpt::PosixFs fs;
     auto [result, seconds] = ckpt::cli::timed_with_progress(in, as_json, options.progress, [&] {
       return direction == Direction::to_ckpt ? ckpt::safetensors_to_ckpt(fs, in, out, options) : ckpt::ckpt_to_safetensors(fs, in, out, options);
     });
@@ -93,7 +108,7 @@ int main(int argc, char** argv) {
       if (result.status().code() == ckpt::Code::conflict && message.find("already exists") != std::string::npos)
         message += " (pass --force to replace it)";
       std::fprintf(stderr, "%s: %s\n", kTool, message.c_str());
-      // Malformed safetensors input is a usage error (exit 2); a damaged .ckpt is an integrity finding (exit 1).
+      // Malformed safetensors input is a usage error (exit 2); a damaged ckpt input is an integrity finding (exit 1).
       if (direction == Direction::to_safetensors) return ckpt::cli::exit_for(result.status().code());
       return static_cast<int>(ckpt::cli::kUsage);
     }

@@ -1,5 +1,6 @@
-// ckpt: safetensors interop. Validates a safetensors file as hostile input and converts it to and
-// from a shard file in one streaming pass with bounded memory.
+// ckpt: safetensors interop. Validates a safetensors file as hostile input, converts it to a shard
+// file, and exports any checkpoint (a standalone file, a step directory, a store's step) to one, each
+// in one streaming pass with bounded memory.
 //
 //   safetensors:  u64 header length (LE) | JSON header | data buffer (tensors tile it exactly)
 //
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +27,8 @@ inline constexpr std::size_t kLengthFieldSize = 8;
 // The reference loader refuses larger headers; so do we, before allocating anything.
 inline constexpr std::uint64_t kMaxHeaderLength = std::uint64_t{100} << 20;
 inline constexpr std::string_view kMetadataKey = "__metadata__";
+// __metadata__ key under which a step's number is exported, as decimal text.
+inline constexpr std::string_view kStepKey = "ckpt.step";
 }  // namespace safetensors
 
 struct SafetensorsTensor {
@@ -63,6 +67,9 @@ struct ConvertOptions {
   bool overwrite = false;
   // ckpt -> safetensors: write int64/float64/bool/bytes metadata as text instead of refusing.
   bool stringify_metadata = false;
+  // ckpt -> safetensors: the step of a store to export (default: its latest committed step). For a
+  // file or a step directory it must be the step that holds (else invalid_argument).
+  std::optional<std::uint64_t> step;
   // Called after each block with data bytes done and total.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
@@ -79,8 +86,16 @@ struct ConvertSummary {
 // Streams every tensor, in data-offset order, into a new shard file; __metadata__ becomes string metadata.
 [[nodiscard]] Result<ConvertSummary> safetensors_to_ckpt(FsRef fs, const std::string& in, const std::string& out,
                                                          const ConvertOptions& options = {});
-// Writes a safetensors file from a shard file, verifying every chunk it reads; tensors must be whole
-// in the file. String metadata goes to __metadata__; other types are refused unless stringified.
+// Writes a safetensors file from whatever Checkpoint::open reads (sharded.hpp): a standalone shard file
+// (every tensor whole in it), a step directory, or a store (its latest committed step, or
+// options.step). Each tensor is gathered whole from every shard of the step, in blocks of
+// options.block_size, verifying every chunk it reads; output order is Checkpoint::tensors(). Shard
+// metadata goes to __metadata__ (the same key with different values in two shards is Code::conflict);
+// string values as they are, other types refused unless stringified. Training state: a file's
+// kTrainingStateKey entry is metadata like any other (bytes: refused unless stringified, then hex); a
+// step's number goes under safetensors::kStepKey as text, and its whole state (RNG, data position,
+// values) under kTrainingStateKey in hex only when stringified. Written under a temporary name,
+// fsynced and renamed: complete or absent.
 [[nodiscard]] Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::string& in, const std::string& out,
                                                          const ConvertOptions& options = {});
 

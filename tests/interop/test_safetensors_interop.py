@@ -7,7 +7,9 @@ For every file of the generated corpus: safetensors -> ckpt (ckpt-convert), ckpt
 result, ckpt -> safetensors, then the package loads both files and they must agree on names, dtypes,
 shapes, bytes and __metadata__. Files ckpt writes must also load through the package's own reader.
 Corrupted files (truncated, bad JSON, ...) must make ckpt-convert exit 2 with a one-line message and
-leave no output. Exit 0 all passed, 1 a check failed, 77 the Python oracles are not installed.
+leave no output. A store made by ckpt-reshard (steps of 3 and 2 shard files) is exported by
+ckpt-convert (latest step, --step N, a step directory) and the package must load exactly the tensors
+of the original safetensors file; a damaged shard is exit 1 with no output. Exit 0 all passed, 1 a check failed, 77 the Python oracles are not installed.
 """
 import json
 import os
@@ -183,6 +185,62 @@ def hostile(tools, corpus_files, workdir):
               "hostile %s: exit 1, one line, no output (got %d: %s)" % (label, rc, err.strip()))
 
 
+def store_export(convert, reshard, case, src, workdir):
+    """src -> .ckpt -> a store of two resharded steps (3 and 2 shard files, ckpt-reshard) -> safetensors
+    (ckpt-convert from the store, a step directory, --step), loaded by the package and compared with src."""
+    label = "store %s" % case
+    if not os.path.exists(reshard):
+        print("skip  %s: ckpt-reshard not built" % label)
+        return
+    sub = os.path.join(workdir, "store-" + case)
+    os.mkdir(sub)
+    ckpt, store = os.path.join(sub, case + ".ckpt"), os.path.join(sub, "store")
+    rc, _, err = run(convert, src, ckpt)
+    if not check(rc == 0, "%s: source converts (%s)" % (label, err.strip())):
+        return
+    directories = {}
+    for step, world in ((7, 3), (9, 2)):
+        rc, out, err = run(reshard, ckpt, "-o", store, "--world-size", str(world), "--step", str(step),
+                           "--chunk-size", "4096", "--json")
+        if not check(rc == 0, "%s: ckpt-reshard writes step %d as %d shards (%s)" % (label, step, world, err.strip())):
+            return
+        directories[step] = json.loads(out)["directory"]
+    original, original_meta = load(src)
+    exports = [("latest step", [store], 9), ("--step 7", [store, "--step", "7"], 7),
+               ("step directory", [os.path.join(store, directories[7])], 7)]
+    for what, args, step in exports:
+        dst = os.path.join(sub, "%s-%s.safetensors" % (case, what.replace(" ", "_").replace("-", "")))
+        rc, _, err = run(convert, args[0], dst, *args[1:])
+        if not check(rc == 0, "%s %s: ckpt-convert exports it (got %d: %s)" % (label, what, rc, err.strip())):
+            continue
+        again, again_meta = load(dst)
+        same = sorted(again) == sorted(original) and all(again[n] == original[n] for n in original if n in again)
+        check(same, "%s %s: the package loads the %d tensors saved, same dtypes, shapes and bytes" % (label, what, len(original)))
+        expected_meta = dict(original_meta)
+        expected_meta["ckpt.step"] = str(step)
+        check(again_meta == expected_meta, "%s %s: __metadata__ is the source's plus ckpt.step=%d (got %r)" % (label, what, step, again_meta))
+        check_numpy_reader(dst, again, "%s %s" % (label, what))
+    missing = os.path.join(sub, "missing.safetensors")
+    rc, _, err = run(convert, store, missing, "--step", "8")
+    lines = err.strip().splitlines()
+    check(rc == 2 and len(lines) == 1 and "no committed step 8" in lines[0] and not os.path.exists(missing),
+          "%s: --step 8 (not in the store) exits 2, one line, no output (got %d: %s)" % (label, rc, err.strip()))
+    # A flipped data byte in one shard of the latest step: exit 1 naming that shard, and no output.
+    shard = os.path.join(store, directories[9], "shard-00000-of-00002.ckpt")
+    with open(shard, "r+b") as f:
+        f.seek(4096)  # the first piece's data: the default alignment puts it right after the superblock
+        byte = f.read(1)
+        f.seek(4096)
+        f.write(bytes([byte[0] ^ 1]))
+    damaged = os.path.join(sub, "damaged.safetensors")
+    rc, _, err = run(convert, store, damaged)
+    lines = err.strip().splitlines()
+    check(rc == 1 and len(lines) == 1 and shard in lines[0] and not os.path.exists(damaged),
+          "%s: a damaged shard exits 1 naming it, no output (got %d: %s)" % (label, rc, err.strip()))
+    leftovers = [n for n in os.listdir(sub) if ".tmp-" in n]
+    check(not leftovers, "%s: no temporary files left (%s)" % (label, leftovers))
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -204,6 +262,8 @@ def main():
                 extra += ["--mmap", "--block-size", "65536"]
             round_trip(tools, case, path, out, extra)
         hostile(tools, files, workdir)
+        for case in ("large", "non_ascii_names"):
+            store_export(tools[0], os.path.join(bindir, "ckpt-reshard"), case, files[case], workdir)
     print("%d failure(s)" % len(FAILURES))
     return 1 if FAILURES else 0
 

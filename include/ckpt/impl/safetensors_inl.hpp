@@ -15,10 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../coding.hpp"
-#include "../hash.hpp"
 #include "../io/atomic_file.hpp"
-#include "../shard_reader.hpp"
 #include "../shard_writer.hpp"
+#include "../sharded.hpp"
 
 namespace ckpt {
 
@@ -438,20 +437,37 @@ CKPT_INLINE Result<ConvertSummary> safetensors_to_ckpt(FsRef fs, const std::stri
 CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::string& in, const std::string& out,
                                            const ConvertOptions& options) {
   CKPT_TRY(detail::check_output(fs, out, options.overwrite));
-  auto opened = ShardReader::open(fs, in);
-  if (!opened.ok()) return opened.status();
-  ShardReader& reader = *opened;
-  const Index& index = reader.index();
+  // One reader for a file, a step directory and a store (spec/SHARDING.md 6, 6.4): no second copy here.
+  StepSelector selector;
+  selector.step = options.step;
+  CKPT_ASSIGN_OR_RETURN(Checkpoint source, Checkpoint::open(fs, in, selector));
+  const bool is_step = source.kind() == Checkpoint::Kind::step;
+  const std::string where = is_step ? source.description() : in;
   ConvertSummary summary;
   summary.output = out;
 
+  // __metadata__ (spec/SHARDING.md 6.4): the shard metadata, then the training state. A file's state
+  // is its kTrainingStateKey entry, bytes like any other; a step's is in its manifest, so its step
+  // number is written as text under kStepKey and the rest (RNG, data position, values) only when stringified.
+  CKPT_ASSIGN_OR_RETURN(std::vector<MetaEntry> entries, source.metadata(ConflictPolicy::error));
+  if (is_step) {
+    for (const auto& m : entries)
+      if (m.key == safetensors::kStepKey)
+        return make_error(Code::conflict, where + ": metadata " + detail::printable(m.key) +
+                                              " is the key the step number is exported under; rename it or export a merged file");
+    entries.push_back(MetaEntry{std::string(safetensors::kStepKey), Value(std::to_string(*source.step()))});
+    if (source.state() && options.stringify_metadata)
+      entries.push_back(MetaEntry{std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(*source.state())})});
+  } else if (source.state()) {
+    entries.push_back(MetaEntry{std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(*source.state())})});
+  }
   // safetensors __metadata__ maps strings to strings; anything else is refused or, on request, text.
   std::vector<std::pair<std::string, std::string>> metadata;
-  for (const auto& m : index.metadata) {
+  for (const auto& m : entries) {
     if (!m.value.is_string()) {
       const char* type = value_type_name(m.value.type());
       if (!options.stringify_metadata)
-        return make_error(Code::unsupported, in + ": metadata " + detail::printable(m.key) + " is " + type +
+        return make_error(Code::unsupported, where + ": metadata " + detail::printable(m.key) + " is " + type +
                                                  "; safetensors __metadata__ holds only strings (stringify it to convert to text)");
       summary.warnings.push_back("metadata " + detail::printable(m.key) + " (" + type + ") written as text" +
                                  (m.value.is_bytes() ? " in hex" : ""));
@@ -468,33 +484,20 @@ CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::stri
     json += "}";
   }
   std::uint64_t data_size = 0;
-  for (const auto& t : index.tensors) {
+  for (const auto& t : source.tensors()) {
     if (t.name == safetensors::kMetadataKey)
-      return make_error(Code::unsupported, in + ": tensor '__metadata__' cannot be named in safetensors, where the key is reserved");
-    std::uint64_t bytes = 0, elements = 0, held = 0;
-    (void)shape_bytes(t.shape, t.dtype, bytes);  // decode_index proved it fits
-    (void)shape_elements(t.shape, elements);
-    for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) {
-      std::uint64_t e = 0;
-      (void)shape_elements(index.pieces[k].shape, e);
-      held += e;
-    }
-    // Pieces never overlap (decode_index), so equal counts mean the file holds the whole tensor.
-    if (held != elements)
-      return make_error(Code::not_found, in + ": tensor " + detail::printable(t.name) + ": pieces in this file hold " +
-                                             std::to_string(held) + " of its " + std::to_string(elements) +
-                                             " elements; merge the step's shards into one file first");
+      return make_error(Code::unsupported, where + ": tensor '__metadata__' cannot be named in safetensors, where the key is reserved");
     if (json.size() > 1) json += ",";
     json += detail::json_string(t.name) + ":{\"dtype\":\"" + std::string(format::dtype_info(t.dtype)->name) + "\",\"shape\":[";
     for (std::size_t d = 0; d < t.shape.size(); ++d) json += (d ? "," : "") + std::to_string(t.shape[d]);
-    json += "],\"data_offsets\":[" + std::to_string(data_size) + "," + std::to_string(data_size + bytes) + "]}";
-    data_size += bytes;
+    json += "],\"data_offsets\":[" + std::to_string(data_size) + "," + std::to_string(data_size + t.bytes) + "]}";
+    data_size += t.bytes;
   }
   json += "}";
   // Pad with spaces so the data buffer starts 8-byte aligned, as the reference writer does.
   json.append((8 - json.size() % 8) % 8, ' ');
   if (json.size() > safetensors::kMaxHeaderLength)
-    return make_error(Code::unsupported, in + ": safetensors header would be " + std::to_string(json.size()) +
+    return make_error(Code::unsupported, where + ": safetensors header would be " + std::to_string(json.size()) +
                                              " bytes, over the " + std::to_string(safetensors::kMaxHeaderLength) +
                                              "-byte limit of safetensors readers");
 
@@ -506,85 +509,20 @@ CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::stri
   CKPT_TRY(file.write(length_field, sizeof length_field));
   CKPT_TRY(file.write(json.data(), json.size()));
 
+  // Each tensor whole, row-major, in blocks of at most block_size bytes gathered from every piece
+  // (of every shard) that overlaps them; each read verifies the chunks it touches (spec/SHARDING.md 5.2).
+  // On any error `file` is dropped uncommitted: its temporary name is removed, `out` never appears.
   std::vector<unsigned char> block;
-  StreamHasher hasher;
   std::uint64_t done = 0;
-  for (const auto& t : index.tensors) {
-    std::uint64_t bytes = 0;
-    (void)shape_bytes(t.shape, t.dtype, bytes);
-    if (bytes == 0) continue;
-    if (block.empty()) block.resize(detail::block_bytes(options));
-    if (t.piece_count == 1) {
-      // One piece holding the whole tensor: stream its bytes, checking each chunk as it completes.
-      const std::size_t k = static_cast<std::size_t>(t.piece_first);
-      const PieceRecord& p = index.pieces[k];
-      std::uint64_t chunk = 0, in_chunk = 0;
-      hasher.reset();
-      for (std::uint64_t at = 0; at < p.data_length;) {
-        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(block.size(), p.data_length - at));
-        CKPT_TRY(read_exact(fs, reader.file(), in, block.data(), n, p.data_offset + at));
-        // Hash a cache-sized slice and hand the same slice on while it is still in cache.
-        for (std::size_t slice_at = 0; slice_at < n;) {
-          const std::size_t slice_end = std::min(n, slice_at + detail::kSliceSize);
-          for (std::size_t off = slice_at; off < slice_end;) {
-            const ChunkRecord& c = index.chunks[p.chunk_first + chunk];
-            const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(slice_end - off, c.length - in_chunk));
-            hasher.update(block.data() + off, take);
-            off += take;
-            in_chunk += take;
-            if (in_chunk == c.length) {
-              const std::uint64_t found = hasher.digest();
-              if (found != c.digest)
-                return make_error(Code::corrupt, in + ": tensor " + detail::printable(t.name) + " chunk " + std::to_string(chunk) +
-                                                     " bytes [" + std::to_string(c.offset) + ", " + std::to_string(c.offset + c.length) +
-                                                     "): digest expected " + hex64(c.digest) + ", found " + hex64(found));
-              hasher.reset();
-              ++chunk;
-              in_chunk = 0;
-            }
-          }
-          CKPT_TRY(file.write(block.data() + slice_at, slice_end - slice_at));
-          slice_at = slice_end;
-        }
-        at += n;
-        done += n;
-        if (options.progress) options.progress(done, data_size);
-      }
-      continue;
-    }
-    // Several pieces: assemble row-major through read_slice over runs of the widest dimension whose
-    // trailing sub-array fits a block; each read verifies the chunks it touches.
-    const std::size_t rank = t.shape.size();
-    if (rank == 0)
-      return make_error(Code::corrupt, in + ": tensor " + detail::printable(t.name) + ": a scalar stored as " +
-                                           std::to_string(t.piece_count) + " pieces, expected 1");
-    const std::uint64_t esize = format::dtype_info(t.dtype)->size;
-    std::vector<std::uint64_t> inner(rank, esize);  // bytes of one step along dimension d
-    for (std::size_t d = rank - 1; d > 0; --d) inner[d - 1] = inner[d] * t.shape[d];
-    std::size_t split = 0;
-    while (inner[split] > block.size()) ++split;  // inner[rank-1] == esize always fits
-    const std::uint64_t rows = std::max<std::uint64_t>(1, block.size() / inner[split]);
-    Shape offsets(rank, 0), extent = t.shape;
-    for (std::size_t d = 0; d < split; ++d) extent[d] = 1;
-    while (true) {
-      extent[split] = std::min(rows, t.shape[split] - offsets[split]);
-      const auto n = static_cast<std::size_t>(extent[split] * inner[split]);
-      CKPT_TRY(reader.read_slice(t.name, offsets, extent, block.data(), n, ReadCheck::touched));
-      CKPT_TRY(file.write(block.data(), n));
-      done += n;
+  for (const auto& t : source.tensors()) {
+    const Box whole{Shape(t.shape.size(), 0), t.shape};
+    CKPT_TRY(detail::copy_region(source, t, whole, detail::block_bytes(options), block, file, [&](std::uint64_t bytes) {
+      done += bytes;
       if (options.progress) options.progress(done, data_size);
-      // Advance the row-major counter over dimensions [0, split].
-      offsets[split] += extent[split];
-      std::size_t d = split;
-      while (d > 0 && offsets[d] == t.shape[d]) {
-        offsets[d] = 0;
-        ++offsets[--d];
-      }
-      if (offsets[0] == t.shape[0]) break;
-    }
+    }));
   }
   CKPT_TRY(file.commit());
-  summary.tensors = index.tensors.size();
+  summary.tensors = source.tensors().size();
   summary.data_bytes = data_size;
   summary.metadata = metadata.size();
   summary.output_size = file.size();
