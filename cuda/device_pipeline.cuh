@@ -489,12 +489,12 @@ struct DeviceTensor {
 template <class B>
 [[nodiscard]] Status write_device_tensors(B& backend, ShardWriter& writer, const std::vector<DeviceTensor>& tensors,
                                           const DeviceIoOptions& options = {}) {
-  struct Slice {
+  struct Staged {
     std::size_t tensor = 0;
     std::uint64_t offset = 0, length = 0, total = 0;
   };
   const std::size_t staging = std::max<std::size_t>(options.staging_bytes, 4096);
-  std::vector<Slice> slices;
+  std::vector<Staged> slices;
   std::uint64_t largest = 0, total_bytes = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
@@ -510,7 +510,7 @@ template <class B>
     std::uint64_t off = 0;
     do {
       const std::uint64_t n = std::min<std::uint64_t>(staging, bytes - off);
-      slices.push_back(Slice{i, off, n, bytes});
+      slices.push_back(Staged{i, off, n, bytes});
       off += n;
     } while (off < bytes);
   }
@@ -525,7 +525,7 @@ template <class B>
   }
   CKPT_ASSIGN_OR_RETURN(auto stream, arena.stream());
   auto issue = [&](std::size_t k) -> Status {
-    const Slice& s = slices[k];
+    const Staged& s = slices[k];
     const auto* src = static_cast<const unsigned char*>(tensors[s.tensor].data) + s.offset;
     if (s.length > 0) CKPT_TRY(backend.copy_to_host(buffers[k % buffer_count], src, static_cast<std::size_t>(s.length), stream));
     return backend.record(copied[k % buffer_count], stream);
@@ -537,7 +537,7 @@ template <class B>
   std::vector<std::pair<std::size_t, std::uint64_t>> labels;  // tensor, chunk number in its piece
   std::uint64_t done = 0;
   for (std::size_t k = 0; k < slices.size(); ++k) {
-    const Slice& s = slices[k];
+    const Staged& s = slices[k];
     const DeviceTensor& t = tensors[s.tensor];
     CKPT_TRY(backend.sync_event(copied[k % buffer_count]));
     if (s.offset == 0) {
@@ -603,11 +603,11 @@ template <class B>
                                          const DeviceIoOptions& options = {}) {
   const Index& index = reader.index();
   const std::string& path = reader.path();
-  struct Slice {
+  struct Staged {
     std::uint64_t file_offset = 0, length = 0;
     unsigned char* dst = nullptr;
   };
-  std::vector<Slice> slices;
+  std::vector<Staged> slices;
   std::vector<DeviceChunk> table;
   std::vector<std::uint64_t> expected;
   std::vector<std::pair<std::size_t, std::uint64_t>> labels;  // piece, chunk number
@@ -643,7 +643,7 @@ template <class B>
       covered += p.data_length;
       auto* dst = static_cast<unsigned char*>(target.data) + r.first;
       for (std::uint64_t off = 0; off < p.data_length; off += staging)
-        slices.push_back(Slice{p.data_offset + off, std::min<std::uint64_t>(staging, p.data_length - off), dst + off});
+        slices.push_back(Staged{p.data_offset + off, std::min<std::uint64_t>(staging, p.data_length - off), dst + off});
       for (std::uint64_t c = 0; c < p.chunk_count; ++c) {
         const auto& rec = index.chunks[p.chunk_first + c];
         table.push_back(DeviceChunk{dst + (rec.offset - p.data_offset), rec.length});
@@ -669,7 +669,7 @@ template <class B>
   CKPT_ASSIGN_OR_RETURN(auto stream, arena.stream());
   std::uint64_t done = 0;
   for (std::size_t k = 0; k < slices.size(); ++k) {
-    const Slice& s = slices[k];
+    const Staged& s = slices[k];
     unsigned char* buffer = buffers[k % buffer_count];
     if (k >= buffer_count) CKPT_TRY(backend.sync_event(copied[k % buffer_count]));  // its last copy has left
     CKPT_TRY(detail::read_parallel(reader.fs(), reader.file(), path, buffer, static_cast<std::size_t>(s.length), s.file_offset,

@@ -1,7 +1,7 @@
 // Shared by tests/test_sharded.cpp (threads) and tests/mpi/*.cpp (MPI ranks): a set of tensors split
 // among ranks in every way spec/SHARDING.md allows (uneven, along an inner dimension, a 2-D grid,
 // a rank holding nothing, replicated, scalar), deterministic bytes, and helpers to cut a global tensor
-// into a rank's box and to put boxes back together.
+// into a rank's slice and to put slices back together.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 namespace sharded_fixture {
 
-using ckpt::Box;
+using ckpt::Slice;
 using ckpt::DType;
 using ckpt::Shape;
 using ckpt::Status;
@@ -63,57 +63,57 @@ inline std::vector<TensorSpec> specs() {
   return out;
 }
 
-// Calls f(global element index, box element index) for every element of the box, row-major.
+// Calls f(global element index, slice element index) for every element of the slice, row-major.
 template <class F>
-void for_each_element(const Shape& shape, const Box& box, F f) {
+void for_each_element(const Shape& shape, const Slice& slice, F f) {
   const std::size_t rank = shape.size();
-  const std::uint64_t n = elements(box.shape);
+  const std::uint64_t n = elements(slice.shape);
   if (n == 0) return;
   Shape at(rank, 0);
   for (std::uint64_t k = 0; k < n; ++k) {
     std::uint64_t global = 0;
-    for (std::size_t d = 0; d < rank; ++d) global = global * shape[d] + box.offsets[d] + at[d];
+    for (std::size_t d = 0; d < rank; ++d) global = global * shape[d] + slice.offsets[d] + at[d];
     f(global, k);
     for (std::size_t d = rank; d-- > 0;) {
-      if (++at[d] < box.shape[d]) break;
+      if (++at[d] < slice.shape[d]) break;
       at[d] = 0;
     }
   }
 }
 
 [[nodiscard]] inline std::vector<unsigned char> extract(const std::vector<unsigned char>& global, const TensorSpec& t,
-                                                        const Box& box) {
+                                                        const Slice& slice) {
   const std::size_t es = element_size(t.dtype);
-  std::vector<unsigned char> part(elements(box.shape) * es);
-  for_each_element(t.shape, box, [&](std::uint64_t g, std::uint64_t k) {
+  std::vector<unsigned char> part(elements(slice.shape) * es);
+  for_each_element(t.shape, slice, [&](std::uint64_t g, std::uint64_t k) {
     for (std::size_t b = 0; b < es; ++b) part[k * es + b] = global[g * es + b];
   });
   return part;
 }
 
-inline void place(std::vector<unsigned char>& global, const TensorSpec& t, const Box& box, const std::vector<unsigned char>& part) {
+inline void place(std::vector<unsigned char>& global, const TensorSpec& t, const Slice& slice, const std::vector<unsigned char>& part) {
   const std::size_t es = element_size(t.dtype);
-  for_each_element(t.shape, box, [&](std::uint64_t g, std::uint64_t k) {
+  for_each_element(t.shape, slice, [&](std::uint64_t g, std::uint64_t k) {
     for (std::size_t b = 0; b < es; ++b) global[g * es + b] = part[k * es + b];
   });
 }
 
-// The box a rank of `world` saves. The grid needs 4 ranks; other worlds split it along dimension 0.
-[[nodiscard]] inline Box save_box(const TensorSpec& t, std::uint32_t world, std::uint32_t rank) {
-  if (t.split == Split::replicated) return Box{Shape(t.shape.size(), 0), t.shape};
+// The slice a rank of `world` saves. The grid needs 4 ranks; other worlds split it along dimension 0.
+[[nodiscard]] inline Slice save_box(const TensorSpec& t, std::uint32_t world, std::uint32_t rank) {
+  if (t.split == Split::replicated) return Slice{Shape(t.shape.size(), 0), t.shape};
   if (t.split == Split::grid && world == 4) {
     const auto rows = ckpt::split_range(t.shape[0], 2, rank / 2);
     const auto cols = ckpt::split_range(t.shape[1], 2, rank % 2);
-    return Box{{rows.first, cols.first}, {rows.second, cols.second}};
+    return Slice{{rows.first, cols.first}, {rows.second, cols.second}};
   }
   ckpt::SplitChoice choice;
   choice.dim = t.split == Split::dim ? t.dim : 0;
-  return ckpt::split_box(t.shape, choice, world, rank);
+  return ckpt::split_slice(t.shape, choice, world, rank);
 }
 
-// The box a rank of `world` loads: an even split along dimension 0, whatever the saved layout was.
-[[nodiscard]] inline Box load_box(const TensorSpec& t, std::uint32_t world, std::uint32_t rank) {
-  return ckpt::split_box(t.shape, ckpt::SplitChoice{}, world, rank);  // a scalar: every rank reads it
+// The slice a rank of `world` loads: an even split along dimension 0, whatever the saved layout was.
+[[nodiscard]] inline Slice load_box(const TensorSpec& t, std::uint32_t world, std::uint32_t rank) {
+  return ckpt::split_slice(t.shape, ckpt::SplitChoice{}, world, rank);  // a scalar: every rank reads it
 }
 
 // Writes this rank's part of every tensor into an open transaction.
@@ -124,10 +124,10 @@ inline void place(std::vector<unsigned char>& global, const TensorSpec& t, const
       CKPT_TRY(tx.add_replicated_tensor(t.name, t.dtype, t.shape, global.data(), global.size(), 0));
       continue;
     }
-    const Box box = save_box(t, world, rank);
-    if (elements(box.shape) == 0) continue;
-    const auto part = extract(global, t, box);
-    CKPT_TRY(tx.begin_piece(t.name, t.dtype, t.shape, box.offsets, box.shape));
+    const Slice slice = save_box(t, world, rank);
+    if (elements(slice.shape) == 0) continue;
+    const auto part = extract(global, t, slice);
+    CKPT_TRY(tx.begin_piece(t.name, t.dtype, t.shape, slice.offsets, slice.shape));
     // Two writes per piece, so streaming is exercised.
     const std::size_t half = part.size() / 2;
     CKPT_TRY(tx.write(part.data(), half));

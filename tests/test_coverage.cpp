@@ -69,7 +69,7 @@ TEST_CASE("coverage problems are found and named, one table row per way to fail"
   }
 }
 
-TEST_CASE("the box reported for a gap touches no piece, wherever the hole is", "[coverage]") {
+TEST_CASE("the slice reported for a gap touches no piece, wherever the hole is", "[coverage]") {
   // A 48 x 48 grid of 1 x 1 pieces (2304 pieces, so an all-pairs search would be slow) with one hole at
   // each position in turn along a diagonal: the gap found is exactly that element.
   for (std::uint64_t hole = 0; hole < 48; hole += 7) {

@@ -22,7 +22,7 @@ namespace {
 using Bytes8 = std::vector<unsigned char>;
 constexpr std::uint64_t kChunk = 4096;
 
-// Calls fn with every multi-index of a box of this shape, row-major; nothing for an empty box.
+// Calls fn with every multi-index of a slice of this shape, row-major; nothing for an empty slice.
 void for_each_index(const Shape& shape, const std::function<void(const Shape&)>& fn) {
   for (const auto d : shape)
     if (d == 0) return;
@@ -52,7 +52,7 @@ std::uint64_t elements(const Shape& s) {
   return n;
 }
 
-// The reference: the box [off, off+shape) of a row-major global array, computed element by element.
+// The reference: the slice [off, off+shape) of a row-major global array, computed element by element.
 Bytes8 extract(const Bytes8& global, const Shape& gshape, std::size_t esize, const Shape& off, const Shape& shape) {
   Bytes8 out(elements(shape) * esize);
   std::uint64_t k = 0;
@@ -78,7 +78,7 @@ struct TensorSpec {
   std::size_t esize() const { return format::dtype_info(dtype)->size; }
 };
 
-// Every box of the grid that the split points cut the shape into.
+// Every slice of the grid that the split points cut the shape into.
 std::vector<PieceSpec> grid(const Shape& shape, const std::vector<std::vector<std::uint64_t>>& splits) {
   std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges(shape.size());
   for (std::size_t d = 0; d < shape.size(); ++d) {
@@ -153,7 +153,7 @@ void write_shard(const std::string& path, const std::vector<TensorSpec>& ts) {
   REQUIRE(w->finish().ok());
 }
 
-// A random box inside shape, sometimes empty along a dimension, sometimes the whole extent.
+// A random slice inside shape, sometimes empty along a dimension, sometimes the whole extent.
 void random_box(std::mt19937_64& rng, const Shape& shape, Shape& off, Shape& len) {
   off.assign(shape.size(), 0);
   len.assign(shape.size(), 0);

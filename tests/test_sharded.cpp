@@ -56,12 +56,12 @@ void check_load_at(StepReader& reader, std::uint32_t world, std::uint64_t step) 
     const auto expected = global_bytes(t, step);
     std::vector<unsigned char> assembled(expected.size(), 0xEE);
     for (std::uint32_t r = 0; r < world; ++r) {
-      const Box box = load_box(t, world, r);
-      std::vector<unsigned char> part(elements(box.shape) * element_size(t.dtype));
+      const Slice slice = load_box(t, world, r);
+      std::vector<unsigned char> part(elements(slice.shape) * element_size(t.dtype));
       if (!t.shape.empty() && part.empty()) continue;
       INFO("tensor " << t.name << " world " << world << " rank " << r);
-      REQUIRE(reader.read_slice(t.name, box.offsets, box.shape, part.data(), part.size()).ok());
-      place(assembled, t, box, part);
+      REQUIRE(reader.read_slice(t.name, slice.offsets, slice.shape, part.data(), part.size()).ok());
+      place(assembled, t, slice, part);
     }
     INFO("tensor " << t.name << " at world " << world);
     CHECK(assembled == expected);

@@ -1,7 +1,7 @@
 // ckpt: checks that the pieces of every tensor of a step, gathered from all of its shard files,
 // cover the tensor exactly once: one dtype and global shape, every piece inside it, no two pieces
 // sharing an element, no element in no piece (spec/SHARDING.md 4). Problems name the tensor, the
-// ranks and the region.
+// ranks and the slice.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ struct GlobalPiece {
 enum class CoverageIssue : std::uint8_t {
   dtype_mismatch,  // two pieces disagree on the dtype
   shape_mismatch,  // two pieces disagree on the global shape (rank included)
-  out_of_bounds,   // a piece's region leaves the global shape, or the shape overflows 64 bits
+  out_of_bounds,   // a piece's slice leaves the global shape, or the shape overflows 64 bits
   overlap,         // two pieces share an element
   gap,             // an element is in no piece
   replica_mismatch,  // ranks declared a replicated tensor differently, or its owner did not declare it
@@ -36,11 +36,11 @@ enum class CoverageIssue : std::uint8_t {
 struct CoverageProblem {
   CoverageIssue issue = CoverageIssue::gap;
   std::string tensor;
-  // overlap: the shared region; gap: a box no piece touches; out_of_bounds: the piece; mismatch: the later piece.
+  // overlap: the shared slice; gap: a slice no piece touches; out_of_bounds: the piece; mismatch: the later piece.
   Shape offsets, shape;
   std::uint32_t rank = 0;        // the piece at fault (gap: none, 0)
   std::uint32_t other_rank = 0;  // overlap and mismatch: the piece it conflicts with
-  std::string message;           // one line naming tensor, issue, ranks and region
+  std::string message;           // one line naming tensor, issue, ranks and slice
 };
 
 // A tensor every rank that declares it holds identically; only `owner` writes it (spec/SHARDING.md 3.2).
@@ -54,9 +54,9 @@ struct ReplicaDecl {
 };
 
 // At most one problem per tensor (the first found in the order above), tensors in name order.
-// Overlap is found by a sweep (find_overlapping_boxes), not by comparing all pairs; a gap is located
+// Overlap is found by a sweep (find_overlapping_slices), not by comparing all pairs; a gap is located
 // by splitting the tensor at piece boundaries and descending only into halves whose covered volume
-// falls short, so the box reported touches no piece.
+// falls short, so the slice reported touches no piece.
 [[nodiscard]] std::vector<CoverageProblem> check_coverage(const std::vector<GlobalPiece>& pieces);
 // Declarations of one name must agree on dtype, shape, owner and digest, and the owner must declare it.
 // One problem per tensor at most, in name order.

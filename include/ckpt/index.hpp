@@ -90,16 +90,16 @@ struct Index {
 // Byte size of a tensor or piece of this shape and dtype, or false on overflow.
 [[nodiscard]] bool shape_bytes(const Shape& shape, DType dtype, std::uint64_t& out) noexcept;
 // A hyper-rectangle given by its offsets and shape (views into piece records).
-struct BoxRef {
+struct SliceRef {
   const Shape* offsets;
   const Shape* shape;
 };
-// Positions (first < second) of two non-empty boxes that share an element, or nullopt when none do.
-[[nodiscard]] std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes(const std::vector<BoxRef>& boxes,
+// Positions (first < second) of two non-empty slices that share an element, or nullopt when none do.
+[[nodiscard]] std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_slices(const std::vector<SliceRef>& slices,
                                                                                         std::size_t rank);
 [[nodiscard]] std::string shape_string(const Shape& shape);
-// The one check of a read region against a tensor (spec/FORMAT.md 7.2): rank, bounds (that cannot
-// overflow) and, unless dst_size is kAnySize, the buffer size. Returns the region's element count.
+// The one check of a read slice against a tensor (spec/FORMAT.md 7.2): rank, bounds (that cannot
+// overflow) and, unless dst_size is kAnySize, the buffer size. Returns the slice's element count.
 inline constexpr std::size_t kAnySize = ~std::size_t{0};
 [[nodiscard]] Result<std::uint64_t> check_slice(const TensorRecord& tensor, const Shape& offsets, const Shape& shape,
                                                 std::size_t dst_size = kAnySize);

@@ -43,10 +43,10 @@ class ShardReader {
   // Reads a whole tensor; its pieces in this file must cover it. dst_size must equal its byte size.
   [[nodiscard]] Status read_tensor(std::string_view name, void* dst, std::size_t dst_size,
                                    ReadCheck check = ReadCheck::touched);
-  // Reads the region [offsets, offsets + shape) of a tensor, row-major, into dst.
+  // Reads the slice [offsets, offsets + shape) of a tensor, row-major, into dst.
   [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                   std::size_t dst_size, ReadCheck check = ReadCheck::touched);
-  // Copies the part of the region that this file's pieces hold; returns the element count copied.
+  // Copies the part of the slice that this file's pieces hold; returns the element count copied.
   // Multi-file readers (a sharded step) add the counts to prove full coverage.
   [[nodiscard]] Result<std::uint64_t> read_slice_partial(const TensorRecord& tensor, const Shape& offsets,
                                                          const Shape& shape, void* dst, ReadCheck check);
@@ -59,9 +59,9 @@ class ShardReader {
 
  private:
   ShardReader(FsRef fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}
-  friend class StepReader;  // reads a region it has already checked (check_slice) from every shard
+  friend class StepReader;  // reads a slice it has already checked (check_slice) from every shard
   [[nodiscard]] Status load();
-  // read_slice_partial without the region check: callers ran check_slice against this tensor's record.
+  // read_slice_partial without the slice check: callers ran check_slice against this tensor's record.
   [[nodiscard]] Result<std::uint64_t> copy_overlap(const TensorRecord& tensor, const Shape& offsets, const Shape& shape, void* dst,
                                                    ReadCheck check);
   [[nodiscard]] Status chunk_mismatch(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const;

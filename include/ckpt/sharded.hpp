@@ -1,5 +1,5 @@
 // ckpt: a step at any world size (spec/SHARDING.md 5-7). How a tensor is split among ranks, how a
-// region is streamed block by block under a memory budget, a source that reads any region of any
+// slice is streamed block by block under a memory budget, a source that reads any slice of any
 // tensor of a standalone file or of a step written by any number of ranks, and the two rewrites built
 // on them: reshard (a source as a new step of M shard files, written by M threads through the store's
 // multi-rank protocol) and merge (one or more sources as one standalone file).
@@ -28,9 +28,9 @@ namespace ckpt {
 
 // --- Splitting a tensor among ranks (spec/SHARDING.md 5.1) ---------------------------------------
 
-struct Box {
+struct Slice {
   Shape offsets, shape;
-  bool operator==(const Box& o) const { return offsets == o.offsets && shape == o.shape; }
+  bool operator==(const Slice& o) const { return offsets == o.offsets && shape == o.shape; }
 };
 
 // Part `index` of `extent` split into `parts` as evenly as possible: the first extent % parts parts get
@@ -56,14 +56,14 @@ struct SplitChoice {
 // without elements are always written whole by rank 0. A rule naming a dimension the tensor does not
 // have is an error naming both.
 [[nodiscard]] Result<SplitChoice> choose_split(std::string_view name, const Shape& shape, const std::vector<SplitRule>& rules);
-// The region rank `rank` of `world` holds under `choice`: a shape with a 0 where a split leaves it
+// The slice rank `rank` of `world` holds under `choice`: a shape with a 0 where a split leaves it
 // nothing; the whole tensor for every rank when replicated (a writer lets rank 0 write it).
-[[nodiscard]] Box split_box(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank);
+[[nodiscard]] Slice split_slice(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank);
 
-// --- Streaming a region (spec/SHARDING.md 5.2) ----------------------------------------------------
+// --- Streaming a slice (spec/SHARDING.md 5.2) ----------------------------------------------------
 
-// Calls block(offsets, shape) for consecutive blocks of a box of `shape` (offsets relative to the box)
-// whose bytes, in call order, are the box in row-major order, each at most max(budget, one row of the
+// Calls block(offsets, shape) for consecutive blocks of a slice of `shape` (offsets relative to the slice)
+// whose bytes, in call order, are the slice in row-major order, each at most max(budget, one row of the
 // innermost dimension) bytes. Stops at the first error block returns.
 [[nodiscard]] Status for_each_block(const Shape& shape, std::uint64_t element_size, std::uint64_t budget,
                                     const std::function<Status(const Shape& offsets, const Shape& shape)>& block);
@@ -97,7 +97,7 @@ class Checkpoint {
  public:
   enum class Kind : std::uint8_t { file, step };
   // A regular file is a shard file holding every tensor whole (else invalid_argument naming the tensor
-  // and the missing region); a directory holding JOURNAL is a store (its latest step); a directory
+  // and the missing slice); a directory holding JOURNAL is a store (its latest step); a directory
   // step-<s>-<t> inside a store is that transaction, which must be committed and not retired. A step is
   // opened as Store::open_step does: manifest against COMMIT, shards against manifest, coverage.
   // The path is told apart by classify_path (path_kind.hpp). selector.step picks a store's step; for a
@@ -123,7 +123,7 @@ class Checkpoint {
   // Metadata of every shard file, kTrainingStateKey left out. The same key with different values in two
   // shards of a step is a conflict that `policy` resolves (error: Code::conflict naming the key).
   [[nodiscard]] Result<std::vector<MetaEntry>> metadata(ConflictPolicy policy) const;
-  // Reads any region of a tensor, touching only the pieces that overlap it and verifying their chunks.
+  // Reads any slice of a tensor, touching only the pieces that overlap it and verifying their chunks.
   // Safe from several threads at once when Fs is (PosixFs is).
   [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                   std::size_t dst_size);

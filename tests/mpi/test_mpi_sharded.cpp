@@ -39,18 +39,18 @@ void check_same_everywhere(MpiComm& comm, const Status& s, const char* what) {
                                             "', rank 0 '" + (*all)[0] + "'");
 }
 
-// Writes this rank's save box of every tensor, read from another step at whatever world it was saved.
+// Writes this rank's save slice of every tensor, read from another step at whatever world it was saved.
 Status reshard_rank(StepReader& from, Transaction& tx, std::uint32_t world, std::uint32_t rank) {
   for (const auto& t : specs()) {
-    const Box box = save_box(t, world, rank);
-    std::vector<unsigned char> part(elements(box.shape) * element_size(t.dtype));
+    const Slice slice = save_box(t, world, rank);
+    std::vector<unsigned char> part(elements(slice.shape) * element_size(t.dtype));
     if (t.split != Split::replicated && part.empty()) continue;
-    CKPT_TRY(from.read_slice(t.name, box.offsets, box.shape, part.data(), part.size()));
+    CKPT_TRY(from.read_slice(t.name, slice.offsets, slice.shape, part.data(), part.size()));
     if (t.split == Split::replicated) {
       CKPT_TRY(tx.add_replicated_tensor(t.name, t.dtype, t.shape, part.data(), part.size(), 0));
       continue;
     }
-    CKPT_TRY(tx.begin_piece(t.name, t.dtype, t.shape, box.offsets, box.shape));
+    CKPT_TRY(tx.begin_piece(t.name, t.dtype, t.shape, slice.offsets, slice.shape));
     CKPT_TRY(tx.write(part.data(), part.size()));
     CKPT_TRY(tx.end_piece());
   }
@@ -94,9 +94,9 @@ void load_with(PosixFs& fs, const std::string& store_path, int world) {
       auto reader = (*store)->open_latest();
       MPI_CHECK_OK(reader.status());
       for (const auto& t : specs()) {
-        const Box box = load_box(t, static_cast<std::uint32_t>(world), static_cast<std::uint32_t>(rank));
-        std::vector<unsigned char> part(elements(box.shape) * element_size(t.dtype));
-        if (reader.ok() && !part.empty()) MPI_CHECK_OK(reader->read_slice(t.name, box.offsets, box.shape, part.data(), part.size()));
+        const Slice slice = load_box(t, static_cast<std::uint32_t>(world), static_cast<std::uint32_t>(rank));
+        std::vector<unsigned char> part(elements(slice.shape) * element_size(t.dtype));
+        if (reader.ok() && !part.empty()) MPI_CHECK_OK(reader->read_slice(t.name, slice.offsets, slice.shape, part.data(), part.size()));
         auto parts = comm->gather(as_string(part), 0);
         MPI_CHECK_OK(parts.status());
         if (rank != 0 || !parts.ok()) continue;

@@ -32,17 +32,17 @@ namespace detail {
   return "offsets " + shape_string(offsets) + " shape " + shape_string(shape);
 }
 
-// Elements of a box known to fit in 64 bits (it lies inside a tensor whose count fits).
+// Elements of a slice known to fit in 64 bits (it lies inside a tensor whose count fits).
 [[nodiscard]] CKPT_INLINE std::uint64_t box_volume(const Shape& shape) noexcept {
   std::uint64_t n = 1;
   for (const auto d : shape) n *= d;
   return n;
 }
 
-// Finds a box inside [lo, lo + len) that no piece touches, given that the pieces do not overlap.
-// Splits at the median piece boundary of the dimension with the most boundaries inside the box and
+// Finds a slice inside [lo, lo + len) that no piece touches, given that the pieces do not overlap.
+// Splits at the median piece boundary of the dimension with the most boundaries inside the slice and
 // descends only into a half whose covered volume falls short, so each level halves the boundaries.
-[[nodiscard]] CKPT_INLINE std::optional<std::pair<Shape, Shape>> find_uncovered_box(const std::vector<const GlobalPiece*>& candidates,
+[[nodiscard]] CKPT_INLINE std::optional<std::pair<Shape, Shape>> find_uncovered_slice(const std::vector<const GlobalPiece*>& candidates,
                                                                                  const Shape& lo, const Shape& len) {
   const std::size_t rank = lo.size();
   std::vector<const GlobalPiece*> inside;
@@ -56,7 +56,7 @@ namespace detail {
     }
     if (vol == 0) continue;
     inside.push_back(p);
-    covered += vol;  // no overlap, so at most the box volume
+    covered += vol;  // no overlap, so at most the slice volume
   }
   if (inside.empty()) return std::make_pair(lo, len);
   if (covered == box_volume(len)) return std::nullopt;
@@ -73,16 +73,16 @@ namespace detail {
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     if (cuts.size() > best.size()) best = std::move(cuts), split_dim = d;
   }
-  // No boundary inside: every piece spans the box, so one piece would cover it all. Unreachable, but
-  // report the box rather than loop.
+  // No boundary inside: every piece spans the slice, so one piece would cover it all. Unreachable, but
+  // report the slice rather than loop.
   if (split_dim == rank) return std::make_pair(lo, len);
   const std::uint64_t cut = best[best.size() / 2];
   Shape left_len = len, right_lo = lo, right_len = len;
   left_len[split_dim] = cut - lo[split_dim];
   right_lo[split_dim] = cut;
   right_len[split_dim] = lo[split_dim] + len[split_dim] - cut;
-  if (auto found = find_uncovered_box(inside, lo, left_len)) return found;
-  return find_uncovered_box(inside, right_lo, right_len);
+  if (auto found = find_uncovered_slice(inside, lo, left_len)) return found;
+  return find_uncovered_slice(inside, right_lo, right_len);
 }
 
 [[nodiscard]] CKPT_INLINE std::optional<CoverageProblem> check_tensor_coverage(const std::vector<const GlobalPiece*>& pieces) {
@@ -127,10 +127,10 @@ namespace detail {
       return problem;
     }
   }
-  std::vector<BoxRef> boxes;
-  boxes.reserve(pieces.size());
-  for (const GlobalPiece* p : pieces) boxes.push_back(BoxRef{&p->offsets, &p->shape});
-  if (const auto hit = find_overlapping_boxes(boxes, rank)) {
+  std::vector<SliceRef> slices;
+  slices.reserve(pieces.size());
+  for (const GlobalPiece* p : pieces) slices.push_back(SliceRef{&p->offsets, &p->shape});
+  if (const auto hit = find_overlapping_slices(slices, rank)) {
     const GlobalPiece& a = *pieces[hit->first];
     const GlobalPiece& b = *pieces[hit->second];
     problem.issue = CoverageIssue::overlap;
@@ -150,9 +150,9 @@ namespace detail {
   std::uint64_t covered = 0;
   for (const GlobalPiece* p : pieces) covered += box_volume(p->shape);
   if (covered == total) return std::nullopt;
-  const auto box = find_uncovered_box(pieces, Shape(rank, 0), global);
+  const auto slice = find_uncovered_slice(pieces, Shape(rank, 0), global);
   problem.issue = CoverageIssue::gap;
-  if (box) problem.offsets = box->first, problem.shape = box->second;
+  if (slice) problem.offsets = slice->first, problem.shape = slice->second;
   problem.message = who + "its pieces hold " + std::to_string(covered) + " of " + std::to_string(total) +
                     " elements; no piece holds " + region_string(problem.offsets, problem.shape);
   return problem;

@@ -58,7 +58,7 @@ CKPT_INLINE Result<std::uint64_t> check_slice(const TensorRecord& t, const Shape
       return make_error(Code::invalid_argument, "tensor '" + t.name + "': slice at " + shape_string(offsets) + " of shape " +
                                                     shape_string(shape) + " exceeds " + shape_string(t.shape));
   std::uint64_t bytes = 0, elements = 0;
-  (void)shape_bytes(shape, t.dtype, bytes);  // a region within a valid tensor cannot overflow
+  (void)shape_bytes(shape, t.dtype, bytes);  // a slice within a valid tensor cannot overflow
   (void)shape_elements(shape, elements);
   if (dst_size != kAnySize && bytes != dst_size)
     return make_error(Code::invalid_argument, "tensor '" + t.name + "': slice is " + std::to_string(bytes) + " bytes, buffer is " +
@@ -116,18 +116,18 @@ namespace detail {
 
 }  // namespace detail
 
-CKPT_INLINE std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_boxes(const std::vector<BoxRef>& boxes,
+CKPT_INLINE std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_slices(const std::vector<SliceRef>& slices,
                                                                                   std::size_t rank) {
-  std::vector<std::size_t> live;  // boxes holding at least one element
-  for (std::size_t i = 0; i < boxes.size(); ++i) {
+  std::vector<std::size_t> live;  // slices holding at least one element
+  for (std::size_t i = 0; i < slices.size(); ++i) {
     std::uint64_t n = 0;
-    if (shape_elements(*boxes[i].shape, n) && n > 0) live.push_back(i);
+    if (shape_elements(*slices[i].shape, n) && n > 0) live.push_back(i);
   }
   if (live.size() < 2) return std::nullopt;
   if (rank == 0) return std::make_pair(live[0], live[1]);  // two scalars are the same element
   auto overlaps = [&](std::size_t a, std::size_t b) {
-    const BoxRef& x = boxes[a];
-    const BoxRef& y = boxes[b];
+    const SliceRef& x = slices[a];
+    const SliceRef& y = slices[b];
     for (std::size_t d = 0; d < rank; ++d)
       if (!((*x.offsets)[d] < (*y.offsets)[d] + (*y.shape)[d] && (*y.offsets)[d] < (*x.offsets)[d] + (*x.shape)[d])) return false;
     return true;
@@ -136,19 +136,19 @@ CKPT_INLINE std::optional<std::pair<std::size_t, std::size_t>> find_overlapping_
   std::size_t sweep = 0, best = 0;
   for (std::size_t d = 0; d < rank; ++d) {
     std::vector<std::uint64_t> starts;
-    for (const auto i : live) starts.push_back((*boxes[i].offsets)[d]);
+    for (const auto i : live) starts.push_back((*slices[i].offsets)[d]);
     std::sort(starts.begin(), starts.end());
     const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
     if (distinct > best) best = distinct, sweep = d;
   }
   std::sort(live.begin(), live.end(), [&](std::size_t a, std::size_t b) {
-    return (*boxes[a].offsets)[sweep] < (*boxes[b].offsets)[sweep];
+    return (*slices[a].offsets)[sweep] < (*slices[b].offsets)[sweep];
   });
   std::vector<std::size_t> active;
   for (const auto i : live) {
-    const std::uint64_t start = (*boxes[i].offsets)[sweep];
+    const std::uint64_t start = (*slices[i].offsets)[sweep];
     active.erase(std::remove_if(active.begin(), active.end(), [&](std::size_t j) {
-                   return (*boxes[j].offsets)[sweep] + (*boxes[j].shape)[sweep] <= start;
+                   return (*slices[j].offsets)[sweep] + (*slices[j].shape)[sweep] <= start;
                  }), active.end());
     for (const auto j : active)
       if (overlaps(i, j)) return std::make_pair(std::min(i, j), std::max(i, j));
@@ -179,7 +179,7 @@ CKPT_INLINE Result<Superblock> decode_superblock(const unsigned char* b, const s
   namespace f = format::sb;
   using detail::corrupt_at;
   if (std::memcmp(b + f::kMagic, format::kSuperblockMagic, 8) != 0)
-    return corrupt_at(path, 0, "not a ckpt file: superblock magic is not 89 43 4b 50 54 0d 0a 1a");
+    return corrupt_at(path, 0, "not a shard file: superblock magic is not 89 43 4b 50 54 0d 0a 1a");
   const std::uint64_t want = get_u64(b + f::kDigest), got = xxh3_64(b, f::kDigest);
   if (want != got)
     return corrupt_at(path, f::kDigest, "superblock digest mismatch: expected " + hex64(want) + ", found " + hex64(got));
@@ -434,7 +434,7 @@ CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t s
       if (ndim == 0) p.shape.clear();
       for (std::size_t d = 0; d < ndim; ++d)
         if (p.offsets[d] > t.shape[d] || p.shape[d] > t.shape[d] - p.offsets[d])
-          return corrupt_at(path, prec_at + 40, pwhich + ": region offsets " + shape_string(p.offsets) + " shape " + shape_string(p.shape) + " exceeds global shape " + shape_string(t.shape));
+          return corrupt_at(path, prec_at + 40, pwhich + ": slice offsets " + shape_string(p.offsets) + " shape " + shape_string(p.shape) + " exceeds global shape " + shape_string(t.shape));
       std::uint64_t want_len = 0;
       if (!shape_bytes(p.shape, t.dtype, want_len) || want_len != p.data_length)
         return corrupt_at(path, prec_at + 16, pwhich + ": data length " + std::to_string(p.data_length) + ", expected " + std::to_string(want_len) + " for shape " + shape_string(p.shape));
@@ -480,11 +480,11 @@ CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t s
 
   // Pieces of one tensor never overlap in its global index space (spec 4.3).
   for (const auto& t : index.tensors) {
-    std::vector<BoxRef> boxes;
-    boxes.reserve(static_cast<std::size_t>(t.piece_count));
+    std::vector<SliceRef> slices;
+    slices.reserve(static_cast<std::size_t>(t.piece_count));
     for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k)
-      boxes.push_back(BoxRef{&index.pieces[k].offsets, &index.pieces[k].shape});
-    if (const auto hit = find_overlapping_boxes(boxes, t.shape.size()))
+      slices.push_back(SliceRef{&index.pieces[k].offsets, &index.pieces[k].shape});
+    if (const auto hit = find_overlapping_slices(slices, t.shape.size()))
       return corrupt_at(path, index_offset + table_at[1] + (t.piece_first + hit->second) * format::kPieceRecordSize,
                         "tensor '" + t.name + "': pieces " + std::to_string(hit->first) + " and " + std::to_string(hit->second) + " overlap");
   }

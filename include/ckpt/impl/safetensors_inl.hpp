@@ -293,7 +293,7 @@ class SafetensorsHeaderParser {
 }
 
 // Unit of hashing and writing: small enough to stay in cache between the hash and the copy to the kernel.
-inline constexpr std::size_t kSliceSize = std::size_t{256} << 10;
+inline constexpr std::size_t kCopyWindow = std::size_t{256} << 10;
 
 [[nodiscard]] CKPT_INLINE std::size_t block_bytes(const ConvertOptions& options) {
   return std::max<std::size_t>(options.block_size, 4096);
@@ -501,7 +501,7 @@ CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::stri
                                              " bytes, over the " + std::to_string(safetensors::kMaxHeaderLength) +
                                              "-byte limit of safetensors readers");
 
-  auto created = AtomicFile::create(fs, out, detail::kSliceSize);
+  auto created = AtomicFile::create(fs, out, detail::kCopyWindow);
   if (!created.ok()) return created.status();
   AtomicFile& file = **created;
   unsigned char length_field[safetensors::kLengthFieldSize];
@@ -515,8 +515,8 @@ CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::stri
   std::vector<unsigned char> block;
   std::uint64_t done = 0;
   for (const auto& t : source.tensors()) {
-    const Box whole{Shape(t.shape.size(), 0), t.shape};
-    CKPT_TRY(detail::copy_region(source, t, whole, detail::block_bytes(options), block, file, [&](std::uint64_t bytes) {
+    const Slice whole{Shape(t.shape.size(), 0), t.shape};
+    CKPT_TRY(detail::copy_slice(source, t, whole, detail::block_bytes(options), block, file, [&](std::uint64_t bytes) {
       done += bytes;
       if (options.progress) options.progress(done, data_size);
     }));

@@ -370,16 +370,16 @@ CKPT_INLINE Status ShardWriter::write_bytes(const unsigned char* bytes, std::siz
   // Pipelined, the caller's thread hashes block k+1 while the I/O thread writes block k. The last
   // whole block of a call is copied instead of passed on: write() would otherwise wait for it to be
   // written, and the I/O thread would then idle while the next call hashes its first block.
-  constexpr std::size_t kSlice = std::size_t{256} << 10;
+  constexpr std::size_t kHashWindow = std::size_t{256} << 10;
   const std::size_t block = options_.buffer_size;
-  const bool may_bypass = block > 2 * kSlice;  // smaller buffers: append() already passes slices straight on
+  const bool may_bypass = block > 2 * kHashWindow;  // smaller buffers: append() already passes slices straight on
   while (size > 0) {
     const bool direct = may_bypass && filled_ == 0 && size >= block && position_ % block == 0 &&
                         (!write_behind_ || size - block >= block);
     const std::size_t n =
-        direct ? block : static_cast<std::size_t>(std::min<std::uint64_t>({size, kSlice, chunk_size - p.chunk_filled}));
+        direct ? block : static_cast<std::size_t>(std::min<std::uint64_t>({size, kHashWindow, chunk_size - p.chunk_filled}));
     for (std::size_t hashed = 0; hashed < n;) {
-      const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>({n - hashed, kSlice, chunk_size - p.chunk_filled}));
+      const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>({n - hashed, kHashWindow, chunk_size - p.chunk_filled}));
       hasher_.update(bytes + hashed, part);
       hashed += part;
       p.chunk_filled += part;

@@ -93,13 +93,13 @@ CKPT_INLINE Result<SplitChoice> choose_split(std::string_view name, const Shape&
   return choice;
 }
 
-CKPT_INLINE Box split_box(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank) {
-  Box box{Shape(shape.size(), 0), shape};
-  if (choice.replicate || shape.empty()) return box;  // every rank holds it all
+CKPT_INLINE Slice split_slice(const Shape& shape, const SplitChoice& choice, std::uint32_t world, std::uint32_t rank) {
+  Slice slice{Shape(shape.size(), 0), shape};
+  if (choice.replicate || shape.empty()) return slice;  // every rank holds it all
   const auto [offset, length] = split_range(shape[choice.dim], world, rank);
-  box.offsets[choice.dim] = offset;
-  box.shape[choice.dim] = length;
-  return box;
+  slice.offsets[choice.dim] = offset;
+  slice.shape[choice.dim] = length;
+  return slice;
 }
 
 CKPT_INLINE Status for_each_block(const Shape& shape, std::uint64_t element_size, std::uint64_t budget,
@@ -112,7 +112,7 @@ CKPT_INLINE Status for_each_block(const Shape& shape, std::uint64_t element_size
   if (rank == 0) return block(Shape(), Shape());
   const std::uint64_t budget_elements = std::max<std::uint64_t>(1, element_size == 0 ? budget : budget / element_size);
   // The outermost dimension d whose inner block (dimensions after d) fits the budget; blocks take
-  // `rows` slabs of it at a time, so each block is contiguous in the region's row-major order.
+  // `rows` slabs of it at a time, so each block is contiguous in the slice's row-major order.
   std::size_t d = rank - 1;
   std::uint64_t inner = 1, wider = 0;
   while (d > 0 && checked_mul(inner, shape[d], wider) && wider <= budget_elements) inner = wider, --d;
@@ -292,14 +292,14 @@ CKPT_INLINE Status Checkpoint::read_slice(std::string_view name, const Shape& of
 
 namespace detail {
 
-// Streams one region of a source tensor into an open piece, block by block.
+// Streams one slice of a source tensor into an open piece, block by block.
 template <class Sink>
-[[nodiscard]] Status copy_region(Checkpoint& source, const TensorInfo& t, const Box& box, std::uint64_t block_size,
+[[nodiscard]] Status copy_slice(Checkpoint& source, const TensorInfo& t, const Slice& slice, std::uint64_t block_size,
                                  std::vector<unsigned char>& buffer, Sink& sink, const std::function<void(std::uint64_t)>& done) {
   const std::uint64_t element_size = format::dtype_info(t.dtype)->size;
-  Shape absolute(box.offsets.size());
-  return for_each_block(box.shape, element_size, block_size, [&](const Shape& rel, const Shape& shape) -> Status {
-    for (std::size_t d = 0; d < rel.size(); ++d) absolute[d] = box.offsets[d] + rel[d];
+  Shape absolute(slice.offsets.size());
+  return for_each_block(slice.shape, element_size, block_size, [&](const Shape& rel, const Shape& shape) -> Status {
+    for (std::size_t d = 0; d < rel.size(); ++d) absolute[d] = slice.offsets[d] + rel[d];
     std::uint64_t bytes = 0;
     (void)shape_bytes(shape, t.dtype, bytes);  // a block of a tensor whose size fits
     buffer.resize(static_cast<std::size_t>(bytes));
@@ -392,13 +392,13 @@ CKPT_INLINE Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source
       const auto& tensors = source.tensors();
       for (std::size_t i = 0; i < tensors.size() && s.ok(); ++i) {
         const TensorInfo& t = tensors[i];
-        const Box box = split_box(t.shape, choices[i], world, rank);
+        const Slice slice = split_slice(t.shape, choices[i], world, rank);
         std::uint64_t elements = 0;
-        (void)shape_elements(box.shape, elements);
+        (void)shape_elements(slice.shape, elements);
         // A replicated tensor is written once, by rank 0; a split one by every rank that holds a part.
         if (choices[i].replicate ? rank != 0 : elements == 0) continue;
-        s = tx->begin_piece(t.name, t.dtype, t.shape, box.offsets, box.shape);
-        if (s.ok()) s = detail::copy_region(source, t, box, block_size, buffer, *tx, report);
+        s = tx->begin_piece(t.name, t.dtype, t.shape, slice.offsets, slice.shape);
+        if (s.ok()) s = detail::copy_slice(source, t, slice, block_size, buffer, *tx, report);
         if (s.ok()) s = tx->end_piece();
       }
     }
@@ -569,9 +569,9 @@ CKPT_INLINE Result<MergeSummary> merge_to_file(FsRef fs, const std::vector<Check
   const std::uint64_t block_size = std::max<std::uint64_t>(options.block_size, 4096);
   for (const auto& name : order) {
     const auto [s, t] = picks[name];
-    const Box whole{Shape(t->shape.size(), 0), t->shape};
+    const Slice whole{Shape(t->shape.size(), 0), t->shape};
     CKPT_TRY(writer.begin_piece(t->name, t->dtype, t->shape, whole.offsets, whole.shape));
-    CKPT_TRY(detail::copy_region(*sources[s], *t, whole, block_size, buffer, writer, [&](std::uint64_t bytes) {
+    CKPT_TRY(detail::copy_slice(*sources[s], *t, whole, block_size, buffer, writer, [&](std::uint64_t bytes) {
       done += bytes;
       if (options.progress) options.progress(done, total);
     }));

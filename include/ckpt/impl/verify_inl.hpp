@@ -105,7 +105,7 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
   static constexpr const char* kFileChanged = "file changed during verification";
   std::atomic<std::uint64_t> bytes_done{0}, chunks_done{0};
   std::mutex mutex;
-  // Digests of an item's chunks. pread mode reads at most kReadSlice bytes at a time into a
+  // Digests of an item's chunks. pread mode reads at most kReadWindow bytes at a time into a
   // per-thread buffer and hashes them while they are in cache (several small chunks per read, a large
   // chunk streamed slice by slice); mmap mode hashes the mapped page cache with no copy at all.
   auto hash_item = [&](const Item& item, std::vector<unsigned char>& buf, std::vector<std::uint64_t>& found) -> Status {
@@ -138,10 +138,10 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
                                       (now.ok() ? ", " + std::to_string(*now) + " bytes now" : std::string()) +
                                       "; truncated while being read)");
     }
-    buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(item.length, detail::kReadSlice)));
+    buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(item.length, detail::kReadWindow)));
     for (std::uint64_t c = item.first; c < end;) {
       const auto& rec = index.chunks[p.chunk_first + c];
-      if (rec.length > detail::kReadSlice) {
+      if (rec.length > detail::kReadWindow) {
         auto digest = detail::read_hashed(fs, file.get(), path, buf.data(), static_cast<std::size_t>(rec.length), rec.offset, true);
         if (!digest.ok()) return digest.status();
         found.push_back(*digest);
@@ -150,7 +150,7 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
       }
       // Chunks tile a piece back to back (spec 5.7), so consecutive small chunks are one read.
       std::uint64_t last = c, bytes = 0;
-      while (last < end && index.chunks[p.chunk_first + last].length <= detail::kReadSlice - bytes)
+      while (last < end && index.chunks[p.chunk_first + last].length <= detail::kReadWindow - bytes)
         bytes += index.chunks[p.chunk_first + last++].length;
       CKPT_TRY(read_exact(fs, file.get(), path, buf.data(), static_cast<std::size_t>(bytes), rec.offset));
       for (; c < last; ++c) {
