@@ -769,3 +769,25 @@ TEST_CASE("ckpt-convert exports a store or a step directory, --step picks the st
   CHECK_FALSE(fs.stat(dir.file("x.ckpt")).ok());
   CHECK(run(store + " " + dir.file("x.ckpt")) == 2);  // a directory cannot become a .ckpt here
 }
+
+TEST_CASE("a shard's own ckpt.step metadata is refused on export, never overwritten", "[safetensors][store]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string store = dir.file("s");
+  {
+    auto s = Store::open(fs, store, Access::read_write, ckpt_test::small_store_options());
+    REQUIRE(s.ok());
+    auto tx = (*s)->begin(3);
+    REQUIRE(tx.ok());
+    const std::vector<float> w(16, 1.0f);
+    REQUIRE((*tx)->add_tensor("w", DType::F32, {16}, w.data(), w.size() * 4).ok());
+    REQUIRE((*tx)->shard_writer().set_metadata("ckpt.step", Value("7")).ok());
+    REQUIRE((*tx)->commit().ok());
+  }
+  const std::string out = dir.file("o.safetensors");
+  auto r = ckpt_to_safetensors(fs, store, out, ConvertOptions{});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::conflict);
+  CHECK(r.status().message().find("ckpt.step") != std::string::npos);
+  CHECK(files_in(dir.path()) == 1);  // the store only: no output, no temporary
+}
