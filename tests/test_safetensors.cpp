@@ -145,6 +145,16 @@ std::size_t files_in(const std::string& dir) {
   return names->size();
 }
 
+// The built ckpt-convert, run with a command line; its exit status (output discarded).
+struct ConvertTool {
+  std::string path = std::string(CKPT_BINARY_DIR) + "/ckpt-convert";
+  [[nodiscard]] bool built() const {
+    PosixFs fs;
+    return fs.stat(path).ok();
+  }
+  int operator()(const std::string& args) const { return ckpt_test::run_command(path + " " + args + " >/dev/null 2>&1"); }
+};
+
 }  // namespace
 
 TEST_CASE("hostile safetensors headers are errors that name file and cause, never crashes", "[safetensors]") {
@@ -579,17 +589,14 @@ TEST_CASE("an existing output is replaced only when asked", "[safetensors]") {
 }
 
 TEST_CASE("ckpt-convert maps outcomes to exit codes", "[safetensors][tool]") {
-  const std::string tool = std::string(CKPT_BINARY_DIR) + "/ckpt-convert";
-  PosixFs fs;
-  if (!fs.stat(tool).ok()) {
+  const ConvertTool run;
+  if (!run.built()) {
     WARN("ckpt-convert is not built; skipping the tool checks");
     return;
   }
   ckpt_test::TempDir dir;
   ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(generated_tensors(3), {{"k", "v"}}));
   ckpt_test::write_file(dir.file("bad.safetensors"), st_bytes("{\"a\":", ""));
-  const std::string q = " >/dev/null 2>&1";
-  auto run = [&](const std::string& args) { return ckpt_test::run_command(tool + " " + args + q); };
   CHECK(run("--help") == 0);
   CHECK(run("") == 2);
   CHECK(run(dir.file("in.safetensors") + " " + dir.file("out.bin")) == 2);
@@ -746,9 +753,9 @@ TEST_CASE("a damaged chunk in one shard of a step stops the export and leaves no
 }
 
 TEST_CASE("ckpt-convert exports a store or a step directory, --step picks the step", "[safetensors][tool]") {
-  const std::string tool = std::string(CKPT_BINARY_DIR) + "/ckpt-convert";
   PosixFs fs;
-  if (!fs.stat(tool).ok()) {
+  const ConvertTool run;
+  if (!run.built()) {
     WARN("ckpt-convert is not built; skipping the tool checks");
     return;
   }
@@ -757,8 +764,6 @@ TEST_CASE("ckpt-convert exports a store or a step directory, --step picks the st
   save_step(store, 2, 4);
   save_step(store, 2, 6);
   ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(generated_tensors(4), {}));
-  const std::string q = " >/dev/null 2>&1";
-  auto run = [&](const std::string& args) { return ckpt_test::run_command(tool + " " + args + q); };
   CHECK(run(store + " " + dir.file("latest.safetensors")) == 0);
   check_fixture_tensors(load_safetensors(dir.file("latest.safetensors")), 6);
   CHECK(run(store + "/ " + dir.file("four.safetensors") + " --step 4 --json") == 0);
