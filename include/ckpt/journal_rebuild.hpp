@@ -247,7 +247,7 @@ inline void verify_candidate(FsRef fs, const std::string& store, RebuildCandidat
 [[nodiscard]] inline Result<std::string> write_rebuilt_journal(FsRef fs, const std::string& store, const JournalRebuild& plan, bool old_exists) {
   const std::string journal_path = join_path(store, std::string(journal::kJournalName));
   CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile::create(fs, journal_path));
-  CKPT_TRY(file->write(plan.journal_bytes.data(), plan.journal_bytes.size()));
+  CKPT_TRY(file.write(plan.journal_bytes.data(), plan.journal_bytes.size()));
   std::string kept;
   if (old_exists) {
     for (int n = 1; n < 1000000 && kept.empty(); ++n) {
@@ -259,7 +259,7 @@ inline void verify_candidate(FsRef fs, const std::string& store, RebuildCandidat
     // Durable before the new journal takes the name: two renames in one directory may reach disk in any order (R1).
     CKPT_TRY(fs.sync_dir(store));
   }
-  CKPT_TRY(file->commit());  // fsync, rename into place, fsync the directory
+  CKPT_TRY(file.commit());  // fsync, rename into place, fsync the directory
   return kept;
 }
 

@@ -811,8 +811,8 @@ CKPT_INLINE Status JournalWriter::create(FsRef fs, const std::string& path, cons
   // Created under a temporary name and renamed: JOURNAL exists only with a durable header (spec 5.1).
   CKPT_ASSIGN_OR_RETURN(auto file, AtomicFile::create(fs, path));
   const std::string bytes = encode_group({header_record(header)}, 0);
-  CKPT_TRY(file->write(bytes.data(), bytes.size()));
-  return file->commit();
+  CKPT_TRY(file.write(bytes.data(), bytes.size()));
+  return file.commit();
 }
 
 CKPT_INLINE Result<std::uint64_t> JournalWriter::rewrite(FsRef fs, const std::string& path, const JournalHeader& header,
@@ -822,8 +822,8 @@ CKPT_INLINE Result<std::uint64_t> JournalWriter::rewrite(FsRef fs, const std::st
   std::string bytes = encode_group({header_record(header)}, 0);
   for (const auto& g : groups)
     if (!g.empty()) bytes += encode_group(g, bytes.size(), offsets);
-  CKPT_TRY(file->write(bytes.data(), bytes.size()));
-  CKPT_TRY(file->commit());
+  CKPT_TRY(file.write(bytes.data(), bytes.size()));
+  CKPT_TRY(file.commit());
   return static_cast<std::uint64_t>(bytes.size());
 }
 

@@ -503,7 +503,7 @@ CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::stri
 
   auto created = AtomicFile::create(fs, out, detail::kCopyWindow);
   if (!created.ok()) return created.status();
-  AtomicFile& file = **created;
+  AtomicFile& file = *created;
   unsigned char length_field[safetensors::kLengthFieldSize];
   put_u64(length_field, json.size());
   CKPT_TRY(file.write(length_field, sizeof length_field));

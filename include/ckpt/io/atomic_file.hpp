@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -20,16 +20,27 @@ namespace ckpt {
 class AtomicFile {
  public:
   // Creates "<path>.tmp-<uuid>" next to path (same directory, so the rename stays on one file system).
-  [[nodiscard]] static Result<std::unique_ptr<AtomicFile>> create(FsRef fs, std::string path,
-                                                                  std::size_t buffer_size = std::size_t{1} << 20) {
+  [[nodiscard]] static Result<AtomicFile> create(FsRef fs, std::string path, std::size_t buffer_size = std::size_t{1} << 20) {
     std::string temp_path = path + ".tmp-" + uuid_string(random_uuid());
     auto file = fs.open(temp_path, OpenMode::create_new);
     if (!file.ok()) return file.status().with_context("cannot create " + temp_path);
-    return std::unique_ptr<AtomicFile>(new AtomicFile(fs, std::move(path), std::move(temp_path), *file,
-                                                      std::max<std::size_t>(buffer_size, 4096)));
+    return Result<AtomicFile>(AtomicFile(fs, std::move(path), std::move(temp_path), *file, std::max<std::size_t>(buffer_size, 4096)));
   }
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
+  // A value (spec/LAYOUT.md 3.4): moving hands over the temporary file; the moved-from one owns
+  // nothing and its destructor removes nothing. No move assignment, as for ShardWriter.
+  AtomicFile(AtomicFile&& o) noexcept
+      : fs_(o.fs_),
+        path_(std::move(o.path_)),
+        temp_path_(std::move(o.temp_path_)),
+        file_(std::exchange(o.file_, FileHandle{})),
+        capacity_(o.capacity_),
+        buffer_(std::move(o.buffer_)),
+        position_(o.position_),
+        failure_(std::move(o.failure_)),
+        committed_(std::exchange(o.committed_, true)) {}
+  AtomicFile& operator=(AtomicFile&&) = delete;
   // Not committed: the temporary file is removed and the final name is left untouched.
   ~AtomicFile() {
     if (committed_) return;
