@@ -1095,3 +1095,161 @@ TEST_CASE("a writer fails closed when the journal changes under it", "[store][ev
   CHECK(r.status().message().find("another writer") != std::string::npos);
   CHECK((*store)->failed());
 }
+
+namespace {
+
+// A caller-coordinated save of step `step` by `world` ranks, each its own Store as in separate processes;
+// the messages travel as the caller (e.g. PyTorch DCP) would carry them (spec/SHARDING.md 3.6).
+struct CallerSave {
+  std::vector<std::unique_ptr<Store>> ranks;
+  std::vector<std::unique_ptr<Transaction>> txns;
+  std::vector<std::string> reports;
+};
+
+CallerSave caller_begin(PosixFs& fs, const std::string& path, int world, std::uint64_t step) {
+  CallerSave save;
+  std::vector<std::unique_ptr<Store>> participants;
+  for (int r = 1; r < world; ++r) {  // a participant reads nothing at open: it may open before rank 0
+    auto p = Store::open_rank(fs, path, r, world, writable_options());
+    REQUIRE(p.ok());
+    CHECK((*p)->participant());
+    CHECK((*p)->steps().empty());
+    participants.push_back(std::move(p).value());
+  }
+  auto coordinator = Store::open_rank(fs, path, 0, world, writable_options());
+  INFO(coordinator.status().to_string());
+  REQUIRE(coordinator.ok());
+  CHECK((*coordinator)->coordinator());
+  save.ranks.push_back(std::move(coordinator).value());
+  for (auto& p : participants) save.ranks.push_back(std::move(p));
+  std::vector<std::string> requests;
+  for (auto& s : save.ranks) requests.push_back(s->begin_request(step));
+  const std::string decision = save.ranks[0]->decide_begin(step, requests);
+  for (auto& s : save.ranks) {
+    auto tx = s->join(decision);
+    INFO(tx.status().to_string());
+    REQUIRE(tx.ok());
+    save.txns.push_back(std::move(tx).value());
+  }
+  return save;
+}
+
+}  // namespace
+
+TEST_CASE("a caller-coordinated save commits only with every rank's report, as one step", "[store][ranks]") {
+  PosixFs fs;
+  ckpt_test::TempDir dir;
+  const std::string path = dir.file("store");
+  {
+    auto first = Store::open(fs, path, Access::read_write, writable_options());
+    REQUIRE(first.ok());
+    REQUIRE(save(**first, 1).ok());
+  }
+  CallerSave s = caller_begin(fs, path, 3, 2);
+  for (std::uint32_t r = 0; r < 3; ++r) REQUIRE(add_row(*s.txns[r], r, 2).ok());
+  s.txns[0]->state().values["dcp.metadata"] = Bytes{std::string("\x80\x04pickle", 8)};
+  for (auto& tx : s.txns) {
+    auto report = tx->report();
+    INFO(report.status().to_string());
+    REQUIRE(report.ok());
+    s.reports.push_back(std::move(report).value());
+  }
+  CHECK_FALSE(s.txns[1]->active());  // a participant's part ends with its report
+  CHECK(s.txns[0]->active());        // rank 0 waits for the reports
+  CHECK(s.txns[1]->add_tensor("late", DType::U8, {1}, "x", 1).code() == Code::invalid_argument);
+  // The collective calls are refused on such a store, saying which phases to use.
+  CHECK(s.txns[0]->commit().status().message().find("begin_request, decide_begin, join") != std::string::npos);
+  CHECK(s.ranks[1]->begin(3).status().code() == Code::invalid_argument);
+  auto done = s.txns[0]->commit_reports(s.reports);
+  INFO(done.status().to_string());
+  REQUIRE(done.ok());
+  CHECK(done->step.step == 2);
+
+  auto reader = Store::open(fs, path, Access::read_only);
+  REQUIRE(reader.ok());
+  CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1, 2});
+  auto step = (*reader)->open_step(2);
+  REQUIRE(step.ok());
+  CHECK(step->shard_count() == 3);
+  CHECK(step->state().values.at("dcp.metadata").as_bytes() == std::string("\x80\x04pickle", 8));
+  std::vector<float> row(kElems);
+  for (std::uint64_t r = 0; r < 3; ++r) {
+    REQUIRE(step->read_slice("w", {r, 0}, {1, kElems}, row.data(), row.size() * 4).ok());
+    CHECK(row == weights(2 + r));
+  }
+  auto verified = (*reader)->verify_step(2);
+  REQUIRE(verified.ok());
+  CHECK(verified->ok());
+}
+
+TEST_CASE("a caller-coordinated save that loses a rank keeps the previous step latest", "[store][ranks]") {
+  PosixFs fs;
+  // Each row: what goes wrong between BEGIN and the decision; the step must not exist afterwards, and
+  // none of its files may remain once rank 0 has abandoned it.
+  struct Case {
+    const char* what;
+    std::function<void(CallerSave&)> spoil;
+    Code code;  // what commit_reports returns; ok: rank 0 never gets that far
+  };
+  const std::vector<Case> cases = {
+      {"a missing report", [](CallerSave& s) { s.reports.pop_back(); }, Code::invalid_argument},
+      {"reports out of rank order", [](CallerSave& s) { std::swap(s.reports[1], s.reports[2]); }, Code::corrupt},
+      {"a truncated report", [](CallerSave& s) { s.reports[1].resize(s.reports[1].size() / 2); }, Code::corrupt},
+      {"a rank that never wrote its row", [](CallerSave& s) { s.reports[2] = s.txns[2]->report().value(); },
+       Code::invalid_argument},
+      {"rank 0 closed before the reports", [](CallerSave& s) { s.txns[0].reset(); }, Code::ok},
+      {"rank 0 aborts", [](CallerSave& s) { REQUIRE(s.txns[0]->abort().ok()); }, Code::ok},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    ckpt_test::TempDir dir;
+    const std::string path = dir.file("store");
+    {
+      auto first = Store::open(fs, path, Access::read_write, writable_options());
+      REQUIRE(first.ok());
+      REQUIRE(save(**first, 1).ok());
+    }
+    CallerSave s = caller_begin(fs, path, 3, 2);
+    const std::string step_dir = s.txns[0]->directory();
+    const bool rank2_writes = std::string(c.what) != "a rank that never wrote its row";
+    for (std::uint32_t r = 0; r < 3; ++r)
+      if (r < 2 || rank2_writes) REQUIRE(add_row(*s.txns[r], r, 2).ok());
+    for (std::size_t r = 0; r < 2; ++r) s.reports.push_back(s.txns[r]->report().value());
+    if (rank2_writes) s.reports.push_back(s.txns[2]->report().value());
+    else s.reports.emplace_back();
+    c.spoil(s);
+    if (c.code != Code::ok) {
+      auto done = s.txns[0]->commit_reports(s.reports);
+      CHECK(done.status().code() == c.code);
+      CHECK(done.status().message().find("abandoned on every rank, the previous step is untouched") != std::string::npos);
+    }
+    s.txns.clear();
+    s.ranks.clear();
+    CHECK_FALSE(fsys::exists(step_dir));
+    auto reader = Store::open(fs, path, Access::read_only);
+    REQUIRE(reader.ok());
+    CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1});
+    check_step(**reader, 1);
+  }
+}
+
+TEST_CASE("a caller-coordinated begin names the rank that cannot take part and writes nothing", "[store][ranks]") {
+  PosixFs fs;
+  ckpt_test::TempDir dir;
+  const std::string path = dir.file("store");
+  auto coordinator = Store::open_rank(fs, path, 0, 2, writable_options());
+  REQUIRE(coordinator.ok());
+  auto other = Store::open_rank(fs, path, 1, 2, writable_options());
+  REQUIRE(other.ok());
+  CHECK(Store::open_rank(fs, path, 2, 2).status().code() == Code::invalid_argument);
+  // Rank 1 asks for another step; then a participant tries to decide.
+  const std::string decision =
+      (*coordinator)->decide_begin(5, {(*coordinator)->begin_request(5), (*other)->begin_request(6)});
+  auto refused = (*other)->join(decision);
+  CHECK(refused.status().code() == Code::invalid_argument);
+  CHECK(refused.status().message().find("rank 1 begins step 6") != std::string::npos);
+  CHECK((*coordinator)->transactions().empty());
+  const std::string not_mine = (*other)->decide_begin(5, {"", ""});
+  CHECK((*other)->join(not_mine).status().message().find("only rank 0") != std::string::npos);
+  CHECK((*other)->join("garbage").status().code() == Code::invalid_argument);
+}

@@ -44,6 +44,33 @@ class LocalComm {
   void leave(const Status& why) noexcept { (void)why; }  // no other rank waits
 };
 
+// The rank and world of a save whose messages the caller carries itself (spec/SHARDING.md 3.6), e.g.
+// inside PyTorch DCP's plans: it has no collectives, so a collective call on its store names the phases to use.
+class CallerComm {
+ public:
+  CallerComm(int rank, int size) noexcept : rank_(rank), size_(size) {}
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] Status barrier() { return refusal(); }
+  [[nodiscard]] Result<std::vector<std::string>> gather(std::string bytes, int root) {
+    (void)bytes, (void)root;
+    return refusal();
+  }
+  [[nodiscard]] Status broadcast(std::string& bytes, int root) {
+    (void)bytes, (void)root;
+    return refusal();
+  }
+
+  [[nodiscard]] static Status refusal() {
+    return make_error(Code::invalid_argument,
+                      "this store's ranks are coordinated by the caller (Store::open_rank): a save runs through "
+                      "begin_request, decide_begin, join, report and commit_reports (spec/SHARDING.md 3.6)");
+  }
+
+ private:
+  int rank_, size_;
+};
+
 namespace detail {
 template <class Comm, class = void>
 struct has_leave : std::false_type {};

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -42,7 +43,11 @@ inline constexpr Code kLastCode = Code::cancelled;
   return "unknown";
 }
 
-// A Status is ok or carries a code and a message that names file, offset, expected and found.
+struct Problem;  // problem.hpp: where damage is, as a record (file, tensor, chunk, byte range)
+
+// A Status is ok or carries a code and a message that names file, offset, expected and found; an error
+// about damaged bytes also carries the Problem record, so that callers (the Python package) need not
+// parse the message.
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -58,14 +63,25 @@ class [[nodiscard]] Status {
   }
   // Discarding an error must be explicit and searchable (RocksDB PermitUncheckedError).
   void ignore_error() const noexcept {}
-  // Adds context in front of the message, keeping the code.
+  // Adds context in front of the message, keeping the code and the problem.
   [[nodiscard]] Status with_context(const std::string& context) const {
-    return ok() ? *this : Status(code_, context + ": " + message_);
+    if (ok()) return *this;
+    Status s(code_, context + ": " + message_);
+    s.problem_ = problem_;
+    return s;
+  }
+  // The damage record, when the error is about bytes found damaged; null otherwise.
+  [[nodiscard]] const Problem* problem() const noexcept { return problem_.get(); }
+  [[nodiscard]] Status with_problem(std::shared_ptr<const Problem> problem) const {
+    Status s = *this;
+    s.problem_ = std::move(problem);
+    return s;
   }
 
  private:
   Code code_ = Code::ok;
   std::string message_;
+  std::shared_ptr<const Problem> problem_;  // shared: a Status is copied along every return path
 };
 
 [[nodiscard]] inline Status make_error(Code code, std::string message) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "error.hpp"
 
@@ -22,5 +24,11 @@ struct Problem {
   std::string expected, found;
   std::string message;  // one line naming all of the above
 };
+
+// The error for damage found while reading: the problem's code and message, with the record attached.
+[[nodiscard]] inline Status problem_error(Problem p) {
+  Status s(p.code, p.message);
+  return s.with_problem(std::make_shared<const Problem>(std::move(p)));
+}
 
 }  // namespace ckpt

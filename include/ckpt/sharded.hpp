@@ -127,6 +127,10 @@ class Checkpoint {
   // Safe from several threads at once when Fs is (PosixFs is).
   [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst,
                                   std::size_t dst_size);
+  // A zero-copy view of a whole tensor, every chunk verified first, where its bytes lie whole and
+  // contiguous in one file: one piece covering it (else Code::unsupported; read_slice then copies).
+  // Truncating the file while the view is alive kills the process (SIGBUS), as any mapping.
+  [[nodiscard]] Result<Mapping> map_tensor(std::string_view name);
 
  private:
   Checkpoint() = default;

@@ -216,7 +216,16 @@ class Transaction {
   // when the COMMIT record itself cannot be made durable the store refuses further writes until reopened.
   // A training state or a piece still open that the caller can fix leaves a one-process transaction open.
   [[nodiscard]] Result<CommitResult> commit();
-  // Writes ABORT and removes the files this transaction created (collective across ranks).
+  // A save whose ranks the caller coordinates (Store::open_rank, spec/SHARDING.md 3.6), every rank:
+  // finishes this rank's shard (durable, with its directory) and returns its shard report for rank 0. A
+  // participant's transaction is then over; rank 0's waits for commit_reports() or abort(). An error is
+  // this rank's own failure: its unfinished shard is removed, and rank 0 must not commit the step.
+  [[nodiscard]] Result<std::string> report();
+  // Rank 0 of such a save, after its own report(): decides from every rank's report, in rank order, and
+  // commits or abandons, exactly as commit() does once the reports are gathered.
+  [[nodiscard]] Result<CommitResult> commit_reports(const std::vector<std::string>& reports);
+  // Writes ABORT and removes the files this transaction created (collective across ranks; in a
+  // caller-coordinated save rank 0 abandons the step for every rank, whose files it removes).
   [[nodiscard]] Status abort();
   // Abandons the transaction because of this rank's own failure (e.g. a device error): across ranks,
   // commit() on every other rank returns `reason` naming this rank (spec/SHARDING.md 3.4); abort() here
@@ -233,6 +242,12 @@ class Transaction {
   // The one commit and abort (spec/JOURNAL.md 5.3, spec/SHARDING.md 3.4): one gather of shard reports,
   // rank 0's decision, one broadcast of the outcome. A world of one is the same exchange over LocalComm.
   [[nodiscard]] Result<detail::RankOutcome> finish(bool commit, const Status& reason);
+  // This rank's part of finish: finishes (commit) or drops its shard and encodes its shard report (3.5).
+  [[nodiscard]] std::string make_report(bool commit, const Status& reason);
+  // Applies rank 0's encoded outcome to this rank's view of the journal; returns it decoded.
+  [[nodiscard]] Result<detail::RankOutcome> adopt_outcome(const std::string& outcome_bytes);
+  // What commit() and commit_reports() return for an outcome.
+  [[nodiscard]] Result<CommitResult> commit_result(const detail::RankOutcome& outcome);
   // Rank 0's part of finish: checks every report, commits or abandons; returns the encoded outcome.
   [[nodiscard]] std::string coordinate(bool commit, Result<std::vector<std::string>> reports);
   // Abandons without waiting for any other rank: the destructor's path (spec/SHARDING.md 3.4).
@@ -247,6 +262,7 @@ class Transaction {
   std::optional<ShardWriter> writer_;  // empty once finished or dropped
   TrainingState state_;
   bool finished_ = false;
+  bool reported_ = false;  // caller-coordinated: report() done, the shard is finished
   int rank_ = 0, world_ = 1;
   Status failure_;                   // across ranks: the first I/O error, reported at commit
   std::vector<ReplicaDecl> replicas_;  // multi-rank: what add_replicated_tensor declared
@@ -269,6 +285,14 @@ class Store {
                                                            Comm& comm) {
     return open_with(fs, std::move(path), access, options, CommRef(comm));
   }
+  // A save whose ranks the caller coordinates, carrying the messages of spec/SHARDING.md 3.5 itself (e.g.
+  // inside PyTorch DCP's save plans; spec/SHARDING.md 3.6). Rank 0 opens writable (lock, recovery); any
+  // other rank is a participant that reads nothing at open (it knows no steps: open read-only to read)
+  // and learns each transaction from rank 0's begin decision, so the opens may come in any order. Its
+  // saves run through the phases below, which begin() and commit() run over a Comm; begin() and
+  // commit() themselves are refused.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_rank(FsRef fs, std::string path, int rank, int world,
+                                                                StoreOptions options = {});
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   ~Store();  // aborts a transaction still open, then releases the lock
@@ -307,6 +331,15 @@ class Store {
   // communicator) the call is collective: every rank passes the same step and returns the same Status
   // (spec/SHARDING.md 3.2).
   [[nodiscard]] Result<std::unique_ptr<Transaction>> begin(std::uint64_t step);
+  // The phases of begin (spec/SHARDING.md 3.2), for a caller-coordinated save (3.6). Every rank: its begin
+  // request for `step`, to be delivered to rank 0.
+  [[nodiscard]] std::string begin_request(std::uint64_t step) const;
+  // Rank 0: checks every rank's request (rank order), appends BEGIN and makes the step directory durable.
+  // Returns the begin decision for every rank; it carries the error when nothing was begun.
+  [[nodiscard]] std::string decide_begin(std::uint64_t step, const std::vector<std::string>& requests);
+  // Every rank: takes rank 0's decision and creates this rank's shard file under the name BEGIN gave it.
+  [[nodiscard]] Result<std::unique_ptr<Transaction>> join(const std::string& decision);
+  [[nodiscard]] bool caller_coordinated() const noexcept { return caller_comm_.has_value(); }
   // The communicator the store was opened with: rank and world of its saves.
   [[nodiscard]] int rank() const { return comm_.rank(); }
   [[nodiscard]] int world_size() const { return comm_.size(); }
@@ -335,6 +368,11 @@ class Store {
   [[nodiscard]] static Result<std::unique_ptr<Store>> open_with(FsRef fs, std::string path, Access access,
                                                                 StoreOptions options, CommRef comm);
   [[nodiscard]] Status open_read_only();
+  // decide_begin over what the gather returned (an error there is the decision).
+  [[nodiscard]] std::string decide_begin(std::uint64_t step, Result<std::vector<std::string>> requests);
+  // join's two halves: the decision read (and mirrored), then this rank's shard created.
+  [[nodiscard]] Result<TxnInfo> accept_begin(const std::string& decision);
+  [[nodiscard]] Result<std::unique_ptr<Transaction>> create_shard(const TxnInfo& t);
   [[nodiscard]] Status open_writable();
   void adopt(RecoveryReport report);
   [[nodiscard]] Status check_writable() const;
@@ -356,6 +394,7 @@ class Store {
   Access access_;
   StoreOptions options_;
   CommRef comm_;
+  std::optional<CallerComm> caller_comm_;  // open_rank: comm_ refers to it
   Uuid uuid_{};
   RecoveryReport report_;
   std::vector<TxnInfo> txns_;

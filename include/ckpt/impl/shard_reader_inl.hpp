@@ -236,10 +236,20 @@ CKPT_INLINE Status ShardReader::chunk_mismatch(std::size_t piece, std::uint64_t 
   const auto& p = index_.pieces[piece];
   const auto& t = index_.tensors[p.tensor];
   const auto& c = index_.chunks[p.chunk_first + chunk];
-  return make_error(Code::corrupt, path_ + ": tensor '" + t.name + "' piece " + std::to_string(piece - t.piece_first) +
-                                       " chunk " + std::to_string(chunk) + " bytes [" + std::to_string(c.offset) + ", " +
-                                       std::to_string(c.offset + c.length) + "): digest expected " + hex64(c.digest) +
-                                       ", found " + hex64(found));
+  Problem pr;
+  pr.region = "data";
+  pr.file = path_;
+  pr.tensor = t.name;
+  pr.piece = static_cast<std::int64_t>(piece - t.piece_first);
+  pr.chunk = static_cast<std::int64_t>(chunk);
+  pr.offset = c.offset;
+  pr.length = c.length;
+  pr.expected = hex64(c.digest);
+  pr.found = hex64(found);
+  pr.message = path_ + ": tensor '" + t.name + "' piece " + std::to_string(pr.piece) + " chunk " + std::to_string(chunk) +
+              " bytes [" + std::to_string(c.offset) + ", " + std::to_string(c.offset + c.length) + "): digest expected " +
+              pr.expected + ", found " + pr.found;
+  return problem_error(std::move(pr));
 }
 
 CKPT_INLINE Status ShardReader::check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const {

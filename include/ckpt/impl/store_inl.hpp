@@ -32,6 +32,8 @@ CKPT_INLINE Status Transaction::check_open() const {
 
 CKPT_INLINE Status Transaction::check_active() const {
   CKPT_TRY(check_open());
+  if (reported_)
+    return make_error(Code::invalid_argument, join_path(dir_path_, shard_name_) + ": already finished and reported (report())");
   return failure_;  // across ranks: an earlier I/O error of this rank, until commit() reports it everywhere
 }
 

@@ -311,13 +311,29 @@ CKPT_INLINE void Store::mirror_txn(const TxnInfo& t) {
   next_txn_ = std::max(next_txn_, t.txn + 1);
 }
 
-CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step) {
-  const int rank = comm_.rank(), world = comm_.size();
-  // Phase 1: every rank says whether it can take part; nothing is written unless all can (spec/SHARDING.md 3.2).
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_rank(FsRef fs, std::string path, int rank, int world,
+                                                            StoreOptions options) {
+  if (world < 1 || rank < 0 || rank >= world)
+    return make_error(Code::invalid_argument, path + ": rank " + std::to_string(rank) + " is not a rank of a world of " +
+                                                  std::to_string(world));
+  static LocalComm local;  // replaced below, before anything uses it
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::unique_ptr<Store> store(new Store(fs, std::move(path), Access::read_write, options, CommRef(local)));
+  store->caller_comm_.emplace(rank, world);
+  store->comm_ = CommRef(*store->caller_comm_);
+  // Rank 0 opens as the collective open does (3.1). Another rank reads nothing: it writes only its own
+  // shard, and learns the transaction from rank 0's begin decision, so its open may come in any order.
+  if (rank == 0) CKPT_TRY(store->open_writable());
+  else store->participant_ = true;
+  return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
+}
+
+CKPT_INLINE std::string Store::begin_request(std::uint64_t step) const {
+  // Phase 1: whether this rank can take part; nothing is written unless all can (spec/SHARDING.md 3.2).
   Status local;
-  if (rank == 0) local = check_writable();
+  if (coordinator()) local = check_writable();
   else if (access_ != Access::read_write || !participant_)
-    local = make_error(Code::invalid_argument, path_ + ": rank " + std::to_string(rank) + " did not open this store read_write");
+    local = make_error(Code::invalid_argument, path_ + ": rank " + std::to_string(comm_.rank()) + " did not open this store read_write");
   if (local.ok() && open_txn_ != nullptr)
     local = make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
                                            std::to_string(open_txn_->step()) + " is still open");
@@ -325,127 +341,154 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step
   request.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_request));
   detail::encode_status(request, local);
   request.u64(step);
-  request.u32(static_cast<std::uint32_t>(world));
-  auto gathered = comm_.gather(std::move(request.str()), 0);
+  request.u32(static_cast<std::uint32_t>(comm_.size()));
+  return std::move(request.str());
+}
 
+CKPT_INLINE std::string Store::decide_begin(std::uint64_t step, const std::vector<std::string>& requests) {
+  return decide_begin(step, Result<std::vector<std::string>>(requests));
+}
+
+CKPT_INLINE std::string Store::decide_begin(std::uint64_t step, Result<std::vector<std::string>> gathered) {
   // Phase 2: rank 0 writes BEGIN naming every rank's shard and makes the step directory, then tells everyone.
+  const int world = comm_.size();
   TxnInfo t;
-  std::string decision_bytes;
-  if (rank == 0) {
-    Status decision = gathered.ok() ? Status() : gathered.status();
-    if (decision.ok() && gathered->size() != static_cast<std::size_t>(world))
-      decision = make_error(Code::invalid_argument, "begin: gathered " + std::to_string(gathered->size()) +
-                                                        " requests from a world of " + std::to_string(world));
-    for (std::size_t r = 0; decision.ok() && r < gathered->size(); ++r) {
-      const std::string& bytes = (*gathered)[r];
-      const std::string from = detail::rank_name(static_cast<int>(r));
-      Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-      Status theirs;
-      std::uint64_t their_step = 0;
-      std::uint32_t their_world = 0;
-      decision = detail::open_message(in, detail::RankMessage::begin_request, from);
-      if (decision.ok() && (!detail::decode_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world)))
-        decision = make_error(Code::corrupt, from + " sent a malformed begin request");
-      if (decision.ok() && !theirs.ok()) decision = detail::from_rank(theirs, static_cast<int>(r), world);
-      if (decision.ok() && (their_step != step || their_world != static_cast<std::uint32_t>(world)))
-        decision = make_error(Code::invalid_argument, from + " begins step " + std::to_string(their_step) + " in a world of " +
-                                                          std::to_string(their_world) + ", rank 0 step " + std::to_string(step) +
-                                                          " in a world of " + std::to_string(world));
-    }
-    bool begun = false;
+  Status decision = gathered.ok() ? Status() : gathered.status();
+  if (decision.ok() && !coordinator())
+    decision = make_error(Code::invalid_argument, path_ + ": only rank 0, which holds the lock, decides a begin");
+  if (decision.ok() && gathered->size() != static_cast<std::size_t>(world))
+    decision = make_error(Code::invalid_argument, "begin: gathered " + std::to_string(gathered->size()) +
+                                                      " requests from a world of " + std::to_string(world));
+  for (std::size_t r = 0; decision.ok() && r < gathered->size(); ++r) {
+    const std::string& bytes = (*gathered)[r];
+    const std::string from = detail::rank_name(static_cast<int>(r));
+    Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+    Status theirs;
+    std::uint64_t their_step = 0;
+    std::uint32_t their_world = 0;
+    decision = detail::open_message(in, detail::RankMessage::begin_request, from);
+    if (decision.ok() && (!detail::decode_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world) || in.remaining() != 0))
+      decision = make_error(Code::corrupt, from + " sent a malformed begin request");
+    if (decision.ok() && !theirs.ok()) decision = detail::from_rank(theirs, static_cast<int>(r), world);
+    if (decision.ok() && (their_step != step || their_world != static_cast<std::uint32_t>(world)))
+      decision = make_error(Code::invalid_argument, from + " begins step " + std::to_string(their_step) + " in a world of " +
+                                                        std::to_string(their_world) + ", rank 0 step " + std::to_string(step) +
+                                                        " in a world of " + std::to_string(world));
+  }
+  bool begun = false;
+  if (decision.ok()) {
+    // The id is spent even if BEGIN fails: ids are never reused (spec/JOURNAL.md 5.6).
+    BeginRecord b;
+    b.txn = next_txn_++;
+    b.step = step;
+    b.world_size = static_cast<std::uint32_t>(world);
+    for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
+    // Step 1: BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
+    auto record = begin_record(b);
+    decision = record.ok() ? journal_->append_group({*record}) : record.status();
     if (decision.ok()) {
-      // The id is spent even if BEGIN fails: ids are never reused (spec/JOURNAL.md 5.6).
-      BeginRecord b;
-      b.txn = next_txn_++;
-      b.step = step;
-      b.world_size = static_cast<std::uint32_t>(world);
-      for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
-      // Step 1: BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
-      auto record = begin_record(b);
-      decision = record.ok() ? journal_->append_group({*record}) : record.status();
-      if (decision.ok()) {
-        t.txn = b.txn;
-        t.step = step;
-        t.world_size = b.world_size;
-        t.files = b.files;
-        t.begin_offset = journal_->last_offsets().front();
-        mirror_txn(t);
-        begun = true;
-        // Step 2: the step directory is durable in the store before any rank creates a file in it (R3).
-        const std::string dir_path = join_path(path_, t.dir());
-        decision = fs_.mkdir(dir_path);
-        if (decision.ok()) decision = fs_.sync_dir(path_);
-      }
+      t.txn = b.txn;
+      t.step = step;
+      t.world_size = b.world_size;
+      t.files = b.files;
+      t.begin_offset = journal_->last_offsets().front();
+      mirror_txn(t);
+      begun = true;
+      // Step 2: the step directory is durable in the store before any rank creates a file in it (R3).
+      const std::string dir_path = join_path(path_, t.dir());
+      decision = fs_.mkdir(dir_path);
+      if (decision.ok()) decision = fs_.sync_dir(path_);
     }
-    if (!decision.ok() && begun) {
-      Status removed = abandon(t.txn, AbortReason::writer_error);
-      std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ")" + detail::abandoned_words(world);
-      if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
-      decision = decision.with_context(msg);
-    }
-    Encoder out;
-    out.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_decision));
-    detail::encode_status(out, decision);
-    out.u64(t.txn);
-    out.u64(t.step);
-    out.u32(t.world_size);
-    out.u64(t.begin_offset);
-    decision_bytes = std::move(out.str());
-  } else if (!gathered.ok()) {
-    return gathered.status();
   }
-  CKPT_TRY(comm_.broadcast(decision_bytes, 0));
-  {
-    Decoder in(reinterpret_cast<const unsigned char*>(decision_bytes.data()), decision_bytes.size());
-    Status decision = detail::open_message(in, detail::RankMessage::begin_decision, "rank 0");
-    Status verdict;
-    if (decision.ok() && (!detail::decode_status(in, verdict) || !in.u64(t.txn) || !in.u64(t.step) || !in.u32(t.world_size) ||
-                          !in.u64(t.begin_offset)))
-      decision = make_error(Code::corrupt, "rank 0 broadcast a malformed begin decision");
-    if (decision.ok()) decision = verdict;
-    if (!decision.ok()) return decision;
+  if (!decision.ok() && begun) {
+    Status removed = abandon(t.txn, AbortReason::writer_error);
+    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ")" + detail::abandoned_words(world);
+    if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
+    decision = decision.with_context(msg);
   }
-  if (rank != 0) {
+  Encoder out;
+  out.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_decision));
+  detail::encode_status(out, decision);
+  out.u64(t.txn);
+  out.u64(t.step);
+  out.u32(t.world_size);
+  out.u64(t.begin_offset);
+  return std::move(out.str());
+}
+
+CKPT_INLINE Result<TxnInfo> Store::accept_begin(const std::string& decision_bytes) {
+  TxnInfo t;
+  Decoder in(reinterpret_cast<const unsigned char*>(decision_bytes.data()), decision_bytes.size());
+  Status decision = detail::open_message(in, detail::RankMessage::begin_decision, "rank 0");
+  Status verdict;
+  if (decision.ok() && (!detail::decode_status(in, verdict) || !in.u64(t.txn) || !in.u64(t.step) || !in.u32(t.world_size) ||
+                        !in.u64(t.begin_offset) || in.remaining() != 0))
+    decision = make_error(Code::corrupt, "rank 0 sent a malformed begin decision");
+  if (decision.ok()) decision = verdict;
+  if (decision.ok() && t.world_size != static_cast<std::uint32_t>(comm_.size()))
+    decision = make_error(Code::invalid_argument, "rank 0 began txn " + std::to_string(t.txn) + " in a world of " +
+                                                      std::to_string(t.world_size) + ", this rank is in a world of " +
+                                                      std::to_string(comm_.size()));
+  if (!decision.ok()) return decision;
+  if (!coordinator()) {
     for (std::uint32_t r = 0; r < t.world_size; ++r) t.files.push_back(TxnFile{r, shard_file_name(r, t.world_size)});
     mirror_txn(t);
   }
+  return t;
+}
 
-  // Phase 3: every rank creates its shard under the final name BEGIN gave it (O_EXCL), then all agree.
+CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::create_shard(const TxnInfo& t) {
+  // Phase 3: every rank creates its shard under the final name BEGIN gave it (O_EXCL).
   const std::string dir_path = join_path(path_, t.dir());
-  const std::string shard_name = shard_file_name(static_cast<std::uint32_t>(rank), t.world_size);
-  std::optional<ShardWriter> writer;
-  Status created;
-  {
-    WriterOptions wo;
-    wo.alignment_log2 = options_.alignment_log2;
-    wo.chunk_size_log2 = options_.chunk_size_log2;
-    wo.buffer_size = options_.buffer_size;
-    wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
-    wo.durable = true;
-    auto w = ShardWriter::create(fs_, join_path(dir_path, shard_name), wo);
-    if (w.ok()) writer.emplace(std::move(w).value());
-    else created = w.status();
-  }
-  const std::uint64_t txn = t.txn;
-  Status agreed = detail::agree(comm_, created, [&](Status combined) {
+  const std::string shard_name = shard_file_name(static_cast<std::uint32_t>(comm_.rank()), t.world_size);
+  WriterOptions wo;
+  wo.alignment_log2 = options_.alignment_log2;
+  wo.chunk_size_log2 = options_.chunk_size_log2;
+  wo.buffer_size = options_.buffer_size;
+  wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
+  wo.durable = true;
+  CKPT_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::create(fs_, join_path(dir_path, shard_name), wo));
+  std::unique_ptr<Transaction> tx(new Transaction(this, t.txn, t.step, dir_path, shard_name, std::move(writer)));
+  open_txn_ = tx.get();
+  return Result<std::unique_ptr<Transaction>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
+}
+
+CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::join(const std::string& decision) {
+  CKPT_ASSIGN_OR_RETURN(TxnInfo t, accept_begin(decision));
+  return create_shard(t);
+}
+
+CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step) {
+  if (caller_coordinated()) return CallerComm::refusal().with_context(path_);
+  // The phases of spec/SHARDING.md 3.2, with the messages carried by the store's communicator.
+  const int rank = comm_.rank(), world = comm_.size();
+  auto gathered = comm_.gather(begin_request(step), 0);
+  std::string decision;
+  if (rank == 0) decision = decide_begin(step, std::move(gathered));
+  else if (!gathered.ok()) return gathered.status();
+  CKPT_TRY(comm_.broadcast(decision, 0));
+  CKPT_ASSIGN_OR_RETURN(TxnInfo t, accept_begin(decision));
+  auto created = create_shard(t);
+  Status agreed = detail::agree(comm_, created.ok() ? Status() : created.status(), [&](Status combined) {
     if (combined.ok()) return combined;
     // No rank writes after this point, so rank 0 may remove every file BEGIN named (spec/JOURNAL.md 5.5).
-    Status removed = abandon(txn, AbortReason::writer_error);
-    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(txn) + ")" + detail::abandoned_words(world);
+    Status removed = abandon(t.txn, AbortReason::writer_error);
+    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ")" + detail::abandoned_words(world);
     if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
     return combined.with_context(msg);
   });
   if (!agreed.ok()) {
-    writer.reset();  // its file is gone already, or goes with it
+    if (created.ok()) {
+      (*created)->finished_ = true;  // rank 0 abandoned it: nothing to drop; its file is gone, or goes with the writer
+      open_txn_ = nullptr;
+    }
     if (rank != 0) {
       t.state = TxnState::aborted;
       mirror_txn(t);
     }
     return agreed;
   }
-  std::unique_ptr<Transaction> tx(new Transaction(this, txn, step, dir_path, shard_name, std::move(writer)));
-  open_txn_ = tx.get();
-  return Result<std::unique_ptr<Transaction>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
+  return created;
 }
 
 // --- Transaction: replicated tensors, commit and abort ---------------------------------------------
@@ -600,8 +643,20 @@ CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<
   return detail::encode_outcome(outcome);
 }
 
+CKPT_INLINE Result<CommitResult> Transaction::commit_result(const detail::RankOutcome& outcome) {
+  if (!outcome.decision.ok()) return outcome.decision;
+  Store& store = *store_;
+  CommitResult result;
+  if (const TxnInfo* t = store.find_txn(txn_)) result.step = store.step_info(*t);
+  for (const auto& [txn, offset] : outcome.retired)
+    if (const TxnInfo* t = store.find_txn(txn)) result.retired.push_back(store.step_info(*t));
+  result.retention = outcome.retention;
+  return result;
+}
+
 CKPT_INLINE Result<CommitResult> Transaction::commit() {
   CKPT_TRY(check_open());
+  if (store_->caller_coordinated()) return CallerComm::refusal().with_context(dir_path_);
   if (world_ == 1) {
     // Mistakes the caller can still fix leave a one-process transaction open; across ranks they are this
     // rank's report, since the others are already waiting (spec/SHARDING.md 3.4).
@@ -611,14 +666,45 @@ CKPT_INLINE Result<CommitResult> Transaction::commit() {
     if (!fixable.ok()) return fixable;
   }
   CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, finish(true, Status()));
-  if (!outcome.decision.ok()) return outcome.decision;
-  Store& store = *store_;
-  CommitResult result;
-  if (const TxnInfo* t = store.find_txn(txn_)) result.step = store.step_info(*t);
-  for (const auto& [txn, offset] : outcome.retired)
-    if (const TxnInfo* t = store.find_txn(txn)) result.retired.push_back(store.step_info(*t));
-  result.retention = outcome.retention;
-  return result;
+  return commit_result(outcome);
+}
+
+CKPT_INLINE Result<std::string> Transaction::report() {
+  CKPT_TRY(check_open());
+  if (!store_->caller_coordinated())
+    return make_error(Code::invalid_argument, dir_path_ + ": report() is for a store opened with Store::open_rank; use commit()");
+  if (reported_) return make_error(Code::invalid_argument, join_path(dir_path_, shard_name_) + ": already reported");
+  if (writer_->piece_open())  // the caller can still fix it: the transaction stays open
+    return make_error(Code::invalid_argument, join_path(dir_path_, shard_name_) + ": a piece is still open at report()");
+  Status local = failure_.ok() ? check_training_state(state_) : failure_;
+  std::string bytes = make_report(local.ok(), local);
+  reported_ = true;
+  if (rank_ != 0) {  // a participant's part is over: rank 0 decides alone (3.6)
+    finished_ = true;
+    if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
+  }
+  // make_report's own failure (the shard's finish) is inside the report: read it back for this rank.
+  Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  std::uint8_t kind = 0, commits = 0;
+  Status mine;
+  if (!detail::decode_u8(in, kind) || !detail::decode_u8(in, commits) || !detail::decode_status(in, mine))
+    return make_error(Code::corrupt, "report: malformed own report");  // unreachable: make_report wrote it
+  if (!mine.ok())
+    return mine.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ") " +
+                             detail::rank_name(rank_) + ": the shard was not finished, rank 0 must not commit");
+  return bytes;
+}
+
+CKPT_INLINE Result<CommitResult> Transaction::commit_reports(const std::vector<std::string>& reports) {
+  CKPT_TRY(check_open());
+  if (!store_->caller_coordinated() || rank_ != 0 || !reported_)
+    return make_error(Code::invalid_argument, dir_path_ + ": commit_reports() is for rank 0 of a store opened with "
+                                                          "Store::open_rank, after its own report()");
+  std::string outcome_bytes = coordinate(true, Result<std::vector<std::string>>(reports));
+  finished_ = true;
+  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
+  CKPT_ASSIGN_OR_RETURN(detail::RankOutcome outcome, adopt_outcome(outcome_bytes));
+  return commit_result(outcome);
 }
 
 CKPT_INLINE Status Transaction::abort() {
@@ -633,7 +719,7 @@ CKPT_INLINE Status Transaction::abort(const Status& reason) {
   return outcome.cleanup;
 }
 
-CKPT_INLINE Result<detail::RankOutcome> Transaction::finish(bool commit, const Status& reason) {
+CKPT_INLINE std::string Transaction::make_report(bool commit, const Status& reason) {
   Store& store = *store_;
   // This rank's report: its deferred I/O error, or its finished shard (synced, with its directory) and pieces.
   Status local = failure_.ok() ? reason : failure_;
@@ -668,18 +754,41 @@ CKPT_INLINE Result<detail::RankOutcome> Transaction::finish(bool commit, const S
   report.u8(commit && local.ok() ? 1 : 0);
   detail::encode_status(report, local);
   report.bytes(local.ok() ? body : std::string());
-  auto gathered = comm_.gather(std::move(report.str()), 0);
+  return std::move(report.str());
+}
+
+CKPT_INLINE Result<detail::RankOutcome> Transaction::finish(bool commit, const Status& reason) {
+  Store& store = *store_;
+  Result<std::vector<std::string>> gathered = std::vector<std::string>();
+  if (store.caller_coordinated()) {
+    // abort() of a caller-coordinated save: rank 0 abandons for every rank, whose shards the caller stops (3.6).
+    if (commit || rank_ != 0) return CallerComm::refusal().with_context(dir_path_);
+    std::string mine = reported_ ? std::string() : make_report(false, reason);
+    Encoder none;  // what every other rank would report when it aborts
+    none.u8(static_cast<std::uint8_t>(detail::RankMessage::shard_report));
+    none.u8(0);
+    detail::encode_status(none, Status());
+    gathered->assign(static_cast<std::size_t>(world_), none.str());
+    if (!reported_) (*gathered)[0] = std::move(mine);
+  } else {
+    gathered = comm_.gather(make_report(commit, reason), 0);
+  }
   std::string outcome_bytes;
   if (rank_ == 0) outcome_bytes = coordinate(commit, std::move(gathered));
   finished_ = true;
   if (store.open_txn_ == this) store.open_txn_ = nullptr;
   if (rank_ != 0 && !gathered.ok()) return gathered.status();
   // Rank 0 decided and acted already: its outcome stands even when a rank that left misses the broadcast.
-  Status sent = comm_.broadcast(outcome_bytes, 0);
+  Status sent = store.caller_coordinated() ? Status() : comm_.broadcast(outcome_bytes, 0);
   if (rank_ != 0 && !sent.ok())
     return sent.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) +
                              "): rank 0's decision did not arrive, so this rank cannot tell whether it committed; "
                              "the journal decides");
+  return adopt_outcome(outcome_bytes);
+}
+
+CKPT_INLINE Result<detail::RankOutcome> Transaction::adopt_outcome(const std::string& outcome_bytes) {
+  Store& store = *store_;
   detail::RankOutcome outcome;
   CKPT_TRY(detail::decode_outcome(outcome_bytes, outcome));
   if (rank_ != 0) {

@@ -1,0 +1,32 @@
+"""ckpt: crash-consistent, verified checkpoints (spec/PYTHON.md).
+
+- ``ckpt.numpy`` / ``ckpt.torch``: ``save_file`` and ``load_file`` as in safetensors, every byte
+  digested and verified, files written atomically and durably.
+- ``ckpt.safe_open``: read tensors and slices by name, touching only the chunks a slice needs.
+- ``ckpt.Store``: a write-ahead-logged store of steps with async save, retention and recovery.
+- ``ckpt.torch.dcp``: a PyTorch Distributed Checkpoint storage backend on the store.
+- ``ckpt.verify``: the report ckpt-verify prints.
+"""
+
+from . import _ckpt
+from ._reader import TensorSlice, safe_open
+from .errors import (CancelledError, CkptError, CkptIOError, ConflictError, CorruptError, IncompleteError,
+                     IntegrityError, InvalidArgumentError, NotFoundError, UnsupportedError, VersionError)
+from .store import SaveTicket, Store, Transaction
+from .verify import Problem, VerifyReport, verify
+
+__version__ = "0.1.0"
+DTYPES = [name for name, _ in _ckpt.dtypes()]
+
+
+def xxh3_64(data) -> int:
+    """XXH3-64 of a bytes-like object, as the format digests chunks."""
+    import numpy as np
+
+    return _ckpt.xxh3_64(np.frombuffer(memoryview(data), dtype=np.uint8))
+
+
+__all__ = ["safe_open", "TensorSlice", "Store", "Transaction", "SaveTicket", "verify", "VerifyReport", "Problem",
+           "CkptError", "IntegrityError", "CorruptError", "IncompleteError", "VersionError", "NotFoundError",
+           "InvalidArgumentError", "ConflictError", "UnsupportedError", "CancelledError", "CkptIOError", "DTYPES",
+           "xxh3_64"]

@@ -1,0 +1,745 @@
+// ckpt._ckpt: the Python extension over the C++ library (spec/PYTHON.md). It binds the library's own
+// types and calls; every policy (what is written, checked, committed) stays in the headers. Tensors
+// cross as C-contiguous uint8 buffers: the Python layer (ckpt/_tensors.py) views numpy and torch
+// tensors of any dtype as bytes, so bfloat16 and fp8 need nothing from DLPack. The GIL is released
+// around every call that does I/O or hashing; the buffers stay referenced by the call meanwhile.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <ckpt/ckpt.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using ckpt::Code;
+using ckpt::Status;
+
+namespace {
+
+// One PosixFs for every call: it holds no state, and FsRef refers to it.
+ckpt::PosixFs& posix_fs() {
+  static ckpt::PosixFs fs;
+  return fs;
+}
+
+// A Status that failed, carried to the exception translator (ckpt/errors.py makes the Python exception).
+struct StatusError {
+  Status status;
+};
+
+void check(const Status& s) {
+  if (!s.ok()) throw StatusError{s};
+}
+template <class T>
+T take(ckpt::Result<T>&& r) {
+  if (!r.ok()) throw StatusError{std::move(r).take_status()};
+  return std::move(r).value();
+}
+
+nb::dict problem_dict(const ckpt::Problem& p) {
+  nb::dict d;
+  d["code"] = ckpt::code_name(p.code);
+  d["region"] = p.region;
+  d["file"] = p.file;
+  d["tensor"] = p.tensor;
+  d["piece"] = p.piece;
+  d["chunk"] = p.chunk;
+  d["offset"] = p.offset;
+  d["length"] = p.length;
+  d["expected"] = p.expected;
+  d["found"] = p.found;
+  d["message"] = p.message;
+  return d;
+}
+
+using Bytes1D = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Out1D = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+ckpt::DType dtype_of(const std::string& name) {
+  const auto* info = ckpt::format::dtype_by_name(name);
+  if (info == nullptr) throw StatusError{ckpt::make_error(Code::invalid_argument, "unknown dtype '" + name + "'")};
+  return info->dtype;
+}
+std::string dtype_name(ckpt::DType d) { return std::string(ckpt::format::dtype_info(d)->name); }
+
+// Python values <-> typed values (spec/FORMAT.md 5.6): int, float, bool, str, bytes.
+ckpt::Value to_value(const nb::handle& h, const std::string& key) {
+  if (nb::isinstance<nb::bool_>(h)) return ckpt::Value(nb::cast<bool>(h));
+  if (nb::isinstance<nb::int_>(h)) return ckpt::Value(nb::cast<std::int64_t>(h));
+  if (nb::isinstance<nb::float_>(h)) return ckpt::Value(nb::cast<double>(h));
+  if (nb::isinstance<nb::str>(h)) return ckpt::Value(nb::cast<std::string>(h));
+  if (nb::isinstance<nb::bytes>(h)) {
+    nb::bytes b = nb::borrow<nb::bytes>(h);
+    return ckpt::Value(ckpt::Bytes{std::string(b.c_str(), b.size())});
+  }
+  throw StatusError{ckpt::make_error(Code::invalid_argument, "metadata '" + key + "': a value must be int, float, bool, str or bytes, not " +
+                                                                 std::string(nb::type_name(h.type()).c_str()))};
+}
+nb::object from_value(const ckpt::Value& v) {
+  if (v.is_int()) return nb::int_(v.as_int());
+  if (v.is_float()) return nb::float_(v.as_float());
+  if (v.is_bool()) return nb::bool_(v.as_bool());
+  if (v.is_string()) return nb::str(v.as_string().c_str(), v.as_string().size());
+  return nb::bytes(v.as_bytes().data(), v.as_bytes().size());
+}
+
+nb::dict state_dict(const ckpt::TrainingState& s) {
+  nb::dict d;
+  d["step"] = s.step;
+  d["rng"] = nb::bytes(s.rng.data(), s.rng.size());
+  d["data_epoch"] = s.data.epoch;
+  d["data_offset"] = s.data.offset;
+  d["data_state"] = nb::bytes(s.data.state.data(), s.data.state.size());
+  d["optimizer_tensors"] = s.optimizer_tensors;
+  nb::dict values;
+  for (const auto& [k, v] : s.values) values[nb::str(k.c_str(), k.size())] = from_value(v);
+  d["values"] = values;
+  return d;
+}
+void set_state(ckpt::TrainingState& s, const nb::dict& d) {
+  for (auto [k, v] : d) {
+    const std::string key = nb::cast<std::string>(k);
+    if (key == "rng") {
+      nb::bytes b = nb::cast<nb::bytes>(v);
+      s.rng.assign(b.c_str(), b.size());
+    } else if (key == "data_epoch") {
+      s.data.epoch = nb::cast<std::uint64_t>(v);
+    } else if (key == "data_offset") {
+      s.data.offset = nb::cast<std::uint64_t>(v);
+    } else if (key == "data_state") {
+      nb::bytes b = nb::cast<nb::bytes>(v);
+      s.data.state.assign(b.c_str(), b.size());
+    } else if (key == "values") {
+      for (auto [vk, vv] : nb::cast<nb::dict>(v)) {
+        const std::string name = nb::cast<std::string>(vk);
+        s.values[name] = to_value(vv, name);
+      }
+    } else if (key != "step" && key != "optimizer_tensors") {
+      throw StatusError{ckpt::make_error(Code::invalid_argument, "training state has no field '" + key + "'")};
+    }
+  }
+}
+
+nb::dict step_dict(const ckpt::StepInfo& s) {
+  nb::dict d;
+  d["step"] = s.step;
+  d["txn"] = s.txn;
+  d["world_size"] = s.world_size;
+  d["dir"] = s.dir;
+  return d;
+}
+
+nb::dict file_report_dict(const ckpt::VerifyReport& r) {
+  nb::dict d;
+  d["path"] = r.path;
+  d["file_size"] = r.file_size;
+  d["chunks_total"] = r.chunks_total;
+  d["chunks_checked"] = r.chunks_checked;
+  d["bytes_checked"] = r.bytes_checked;
+  nb::list problems;
+  for (const auto& p : r.problems) problems.append(problem_dict(p));
+  d["problems"] = problems;
+  return d;
+}
+
+nb::dict step_report_dict(const ckpt::StepVerifyReport& r) {
+  nb::dict d;
+  d["step"] = r.step.step;
+  d["dir"] = r.dir;
+  d["chunks_checked"] = r.chunks_checked;
+  d["bytes_checked"] = r.bytes_checked;
+  nb::list problems;
+  for (const auto& p : r.problems) problems.append(problem_dict(p));
+  for (const auto& f : r.shards)
+    for (const auto& p : f.problems) problems.append(problem_dict(p));
+  d["problems"] = problems;
+  return d;
+}
+
+// Verifies whatever the path names, as ckpt-verify does: a file, a step directory, or every live step
+// of a store (or one). The report is a dict: ok, kind, problems (each a Problem), per-step reports.
+nb::dict verify_path(const std::string& path, std::optional<std::uint64_t> step, unsigned threads) {
+  ckpt::PosixFs fs;
+  ckpt::VerifyOptions options;
+  options.threads = threads;
+  nb::dict out;
+  nb::list problems, steps;
+  std::uint64_t chunks = 0, bytes = 0;
+  ckpt::PathKind kind;
+  {
+    nb::gil_scoped_release released;
+    kind = take(ckpt::classify_path(fs, path));
+  }
+  out["kind"] = ckpt::path_kind_name(kind);
+  if (kind == ckpt::PathKind::file) {
+    ckpt::VerifyReport r;
+    {
+      nb::gil_scoped_release released;
+      r = take(ckpt::verify_file(fs, path, options));
+    }
+    for (const auto& p : r.problems) problems.append(problem_dict(p));
+    chunks = r.chunks_checked;
+    bytes = r.bytes_checked;
+  } else if (kind == ckpt::PathKind::step_dir) {
+    ckpt::StepVerifyReport r;
+    {
+      nb::gil_scoped_release released;
+      r = ckpt::verify_step_directory(fs, path, ckpt::cpu_file_verifier(fs, options));
+    }
+    nb::dict d = step_report_dict(r);
+    for (auto p : nb::cast<nb::list>(d["problems"])) problems.append(p);
+    steps.append(d);
+    chunks = r.chunks_checked;
+    bytes = r.bytes_checked;
+  } else if (kind == ckpt::PathKind::store) {
+    std::vector<ckpt::StepVerifyReport> reports;
+    {
+      nb::gil_scoped_release released;
+      ckpt::StoreOptions so;
+      so.allow_corrupt_journal = true;  // report the damage instead of refusing to look
+      auto store = take(ckpt::Store::open(fs, path, ckpt::Access::read_only, so));
+      if (store->recovery_report().corrupt()) {
+        reports.emplace_back();
+        ckpt::Problem p;
+        p.region = "journal";
+        p.file = ckpt::join_path(path, std::string(ckpt::journal::kJournalName));
+        p.message = store->recovery_report().corruption_status().message();
+        reports.back().dir = path;
+        reports.back().problems.push_back(std::move(p));
+      }
+      for (const auto& s : store->steps()) {
+        if (step && s.step != *step) continue;
+        reports.push_back(take(store->verify_step(s.step, options)));
+      }
+      if (step && reports.empty())
+        throw StatusError{ckpt::make_error(Code::not_found, path + ": no committed step " + std::to_string(*step))};
+    }
+    for (const auto& r : reports) {
+      nb::dict d = step_report_dict(r);
+      for (auto p : nb::cast<nb::list>(d["problems"])) problems.append(p);
+      steps.append(d);
+      chunks += r.chunks_checked;
+      bytes += r.bytes_checked;
+    }
+  } else {
+    check(ckpt::not_a_store_error(path, kind));
+  }
+  out["path"] = path;
+  out["ok"] = problems.size() == 0;
+  out["problems"] = problems;
+  out["steps"] = steps;
+  out["chunks_checked"] = chunks;
+  out["bytes_checked"] = bytes;
+  return out;
+}
+
+// --- Writing a standalone file -----------------------------------------------------------------
+
+class FileWriter {
+ public:
+  // Written as "<path>.tmp-<uuid>" and renamed over path at finish: an existing file is replaced whole or
+  // not at all, as safetensors' save_file replaces it (spec/FORMAT.md 7.1).
+  FileWriter(const std::string& path, std::uint32_t alignment_log2, std::uint32_t chunk_size_log2) {
+    ckpt::WriterOptions o;
+    o.alignment_log2 = alignment_log2;
+    o.chunk_size_log2 = chunk_size_log2;
+    o.atomic_rename = true;  // the file appears under its name whole, or not at all
+    o.durable = true;
+    nb::gil_scoped_release released;
+    writer_.emplace(take(ckpt::ShardWriter::create(posix_fs(), path, o)));
+  }
+  void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, Bytes1D data) {
+    const ckpt::DType d = dtype_of(dtype);
+    nb::gil_scoped_release released;
+    check(live().add_tensor(name, d, shape, data.data(), data.size()));
+  }
+  void set_metadata(const std::string& key, const nb::handle& value) { check(live().set_metadata(key, to_value(value, key))); }
+  nb::dict finish() {
+    ckpt::ShardSummary s;
+    {
+      nb::gil_scoped_release released;
+      s = take(live().finish());
+    }
+    writer_.reset();
+    nb::dict d;
+    d["path"] = s.path;
+    d["file_size"] = s.file_size;
+    return d;
+  }
+  void close() { writer_.reset(); }  // unfinished: the temporary file is removed
+
+ private:
+  ckpt::ShardWriter& live() {
+    if (!writer_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the writer is finished or closed")};
+    return *writer_;
+  }
+  std::optional<ckpt::ShardWriter> writer_;
+};
+
+// --- Reading any checkpoint: a file, a step directory, a store's step ----------------------------
+
+// A zero-copy view's owner: the mapping lives as long as an array refers to it.
+struct View {
+  ckpt::Mapping mapping;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& path, std::optional<std::uint64_t> step) {
+    ckpt::StepSelector sel;
+    sel.step = step;
+    nb::gil_scoped_release released;
+    cp_.emplace(take(ckpt::Checkpoint::open(posix_fs(), path, sel)));
+  }
+  nb::list tensors() const {
+    nb::list out;
+    for (const auto& t : cp().tensors()) out.append(nb::make_tuple(t.name, dtype_name(t.dtype), t.shape, t.bytes));
+    return out;
+  }
+  nb::dict metadata(const std::string& policy) const {
+    auto p = take(ckpt::parse_conflict_policy(policy));
+    auto entries = take(cp().metadata(p));
+    nb::dict d;
+    for (const auto& e : entries) d[nb::str(e.key.c_str(), e.key.size())] = from_value(e.value);
+    return d;
+  }
+  nb::object state() const {
+    if (!cp().state()) return nb::none();
+    return state_dict(*cp().state());
+  }
+  std::optional<std::uint64_t> step() const { return cp().step(); }
+  std::uint32_t world_size() const { return cp().world_size(); }
+  std::string description() const { return cp().description(); }
+  void read_into(const std::string& name, const ckpt::Shape& offsets, const ckpt::Shape& shape, Out1D out) {
+    nb::gil_scoped_release released;
+    check(cp().read_slice(name, offsets, shape, out.data(), out.size()));
+  }
+  // A read-only uint8 view of the whole tensor's bytes, or None where it is stored in pieces.
+  nb::object view(const std::string& name) {
+    ckpt::Result<ckpt::Mapping> m = ckpt::make_error(Code::unsupported, "");
+    {
+      nb::gil_scoped_release released;
+      m = cp().map_tensor(name);
+    }
+    if (!m.ok() && m.status().code() == Code::unsupported) return nb::none();
+    auto* owner = new View{take(std::move(m))};
+    nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<View*>(p); });
+    const std::size_t n = owner->mapping.size();
+    return nb::cast(nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>>(owner->mapping.data(), {n}, keep));
+  }
+  void close() { cp_.reset(); }
+
+ private:
+  ckpt::Checkpoint& cp() {
+    if (!cp_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the checkpoint is closed")};
+    return *cp_;
+  }
+  const ckpt::Checkpoint& cp() const { return const_cast<Reader*>(this)->cp(); }
+  std::optional<ckpt::Checkpoint> cp_;
+};
+
+// --- The store -----------------------------------------------------------------------------------
+
+class PyStore;
+
+class PyTransaction {
+ public:
+  PyTransaction(std::shared_ptr<ckpt::Store> store, std::unique_ptr<ckpt::Transaction> tx)
+      : store_(std::move(store)), tx_(std::move(tx)) {}
+  std::uint64_t step() { return live().step(); }
+  std::uint64_t txn() { return live().txn(); }
+  int rank() { return live().rank(); }
+  std::string directory() { return live().directory(); }
+  bool active() const { return tx_ && tx_->active(); }
+  void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, Bytes1D data, bool optimizer) {
+    const ckpt::DType d = dtype_of(dtype);
+    ckpt::Transaction& tx = live();
+    nb::gil_scoped_release released;
+    check(optimizer ? tx.add_optimizer_tensor(name, d, shape, data.data(), data.size())
+                    : tx.add_tensor(name, d, shape, data.data(), data.size()));
+  }
+  void add_piece(const std::string& name, const std::string& dtype, const ckpt::Shape& global_shape, const ckpt::Shape& offsets,
+                 const ckpt::Shape& shape, Bytes1D data) {
+    const ckpt::DType d = dtype_of(dtype);
+    ckpt::Transaction& tx = live();
+    nb::gil_scoped_release released;
+    check(tx.begin_piece(name, d, global_shape, offsets, shape));
+    check(tx.write(data.data(), data.size()));
+    check(tx.end_piece());
+  }
+  void set_state(const nb::dict& d) { ::set_state(live().state(), d); }
+  void add_optimizer_name(const std::string& name) { live().state().optimizer_tensors.push_back(name); }
+  nb::dict state() { return state_dict(live().state()); }
+  nb::dict commit() {
+    ckpt::CommitResult r;
+    {
+      ckpt::Transaction& tx = live();
+      nb::gil_scoped_release released;
+      r = take(tx.commit());
+    }
+    return commit_dict(r);
+  }
+  void abort() {
+    ckpt::Transaction& tx = live();
+    nb::gil_scoped_release released;
+    check(tx.abort());
+  }
+  nb::bytes report() {
+    std::string r;
+    {
+      ckpt::Transaction& tx = live();
+      nb::gil_scoped_release released;
+      r = take(tx.report());
+    }
+    return nb::bytes(r.data(), r.size());
+  }
+  nb::dict commit_reports(const std::vector<nb::bytes>& reports) {
+    std::vector<std::string> rs;
+    for (const auto& b : reports) rs.emplace_back(b.c_str(), b.size());
+    ckpt::CommitResult r;
+    {
+      ckpt::Transaction& tx = live();
+      nb::gil_scoped_release released;
+      r = take(tx.commit_reports(rs));
+    }
+    return commit_dict(r);
+  }
+  // Drops an unfinished transaction as its destructor does (rank 0: ABORT, files removed).
+  void close() {
+    nb::gil_scoped_release released;
+    tx_.reset();
+  }
+
+ private:
+  static nb::dict commit_dict(const ckpt::CommitResult& r) {
+    nb::dict d = step_dict(r.step);
+    nb::list retired;
+    for (const auto& s : r.retired) retired.append(s.step);
+    d["retired"] = retired;
+    d["retention_error"] = r.retention.ok() ? std::string() : r.retention.to_string();
+    return d;
+  }
+  ckpt::Transaction& live() {
+    if (!tx_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the transaction is closed")};
+    return *tx_;
+  }
+  std::shared_ptr<ckpt::Store> store_;  // declared first: destroyed after the transaction
+  std::unique_ptr<ckpt::Transaction> tx_;
+};
+
+// An async save's tensors: the request points into these buffers, kept referenced until save() returns.
+class PySaveRequest {
+ public:
+  explicit PySaveRequest(std::uint64_t step) : request_(step) {}
+  void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, nb::object buffer, bool optimizer) {
+    Bytes1D data = nb::cast<Bytes1D>(buffer);
+    if (optimizer) request_.add_optimizer_tensor(name, dtype_of(dtype), shape, data.data(), data.size());
+    else request_.add_tensor(name, dtype_of(dtype), shape, data.data(), data.size());
+    keep_.push_back(std::move(buffer));
+  }
+  void set_state(const nb::dict& d) { ::set_state(request_.state(), d); }
+  ckpt::SaveRequest request_;
+  std::vector<nb::object> keep_;
+};
+
+class PyAsyncSaver;
+
+class PyStore {
+ public:
+  static std::unique_ptr<PyStore> open(const std::string& path, bool read_only, bool create, std::uint64_t keep_last,
+                                       std::uint64_t keep_every, std::uint32_t chunk_size_log2, bool verify_written) {
+    ckpt::StoreOptions o = options(create, keep_last, keep_every, chunk_size_log2, verify_written);
+    std::unique_ptr<ckpt::Store> s;
+    {
+      nb::gil_scoped_release released;
+      s = take(ckpt::Store::open(posix_fs(), path, read_only ? ckpt::Access::read_only : ckpt::Access::read_write, o));
+    }
+    return std::unique_ptr<PyStore>(new PyStore(std::move(s)));
+  }
+  static std::unique_ptr<PyStore> open_rank(const std::string& path, int rank, int world, bool create, std::uint32_t chunk_size_log2) {
+    ckpt::StoreOptions o = options(create, 0, 0, chunk_size_log2, false);
+    std::unique_ptr<ckpt::Store> s;
+    {
+      nb::gil_scoped_release released;
+      s = take(ckpt::Store::open_rank(posix_fs(), path, rank, world, o));
+    }
+    return std::unique_ptr<PyStore>(new PyStore(std::move(s)));
+  }
+  std::string path() { return live().path(); }
+  nb::list steps() {
+    nb::list out;
+    for (const auto& s : live().steps()) out.append(step_dict(s));
+    return out;
+  }
+  nb::object latest() {
+    auto s = live().latest();
+    if (!s) return nb::none();
+    return step_dict(*s);
+  }
+  void refresh() {
+    ckpt::Store& s = live();
+    nb::gil_scoped_release released;
+    check(s.refresh());
+  }
+  std::unique_ptr<PyTransaction> begin(std::uint64_t step) {
+    std::unique_ptr<ckpt::Transaction> tx;
+    {
+      ckpt::Store& s = live();
+      nb::gil_scoped_release released;
+      tx = take(s.begin(step));
+    }
+    return std::make_unique<PyTransaction>(store_, std::move(tx));
+  }
+  nb::bytes begin_request(std::uint64_t step) {
+    const std::string r = live().begin_request(step);
+    return nb::bytes(r.data(), r.size());
+  }
+  nb::bytes decide_begin(std::uint64_t step, const std::vector<nb::bytes>& requests) {
+    std::vector<std::string> rs;
+    for (const auto& b : requests) rs.emplace_back(b.c_str(), b.size());
+    std::string d;
+    {
+      ckpt::Store& s = live();
+      nb::gil_scoped_release released;
+      d = s.decide_begin(step, rs);
+    }
+    return nb::bytes(d.data(), d.size());
+  }
+  std::unique_ptr<PyTransaction> join(nb::bytes decision) {
+    const std::string d(decision.c_str(), decision.size());
+    std::unique_ptr<ckpt::Transaction> tx;
+    {
+      ckpt::Store& s = live();
+      nb::gil_scoped_release released;
+      tx = take(s.join(d));
+    }
+    return std::make_unique<PyTransaction>(store_, std::move(tx));
+  }
+  nb::list retire(std::uint64_t step) {
+    ckpt::Store& s = live();
+    {
+      nb::gil_scoped_release released;
+      check(s.retire(step));
+    }
+    return steps();
+  }
+  nb::list apply_retention(std::uint64_t keep_last, std::uint64_t keep_every) {
+    std::vector<ckpt::StepInfo> retired;
+    {
+      ckpt::Store& s = live();
+      nb::gil_scoped_release released;
+      retired = take(s.apply_retention(ckpt::RetentionPolicy{keep_last, keep_every}));
+    }
+    nb::list out;
+    for (const auto& r : retired) out.append(r.step);
+    return out;
+  }
+  nb::dict verify_step(std::uint64_t step, unsigned threads) {
+    ckpt::StepVerifyReport r;
+    {
+      ckpt::Store& s = live();
+      ckpt::VerifyOptions o;
+      o.threads = threads;
+      nb::gil_scoped_release released;
+      r = take(s.verify_step(step, o));
+    }
+    nb::dict d = step_report_dict(r);
+    d["ok"] = r.ok();
+    return d;
+  }
+  nb::dict recovery() {
+    const auto& r = live().recovery_report();
+    nb::dict d;
+    nb::list actions, unknown;
+    for (const auto& a : r.actions) actions.append(a.describe());
+    for (const auto& u : r.unknown_entries) unknown.append(u);
+    d["actions"] = actions;
+    d["unknown_entries"] = unknown;
+    d["clean"] = r.clean();
+    return d;
+  }
+  void close() {
+    nb::gil_scoped_release released;
+    store_.reset();  // transactions keep their store alive; the lock goes with the last reference
+  }
+  std::shared_ptr<ckpt::Store>& shared() {
+    live();
+    return store_;
+  }
+
+ private:
+  explicit PyStore(std::unique_ptr<ckpt::Store> s) : store_(std::move(s)) {}
+  static ckpt::StoreOptions options(bool create, std::uint64_t keep_last, std::uint64_t keep_every, std::uint32_t chunk_size_log2,
+                                    bool verify_written) {
+    ckpt::StoreOptions o;
+    o.create_if_missing = create;
+    o.retention = ckpt::RetentionPolicy{keep_last, keep_every};
+    o.chunk_size_log2 = chunk_size_log2;
+    o.verify_written = verify_written;
+    return o;
+  }
+  ckpt::Store& live() {
+    if (!store_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
+    return *store_;
+  }
+  std::shared_ptr<ckpt::Store> store_;
+};
+
+class PyAsyncSaver {
+ public:
+  PyAsyncSaver(PyStore& store, std::size_t staging_bytes, std::size_t max_in_flight, bool skip_when_busy)
+      : store_(store.shared()) {
+    ckpt::AsyncSaveOptions o;
+    o.staging_bytes = staging_bytes;
+    o.max_in_flight = max_in_flight;
+    o.when_busy = skip_when_busy ? ckpt::WhenBusy::skip : ckpt::WhenBusy::wait;
+    o.obey_flush_requests = false;  // Python owns its signal handlers
+    nb::gil_scoped_release released;
+    saver_ = take(ckpt::AsyncSaver::create(*store_, o));
+  }
+  // Blocks only while the tensors are copied into staging memory; the write and commit go on behind.
+  nb::dict save(PySaveRequest& request) {
+    ckpt::SaveTicket t;
+    {
+      ckpt::AsyncSaver& s = live();
+      nb::gil_scoped_release released;
+      t = take(s.save(std::move(request.request_)));
+    }
+    request.keep_.clear();  // staged: the caller's tensors may change now
+    nb::dict d;
+    d["step"] = t.step;
+    d["skipped"] = t.skipped;
+    d["stall_seconds"] = std::chrono::duration<double>(t.stall).count();
+    return d;
+  }
+  void wait() {
+    ckpt::AsyncSaver& s = live();
+    nb::gil_scoped_release released;
+    check(s.wait());
+  }
+  std::size_t in_flight() { return live().in_flight(); }
+  nb::object last_committed() {
+    auto s = live().last_committed();
+    if (!s) return nb::none();
+    return step_dict(*s);
+  }
+  void close() {
+    nb::gil_scoped_release released;
+    saver_.reset();  // finishes what is in flight
+  }
+
+ private:
+  ckpt::AsyncSaver& live() {
+    if (!saver_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the saver is closed")};
+    return *saver_;
+  }
+  std::shared_ptr<ckpt::Store> store_;  // declared first: outlives the saver
+  std::unique_ptr<ckpt::AsyncSaver> saver_;
+};
+
+}  // namespace
+
+NB_MODULE(_ckpt, m) {
+  m.doc() = "ckpt: crash-consistent, verified checkpoints (the C++ library's bindings; use the ckpt package)";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      nb::gil_scoped_acquire held;
+      nb::object problem = nb::none();
+      if (const ckpt::Problem* pr = e.status.problem()) problem = problem_dict(*pr);
+      nb::object errors = nb::module_::import_("ckpt.errors");
+      nb::object exc = errors.attr("_from_status")(ckpt::code_name(e.status.code()), e.status.message(), problem);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+
+  m.def("dtypes", [] {
+    nb::list out;
+    for (const auto& d : ckpt::format::kDTypes) out.append(nb::make_tuple(std::string(d.name), d.size));
+    return out;
+  });
+  m.def("verify", &verify_path, "path"_a, "step"_a = nb::none(), "threads"_a = 1u);
+  m.def("xxh3_64", [](Bytes1D data) {
+    nb::gil_scoped_release released;
+    return ckpt::xxh3_64(data.data(), data.size());
+  });
+  m.attr("DEFAULT_CHUNK_SIZE_LOG2") = ckpt::format::kDefaultChunkSizeLog2;
+  m.attr("DEFAULT_ALIGNMENT_LOG2") = ckpt::format::kDefaultAlignmentLog2;
+
+  nb::class_<FileWriter>(m, "FileWriter")
+      .def(nb::init<const std::string&, std::uint32_t, std::uint32_t>(), "path"_a, "alignment_log2"_a, "chunk_size_log2"_a)
+      .def("add_tensor", &FileWriter::add_tensor)
+      .def("set_metadata", &FileWriter::set_metadata)
+      .def("finish", &FileWriter::finish)
+      .def("close", &FileWriter::close);
+
+  nb::class_<Reader>(m, "Reader")
+      .def(nb::init<const std::string&, std::optional<std::uint64_t>>(), "path"_a, "step"_a = nb::none())
+      .def("tensors", &Reader::tensors)
+      .def("metadata", &Reader::metadata, "policy"_a = "error")
+      .def("state", &Reader::state)
+      .def("step", &Reader::step)
+      .def("world_size", &Reader::world_size)
+      .def("description", &Reader::description)
+      .def("read_into", &Reader::read_into)
+      .def("view", &Reader::view)
+      .def("close", &Reader::close);
+
+  nb::class_<PyTransaction>(m, "Transaction")
+      .def_prop_ro("step", &PyTransaction::step)
+      .def_prop_ro("txn", &PyTransaction::txn)
+      .def_prop_ro("rank", &PyTransaction::rank)
+      .def_prop_ro("directory", &PyTransaction::directory)
+      .def_prop_ro("active", &PyTransaction::active)
+      .def("add_tensor", &PyTransaction::add_tensor, "name"_a, "dtype"_a, "shape"_a, "data"_a, "optimizer"_a = false)
+      .def("add_piece", &PyTransaction::add_piece)
+      .def("set_state", &PyTransaction::set_state)
+      .def("state", &PyTransaction::state)
+      .def("commit", &PyTransaction::commit)
+      .def("abort", &PyTransaction::abort)
+      .def("report", &PyTransaction::report)
+      .def("commit_reports", &PyTransaction::commit_reports)
+      .def("close", &PyTransaction::close);
+
+  nb::class_<PySaveRequest>(m, "SaveRequest")
+      .def(nb::init<std::uint64_t>())
+      .def("add_tensor", &PySaveRequest::add_tensor, "name"_a, "dtype"_a, "shape"_a, "data"_a, "optimizer"_a = false)
+      .def("set_state", &PySaveRequest::set_state);
+
+  nb::class_<PyStore>(m, "Store")
+      .def_static("open", &PyStore::open, "path"_a, "read_only"_a, "create"_a, "keep_last"_a, "keep_every"_a, "chunk_size_log2"_a,
+                  "verify_written"_a)
+      .def_static("open_rank", &PyStore::open_rank, "path"_a, "rank"_a, "world"_a, "create"_a, "chunk_size_log2"_a)
+      .def_prop_ro("path", &PyStore::path)
+      .def("steps", &PyStore::steps)
+      .def("latest", &PyStore::latest)
+      .def("refresh", &PyStore::refresh)
+      .def("begin", &PyStore::begin)
+      .def("begin_request", &PyStore::begin_request)
+      .def("decide_begin", &PyStore::decide_begin)
+      .def("join", &PyStore::join)
+      .def("retire", &PyStore::retire)
+      .def("apply_retention", &PyStore::apply_retention)
+      .def("verify_step", &PyStore::verify_step, "step"_a, "threads"_a = 1u)
+      .def("recovery", &PyStore::recovery)
+      .def("close", &PyStore::close);
+
+  nb::class_<PyAsyncSaver>(m, "AsyncSaver")
+      .def(nb::init<PyStore&, std::size_t, std::size_t, bool>(), "store"_a, "staging_bytes"_a, "max_in_flight"_a, "skip_when_busy"_a)
+      .def("save", &PyAsyncSaver::save)
+      .def("wait", &PyAsyncSaver::wait)
+      .def("in_flight", &PyAsyncSaver::in_flight)
+      .def("last_committed", &PyAsyncSaver::last_committed)
+      .def("close", &PyAsyncSaver::close);
+}
