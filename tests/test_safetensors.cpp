@@ -8,10 +8,13 @@
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
 #include <ckpt/store.hpp>
+#include <ckpt/testing/sim_fs.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 #include "heap_counter.hpp"  // replaces operator new in this program
 #include "sharded_fixture.hpp"
@@ -656,7 +659,10 @@ TEST_CASE("a two-rank step of a store exports whole, each tensor gathered from b
     INFO(r.status().to_string());
     REQUIRE(r.ok());
     CHECK(r->tensors == sharded_fixture::specs().size());
-    CHECK(r->warnings.empty());
+    // The fixture's state holds RNG bytes, an optimizer list and a value: left out, and said so.
+    REQUIRE(r->warnings.size() == 1);
+    CHECK(r->warnings[0].find("training state of step 6 (") != std::string::npos);
+    CHECK(r->warnings[0].find(" values) not exported") != std::string::npos);
     CHECK(last_done == last_total);
     CHECK(last_total == r->data_bytes);
     const Loaded loaded = load_safetensors(out);
@@ -795,4 +801,486 @@ TEST_CASE("a shard's own ckpt.step metadata is refused on export, never overwrit
   CHECK(r.status().code() == Code::conflict);
   CHECK(r.status().message().find("ckpt.step") != std::string::npos);
   CHECK(files_in(dir.path()) == 1);  // the store only: no output, no temporary
+}
+
+// --- Hugging Face sharded sets (spec/SHARDING.md 6.5) ---------------------------------------------
+
+namespace {
+
+// A sharded set as files: name -> bytes, the index included.
+using SetFiles = std::map<std::string, std::string>;
+constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kFile1 = "model-00001-of-00002.safetensors";
+constexpr const char* kFile2 = "model-00002-of-00002.safetensors";
+
+GenTensor gen(std::string name, DType dtype, Shape shape, std::uint64_t seed) {
+  const auto bytes = ckpt_test::random_bytes(static_cast<std::size_t>(byte_size(shape, dtype)), seed);
+  return GenTensor{std::move(name), dtype, std::move(shape), std::string(bytes.begin(), bytes.end())};
+}
+
+// The index as save_pretrained writes it: {"metadata": {"total_size": N}, "weight_map": {...}}.
+std::string index_json(const std::map<std::string, std::string>& weight_map, std::uint64_t total_size) {
+  nlohmann::json j;
+  j["metadata"]["total_size"] = total_size;
+  j["weight_map"] = weight_map;
+  return j.dump(2) + "\n";
+}
+
+// Two files, both with __metadata__ {"format": "pt"} as save_pretrained writes them, and their index.
+struct TwoFileSet {
+  std::vector<GenTensor> first = {gen("a", DType::U8, {100}, 1), gen("b", DType::F32, {10}, 2), gen("c", DType::I16, {7}, 3)};
+  std::vector<GenTensor> second = {gen("d", DType::U8, {50}, 4), gen("e", DType::F64, {0}, 5)};
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  std::map<std::string, std::string> weight_map() const {
+    std::map<std::string, std::string> m;
+    for (const auto& t : first) m[t.name] = kFile1;
+    for (const auto& t : second) m[t.name] = kFile2;
+    return m;
+  }
+  SetFiles files() const {
+    return {{kFile1, make_safetensors(first, metadata)},
+            {kFile2, make_safetensors(second, metadata)},
+            {kIndexName, index_json(weight_map(), 100 + 40 + 14 + 50)}};
+  }
+};
+
+void write_set(const std::string& dir, const SetFiles& files) {
+  PosixFs fs;
+  if (!fs.stat(dir).ok()) REQUIRE(fs.mkdir(dir).ok());
+  for (const auto& [name, bytes] : files) ckpt_test::write_file(join_path(dir, name), bytes);
+}
+
+// What a set holds: its index, parsed, and each file's tensors and metadata.
+struct LoadedSet {
+  nlohmann::json index;
+  std::map<std::string, Loaded> files;
+};
+LoadedSet load_set(const std::string& index_path) {
+  LoadedSet s;
+  s.index = nlohmann::json::parse(ckpt_test::read_file(index_path));
+  std::set<std::string> names;
+  for (const auto& [tensor, file] : s.index["weight_map"].items()) names.insert(file.get<std::string>());
+  for (const auto& name : names) s.files[name] = load_safetensors(join_path(parent_path(index_path), name));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a sharded set converts to one file holding every tensor of every file", "[safetensors][hf]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const TwoFileSet set;
+  write_set(dir.file("hf"), set.files());
+  const std::string out = dir.file("model.ckpt");
+  SECTION("named by its index") {
+    auto r = safetensors_to_ckpt(fs, dir.file("hf") + "/" + kIndexName, out);
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    CHECK(r->tensors == 5);
+    CHECK(r->data_bytes == 204);
+    CHECK(r->warnings.empty());
+    CHECK(r->files == std::vector<std::string>{dir.file("hf") + "/" + kFile1, dir.file("hf") + "/" + kFile2});
+  }
+  SECTION("named by its directory") {
+    auto r = safetensors_to_ckpt(fs, dir.file("hf"), out);
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+  }
+  auto reader = ShardReader::open(fs, out);
+  REQUIRE(reader.ok());
+  for (const auto* part : {&set.first, &set.second})
+    for (const auto& t : *part) {
+      INFO("tensor " << t.name);
+      const TensorRecord* rec = reader->index().find_tensor(t.name);
+      REQUIRE(rec != nullptr);
+      CHECK(rec->dtype == t.dtype);
+      std::string bytes(t.bytes.size(), '\0');
+      REQUIRE(reader->read_tensor(t.name, bytes.data(), bytes.size()).ok());
+      CHECK(bytes == t.bytes);
+    }
+  const MetaEntry* format = reader->index().find_metadata("format");
+  REQUIRE(format != nullptr);
+  CHECK(format->value == Value("pt"));
+  CHECK(reader->index().metadata.size() == 1);  // the files' shared __metadata__, once; nothing added
+}
+
+TEST_CASE("a wrong total_size in the index is a warning, as Hugging Face reads nothing from it", "[safetensors][hf]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const TwoFileSet set;
+  SetFiles files = set.files();
+  files[kIndexName] = index_json(set.weight_map(), 999);
+  write_set(dir.path(), files);
+  auto r = safetensors_to_ckpt(fs, dir.file(kIndexName), dir.file("m.ckpt"));
+  INFO(r.status().to_string());
+  REQUIRE(r.ok());
+  REQUIRE(r->warnings.size() == 1);
+  CHECK(r->warnings[0].find("total_size is 999, the files hold 204 bytes") != std::string::npos);
+}
+
+TEST_CASE("a damaged sharded set is refused naming the file or tensor, and nothing is written", "[safetensors][hf]") {
+  const TwoFileSet set;
+  struct Case {
+    const char* label;
+    std::function<void(SetFiles&)> damage;
+    Code code;
+    const char* expect;
+  };
+  auto map_with = [&](const std::function<void(std::map<std::string, std::string>&)>& edit) {
+    return [&set, edit](SetFiles& f) {
+      auto m = set.weight_map();
+      edit(m);
+      f[kIndexName] = index_json(m, 204);
+    };
+  };
+  auto index_text = [](std::string text) { return [text](SetFiles& f) { f[kIndexName] = text; }; };
+  const std::vector<Case> cases = {
+      {"a file the weight_map names is missing", [](SetFiles& f) { f.erase(kFile2); }, Code::not_found,
+       "file 'model-00002-of-00002.safetensors' of the weight_map"},
+      {"a file of the set is truncated", [](SetFiles& f) { f[kFile2].resize(f[kFile2].size() - 1); }, Code::corrupt,
+       "model-00002-of-00002.safetensors: "},
+      {"a tensor the weight_map names is not in its file", map_with([](auto& m) { m["ghost"] = kFile1; }), Code::corrupt,
+       "weight_map puts tensor 'ghost' in "},
+      {"a tensor the weight_map puts in the other file", map_with([](auto& m) { m["d"] = kFile1; }), Code::corrupt,
+       "weight_map puts tensor 'd' in "},
+      {"a tensor in a file the weight_map does not name", map_with([](auto& m) { m.erase("d"); }), Code::corrupt,
+       "holds tensor 'd', which the weight_map of "},
+      {"a tensor in two files",
+       [&set](SetFiles& f) {
+         auto second = set.second;
+         second.push_back(gen("a", DType::U8, {3}, 9));
+         f[kFile2] = make_safetensors(second, set.metadata);
+       },
+       Code::corrupt, "tensor 'a' is in two files of the set"},
+      {"__metadata__ differs between files",
+       [&set](SetFiles& f) { f[kFile2] = make_safetensors(set.second, {{"format", "tf"}}); }, Code::conflict,
+       "__metadata__ key 'format' differs between "},
+      {"index JSON truncated", [](SetFiles& f) { f[kIndexName].resize(f[kIndexName].size() / 2); }, Code::corrupt,
+       "index is not valid JSON"},
+      {"index JSON garbage", index_text("{\"weight_map\": {\"a\": \"x\"} trailing"), Code::corrupt, "index is not valid JSON"},
+      {"index is an array", index_text("[]"), Code::corrupt, "index must be a JSON object, found an array"},
+      {"index has no weight_map", index_text("{\"metadata\": {\"total_size\": 0}}"), Code::corrupt, "no \"weight_map\""},
+      {"weight_map is an array", index_text("{\"weight_map\": []}"), Code::corrupt, "weight_map: expected an object, found an array"},
+      {"weight_map value not a string", index_text("{\"weight_map\": {\"a\": 1}}"), Code::corrupt,
+       "weight_map tensor 'a': expected a file name (a string), found an integer 1"},
+      {"weight_map value an object", index_text("{\"weight_map\": {\"a\": {}}}"), Code::corrupt, "found an object"},
+      {"weight_map names a tensor twice",
+       index_text(std::string("{\"weight_map\": {\"a\": \"") + kFile1 + "\", \"a\": \"" + kFile2 + "\"}}"), Code::corrupt,
+       "weight_map tensor 'a': key appears twice"},
+      {"weight_map twice", index_text("{\"weight_map\": {}, \"weight_map\": {}}"), Code::corrupt, "appears twice in the index"},
+      {"a file named ../x.safetensors (outside the directory)", map_with([](auto& m) { m["a"] = "../x.safetensors"; }),
+       Code::corrupt, "file '../x.safetensors' is not a file name in the index's directory"},
+      {"an absolute file name", map_with([](auto& m) { m["a"] = "/tmp/x.safetensors"; }), Code::corrupt,
+       "file '/tmp/x.safetensors' is not a file name in the index's directory"},
+      {"a file in a subdirectory", map_with([](auto& m) { m["a"] = "sub/x.safetensors"; }), Code::corrupt,
+       "file 'sub/x.safetensors' is not a file name"},
+      {"a file named ..", map_with([](auto& m) { m["a"] = ".."; }), Code::corrupt, "file '..' is not a file name"},
+      {"an empty file name", map_with([](auto& m) { m["a"] = ""; }), Code::corrupt, "file '' is not a file name"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.label) {
+      ckpt_test::TempDir dir;
+      PosixFs fs;
+      // A valid file outside the set's directory, where "../x.safetensors" would lead: it must never be read.
+      ckpt_test::write_file(dir.file("x.safetensors"), make_safetensors({gen("a", DType::U8, {100}, 1)}, {{"format", "pt"}}));
+      SetFiles files = set.files();
+      c.damage(files);
+      const std::string set_dir = dir.file("hf");
+      write_set(set_dir, files);
+      const std::string index = set_dir + "/" + kIndexName;
+      auto r = safetensors_to_ckpt(fs, index, dir.file("out.ckpt"));
+      REQUIRE_FALSE(r.ok());
+      const std::string message = r.status().message();
+      INFO(message);
+      CHECK(r.status().code() == c.code);
+      CHECK(message.find(c.expect) != std::string::npos);
+      CHECK(message.find(set_dir + "/") != std::string::npos);  // names the index or the file
+      CHECK(message.find('\n') == std::string::npos);
+      CHECK_FALSE(fs.stat(dir.file("out.ckpt")).ok());
+      CHECK(files_in(dir.path()) == 2);  // the outside file and the set: no output, no temporary
+    }
+  }
+}
+
+TEST_CASE("a directory holding no index or several is refused", "[safetensors][hf]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  auto none = safetensors_to_ckpt(fs, dir.path(), dir.file("o.ckpt"));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == Code::not_found);
+  CHECK(none.status().message().find("holds no *.safetensors.index.json") != std::string::npos);
+  ckpt_test::write_file(dir.file("a.safetensors.index.json"), "{\"weight_map\":{}}");
+  ckpt_test::write_file(dir.file("b.safetensors.index.json"), "{\"weight_map\":{}}");
+  auto two = safetensors_to_ckpt(fs, dir.path(), dir.file("o.ckpt"));
+  REQUIRE_FALSE(two.ok());
+  CHECK(two.status().code() == Code::invalid_argument);
+  CHECK(two.status().message().find("holds 2 indexes ('a.safetensors.index.json', 'b.safetensors.index.json')") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint exports to a sharded set split at max_shard_size, the index last", "[safetensors][hf]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  // Data bytes 400, 400, 300, 1500, 80, 0 with a limit of 1000: [400 400] [300] [1500 alone] [80 0].
+  const std::vector<GenTensor> tensors = {gen("w1", DType::U8, {400}, 1),  gen("w2", DType::F32, {100}, 2),
+                                          gen("w3", DType::I16, {150}, 3), gen("big", DType::U8, {1500}, 4),
+                                          gen("w5", DType::F64, {5, 2, 1, 1}, 5), gen("empty", DType::F32, {0, 3}, 6)};
+  ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(tensors, {{"format", "pt"}, {"note", "x"}}));
+  REQUIRE(safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("in.ckpt")).ok());
+  ConvertOptions options;
+  options.max_shard_size = 1000;
+  const std::string out_dir = dir.file("hf");  // created by the export
+  const std::string index = out_dir + "/" + kIndexName;
+  auto r = ckpt_to_safetensors(fs, dir.file("in.ckpt"), index, options);
+  INFO(r.status().to_string());
+  REQUIRE(r.ok());
+  const std::vector<std::string> names = {"model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
+                                          "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"};
+  std::vector<std::string> written;
+  for (const auto& n : names) written.push_back(out_dir + "/" + n);
+  written.push_back(index);
+  CHECK(r->files == written);  // the index last
+  CHECK(r->tensors == 6);
+  CHECK(r->data_bytes == 2680);
+  CHECK(files_in(out_dir) == 5);  // no temporaries
+
+  const LoadedSet loaded = load_set(index);
+  CHECK(loaded.index["metadata"] == nlohmann::json{{"total_size", 2680}});
+  const std::map<std::string, std::string> expected_map = {{"w1", names[0]}, {"w2", names[0]}, {"w3", names[1]},
+                                                           {"big", names[2]}, {"w5", names[3]}, {"empty", names[3]}};
+  CHECK(loaded.index["weight_map"].get<std::map<std::string, std::string>>() == expected_map);
+  // save_pretrained's text: indent 2, sorted keys, a final newline.
+  const std::string text = ckpt_test::read_file(index);
+  CHECK(text == nlohmann::json::parse(text).dump(2) + "\n");
+  for (const auto& t : tensors) {
+    INFO("tensor " << t.name);
+    const Loaded& file = loaded.files.at(expected_map.at(t.name));
+    const auto& [dtype, shape, bytes] = file.tensors.at(t.name);
+    CHECK(dtype == t.dtype);
+    CHECK(shape == t.shape);
+    CHECK(bytes == t.bytes);
+  }
+  // Every file carries the whole __metadata__, as save_pretrained writes it to each.
+  for (const auto& [name, file] : loaded.files)
+    CHECK(file.metadata == std::vector<std::pair<std::string, std::string>>{{"format", "pt"}, {"note", "x"}});
+
+  SECTION("the set converts back to the same tensors and metadata") {
+    REQUIRE(safetensors_to_ckpt(fs, out_dir, dir.file("back.ckpt")).ok());
+    REQUIRE(ckpt_to_safetensors(fs, dir.file("back.ckpt"), dir.file("back.safetensors")).ok());
+    CHECK(ckpt_test::read_file(dir.file("back.safetensors")) == ckpt_test::read_file(dir.file("in.safetensors")));
+  }
+  SECTION("an existing set is replaced only when asked") {
+    auto refused = ckpt_to_safetensors(fs, dir.file("in.ckpt"), index, options);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == Code::conflict);
+    REQUIRE(fs.unlink(index).ok());  // a shard file of the same name is also refused
+    refused = ckpt_to_safetensors(fs, dir.file("in.ckpt"), index, options);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find(names[0] + ": output already exists") != std::string::npos);
+    options.overwrite = true;
+    options.max_shard_size = 1 << 20;  // now one file
+    auto replaced = ckpt_to_safetensors(fs, dir.file("in.ckpt"), index, options);
+    INFO(replaced.status().to_string());
+    REQUIRE(replaced.ok());
+    CHECK(replaced->files == std::vector<std::string>{out_dir + "/model-00001-of-00001.safetensors", index});
+    CHECK(load_set(index).files.size() == 1);
+  }
+}
+
+TEST_CASE("an export to a set that fails part-way leaves no index and removes the files it wrote", "[safetensors][hf]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const auto data = ckpt_test::random_bytes(20000, 9);
+  std::uint64_t damaged_at = 0;
+  {
+    WriterOptions o;
+    o.chunk_size_log2 = 12;
+    auto w = ShardWriter::create(fs, dir.file("d.ckpt"), o);
+    REQUIRE(w.ok());
+    REQUIRE(w->add_tensor("first", DType::U8, {20000}, data.data(), data.size()).ok());
+    REQUIRE(w->add_tensor("second", DType::U8, {20000}, data.data(), data.size()).ok());
+    REQUIRE(w->finish().ok());
+    auto r = ShardReader::open(fs, dir.file("d.ckpt"));
+    REQUIRE(r.ok());
+    const TensorRecord* second = r->index().find_tensor("second");
+    REQUIRE(second != nullptr);
+    damaged_at = r->index().chunks[r->index().pieces[second->piece_first].chunk_first].offset + 3;
+  }
+  std::string bytes = ckpt_test::read_file(dir.file("d.ckpt"));
+  bytes[static_cast<std::size_t>(damaged_at)] ^= 0x01;
+  ckpt_test::write_file(dir.file("d.ckpt"), bytes);
+  ConvertOptions options;
+  options.max_shard_size = 20000;  // one tensor per file: the first file is complete when the second fails
+  auto r = ckpt_to_safetensors(fs, dir.file("d.ckpt"), dir.file("hf/") + kIndexName, options);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.status().message());
+  CHECK(r.status().code() == Code::corrupt);
+  CHECK(r.status().message().find("tensor 'second'") != std::string::npos);
+  CHECK(files_in(dir.file("hf")) == 0);
+}
+
+TEST_CASE("a crash during an export to a set never leaves an index naming a missing or torn file", "[safetensors][hf][crash]") {
+  SimFs sim;
+  const std::vector<GenTensor> tensors = {gen("a", DType::U8, {5000}, 1), gen("b", DType::U8, {5000}, 2), gen("c", DType::U8, {5000}, 3)};
+  {
+    auto w = ShardWriter::create(sim, "/in.ckpt");
+    REQUIRE(w.ok());
+    for (const auto& t : tensors) REQUIRE(w->add_tensor(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()).ok());
+    REQUIRE(w->finish().ok());
+  }
+  REQUIRE(sim.mkdir("/hf").ok());
+  REQUIRE(sim.sync_dir("/").ok());
+  std::vector<SimFs> moments;
+  sim.set_persistence_hook([&](const SimFs& fs, const PersistencePoint&) { moments.emplace_back(fs); });
+  ConvertOptions options;
+  options.max_shard_size = 5000;
+  const std::string index = std::string("/hf/") + kIndexName;
+  auto r = ckpt_to_safetensors(sim, "/in.ckpt", index, options);
+  INFO(r.status().to_string());
+  REQUIRE(r.ok());
+  moments.emplace_back(sim);
+  REQUIRE(moments.size() > 4);
+  std::size_t states = 0, with_index = 0;
+  for (const auto& moment : moments) {
+    const std::uint64_t count = moment.crash_state_count();
+    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(count, 24) + 4; ++i) {
+      SimFs crashed = i < std::min<std::uint64_t>(count, 24) ? std::move(*moment.crash_state(i)) : moment.sample_crash_state(i);
+      ++states;
+      if (!crashed.stat(index).ok()) continue;
+      ++with_index;
+      // An index that survived names complete files: the whole set converts and holds every tensor.
+      auto back = safetensors_to_ckpt(crashed, index, "/back.ckpt");
+      INFO("crash state " << i << ": " << back.status().to_string());
+      REQUIRE(back.ok());
+      CHECK(back->tensors == tensors.size());
+    }
+  }
+  INFO(states << " crash states, " << with_index << " with an index");
+  CHECK(with_index > 0);
+}
+
+TEST_CASE("shard sizes are spelled as save_pretrained spells max_shard_size", "[safetensors][hf]") {
+  const std::vector<std::pair<const char*, std::uint64_t>> good = {
+      {"5GB", 5'000'000'000},   {"500MB", 500'000'000}, {"2GiB", std::uint64_t{2} << 30}, {"123", 123},
+      {"1kb", 1000},            {"4KiB", 4096},         {"10B", 10},                      {"3TB", 3'000'000'000'000},
+      {"1tib", std::uint64_t{1} << 40}, {"7mib", 7 << 20}};
+  for (const auto& [text, bytes] : good) {
+    INFO(text);
+    auto r = parse_shard_size(text);
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    CHECK(*r == bytes);
+  }
+  for (const char* bad : {"", "GB", "0", "0GB", "-1", "1.5GB", "5 GB", "5XB", "5G", "99999999999999TB", "18446744073709551616"}) {
+    INFO(bad);
+    auto r = parse_shard_size(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::invalid_argument);
+    CHECK(r.status().message().find("expected a positive byte count") != std::string::npos);
+  }
+}
+
+TEST_CASE("safetensors to ckpt and back adds no training state key", "[safetensors][state]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  ckpt_test::write_file(dir.file("in.safetensors"), make_safetensors(generated_tensors(7), {{"format", "pt"}}));
+  REQUIRE(safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("in.ckpt")).ok());
+  const auto original = load_safetensors(dir.file("in.safetensors")).metadata;
+
+  SECTION("through a two-rank store and back to a merged file: only ckpt.step is added, no stringify needed") {
+    auto file = Checkpoint::open(fs, dir.file("in.ckpt"));
+    REQUIRE(file.ok());
+    ReshardOptions ro;
+    ro.world_size = 2;
+    ro.step = 7;
+    ro.store = ckpt_test::small_store_options();
+    auto resharded = reshard_to_store(fs, *file, dir.file("store"), ro);
+    INFO(resharded.status().to_string());
+    REQUIRE(resharded.ok());
+    auto expected = original;
+    expected.emplace_back("ckpt.step", "7");
+    std::sort(expected.begin(), expected.end());
+    // The step, exported in one command: its shards gathered.
+    auto from_store = ckpt_to_safetensors(fs, dir.file("store"), dir.file("store.safetensors"));
+    INFO(from_store.status().to_string());
+    REQUIRE(from_store.ok());
+    CHECK(from_store->warnings.empty());
+    const Loaded store_loaded = load_safetensors(dir.file("store.safetensors"));
+    CHECK(store_loaded.metadata == expected);
+    // The same step merged to one file first (ckpt.training_state of step 7, nothing else in it).
+    auto step = Checkpoint::open(fs, dir.file("store"));
+    REQUIRE(step.ok());
+    auto merged = merge_to_file(fs, {&*step}, {SourceSelection{}}, dir.file("merged.ckpt"), MergeOptions{});
+    INFO(merged.status().to_string());
+    REQUIRE(merged.ok());
+    auto from_file = ckpt_to_safetensors(fs, dir.file("merged.ckpt"), dir.file("merged.safetensors"));
+    INFO(from_file.status().to_string());
+    REQUIRE(from_file.ok());
+    CHECK(from_file->warnings.empty());
+    const Loaded merged_loaded = load_safetensors(dir.file("merged.safetensors"));
+    CHECK(merged_loaded.metadata == expected);
+    CHECK(merged_loaded.tensors == store_loaded.tensors);
+    // Stringifying has nothing to stringify: still no ckpt.training_state.
+    ConvertOptions stringify;
+    stringify.stringify_metadata = true;
+    REQUIRE(ckpt_to_safetensors(fs, dir.file("store"), dir.file("s2.safetensors"), stringify).ok());
+    CHECK(load_safetensors(dir.file("s2.safetensors")).metadata == expected);
+  }
+  SECTION("a file whose training state holds more than its step: left out with a warning, in hex when stringified") {
+    TrainingState state;
+    state.step = 11;
+    state.rng = "seed";
+    state.values["lr"] = 0.5;
+    {
+      auto w = ShardWriter::create(fs, dir.file("s.ckpt"));
+      REQUIRE(w.ok());
+      const unsigned char one = 1;
+      REQUIRE(w->add_tensor("t", DType::U8, {1}, &one, 1).ok());
+      REQUIRE(w->set_metadata(std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(state)})).ok());
+      REQUIRE(w->finish().ok());
+    }
+    auto r = ckpt_to_safetensors(fs, dir.file("s.ckpt"), dir.file("s.safetensors"));
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    REQUIRE(r->warnings.size() == 1);
+    CHECK(r->warnings[0] == "training state of step 11 (4 RNG bytes, 1 values) not exported: safetensors holds weights; "
+                            "stringify metadata to write it as 'ckpt.training_state' in hex");
+    CHECK(load_safetensors(dir.file("s.safetensors")).metadata == std::vector<std::pair<std::string, std::string>>{{"ckpt.step", "11"}});
+    ConvertOptions stringify;
+    stringify.stringify_metadata = true;
+    stringify.overwrite = true;
+    REQUIRE(ckpt_to_safetensors(fs, dir.file("s.ckpt"), dir.file("s.safetensors"), stringify).ok());
+    const auto metadata = load_safetensors(dir.file("s.safetensors")).metadata;
+    REQUIRE(metadata.size() == 2);
+    CHECK(metadata[0] == std::make_pair(std::string("ckpt.step"), std::string("11")));
+    CHECK(metadata[1].first == "ckpt.training_state");
+  }
+}
+
+TEST_CASE("ckpt-convert reads and writes sharded sets", "[safetensors][tool][hf]") {
+  const ConvertTool run;
+  if (!run.built()) {
+    WARN("ckpt-convert is not built; skipping the tool checks");
+    return;
+  }
+  PosixFs fs;
+  ckpt_test::TempDir dir;
+  const TwoFileSet set;
+  write_set(dir.file("hf"), set.files());
+  const std::string index = dir.file("hf/") + kIndexName;
+  CHECK(run(index + " " + dir.file("a.ckpt")) == 0);
+  CHECK(run(dir.file("hf") + " " + dir.file("b.ckpt") + " --json") == 0);
+  CHECK(ckpt_test::read_file(dir.file("a.ckpt")).size() == ckpt_test::read_file(dir.file("b.ckpt")).size());
+  CHECK(run(dir.file("a.ckpt") + " " + dir.file("out/") + kIndexName + " --max-shard-size 150B") == 0);
+  CHECK(load_set(dir.file("out/") + kIndexName).files.size() == 2);  // [a 100 b 40] [c 14 d 50 e 0]
+  CHECK(run(dir.file("a.ckpt") + " " + dir.file("one/") + kIndexName) == 0);  // default 5GB: one file
+  CHECK(load_set(dir.file("one/") + kIndexName).files.count("model-00001-of-00001.safetensors") == 1);
+  CHECK(run(dir.file("a.ckpt") + " " + dir.file("x.safetensors") + " --max-shard-size 5GB") == 2);  // single file: no shards
+  CHECK(run(dir.file("a.ckpt") + " " + dir.file("y/") + kIndexName + " --max-shard-size 5XB") == 2);
+  CHECK_FALSE(fs.stat(dir.file("y")).ok());
+  // A weight_map that reaches outside the directory: exit 2, nothing written.
+  auto outside = set.weight_map();
+  outside["a"] = "../x.safetensors";
+  write_set(dir.file("bad"), {{kIndexName, index_json(outside, 204)}});
+  CHECK(run(dir.file("bad") + " " + dir.file("bad.ckpt")) == 2);
+  CHECK_FALSE(fs.stat(dir.file("bad.ckpt")).ok());
 }

@@ -9,10 +9,16 @@ shapes, bytes and __metadata__. Files ckpt writes must also load through the pac
 Corrupted files (truncated, bad JSON, ...) must make ckpt-convert exit 2 with a one-line message and
 leave no output. A store made by ckpt-reshard (steps of 3 and 2 shard files) is exported by
 ckpt-convert (latest step, --step N, a step directory) and the package must load exactly the tensors
-of the original safetensors file; a damaged shard is exit 1 with no output. Exit 0 all passed, 1 a check failed, 77 the Python oracles are not installed.
+of the original safetensors file; a damaged shard is exit 1 with no output. A Hugging Face sharded
+set written by the package (save_file per file, the index by hand as save_pretrained writes it) is
+converted to one .ckpt and back to a set, which the package loads with the same files, tensors,
+bytes and __metadata__; a store's step exports to a set in one command; a weight_map naming a file
+outside the directory, or a missing file, is exit 2 with no output. Exit 0 all passed, 1 a check
+failed, 77 the Python oracles are not installed.
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -22,6 +28,7 @@ try:
     import numpy as np  # noqa: F401 - the generator needs it
     import safetensors
     from safetensors import safe_open
+    from safetensors.numpy import save_file
 except ImportError as e:
     print("skipped: Python oracle missing: %s" % e)
     sys.exit(77)
@@ -220,6 +227,20 @@ def store_export(convert, reshard, case, src, workdir):
         expected_meta["ckpt.step"] = str(step)
         check(again_meta == expected_meta, "%s %s: __metadata__ is the source's plus ckpt.step=%d (got %r)" % (label, what, step, again_meta))
         check_numpy_reader(dst, again, "%s %s" % (label, what))
+    # The route through one merged file exports the same: ckpt.step, and no ckpt.training_state added.
+    merge = os.path.join(os.path.dirname(convert), "ckpt-merge")
+    if os.path.exists(merge):
+        merged, merged_st = os.path.join(sub, "merged.ckpt"), os.path.join(sub, "merged.safetensors")
+        rc, _, err = run(merge, store, "-o", merged)
+        if check(rc == 0, "%s: ckpt-merge consolidates the latest step (%s)" % (label, err.strip())):
+            rc, _, err = run(convert, merged, merged_st)
+            again, again_meta = (load(merged_st) if rc == 0 else ({}, {}))
+            expected_meta = dict(original_meta, **{"ckpt.step": "9"})
+            check(rc == 0 and again == original and again_meta == expected_meta,
+                  "%s: merged then exported without --stringify-metadata: the source's __metadata__ plus ckpt.step=9 only "
+                  "(got %d: %s %r)" % (label, rc, err.strip(), again_meta))
+    else:
+        print("skip  %s merged: ckpt-merge not built" % label)
     missing = os.path.join(sub, "missing.safetensors")
     rc, _, err = run(convert, store, missing, "--step", "8")
     lines = err.strip().splitlines()
@@ -239,6 +260,141 @@ def store_export(convert, reshard, case, src, workdir):
           "%s: a damaged shard exits 1 naming it, no output (got %d: %s)" % (label, rc, err.strip()))
     leftovers = [n for n in os.listdir(sub) if ".tmp-" in n]
     check(not leftovers, "%s: no temporary files left (%s)" % (label, leftovers))
+
+
+INDEX = "model.safetensors.index.json"
+
+
+def hf_index_text(weight_map, total_size):
+    """The index as save_pretrained writes it: json.dumps(index, indent=2, sort_keys=True) + newline."""
+    return json.dumps({"metadata": {"total_size": total_size}, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n"
+
+
+def write_hf_set(directory, files, metadata):
+    """files: [{name: array}] per file. Writes model-0000K-of-0000N.safetensors with save_file and the
+    index by hand; returns the weight_map."""
+    os.makedirs(directory)
+    weight_map, total = {}, 0
+    for k, tensors in enumerate(files):
+        name = "model-%05d-of-%05d.safetensors" % (k + 1, len(files))
+        save_file(tensors, os.path.join(directory, name), metadata=metadata)
+        for tensor, array in tensors.items():
+            weight_map[tensor] = name
+            total += array.nbytes
+    with open(os.path.join(directory, INDEX), "w") as f:
+        f.write(hf_index_text(weight_map, total))
+    return weight_map
+
+
+def load_set(directory):
+    """{file: (tensors, metadata)} of every file the index names, and the index."""
+    with open(os.path.join(directory, INDEX)) as f:
+        text = f.read()
+    index = json.loads(text)
+    files = {name: load(os.path.join(directory, name)) for name in sorted(set(index["weight_map"].values()))}
+    return files, index, text
+
+
+def hf_sets(convert, verify, reshard, workdir):
+    """A sharded set made by the package: set -> .ckpt -> set, compared file by file; hostile indexes."""
+    sub = os.path.join(workdir, "hf")
+    os.mkdir(sub)
+    rng = np.random.default_rng(11)
+    # Data bytes per file 4000, 3000, 2500: with --max-shard-size 4KiB (4096) the split is the same.
+    files = [
+        {"model.embed_tokens.weight": rng.standard_normal(1000).astype(np.float32)},
+        {"model.layers.0.w": rng.standard_normal(1000).astype(np.float16),
+         "model.layers.0.idx": rng.integers(-9, 9, 100).astype(np.int64),
+         "model.layers.0.mask": rng.integers(0, 2, 200).astype(np.bool_)},
+        {"lm_head.weight": rng.standard_normal((30, 10)).astype(np.float64),
+         "lm_head.bias": rng.integers(0, 255, 100).astype(np.uint8)},
+    ]
+    metadata = {"format": "pt"}
+    src = os.path.join(sub, "src")
+    weight_map = write_hf_set(src, files, metadata)
+    original, original_index, _ = load_set(src)
+    ckpt = os.path.join(sub, "model.ckpt")
+    rc, out, err = run(convert, os.path.join(src, INDEX), ckpt, "--json", "--chunk-size", "4096")
+    if not check(rc == 0, "hf set: index -> ckpt exits 0 (got %d: %s)" % (rc, err.strip())):
+        return
+    summary = json.loads(out)
+    check(summary["tensors"] == len(weight_map) and summary["bytes"] == original_index["metadata"]["total_size"],
+          "hf set: --json counts %d tensors, total_size bytes" % len(weight_map))
+    rc, _, err = run(convert, src, os.path.join(sub, "from-dir.ckpt"))
+    check(rc == 0, "hf set: the directory holding the index converts too (got %d: %s)" % (rc, err.strip()))
+    if os.path.exists(verify):
+        rc, out, err = run(verify, ckpt)
+        check(rc == 0, "hf set: ckpt-verify passes the converted file (got %d: %s)" % (rc, (out + err).strip()))
+    back = os.path.join(sub, "back")
+    rc, out, err = run(convert, ckpt, os.path.join(back, INDEX), "--max-shard-size", "4KiB", "--json")
+    if not check(rc == 0, "hf set: ckpt -> set exits 0 (got %d: %s)" % (rc, err.strip())):
+        return
+    again, again_index, again_text = load_set(back)
+    check(again_index == original_index, "hf set: same index (total_size, weight_map: the same 3-file split) (got %r)" % again_index)
+    check(again_text == hf_index_text(again_index["weight_map"], again_index["metadata"]["total_size"]),
+          "hf set: index text as save_pretrained writes it (indent 2, sorted keys, final newline)")
+    check(sorted(again) == sorted(original), "hf set: the same file names")
+    for name in original:
+        if name not in again:
+            continue
+        check(again[name][0] == original[name][0], "hf set: %s keeps its tensors' dtypes, shapes and bytes" % name)
+        check(again[name][1] == original[name][1] == metadata, "hf set: %s keeps __metadata__ %r exactly" % (name, metadata))
+        check_numpy_reader(os.path.join(back, name), again[name][0], "hf set " + name)
+    leftovers = [n for n in os.listdir(back) if ".tmp-" in n]
+    check(not leftovers and len(os.listdir(back)) == 4, "hf set: 3 files and the index, no temporaries (%s)" % os.listdir(back))
+    rc, _, err = run(convert, ckpt, os.path.join(back, INDEX))
+    check(rc == 2 and "already exists" in err, "hf set: an existing index is not replaced without --force (got %d: %s)" % (rc, err.strip()))
+    # One file of the default size (5GB) holds everything.
+    one = os.path.join(sub, "one")
+    rc, _, err = run(convert, ckpt, os.path.join(one, INDEX))
+    files_one, index_one, _ = load_set(one) if rc == 0 else ({}, {}, "")
+    check(rc == 0 and list(files_one) == ["model-00001-of-00001.safetensors"] and len(index_one["weight_map"]) == len(weight_map),
+          "hf set: the default max shard size writes one file (got %d: %s)" % (rc, err.strip()))
+
+    # A store's multi-rank step exports to a set in one command: __metadata__ plus ckpt.step.
+    if os.path.exists(reshard):
+        store = os.path.join(sub, "store")
+        rc, _, err = run(reshard, ckpt, "-o", store, "--world-size", "3", "--step", "5", "--chunk-size", "4096")
+        if check(rc == 0, "hf set: ckpt-reshard writes a 3-shard step (%s)" % err.strip()):
+            from_store = os.path.join(sub, "from-store")
+            rc, _, err = run(convert, store, os.path.join(from_store, INDEX), "--max-shard-size", "4KiB")
+            if check(rc == 0, "hf set: the store's step exports to a set in one command (got %d: %s)" % (rc, err.strip())):
+                exported, exported_index, _ = load_set(from_store)
+                check(exported_index == original_index, "hf set: the step's set has the original index")
+                expected = dict(metadata, **{"ckpt.step": "5"})
+                check(all(exported[n][0] == original[n][0] and exported[n][1] == expected for n in original if n in exported)
+                      and sorted(exported) == sorted(original),
+                      "hf set: each file of the step's set holds the original tensors, __metadata__ plus ckpt.step=5 only")
+    else:
+        print("skip  hf set store export: ckpt-reshard not built")
+
+    # Hostile indexes: exit 2, one line naming the index or file, nothing written.
+    def hostile_set(label, edit):
+        d = os.path.join(sub, "hostile-" + label.replace(" ", "_").replace("/", "_").replace(".", "_"))
+        shutil.copytree(src, d)
+        edit(d)
+        out_path = os.path.join(sub, label.replace(" ", "_").replace("/", "_").replace(".", "_") + ".ckpt")
+        rc, _, err = run(convert, os.path.join(d, INDEX), out_path)
+        lines = err.strip().splitlines()
+        check(rc == 2 and len(lines) == 1 and d in lines[0] and not os.path.exists(out_path),
+              "hf set hostile %s: exit 2, one line naming the set, no output (got %d: %s)" % (label, rc, err.strip()))
+
+    def rewrite_map(change):
+        def edit(d):
+            m = dict(weight_map)
+            change(m)
+            with open(os.path.join(d, INDEX), "w") as f:
+                f.write(hf_index_text(m, 1))
+        return edit
+
+    shutil.copy(os.path.join(src, "model-00001-of-00003.safetensors"), os.path.join(sub, "outside.safetensors"))
+    hostile_set("file outside the directory", rewrite_map(lambda m: m.update({"model.embed_tokens.weight": "../outside.safetensors"})))
+    hostile_set("absolute file name", rewrite_map(lambda m: m.update({"model.embed_tokens.weight": os.path.join(sub, "outside.safetensors")})))
+    hostile_set("missing file", lambda d: os.remove(os.path.join(d, "model-00002-of-00003.safetensors")))
+    hostile_set("tensor not in its file", rewrite_map(lambda m: m.update({"ghost": "model-00001-of-00003.safetensors"})))
+    hostile_set("tensor in two files", lambda d: save_file(dict(files[1], **{"lm_head.bias": files[2]["lm_head.bias"]}),
+                                                           os.path.join(d, "model-00002-of-00003.safetensors"), metadata=metadata))
+    hostile_set("malformed index", lambda d: open(os.path.join(d, INDEX), "w").write('{"weight_map": {'))
 
 
 def main():
@@ -264,6 +420,7 @@ def main():
         hostile(tools, files, workdir)
         for case in ("large", "non_ascii_names"):
             store_export(tools[0], os.path.join(bindir, "ckpt-reshard"), case, files[case], workdir)
+        hf_sets(tools[0], tools[1], os.path.join(bindir, "ckpt-reshard"), workdir)
     print("%d failure(s)" % len(FAILURES))
     return 1 if FAILURES else 0
 
