@@ -10,6 +10,14 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_TESTS=ON -DCKPT_BUIL
 cmake --build build -j"$jobs"
 echo "== tests (Release) =="
 (cd build && ctest --output-on-failure --no-tests=error -j"$jobs")
+echo "== Python package (pip install ./python) and its tests =="
+# The package builds its own copy of the library (ckpt::compiled) against these headers; its tests use
+# the tools just built (CKPT_BIN) and torch.distributed with gloo on several processes.
+pip_log=$(mktemp)
+python3 -m pip install --disable-pip-version-check --no-build-isolation ./python >"$pip_log" 2>&1 || { cat "$pip_log"; exit 1; }
+rm -f "$pip_log"
+python3 -c "import ckpt, ckpt.torch.dcp"
+(cd python/tests && CKPT_BIN="$PWD/../../build" python3 -m pytest -q -p no:cacheprovider .)
 echo "== build (ASan+UBSan) =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=ON -DCKPT_CUDA=OFF -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_TOOLS=ON >/dev/null
 cmake --build build-asan -j"$jobs"

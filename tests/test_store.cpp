@@ -1106,6 +1106,13 @@ struct CallerSave {
   std::vector<std::string> reports;
 };
 
+// A store at path whose latest step is save()'s step 1.
+void save_first_step(PosixFs& fs, const std::string& path) {
+  auto first = Store::open(fs, path, Access::read_write, writable_options());
+  REQUIRE(first.ok());
+  REQUIRE(save(**first, 1).ok());
+}
+
 CallerSave caller_begin(PosixFs& fs, const std::string& path, int world, std::uint64_t step) {
   CallerSave save;
   std::vector<std::unique_ptr<Store>> participants;
@@ -1140,11 +1147,7 @@ TEST_CASE("a caller-coordinated save commits only with every rank's report, as o
   PosixFs fs;
   ckpt_test::TempDir dir;
   const std::string path = dir.file("store");
-  {
-    auto first = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(first.ok());
-    REQUIRE(save(**first, 1).ok());
-  }
+  save_first_step(fs, path);
   CallerSave s = caller_begin(fs, path, 3, 2);
   for (std::uint32_t r = 0; r < 3; ++r) REQUIRE(add_row(*s.txns[r], r, 2).ok());
   s.txns[0]->state().values["dcp.metadata"] = Bytes{std::string("\x80\x04pickle", 8)};
@@ -1204,11 +1207,7 @@ TEST_CASE("a caller-coordinated save that loses a rank keeps the previous step l
     INFO(c.what);
     ckpt_test::TempDir dir;
     const std::string path = dir.file("store");
-    {
-      auto first = Store::open(fs, path, Access::read_write, writable_options());
-      REQUIRE(first.ok());
-      REQUIRE(save(**first, 1).ok());
-    }
+    save_first_step(fs, path);
     CallerSave s = caller_begin(fs, path, 3, 2);
     const std::string step_dir = s.txns[0]->directory();
     const bool rank2_writes = std::string(c.what) != "a rank that never wrote its row";

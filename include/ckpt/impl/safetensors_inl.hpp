@@ -394,18 +394,18 @@ inline constexpr std::size_t kCopyWindow = std::size_t{256} << 10;
 
 }  // namespace detail
 
-CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_json(std::string_view json, std::uint64_t data_size,
-                                                        const std::string& path) {
-  detail::SafetensorsHeaderParser parser(path, data_size);
-  parser.header().header_length = json.size();
-  parser.header().data_offset = safetensors::kLengthFieldSize + json.size();
+namespace detail {
+
+// Feeds JSON text to a parser's on_event, entry by entry (the DOM is only a scratch area: the callback
+// takes each entry and drops it). Errors name the file offset: `base` is that of the text's first byte.
+template <class Parser>
+[[nodiscard]] Status parse_json_events(std::string_view json, Parser& parser, std::uint64_t base, const char* what) {
   // nlohmann's lexer takes a NUL byte for the end of input and would ignore whatever follows it.
   const std::size_t nul = json.find('\0');
   if (nul != std::string_view::npos)
-    return parser.error("offset " + std::to_string(safetensors::kLengthFieldSize + nul) +
-                        ": header is not valid JSON: expected JSON text or space padding, found a NUL byte");
+    return parser.error("offset " + std::to_string(base + nul) + ": " + what +
+                        " is not valid JSON: expected JSON text or space padding, found a NUL byte");
   try {
-    // The DOM is only a scratch area: the callback takes each entry and drops it.
     const nlohmann::json rest = nlohmann::json::parse(
         json.begin(), json.end(),
         [&parser](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
@@ -413,18 +413,29 @@ CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_json(std::string_view js
         },
         /*allow_exceptions=*/true, /*ignore_comments=*/false);
     (void)rest;
-  } catch (const detail::SafetensorsAbort&) {
+  } catch (const SafetensorsAbort&) {
     return parser.failure();
   } catch (const nlohmann::json::parse_error& e) {
-    // e.byte is 1-based within the header text; the header starts after the 8-byte length field.
-    const std::uint64_t at = safetensors::kLengthFieldSize + (e.byte > 0 ? e.byte - 1 : 0);
-    std::string what = e.what();
-    const auto cut = what.find("] ");
-    if (cut != std::string::npos) what = what.substr(cut + 2);
-    return parser.error("offset " + std::to_string(at) + ": header is not valid JSON: " + what);
+    // e.byte is 1-based within the text.
+    const std::uint64_t at = base + (e.byte > 0 ? e.byte - 1 : 0);
+    std::string message = e.what();
+    const auto cut = message.find("] ");
+    if (cut != std::string::npos) message = message.substr(cut + 2);
+    return parser.error("offset " + std::to_string(at) + ": " + what + " is not valid JSON: " + message);
   } catch (const nlohmann::json::exception& e) {
-    return parser.error("offset 8: header rejected by the JSON parser: " + std::string(e.what()));
+    return parser.error("offset " + std::to_string(base) + ": " + what + " rejected by the JSON parser: " + std::string(e.what()));
   }
+  return Status();
+}
+
+}  // namespace detail
+
+CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_json(std::string_view json, std::uint64_t data_size,
+                                                        const std::string& path) {
+  detail::SafetensorsHeaderParser parser(path, data_size);
+  parser.header().header_length = json.size();
+  parser.header().data_offset = safetensors::kLengthFieldSize + json.size();
+  CKPT_TRY(detail::parse_json_events(json, parser, safetensors::kLengthFieldSize, "header"));
   CKPT_TRY(parser.finish());
   return std::move(parser.header());
 }
@@ -474,27 +485,7 @@ CKPT_INLINE bool is_safetensors_index(std::string_view path) noexcept {
 
 CKPT_INLINE Result<SafetensorsIndex> parse_safetensors_index_json(std::string_view json, const std::string& path) {
   detail::SafetensorsIndexParser parser(path);
-  const std::size_t nul = json.find('\0');
-  if (nul != std::string_view::npos)
-    return parser.error("offset " + std::to_string(nul) + ": index is not valid JSON: found a NUL byte");
-  try {
-    const nlohmann::json rest = nlohmann::json::parse(
-        json.begin(), json.end(),
-        [&parser](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-          return parser.on_event(depth, event, parsed);
-        },
-        /*allow_exceptions=*/true, /*ignore_comments=*/false);
-    (void)rest;
-  } catch (const detail::SafetensorsAbort&) {
-    return parser.failure();
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();
-    const auto cut = what.find("] ");
-    if (cut != std::string::npos) what = what.substr(cut + 2);
-    return parser.error("offset " + std::to_string(e.byte > 0 ? e.byte - 1 : 0) + ": index is not valid JSON: " + what);
-  } catch (const nlohmann::json::exception& e) {
-    return parser.error("index rejected by the JSON parser: " + std::string(e.what()));
-  }
+  CKPT_TRY(detail::parse_json_events(json, parser, 0, "index"));
   CKPT_TRY(parser.finish());
   return std::move(parser.index());
 }
@@ -867,7 +858,7 @@ CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::stri
   const std::size_t file_count = starts.size() - 1;
   std::vector<std::string> names;
   for (std::size_t k = 0; k < file_count; ++k) {
-    char numbers[48];
+    char numbers[64];  // two 20-digit counts and the suffix fit
     std::snprintf(numbers, sizeof numbers, "-%05zu-of-%05zu.safetensors", k + 1, file_count);
     names.push_back(sharded ? prefix + numbers : base_name(out));
   }
