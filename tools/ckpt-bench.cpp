@@ -66,7 +66,7 @@ struct Config {
   std::uint64_t tensor_size = std::uint64_t{32} << 20;
   std::uint64_t write_size = std::uint64_t{1} << 20;
   bool json = false;
-  std::string only;  // "async": only the disk group with the async rows (tools/bench-async-vs-dcp.py)
+  std::string only;  // "async": only the disk group with the async rows (python -m ckpt.bench --cpp-bench)
 };
 
 // One tensor of the synthetic model: a byte range of the data buffer, stored as 1-D BF16.

@@ -55,7 +55,8 @@ class ShardReader {
   // Checks the digests of chunks [first, first + count) of a piece.
   [[nodiscard]] Status verify_piece_chunks(std::size_t piece, std::uint64_t first, std::uint64_t count);
   // Zero-copy view of a piece's bytes, verified first unless check is none (PosixFs only).
-  [[nodiscard]] Result<Mapping> map_piece(std::size_t piece, ReadCheck check = ReadCheck::touched);
+  [[nodiscard]] Result<Mapping> map_piece(std::size_t piece, ReadCheck check = ReadCheck::touched,
+                                         MapMode mode = MapMode::read_only);
 
  private:
   ShardReader(FsRef fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}

@@ -130,7 +130,7 @@ class Checkpoint {
   // A zero-copy view of a whole tensor, every chunk verified first, where its bytes lie whole and
   // contiguous in one file: one piece covering it (else Code::unsupported; read_slice then copies).
   // Truncating the file while the view is alive kills the process (SIGBUS), as any mapping.
-  [[nodiscard]] Result<Mapping> map_tensor(std::string_view name);
+  [[nodiscard]] Result<Mapping> map_tensor(std::string_view name, MapMode mode = MapMode::read_only);
 
  private:
   Checkpoint() = default;

@@ -25,18 +25,18 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     """Opens a checkpoint for reading tensors by name.
 
     ``framework``: "numpy"/"np" or "torch"/"pt". ``device``: torch only, where tensors land ("cpu",
-    "cuda:0"...). ``step``: a store's step (default: its latest). ``zero_copy``: numpy only; get_tensor
-    returns read-only views of a memory mapping where a tensor lies whole in one file (verified when
-    mapped), else a copy.
+    "cuda:0"...). ``step``: a store's step (default: its latest). ``mmap`` (default, as safetensors):
+    get_tensor returns arrays over a copy-on-write memory mapping where a tensor lies whole in one file,
+    every chunk verified when it is mapped; writing to them changes this process's copy, never the file.
+    Elsewhere, and with ``mmap=False``, the bytes are copied. A mapped file truncated by another process
+    kills this one (SIGBUS), as with any mapping.
     """
 
     def __init__(self, path, framework: str = "numpy", device: str = "cpu", step: Optional[int] = None,
-                 zero_copy: bool = False):
+                 mmap: bool = True):
         self._framework = _framework(framework)
-        if zero_copy and self._framework != "numpy":
-            raise ValueError("zero_copy views are read-only numpy arrays: use framework='numpy'")
         self._device = device
-        self._zero_copy = zero_copy
+        self._mmap = mmap
         self._reader = _ckpt.Reader(os.fspath(path), step)
         self._tensors = {name: (dtype, tuple(shape), nbytes) for name, dtype, shape, nbytes in self._reader.tensors()}
 
@@ -76,12 +76,21 @@ class safe_open:  # noqa: N801 - the name safetensors users know
             raise KeyError(f"{self._reader.description()}: no tensor {name!r}") from None
 
     def get_tensor(self, name: str):
-        dtype, shape, _ = self._info(name)
-        if self._zero_copy:
-            view = self._reader.view(name)
+        dtype, shape, nbytes = self._info(name)
+        if self._mmap and nbytes:  # an empty tensor has no bytes to map
+            view = self._reader.view(name, True)
             if view is not None:
-                return view.view(_tensors.numpy_dtype(dtype)).reshape(shape)
+                return self._wrap(view, dtype, shape)
         return self._read(name, dtype, (0,) * len(shape), shape)
+
+    def _wrap(self, raw: np.ndarray, dtype: str, shape):
+        """An array or tensor of dtype and shape over the uint8 bytes raw (no copy)."""
+        if self._framework == "numpy":
+            return raw.view(_tensors.numpy_dtype(dtype)).reshape(shape)
+        import torch
+
+        t = torch.from_numpy(raw).view(_tensors.torch_dtype(dtype)).reshape(shape)
+        return t.to(self._device) if self._device != "cpu" else t
 
     def get_slice(self, name: str) -> "TensorSlice":
         dtype, shape, _ = self._info(name)

@@ -11,7 +11,9 @@ durable by construction. Before each load the page cache of the files just writt
 page of every tensor it returns. ckpt's loads verify every chunk digest; no peer verifies anything.
 Async rows report the time the call blocks the caller and the time until the step is durable.
 The machine's own limits are measured in the same rounds: write+fsync of the same bytes with os.write,
-and a cold read of them into memory. Reported: the median of the rounds (min beside it).
+and a cold read of them into memory. Reported: the median of the rounds (min beside it). The C++ rows
+(--cpp-bench) are one run of `ckpt-bench --only async` on its own state of 32 MiB tensors, uniform
+mix only.
 """
 
 from __future__ import annotations
@@ -336,10 +338,10 @@ class CkptCpp:
         return None
 
 
-def systems(args):
+def systems(args, mix):
     out = [Raw(), Safetensors(), TorchSave(), DcpFs(), DcpFsAsync(), CkptFile(), CkptStore(), CkptStoreAsync(), DcpCkpt(),
            DcpCkptAsync()]
-    if args.cpp_bench:
+    if args.cpp_bench and mix == "uniform":  # ckpt-bench makes its own state: 32 MiB tensors, the uniform mix
         out.append(CkptCpp(args.cpp_bench, 32 * MiB))
     return out
 
@@ -356,7 +358,7 @@ def run(args):
         for size in args.sizes:
             for mix in args.mixes:
                 state, total = make_state(torch, size, mix)
-                sys_list = systems(args)
+                sys_list = systems(args, mix)
                 rows = {s.name: {"save": [], "durable": [], "load": []} for s in sys_list}
                 if any(s.name.startswith("ckpt C++") for s in sys_list):
                     rows["ckpt C++ AsyncSaver (ckpt-bench)"] = {"save": [], "durable": [], "load": []}
@@ -368,6 +370,9 @@ def run(args):
                 for r in range(args.rounds):
                     order = sys_list[r % len(sys_list):] + sys_list[:r % len(sys_list)]  # alternate who goes first
                     for s in order:
+                        if isinstance(s, CkptCpp) and r > 0:
+                            continue  # one ckpt-bench run (it measures several rows, each at the full size)
+                        began = time.perf_counter()
                         where = os.path.join(scratch, f"r{r}-{type(s).__name__}")
                         blocked, durable = s.save(torch, state, where)
                         rows[s.name]["save"].append(blocked)
@@ -381,8 +386,12 @@ def run(args):
                         t = s.load(torch, state, where)
                         if t is not None:
                             rows[s.name]["load"].append(t)
-                        shutil.rmtree(where, ignore_errors=True) if os.path.isdir(where) else os.unlink(where) \
-                            if os.path.exists(where) else None
+                        if os.path.isdir(where):
+                            shutil.rmtree(where, ignore_errors=True)
+                        elif os.path.exists(where):
+                            os.unlink(where)
+                        if args.verbose:
+                            print(f"    {s.name}: {time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
                     print(f"  {total / (1 << 30):.2f} GiB {mix}: round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
                 kinds = {s.name: (s.kind, s.verifies) for s in sys_list}
                 kinds["ckpt C++ AsyncSaver (ckpt-bench)"] = ("ckpt", True)
@@ -497,6 +506,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cpp-bench", default=None, help="the ckpt-bench program, for the C++ rows")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--verbose", action="store_true", help="say how long each system's round took")
     ap.add_argument("--plot", default=None, help="write a PNG plot here (matplotlib)")
     args = ap.parse_args(argv)
     args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]

@@ -19,9 +19,10 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
     _write(((name, _tensors.tensor_bytes(a)) for name, a in tensors.items()), filename, metadata, chunk_size_log2)
 
 
-def load_file(filename, *, step: Optional[int] = None) -> Dict[str, np.ndarray]:
-    """Every tensor of a .ckpt file, step directory or store step, each byte verified."""
-    with safe_open(filename, framework="numpy", step=step) as f:
+def load_file(filename, *, step: Optional[int] = None, mmap: bool = True) -> Dict[str, np.ndarray]:
+    """Every tensor of a .ckpt file, step directory or store step, each byte verified (arrays over a
+    copy-on-write mapping where the layout allows; ``mmap=False`` copies)."""
+    with safe_open(filename, framework="numpy", step=step, mmap=mmap) as f:
         return {name: f.get_tensor(name) for name in f.keys()}
 
 

@@ -124,22 +124,25 @@ def test_a_slice_reads_only_the_chunks_it_touches(tmp_path):
     assert not report.ok and [p.chunk for p in report.problems] == [40]
 
 
-def test_zero_copy_views_are_read_only_and_verified(tmp_path):
+def test_mapped_tensors_are_verified_and_copy_on_write(tmp_path):
     a, path = chunked_file(tmp_path)
-    with ckpt.safe_open(path, framework="numpy", zero_copy=True) as f:
+    before = open(path, "rb").read()
+    with ckpt.safe_open(path, framework="numpy") as f:
         v = f.get_tensor("w")
         np.testing.assert_array_equal(v, a)
-        assert not v.flags.writeable
-        with pytest.raises(ValueError):
-            v[0, 0] = 1
+        assert v.flags.writeable and not v.flags.owndata  # a view of the mapping
+        v[0, 0] = -1  # changes this process's copy only
     del f
-    np.testing.assert_array_equal(v, a)  # the view keeps its mapping alive
+    assert v[0, 0] == -1 and open(path, "rb").read() == before  # the mapping outlives the reader; the file is untouched
+    np.testing.assert_array_equal(ckpt.numpy.load_file(path, mmap=False)["w"], a)
     flip_byte(path, data_offset(path) + 5)
-    with ckpt.safe_open(path, framework="numpy", zero_copy=True) as f:
-        with pytest.raises(ckpt.CorruptError):
-            f.get_tensor("w")
-    with pytest.raises(ValueError):
-        ckpt.safe_open(path, framework="pt", zero_copy=True)
+    for mmap in (True, False):
+        with ckpt.safe_open(path, framework="numpy", mmap=mmap) as f:
+            with pytest.raises(ckpt.CorruptError):
+                f.get_tensor("w")
+    ckpt.numpy.save_file({"empty": np.zeros((0, 3), np.float16), "one": np.ones(1, np.int8)}, tmp_path / "small.ckpt")
+    with ckpt.safe_open(tmp_path / "small.ckpt", framework="numpy") as f:
+        assert f.get_tensor("empty").shape == (0, 3) and f.get_tensor("one").tolist() == [1]
 
 
 # Damage as a table: what is done to a good file, and the error a reader must raise.

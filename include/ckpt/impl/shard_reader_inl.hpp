@@ -290,10 +290,10 @@ CKPT_INLINE Status ShardReader::read_piece(std::size_t piece, void* dst, std::si
   return Status();
 }
 
-CKPT_INLINE Result<Mapping> ShardReader::map_piece(std::size_t piece, ReadCheck check) {
+CKPT_INLINE Result<Mapping> ShardReader::map_piece(std::size_t piece, ReadCheck check, MapMode mode) {
   if (piece >= index_.pieces.size()) return make_error(Code::invalid_argument, path_ + ": no piece " + std::to_string(piece));
   const auto& p = index_.pieces[piece];
-  auto mapping = fs_.map(file_, p.data_offset, static_cast<std::size_t>(p.data_length));
+  auto mapping = fs_.map(file_, p.data_offset, static_cast<std::size_t>(p.data_length), mode);
   if (!mapping.ok()) return mapping.status().with_context(path_);
   if (check == ReadCheck::touched)
     for (std::uint64_t c = 0; c < p.chunk_count; ++c)

@@ -290,7 +290,7 @@ CKPT_INLINE Status Checkpoint::read_slice(std::string_view name, const Shape& of
   return step_reader_->read_slice(name, offsets, shape, dst, dst_size, ReadCheck::touched);
 }
 
-CKPT_INLINE Result<Mapping> Checkpoint::map_tensor(std::string_view name) {
+CKPT_INLINE Result<Mapping> Checkpoint::map_tensor(std::string_view name, MapMode mode) {
   const TensorInfo* info = find(name);
   if (info == nullptr) return make_error(Code::not_found, path_ + ": no tensor '" + std::string(name) + "'");
   const std::size_t files = file_ ? 1 : step_reader_->shard_count();
@@ -299,7 +299,7 @@ CKPT_INLINE Result<Mapping> Checkpoint::map_tensor(std::string_view name) {
     const TensorRecord* t = reader.index().find_tensor(name);
     if (t == nullptr) continue;
     if (t->piece_count == 1 && reader.index().pieces[t->piece_first].shape == t->shape)
-      return reader.map_piece(static_cast<std::size_t>(t->piece_first), ReadCheck::touched);
+      return reader.map_piece(static_cast<std::size_t>(t->piece_first), ReadCheck::touched, mode);
     break;
   }
   return make_error(Code::unsupported, path_ + ": tensor '" + std::string(name) + "' is stored in pieces: it cannot be one view");

@@ -17,7 +17,8 @@
 //   Result<std::vector<std::string>> list_dir(const std::string& path);
 //   Result<PathInfo> stat(const std::string& path);  // Code::not_found when absent
 //   Result<FileHandle> lock(const std::string& path);  // exclusive, non-blocking; Code::conflict when held
-// Optionally: Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n) for zero-copy reads.
+// Optionally: Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n, MapMode mode) for
+// zero-copy reads.
 //
 // Symlinks and special files (a store is only regular files and directories; a user may hand a tool anything):
 // - stat(path) does NOT follow a symlink in the last component (lstat) and reports what is there in
@@ -64,6 +65,11 @@ struct PathInfo {
 };
 
 // A read-only memory mapping; unmapped on destruction.
+// How a mapping may be used. read_only: PROT_READ, shared with the file. copy_on_write: writable and
+// private; a write changes this process's copy of the page, never the file (what safetensors' loaders
+// hand out): tensors over it can be modified in place, and pages never written share the page cache.
+enum class MapMode : std::uint8_t { read_only, copy_on_write };
+
 class Mapping {
  public:
   Mapping() = default;
@@ -79,11 +85,15 @@ class Mapping {
       base_len_ = std::exchange(o.base_len_, 0);
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      writable_ = std::exchange(o.writable_, false);
     }
     return *this;
   }
   ~Mapping() { reset(); }
   [[nodiscard]] const unsigned char* data() const noexcept { return data_; }
+  // The bytes of a copy_on_write mapping, writable; null for a read_only one.
+  [[nodiscard]] unsigned char* writable_data() const noexcept { return writable_ ? const_cast<unsigned char*>(data_) : nullptr; }
+  void set_writable() noexcept { writable_ = true; }  // by the Fs that mapped it copy_on_write
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
  private:
@@ -95,6 +105,7 @@ class Mapping {
   std::size_t base_len_ = 0;
   const unsigned char* data_ = nullptr;
   std::size_t size_ = 0;
+  bool writable_ = false;
 };
 
 
@@ -103,7 +114,7 @@ namespace detail {
 template <class Fs, class = void>
 struct fs_has_map : std::false_type {};
 template <class Fs>
-struct fs_has_map<Fs, std::void_t<decltype(std::declval<Fs&>().map(FileHandle{}, std::uint64_t{}, std::size_t{}))>>
+struct fs_has_map<Fs, std::void_t<decltype(std::declval<Fs&>().map(FileHandle{}, std::uint64_t{}, std::size_t{}, MapMode{}))>>
     : std::true_type {};
 }  // namespace detail
 
@@ -137,9 +148,9 @@ class FsRef {
   [[nodiscard]] Result<FileHandle> lock(const std::string& path) const { return ops_->lock(self_, path); }
   // The optional zero-copy read: can_map() says whether the Fs has one; map() fails when it has not.
   [[nodiscard]] bool can_map() const noexcept { return ops_->map != nullptr; }
-  [[nodiscard]] Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n) const {
+  [[nodiscard]] Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n, MapMode mode = MapMode::read_only) const {
     if (ops_->map == nullptr) return make_error(Code::unsupported, "this file system has no map()");
-    return ops_->map(self_, f, off, n);
+    return ops_->map(self_, f, off, n, mode);
   }
 
  private:
@@ -160,13 +171,13 @@ class FsRef {
     Result<std::vector<std::string>> (*list_dir)(void*, const std::string&);
     Result<PathInfo> (*stat)(void*, const std::string&);
     Result<FileHandle> (*lock)(void*, const std::string&);
-    Result<Mapping> (*map)(void*, FileHandle, std::uint64_t, std::size_t);  // null: no map()
+    Result<Mapping> (*map)(void*, FileHandle, std::uint64_t, std::size_t, MapMode);  // null: no map()
   };
   template <class Fs>
-  static constexpr Result<Mapping> (*map_of())(void*, FileHandle, std::uint64_t, std::size_t) {
+  static constexpr Result<Mapping> (*map_of())(void*, FileHandle, std::uint64_t, std::size_t, MapMode) {
     if constexpr (detail::fs_has_map<Fs>::value)
-      return [](void* s, FileHandle f, std::uint64_t off, std::size_t n) -> Result<Mapping> {
-        return static_cast<Fs*>(s)->map(f, off, n);
+      return [](void* s, FileHandle f, std::uint64_t off, std::size_t n, MapMode mode) -> Result<Mapping> {
+        return static_cast<Fs*>(s)->map(f, off, n, mode);
       };
     else
       return nullptr;

@@ -195,16 +195,19 @@ class PosixFs {
   }
 
   // Maps [off, off+n) read-only; the kernel needs a page-aligned start, so the base is rounded down.
-  [[nodiscard]] Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n) {
+  [[nodiscard]] Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n, MapMode mode = MapMode::read_only) {
     if (n == 0) return Mapping();
     const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     const std::uint64_t base_off = off & ~(page - 1);
     const std::size_t base_len = static_cast<std::size_t>(off - base_off) + n;
-    void* base = ::mmap(nullptr, base_len, PROT_READ, MAP_SHARED, static_cast<int>(f.id),
-                        static_cast<off_t>(base_off));
+    const bool cow = mode == MapMode::copy_on_write;
+    void* base = ::mmap(nullptr, base_len, cow ? PROT_READ | PROT_WRITE : PROT_READ, cow ? MAP_PRIVATE : MAP_SHARED,
+                        static_cast<int>(f.id), static_cast<off_t>(base_off));
     if (base == MAP_FAILED) return os_error("mmap", "offset " + std::to_string(off));
     ::madvise(base, base_len, MADV_SEQUENTIAL);
-    return Mapping(base, base_len, static_cast<const unsigned char*>(base) + (off - base_off), n);
+    Mapping m(base, base_len, static_cast<const unsigned char*>(base) + (off - base_off), n);
+    if (cow) m.set_writable();
+    return m;
   }
 
  private:

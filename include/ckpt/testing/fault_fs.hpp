@@ -223,10 +223,11 @@ class FaultFs {
   }
   // Present only when the inner Fs maps files (PosixFs).
   template <class I = Inner>
-  [[nodiscard]] auto map(FileHandle f, std::uint64_t off, std::size_t n) -> decltype(std::declval<I&>().map(f, off, n)) {
+  [[nodiscard]] auto map(FileHandle f, std::uint64_t off, std::size_t n, MapMode mode = MapMode::read_only)
+      -> decltype(std::declval<I&>().map(f, off, n, mode)) {
     const Shot shot = decide(FsOp::map, f);
     if (fails(shot)) return injected("mmap", name_of(shot) + " offset " + std::to_string(off), shot);
-    return inner_.map(f, off, n);
+    return inner_.map(f, off, n, mode);
   }
 
  private:

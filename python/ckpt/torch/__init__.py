@@ -20,9 +20,11 @@ def save_file(tensors: Dict[str, "torch.Tensor"], filename, metadata: Optional[D
     _write(((name, _tensors.tensor_bytes(t)) for name, t in tensors.items()), filename, metadata, chunk_size_log2)
 
 
-def load_file(filename, device: str = "cpu", *, step: Optional[int] = None) -> Dict[str, "torch.Tensor"]:  # noqa: F821
-    """Every tensor of a .ckpt file, step directory or store step, each byte verified, on ``device``."""
-    with safe_open(filename, framework="torch", device=device, step=step) as f:
+def load_file(filename, device: str = "cpu", *, step: Optional[int] = None,
+              mmap: bool = True) -> Dict[str, "torch.Tensor"]:  # noqa: F821
+    """Every tensor of a .ckpt file, step directory or store step, each byte verified, on ``device``
+    (CPU tensors over a copy-on-write mapping where the layout allows, as safetensors'; ``mmap=False`` copies)."""
+    with safe_open(filename, framework="torch", device=device, step=step, mmap=mmap) as f:
         return {name: f.get_tensor(name) for name in f.keys()}
 
 
