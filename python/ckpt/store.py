@@ -148,7 +148,9 @@ class Store:
                    optimizer: Optional[Dict[str, object]] = None, *, staging_bytes: Optional[int] = None,
                    max_in_flight: int = 1, skip_when_busy: bool = False) -> SaveTicket:
         """Blocks only while the tensors are copied into staging memory (spec/ASYNC.md); the write, fsync
-        and commit run behind. ``wait()`` for durability. The tensors may change once this returns."""
+        and commit run behind. ``wait()`` for durability. The tensors may change once this returns. The
+        first call allocates and pre-faults the staging memory (the state's size, or ``staging_bytes``)
+        unless ``prepare_async`` did; a later, larger state streams through it."""
         request = _ckpt.SaveRequest(step)
         total = 0
         for table, opt in ((tensors, False), (optimizer or {}, True)):
@@ -158,14 +160,19 @@ class Store:
                 total += raw.nbytes
         if state:
             request.set_state(_state_fields(state))
-        want = staging_bytes or max(total, 16 << 20)
-        if self._saver is None or want > self._staging_bytes:
-            if self._saver is not None:
-                self._saver.close()
-            self._saver = _ckpt.AsyncSaver(self._store, want, max_in_flight, skip_when_busy)
-            self._staging_bytes = want
+        if self._saver is None:
+            self.prepare_async(staging_bytes or max(total, 16 << 20), max_in_flight=max_in_flight,
+                               skip_when_busy=skip_when_busy)
         t = self._saver.save(request)
         return SaveTicket(t["step"], t["skipped"], t["stall_seconds"])
+
+    def prepare_async(self, staging_bytes: int, *, max_in_flight: int = 1, skip_when_busy: bool = False) -> None:
+        """Allocates and pre-faults save_async's staging memory now, as a training loop does once before
+        its first step, so that no save pays for it. Replaces an earlier saver (after its saves commit)."""
+        if self._saver is not None:
+            self._saver.close()
+        self._saver = _ckpt.AsyncSaver(self._store, staging_bytes, max_in_flight, skip_when_busy)
+        self._staging_bytes = staging_bytes
 
     def wait(self) -> None:
         """Until every async save has committed; raises the first failure."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ckpt
+import ckpt.numpy
 from conftest import flip_byte
 
 
@@ -70,6 +71,7 @@ def test_async_save_blocks_only_for_the_copy_and_commits(tmp_path):
     with ckpt.Store(tmp_path / "s") as store:
         big = {"w": np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)}
         original = big["w"].copy()
+        store.prepare_async(1 << 20)  # smaller than the state: it streams through the pool
         ticket = store.save_async(5, big, state={"values": {"loss": 1.5}})
         assert ticket.step == 5 and not ticket.skipped and ticket.stall_seconds >= 0
         big["w"][:] = 0  # the caller may change its tensors once save_async returns
@@ -78,6 +80,9 @@ def test_async_save_blocks_only_for_the_copy_and_commits(tmp_path):
         tensors, state = store.load(5)
         np.testing.assert_array_equal(tensors["w"], original)
         assert state["values"] == {"loss": 1.5}
+        store.save_async(6, {"w": original[:10]})
+        store.wait()
+        assert store.steps() == [5, 6]
 
 
 def test_verify_reports_damage_by_tensor_chunk_and_range(tmp_path):
