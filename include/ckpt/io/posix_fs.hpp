@@ -207,7 +207,7 @@ class PosixFs {
     ::madvise(base, base_len, MADV_SEQUENTIAL);
     Mapping m(base, base_len, static_cast<const unsigned char*>(base) + (off - base_off), n);
     if (cow) m.set_writable();
-    return m;
+    return Result<Mapping>(std::move(m));  // explicit: nvcc (EDG) has no C++20 implicit move
   }
 
  private:
