@@ -242,8 +242,9 @@ class Transaction {
   // The one commit and abort (spec/JOURNAL.md 5.3, spec/SHARDING.md 3.4): one gather of shard reports,
   // rank 0's decision, one broadcast of the outcome. A world of one is the same exchange over LocalComm.
   [[nodiscard]] Result<detail::RankOutcome> finish(bool commit, const Status& reason);
-  // This rank's part of finish: finishes (commit) or drops its shard and encodes its shard report (3.5).
-  [[nodiscard]] std::string make_report(bool commit, const Status& reason);
+  // This rank's part of finish: finishes (commit) or drops its shard and encodes its shard report (3.5);
+  // `local`, when given, receives the Status the report carries.
+  [[nodiscard]] std::string make_report(bool commit, const Status& reason, Status* local = nullptr);
   // Applies rank 0's encoded outcome to this rank's view of the journal; returns it decoded.
   [[nodiscard]] Result<detail::RankOutcome> adopt_outcome(const std::string& outcome_bytes);
   // What commit() and commit_reports() return for an outcome.

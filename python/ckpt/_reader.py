@@ -78,7 +78,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     def get_tensor(self, name: str):
         dtype, shape, nbytes = self._info(name)
         if self._mmap and nbytes:  # an empty tensor has no bytes to map
-            view = self._reader.view(name, True)
+            view = self._reader.view(name)
             if view is not None:
                 return self._wrap(view, dtype, shape)
         return self._read(name, dtype, (0,) * len(shape), shape)

@@ -4,7 +4,7 @@ the async save, retention and verification, over the C++ library's one commit pr
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from . import _ckpt, _tensors
@@ -93,7 +93,6 @@ class Store:
                                        _ckpt.DEFAULT_CHUNK_SIZE_LOG2 if chunk_size_log2 is None else chunk_size_log2,
                                        verify_written)
         self._saver = None
-        self._staging_bytes = 0
 
     # --- reading -------------------------------------------------------------------------------
     def steps(self) -> List[int]:
@@ -172,7 +171,6 @@ class Store:
         if self._saver is not None:
             self._saver.close()
         self._saver = _ckpt.AsyncSaver(self._store, staging_bytes, max_in_flight, skip_when_busy)
-        self._staging_bytes = staging_bytes
 
     def wait(self) -> None:
         """Until every async save has committed; raises the first failure."""

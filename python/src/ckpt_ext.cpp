@@ -324,21 +324,19 @@ class Reader {
     nb::gil_scoped_release released;
     check(cp().read_slice(name, offsets, shape, out.data(), out.size()));
   }
-  // A uint8 view of the whole tensor's bytes, every chunk verified, or None where it is stored in pieces:
-  // read-only, or copy-on-write (writable; writes never reach the file).
-  nb::object view(const std::string& name, bool copy_on_write) {
+  // A writable uint8 view of the whole tensor's bytes over a copy-on-write mapping (writes never reach
+  // the file), every chunk verified, or None where it is stored in pieces.
+  nb::object view(const std::string& name) {
     ckpt::Result<ckpt::Mapping> m = ckpt::make_error(Code::unsupported, "");
     {
       nb::gil_scoped_release released;
-      m = cp().map_tensor(name, copy_on_write ? ckpt::MapMode::copy_on_write : ckpt::MapMode::read_only);
+      m = cp().map_tensor(name, ckpt::MapMode::copy_on_write);
     }
     if (!m.ok() && m.status().code() == Code::unsupported) return nb::none();
     auto* owner = new View{take(std::move(m))};
     nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<View*>(p); });
     const std::size_t n = owner->mapping.size();
-    if (copy_on_write)
-      return nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(owner->mapping.writable_data(), {n}, keep));
-    return nb::cast(nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>>(owner->mapping.data(), {n}, keep));
+    return nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(owner->mapping.writable_data(), {n}, keep));
   }
   void close() { cp_.reset(); }
 
@@ -696,7 +694,7 @@ NB_MODULE(_ckpt, m) {
       .def("world_size", &Reader::world_size)
       .def("description", &Reader::description)
       .def("read_into", &Reader::read_into)
-      .def("view", &Reader::view, "name"_a, "copy_on_write"_a)
+      .def("view", &Reader::view, "name"_a)
       .def("close", &Reader::close);
 
   nb::class_<PyTransaction>(m, "Transaction")

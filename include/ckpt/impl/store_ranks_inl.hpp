@@ -676,19 +676,13 @@ CKPT_INLINE Result<std::string> Transaction::report() {
   if (reported_) return make_error(Code::invalid_argument, join_path(dir_path_, shard_name_) + ": already reported");
   if (writer_->piece_open())  // the caller can still fix it: the transaction stays open
     return make_error(Code::invalid_argument, join_path(dir_path_, shard_name_) + ": a piece is still open at report()");
-  Status local = failure_.ok() ? check_training_state(state_) : failure_;
-  std::string bytes = make_report(local.ok(), local);
+  Status mine;  // an I/O error kept from writing, a bad training state, or the shard's finish
+  std::string bytes = make_report(true, Status(), &mine);
   reported_ = true;
   if (rank_ != 0) {  // a participant's part is over: rank 0 decides alone (3.6)
     finished_ = true;
     if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
   }
-  // make_report's own failure (the shard's finish) is inside the report: read it back for this rank.
-  Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-  std::uint8_t kind = 0, commits = 0;
-  Status mine;
-  if (!detail::decode_u8(in, kind) || !detail::decode_u8(in, commits) || !detail::decode_status(in, mine))
-    return make_error(Code::corrupt, "report: malformed own report");  // unreachable: make_report wrote it
   if (!mine.ok())
     return mine.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ") " +
                              detail::rank_name(rank_) + ": the shard was not finished, rank 0 must not commit");
@@ -719,7 +713,7 @@ CKPT_INLINE Status Transaction::abort(const Status& reason) {
   return outcome.cleanup;
 }
 
-CKPT_INLINE std::string Transaction::make_report(bool commit, const Status& reason) {
+CKPT_INLINE std::string Transaction::make_report(bool commit, const Status& reason, Status* local_out) {
   Store& store = *store_;
   // This rank's report: its deferred I/O error, or its finished shard (synced, with its directory) and pieces.
   Status local = failure_.ok() ? reason : failure_;
@@ -754,6 +748,7 @@ CKPT_INLINE std::string Transaction::make_report(bool commit, const Status& reas
   report.u8(commit && local.ok() ? 1 : 0);
   detail::encode_status(report, local);
   report.bytes(local.ok() ? body : std::string());
+  if (local_out != nullptr) *local_out = local;
   return std::move(report.str());
 }
 
