@@ -8,3 +8,4 @@
 
 #include "ckpt/ckpt.hpp"
 #include "ckpt/safetensors.hpp"
+#include "ckpt/foreign.hpp"
