@@ -10,3 +10,13 @@ if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
     TIMEOUT 600
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()
+# Identity (root digests, pins, diffs) and sidecars, against the safetensors and xxhash packages.
+if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
+  add_test(NAME interop_identity
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/interop/test_identity_interop.py ${PROJECT_BINARY_DIR})
+  set_tests_properties(interop_identity PROPERTIES
+    LABELS interop
+    SKIP_RETURN_CODE 77
+    TIMEOUT 600
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endif()
