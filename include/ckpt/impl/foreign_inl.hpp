@@ -11,6 +11,7 @@
 #include "../coding.hpp"
 #include "../journal.hpp"
 #include "../safetensors.hpp"
+#include "../sidecar.hpp"
 #include "dcp_inl.hpp"
 #include "gguf_inl.hpp"
 
@@ -36,6 +37,19 @@ CKPT_INLINE std::uint64_t ForeignCheckpoint::data_bytes() const noexcept {
 namespace detail {
 inline constexpr unsigned char kGgufMagic[4] = {'G', 'G', 'U', 'F'};
 inline constexpr std::string_view kDcpMetadataName = ".metadata";
+// The format a sidecar's header records (spec/IDENTITY.md 4.3), when there is a sidecar at path.
+[[nodiscard]] CKPT_INLINE std::optional<ForeignFormat> sidecar_format(FsRef fs, const std::string& path) {
+  auto file = fs.open(path, OpenMode::read);
+  if (!file.ok()) return std::nullopt;
+  unsigned char head[16] = {};
+  auto n = fs.pread(*file, head, sizeof head, 0);
+  (void)fs.close(*file);
+  if (!n.ok() || *n != sizeof head || std::memcmp(head, sidecar::kMagic, sizeof sidecar::kMagic) != 0) return std::nullopt;
+  const std::uint32_t code = get_u32(head + sidecar::hd::kFormat);
+  if (code < 1 || code > 4) return std::nullopt;
+  return static_cast<ForeignFormat>(code);
+}
+
 }  // namespace detail
 
 CKPT_INLINE Result<std::optional<ForeignFormat>> detect_foreign(FsRef fs, const std::string& path) {
@@ -52,6 +66,8 @@ CKPT_INLINE Result<std::optional<ForeignFormat>> detect_foreign(FsRef fs, const 
   }
   if (base_name(path) == detail::kDcpMetadataName) return Found{ForeignFormat::dcp};
   if (is_safetensors_index(path)) return Found{ForeignFormat::safetensors_index};
+  // A sidecar beside the file says what it was, even when damage hides that in the file's own header.
+  if (auto recorded = detail::sidecar_format(fs, path + std::string(sidecar::kSuffix))) return Found{*recorded};
   unsigned char head[9] = {};
   auto file = fs.open(path, OpenMode::read);
   if (!file.ok()) return file.status();
