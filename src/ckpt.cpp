@@ -9,3 +9,5 @@
 #include "ckpt/ckpt.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/foreign.hpp"
+#include "ckpt/identity.hpp"
+#include "ckpt/sidecar.hpp"
