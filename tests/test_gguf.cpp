@@ -429,23 +429,23 @@ TEST_CASE("hostile GGUF headers are errors naming file, offset, expected and fou
       {"unknown value type 13", with_u32(intact, u32_type, 13), fails(Code::corrupt, {at(u32_type), "t.u32", "found 13"})},
       {"array element type 99", with_u32(intact, array_value, 99), fails(Code::corrupt, {at(array_value), "t.array_u32", "found 99"})},
       {"array count 2^61", with_u64(intact, array_value + 4, std::uint64_t{1} << 61),
-       fails(Code::corrupt, {at(array_value + 4), "t.array_u32\" count"})},
+       fails(Code::corrupt, {at(array_value + 4), "t.array_u32' count"})},
       {"bool value 2", intact.substr(0, bool_value) + '\2' + intact.substr(bool_value + 1),
        fails(Code::corrupt, {at(bool_value), "t.bool_true", "0 or 1, found 2"})},
       {"removed ggml type 4 (Q4_2)", with_u32(intact, q8_type, 4),
-       fails(Code::corrupt, {at(q8_type), "tensor \"blk.0.ffn_down.weight\" type", "found 4"})},
+       fails(Code::corrupt, {at(q8_type), "tensor 'blk.0.ffn_down.weight' type", "found 4"})},
       {"unknown ggml type 99", with_u32(intact, q8_type, 99),
-       fails(Code::corrupt, {at(q8_type), "tensor \"blk.0.ffn_down.weight\"", "found 99"})},
-      {"n_dims 5", with_u32(intact, cube_dims, 5), fails(Code::corrupt, {at(cube_dims), "tensor \"blk.0.cube\" n_dims", "at most 4, found 5"})},
+       fails(Code::corrupt, {at(q8_type), "tensor 'blk.0.ffn_down.weight'", "found 99"})},
+      {"n_dims 5", with_u32(intact, cube_dims, 5), fails(Code::corrupt, {at(cube_dims), "tensor 'blk.0.cube' n_dims", "at most 4, found 5"})},
       {"ne0 not a multiple of the block", with_u64(intact, q8_ne0, 33),
-       fails(Code::corrupt, {"tensor \"blk.0.ffn_down.weight\"", "32-element block of Q8_0, found 33"})},
+       fails(Code::corrupt, {"tensor 'blk.0.ffn_down.weight'", "32-element block of Q8_0, found 33"})},
       {"ne 2^63", with_u64(intact, g.field("tensor blk.0.cube ne[1]"), std::uint64_t{1} << 63),
-       fails(Code::corrupt, {at(g.field("tensor blk.0.cube ne[1]")), "tensor \"blk.0.cube\" ne[1]"})},
+       fails(Code::corrupt, {at(g.field("tensor blk.0.cube ne[1]")), "tensor 'blk.0.cube' ne[1]"})},
   };
   {
     Gguf big;
     big.tensors = {{"huge", kF32, {std::uint64_t{1} << 40, std::uint64_t{1} << 40}, 0, std::uint64_t{0}}};
-    rows.push_back({"size past 2^64 bytes", big.build(), fails(Code::corrupt, {"tensor \"huge\"", "fits 64 bits"})});
+    rows.push_back({"size past 2^64 bytes", big.build(), fails(Code::corrupt, {"tensor 'huge'", "fits 64 bits"})});
   }
   for (const std::uint32_t alignment : {0u, 48u}) {
     Gguf bad;
@@ -494,7 +494,7 @@ TEST_CASE("layout damage in a decodable GGUF file is reported as problems", "[gg
     Gguf g = file([](Gguf& f) { f.tensors[1].offset = 32; });  // [32, 42) inside token_embd.weight [0, 48)
     const std::string bytes = g.build();
     rows.push_back({"overlapping tensors", bytes,
-                    problem(Code::corrupt, {"\"token_embd.weight\"", "an overlap of 10 bytes",
+                    problem(Code::corrupt, {"'token_embd.weight'", "an overlap of 10 bytes",
                                      "offset " + std::to_string(g.data_offset + 32)},
                      "layout", "blk.0.attn_norm.weight")});
   }
@@ -529,7 +529,7 @@ TEST_CASE("layout damage in a decodable GGUF file is reported as problems", "[gg
     const std::uint64_t after_f16 = g.data_offset + g.offsets[1] + 10;
     tensor_pad[after_f16 + 3] = '\1';
     rows.push_back({"a nonzero byte in the padding between tensors", tensor_pad,
-                    problem(Code::corrupt, {"byte 0x01 at offset " + std::to_string(after_f16 + 3), "\"blk.0.ffn_down.weight\""}, "padding",
+                    problem(Code::corrupt, {"byte 0x01 at offset " + std::to_string(after_f16 + 3), "'blk.0.ffn_down.weight'"}, "padding",
                      "")});
   }
   {
@@ -542,7 +542,7 @@ TEST_CASE("layout damage in a decodable GGUF file is reported as problems", "[gg
   {
     Gguf g = file([](Gguf& f) { f.kvs.emplace_back("t.u8", vu8(1)); });
     const std::string bytes = g.build();
-    rows.push_back({"a key given twice", bytes, problem(Code::corrupt, {"each key once", "kv \"t.u8\""}, "layout", "")});
+    rows.push_back({"a key given twice", bytes, problem(Code::corrupt, {"each key once", "kv 't.u8'"}, "layout", "")});
   }
   for (const auto& row : rows) check_row(row.label, row.bytes, row.expect);
 }

@@ -16,16 +16,16 @@
 #include "../coding.hpp"
 #include "../gguf.hpp"
 #include "../hash.hpp"
+#include "../safetensors.hpp"  // detail::printable
 
 namespace ckpt {
 
 namespace detail {
 
-// A name in a one-line message: quoted, control characters and quotes escaped, cut after 200 bytes.
-[[nodiscard]] CKPT_INLINE std::string gguf_quoted(std::string_view s, std::size_t max_bytes) {
+// A string element of an array in metadata text: double-quoted, '"', '\\' and control bytes escaped.
+[[nodiscard]] CKPT_INLINE std::string gguf_quoted(std::string_view s) {
   std::string out = "\"";
-  const std::size_t n = std::min(s.size(), max_bytes);
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c == '"' || c == '\\') {
       out += '\\';
@@ -38,10 +38,10 @@ namespace detail {
       out += static_cast<char>(c);
     }
   }
-  if (n < s.size()) out += "...";
   return out + "\"";
 }
-[[nodiscard]] CKPT_INLINE std::string gguf_name(std::string_view s) { return gguf_quoted(s, 200); }
+// A key or tensor name in a message, as the safetensors reader names them ('name', controls escaped).
+[[nodiscard]] CKPT_INLINE std::string gguf_name(std::string_view s) { return printable(s); }
 
 // Shortest text that reads back as the same value ("0.1", "1e-05", "nan", "-inf").
 template <class Float>
@@ -198,7 +198,7 @@ class GgufReader {
     if (length > limit)
       text = "string of " + std::to_string(length) + " bytes, xxh3-64 " + hex64(h.digest()) + " of its bytes";
     else
-      text = depth == 0 ? std::move(s) : gguf_quoted(s, s.size());
+      text = depth == 0 ? std::move(s) : gguf_quoted(s);
     return Status();
   }
   if (type == static_cast<std::uint32_t>(ValueType::array)) {
