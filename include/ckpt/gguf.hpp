@@ -109,25 +109,34 @@ inline constexpr TypeInfo kTypes[] = {
 inline constexpr std::size_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
 static_assert(kTypeCount == 34, "one entry per ggml type gguf-py knows");
 
+// The position of the type with this id in kTypes; kTypeCount for an unknown or removed one. (The
+// static_asserts below go through positions, not pointers: GCC's -fsanitize=undefined makes a
+// pointer compared with null in a constant expression non-constant.)
+[[nodiscard]] constexpr std::size_t type_index(std::uint32_t id) noexcept {
+  for (std::size_t i = 0; i < kTypeCount; ++i)
+    if (kTypes[i].id == id) return i;
+  return kTypeCount;
+}
 // The type with this id; null for an unknown or removed one.
 [[nodiscard]] constexpr const TypeInfo* type_info(std::uint32_t id) noexcept {
-  for (const auto& t : kTypes)
-    if (t.id == id) return &t;
-  return nullptr;
+  const std::size_t i = type_index(id);
+  return i < kTypeCount ? &kTypes[i] : nullptr;
 }
 
 // A type ckpt has (spec/FORMAT.md 4.1) is one element per block, under the same name and size.
 [[nodiscard]] constexpr bool plain_type_matches_ckpt(std::uint32_t id) noexcept {
-  const TypeInfo* t = type_info(id);
-  const format::DTypeInfo* d = t == nullptr ? nullptr : format::dtype_by_name(t->name);
-  return d != nullptr && t->block == 1 && d->size == t->size;
+  const std::size_t i = type_index(id);
+  if (i == kTypeCount || kTypes[i].block != 1) return false;
+  for (const auto& d : format::kDTypes)
+    if (d.name == kTypes[i].name) return d.size == kTypes[i].size;
+  return false;
 }
 static_assert(plain_type_matches_ckpt(0) && plain_type_matches_ckpt(1) && plain_type_matches_ckpt(24) &&
                   plain_type_matches_ckpt(25) && plain_type_matches_ckpt(26) && plain_type_matches_ckpt(27) &&
                   plain_type_matches_ckpt(28) && plain_type_matches_ckpt(30),
               "F32, F16, I8, I16, I32, I64, F64, BF16 are ckpt's dtypes of the same name and size");
-static_assert(type_info(8)->block == 32 && type_info(8)->size == 34, "Q8_0: 32 int8 and an f16 scale");
-static_assert(type_info(12)->size == 144 && type_info(14)->size == 210, "Q4_K 144, Q6_K 210 bytes per 256");
-static_assert(type_info(4) == nullptr && type_info(31) == nullptr && type_info(36) == nullptr, "removed types");
+static_assert(kTypes[type_index(8)].block == 32 && kTypes[type_index(8)].size == 34, "Q8_0: 32 int8 and an f16 scale");
+static_assert(kTypes[type_index(12)].size == 144 && kTypes[type_index(14)].size == 210, "Q4_K 144, Q6_K 210 bytes per 256");
+static_assert(type_index(4) == kTypeCount && type_index(31) == kTypeCount && type_index(36) == kTypeCount, "removed types");
 
 }  // namespace ckpt::gguf
