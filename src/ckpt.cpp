@@ -9,3 +9,4 @@
 #include "ckpt/ckpt.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/foreign.hpp"
+#include "ckpt/pickle.hpp"
