@@ -10,3 +10,5 @@
 #include "ckpt/safetensors.hpp"
 #include "ckpt/foreign.hpp"
 #include "ckpt/pickle.hpp"
+#include "ckpt/identity.hpp"
+#include "ckpt/sidecar.hpp"

@@ -9,6 +9,7 @@
 #include <ckpt/shard_reader.hpp>
 
 #include "cli.hpp"
+#include "identity_cli.hpp"
 #include "report_json.hpp"
 #include "store_cli.hpp"
 
@@ -103,7 +104,8 @@ void print_human(const json& doc) {
                {"tensors", num(doc["tensor_count"])},
                {"pieces", num(doc["piece_count"])},
                {"chunks", num(doc["chunk_count"])},
-               {"metadata", num(doc["metadata_count"])}},
+               {"metadata", num(doc["metadata_count"])},
+               {"root digest", doc.contains("identity") ? doc["identity"]["root"].get<std::string>() : "-"}},
               {false, false});
 
   if (!doc["tensors"].empty()) {
@@ -144,8 +146,10 @@ void print_human(const json& doc) {
 // --- Stores and step directories (spec/JOURNAL.md) ------------------------------------------------
 
 // The training state and shard list of one step, then each shard as a plain file would be shown.
-[[nodiscard]] json step_doc(const json& step, const ckpt::Manifest& manifest, const json& shards) {
+[[nodiscard]] json step_doc(const json& step, const ckpt::Manifest& manifest, const json& shards, const ckpt::Content& content) {
   return {{"step", step},
+          {"root_digest", content.root.hex()},
+          {"identity", ckpt::tools::identity_json(content)},
           {"world_size", manifest.world_size},
           {"store_uuid", ckpt::uuid_string(manifest.store_uuid)},
           {"training_state", ckpt::tools::training_state_json(manifest.state)},
@@ -163,7 +167,8 @@ void print_human(const json& doc) {
   json step = ckpt::tools::step_info_json(info);
   step["store"] = store.path();
   step["committed"] = true;
-  return step_doc(step, reader.manifest(), shards);
+  CKPT_ASSIGN_OR_RETURN(const ckpt::Content content, ckpt::content_of_step(reader, "step " + std::to_string(info.step)));
+  return step_doc(step, reader.manifest(), shards, content);
 }
 
 // A step directory given directly: through its store when that commits it, else from its MANIFEST alone.
@@ -188,7 +193,8 @@ void print_human(const json& doc) {
                {"store", where.store.empty() ? json(nullptr) : json(where.store)},
                {"committed", false},
                {"state_in_store", where.store.empty() ? json(nullptr) : json(where.state)}};
-  return step_doc(step, content.manifest, shards);
+  CKPT_ASSIGN_OR_RETURN(const ckpt::Content identity, ckpt::content_of_path(fs, dir));
+  return step_doc(step, content.manifest, shards, identity);
 }
 
 // Whether a step whose files could not be found (not_found) was retired since the store's snapshot of
@@ -242,6 +248,8 @@ void print_human(const json& doc) {
       row["data_bytes"] = data_bytes;
       row["file_bytes"] = file_bytes;
       row["data"] = {{"epoch", m.state.data.epoch}, {"offset", m.state.data.offset}};
+      auto content = ckpt::content_of_step(*reader, "step " + std::to_string(info.step));
+      row["root_digest"] = content.ok() ? json(content->root.hex()) : json(nullptr);
     }
     steps.push_back(std::move(row));
   }
@@ -272,18 +280,20 @@ void print_store(const json& doc) {
               {false, false});
   if (!doc["steps"].empty()) {
     std::printf("\nsteps:\n");
-    std::vector<std::vector<std::string>> rows = {{"STEP", "TXN", "DIR", "SHARDS", "TENSORS", "DATA BYTES", "DATA POSITION", "STATUS"}};
+    std::vector<std::vector<std::string>> rows = {
+        {"STEP", "TXN", "DIR", "SHARDS", "TENSORS", "DATA BYTES", "DATA POSITION", "ROOT DIGEST", "STATUS"}};
     for (const auto& s : doc["steps"]) {
       const std::string status = s["status"].get<std::string>();
       const bool ok = status == "ok";
       rows.push_back({num(s["step"]), num(s["txn"]), s["dir"].get<std::string>(), ok ? num(s["shard_count"]) : "-",
                       ok ? num(s["tensor_count"]) : "-", ok ? num(s["data_bytes"]) : "-",
                       ok ? "epoch " + num(s["data"]["epoch"]) + " offset " + num(s["data"]["offset"]) : "-",
+                      ok && s["root_digest"].is_string() ? s["root_digest"].get<std::string>() : "-",
                       ok                    ? "ok"
                       : status == "retired" ? "retired while being read (not damage)"
                                             : "DAMAGED: " + ckpt::tools::printable(s["error"]["message"].get<std::string>())});
     }
-    print_table(rows, {true, true, false, true, true, true, false, false}, "  ");
+    print_table(rows, {true, true, false, true, true, true, false, false, false}, "  ");
   }
   for (const auto& p : doc["problems"]) std::printf("problem: %s\n", ckpt::tools::printable(p.get<std::string>()).c_str());
   for (const auto& u : doc["unknown_entries"])
@@ -299,6 +309,7 @@ void print_step(const json& doc) {
     rows.push_back({"committed", st["state_in_store"].is_null() ? "unknown (no store around it)"
                                                                 : "no (" + st["state_in_store"].get<std::string>() + " in its store)"});
   rows.push_back({"world size", num(doc["world_size"])});
+  rows.push_back({"root digest", doc["root_digest"].get<std::string>()});
   rows.push_back({"manifest", num(st["manifest_size"]) + " bytes, digest " + st["manifest_digest"].get<std::string>()});
   rows.push_back({"rng state", num(ts["rng_bytes"]) + " bytes" + (ts["rng"].get<std::string>().empty() ? "" : ": " + ts["rng"].get<std::string>())});
   rows.push_back({"data position", "epoch " + num(ts["data"]["epoch"]) + " offset " + num(ts["data"]["offset"]) +
@@ -313,6 +324,66 @@ void print_step(const json& doc) {
     std::printf("\n");
     print_human(shard);
   }
+}
+
+// --- Foreign formats (spec/FOREIGN.md) --------------------------------------------------------------
+
+// A safetensors file or set, a DCP directory or a GGUF file: its tensors from its own header, and
+// its root digest when a sidecar records one (spec/IDENTITY.md 4).
+[[nodiscard]] ckpt::Result<json> inspect_foreign(ckpt::PosixFs& fs, const std::string& path) {
+  CKPT_ASSIGN_OR_RETURN(const ckpt::ForeignCheckpoint checkpoint, ckpt::open_foreign(fs, path));
+  const std::string side = ckpt::sidecar_path(checkpoint);
+  auto sidecar = ckpt::read_sidecar(fs, side);
+  std::optional<ckpt::Digest128> root;
+  std::string sidecar_note;
+  if (sidecar.ok()) root = sidecar->content.root;
+  else if (sidecar.status().code() != ckpt::Code::not_found) sidecar_note = sidecar.status().message();
+  json doc = ckpt::tools::foreign_json(checkpoint, root, sidecar.ok() || !sidecar_note.empty() ? side : std::string());
+  if (sidecar.ok()) doc["identity"] = ckpt::tools::identity_json(sidecar->content);
+  if (!sidecar_note.empty()) doc["sidecar_error"] = sidecar_note;
+  return doc;
+}
+
+void print_foreign(const json& doc) {
+  using ckpt::cli::human_bytes;
+  const auto data = doc["data_bytes"].get<std::uint64_t>();
+  std::string root = "none recorded (the format has no digests; ckpt-verify --write-sidecar records them)";
+  if (doc["root_digest"].is_string()) root = doc["root_digest"].get<std::string>() + " (sidecar " + ckpt::tools::printable(doc["sidecar"].get<std::string>()) + ")";
+  else if (doc.contains("sidecar_error")) root = "unknown: the sidecar is unreadable (" + ckpt::tools::printable(doc["sidecar_error"].get<std::string>()) + ")";
+  print_table({{"checkpoint", ckpt::tools::printable(doc["path"].get<std::string>())},
+               {"format", doc["format"].get<std::string>()},
+               {"files", std::to_string(doc["files"].size())},
+               {"tensors", num(doc["tensor_count"])},
+               {"data bytes", std::to_string(data) + (data >= 1024 ? " (" + human_bytes(static_cast<double>(data)) + ")" : "")},
+               {"root digest", root}},
+              {false, false});
+  if (doc["files"].size() > 1) {
+    std::printf("\nfiles:\n");
+    std::vector<std::vector<std::string>> rows = {{"NAME", "SIZE", "PRESENT"}};
+    for (const auto& f : doc["files"])
+      rows.push_back({ckpt::tools::printable(f["name"].get<std::string>()), num(f["size"]), f["present"].get<bool>() ? "yes" : "MISSING"});
+    print_table(rows, {false, true, false}, "  ");
+  }
+  if (!doc["tensors"].empty()) {
+    std::printf("\ntensors:\n");
+    std::vector<std::vector<std::string>> rows = {{"NAME", "DTYPE", "SHAPE", "PIECES", "BYTES", "FILE", "OFFSET"}};
+    for (const auto& t : doc["tensors"]) {
+      const json& first = t["pieces"].empty() ? json::object() : t["pieces"][0];
+      const bool one = t["pieces"].size() == 1;
+      rows.push_back({ckpt::tools::printable(t["name"].get<std::string>()), t["dtype"].get<std::string>(), shape_text(t["shape"]),
+                      std::to_string(t["pieces"].size()), num(t["bytes"]),
+                      first.contains("file") ? ckpt::tools::printable(first["file"].get<std::string>()) + (one ? "" : ", ...") : "-",
+                      one ? num(first["offset"]) : "-"});
+    }
+    print_table(rows, {false, false, false, true, true, false, true}, "  ");
+  }
+  if (!doc["metadata"].empty()) {
+    std::printf("\nmetadata:\n");
+    std::vector<std::vector<std::string>> rows = {{"KEY", "VALUE"}};
+    for (const auto& [k, v] : doc["metadata"].items()) rows.push_back({ckpt::tools::printable(k), ckpt::tools::printable(v.get<std::string>())});
+    print_table(rows, {false, false}, "  ");
+  }
+  for (const auto& p : doc["problems"]) std::printf("problem: %s\n", ckpt::tools::printable(p["message"].get<std::string>()).c_str());
 }
 
 }  // namespace
@@ -331,6 +402,16 @@ missing is checked again against the journal: if it was retired meanwhile it is 
 which is not damage. --latest then shows the new latest step; --step N reports the step as
 retired (exit 2, no such step).
 
+A safetensors file, a Hugging Face sharded set (its *.safetensors.index.json or its directory),
+a PyTorch DCP checkpoint directory and a GGUF file are shown from their own headers: files,
+tensors (dtype, shape, where their bytes lie) and metadata (spec/FOREIGN.md).
+
+Every checkpoint has a root digest (spec/IDENTITY.md): a digest over its tensors' chunk digests
+and its metadata, computed from the index without reading tensor data. It is shown, and --json
+carries it with every tensor's digest ("identity"), which is what ckpt-verify --expect-file
+accepts. A foreign checkpoint has one when a sidecar records it (ckpt-verify --write-sidecar).
+--pin prints just "ROOT  PATH", one line for a pin file.
+
 Exit status: 0 ok, 1 the file is damaged or incomplete, 2 usage error or unreadable path.)";
 
 int main(int argc, char** argv) {
@@ -338,8 +419,10 @@ int main(int argc, char** argv) {
     std::string path;
     bool as_json = false, with_chunks = false;
     std::uint64_t step_number = 0;
-    bool latest = false;
-    app.add_option("PATH", path, "shard file (*.ckpt), store directory, or step directory")->required();
+    bool latest = false, pin = false;
+    app.add_option("PATH", path, "shard file (*.ckpt), store or step directory, or a safetensors / Hugging Face / DCP / GGUF checkpoint")
+        ->required();
+    app.add_flag("--pin", pin, "print only the root digest and the path (a line of a pin file for ckpt-verify --expect-file)");
     app.add_flag("--json", as_json, "print one JSON document instead of tables");
     app.add_flag("--chunks", with_chunks, "also list every chunk: tensor, piece, chunk, offset, length, digest");
     auto* step_option = app.add_option("--step", step_number, "for a store: show this step (default: list every committed step)");
@@ -347,6 +430,34 @@ int main(int argc, char** argv) {
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
     ckpt::PosixFs fs;
+    // --pin: the one line sha256sum would print, with the root digest.
+    auto emit = [&](const json& doc, void (*human)(const json&)) {
+      if (pin) {
+        const json* root = doc.contains("identity") ? &doc["identity"]["root"] : nullptr;
+        if (root == nullptr || !root->is_string()) {
+          std::fprintf(stderr, "%s: %s: no root digest recorded (a foreign checkpoint needs a sidecar: ckpt-verify --write-sidecar)\n",
+                       kTool, ckpt::tools::printable(path).c_str());
+          return static_cast<int>(ckpt::cli::kIntegrity);
+        }
+        std::printf("%s  %s\n", root->get<std::string>().c_str(), path.c_str());
+      } else if (as_json) {
+        ckpt::cli::print_json(doc);
+      } else {
+        human(doc);
+      }
+      return static_cast<int>(ckpt::cli::kOk);
+    };
+    // Formats ckpt did not write are told apart first; ckpt's own files and directories never match.
+    auto foreign = ckpt::detect_foreign(fs, path);
+    if (!foreign.ok()) return ckpt::cli::report(kTool, foreign.status());
+    if (*foreign) {
+      if (*step_option || latest)
+        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --step and --latest apply to store directories"));
+      auto doc = inspect_foreign(fs, path);
+      if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
+      const int rc = emit(*doc, print_foreign);
+      return rc != 0 ? rc : static_cast<int>((*doc)["problems"].empty() ? ckpt::cli::kOk : ckpt::cli::kIntegrity);
+    }
     // A directory is a store (its steps, or one of them) or a step directory.
     // Any other directory is reported as before: a path that is not a shard file.
     auto info = fs.stat(path);
@@ -360,9 +471,7 @@ int main(int argc, char** argv) {
         auto doc = inspect_step_directory(fs, path, with_chunks);
         if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
         out = std::move(doc).value();
-        if (as_json) ckpt::cli::print_json(out);
-        else print_step(out);
-        return static_cast<int>(ckpt::cli::kOk);
+        return emit(out, print_step);
       }
       if (*kind != ckpt::tools::PathKind::store) return ckpt::cli::report(kTool, ckpt::tools::not_a_store_error(path, *kind));
       auto store = ckpt::tools::open_store_for_reading(fs, path);
@@ -388,9 +497,7 @@ int main(int argc, char** argv) {
           doc = inspect_committed_step(**store, selected->front(), with_chunks);
         }
         if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
-        if (as_json) ckpt::cli::print_json(*doc);
-        else print_step(*doc);
-        return static_cast<int>(ckpt::cli::kOk);
+        return emit(*doc, print_step);
       }
       bool damaged = false;
       auto doc = inspect_store(**store, damaged);
@@ -403,8 +510,10 @@ int main(int argc, char** argv) {
       return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --step and --latest apply to store directories"));
     auto doc = inspect_shard(fs, path, with_chunks);
     if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
-    if (as_json) ckpt::cli::print_json(*doc);
-    else print_human(*doc);
-    return static_cast<int>(ckpt::cli::kOk);
+    auto content = ckpt::content_of_path(fs, path);
+    if (!content.ok()) return ckpt::cli::report(kTool, content.status());
+    (*doc)["root_digest"] = content->root.hex();
+    (*doc)["identity"] = ckpt::tools::identity_json(*content);
+    return emit(*doc, print_human);
   });
 }

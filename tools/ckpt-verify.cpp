@@ -15,6 +15,7 @@
 
 #include "cli.hpp"
 #include "gpu_verify.hpp"
+#include "identity_cli.hpp"
 #include "report_json.hpp"
 #include "store_cli.hpp"
 
@@ -310,6 +311,109 @@ void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcome
   return ckpt::Status();
 }
 
+// --- Foreign formats and sidecars (spec/FOREIGN.md, spec/IDENTITY.md 4) ----------------------------
+
+[[nodiscard]] json foreign_report_json(const ckpt::ForeignVerifyReport& r) {
+  json problems = json::array();
+  for (const auto& p : r.problems) problems.push_back(ckpt::tools::problem_json(p));
+  return {{"path", r.path},
+          {"format", r.format ? json(ckpt::foreign_format_name(*r.format)) : json(nullptr)},
+          {"ok", r.ok()},
+          {"data_checked", r.data_checked},
+          {"sidecar", r.sidecar.empty() ? json(nullptr) : json(r.sidecar)},
+          {"root_digest", r.root ? json(r.root->hex()) : json(nullptr)},
+          {"tensor_count", r.checkpoint ? json(r.checkpoint->tensors.size()) : json(nullptr)},
+          {"chunks_checked", r.chunks_checked},
+          {"bytes_checked", r.bytes_checked},
+          {"problems", std::move(problems)}};
+}
+
+void print_foreign_report(const ckpt::ForeignVerifyReport& r, bool quiet) {
+  const std::string path = ckpt::tools::printable(r.path);
+  const std::string format = r.format ? ckpt::foreign_format_name(*r.format) : "unknown format";
+  if (r.ok()) {
+    if (quiet) return;
+    if (r.data_checked)
+      std::printf("%s: ok, %s, every byte matches its sidecar (%llu chunks, %s checked), root %s\n", path.c_str(), format.c_str(),
+                  static_cast<unsigned long long>(r.chunks_checked), ckpt::cli::human_bytes(static_cast<double>(r.bytes_checked)).c_str(),
+                  r.root->hex().c_str());
+    else
+      std::printf("%s: %s, structure ok; the data carries no digests (not checked): ckpt-verify --write-sidecar %s records them\n",
+                  path.c_str(), format.c_str(), path.c_str());
+    return;
+  }
+  std::printf("%s: DAMAGED, %s (%zu problem%s)%s\n", path.c_str(), format.c_str(), r.problems.size(), r.problems.size() == 1 ? "" : "s",
+              r.data_checked ? "" : "; without a sidecar only the structure was checked");
+  for (const auto& p : r.problems) std::printf("  %s\n", ckpt::tools::problem_line(p.file.empty() ? r.path : p.file, p).c_str());
+  std::fflush(stdout);
+}
+
+// --write-sidecar: records the digests of each foreign checkpoint beside it; the checkpoint is only read.
+[[nodiscard]] int write_sidecars(ckpt::PosixFs& fs, const std::vector<std::string>& paths, std::uint32_t chunk_log2, bool as_json,
+                                 bool quiet) {
+  int exit_code = ckpt::cli::kOk;
+  json written = json::array();
+  for (const auto& path : paths) {
+    auto fail = [&](const ckpt::Status& s) {
+      std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(s.message()).c_str());
+      exit_code = std::max(exit_code, ckpt::cli::exit_for(s.code()));
+    };
+    auto format = ckpt::detect_foreign(fs, path);
+    if (!format.ok()) {
+      fail(format.status());
+      continue;
+    }
+    if (!*format) {
+      fail(ckpt::make_error(ckpt::Code::invalid_argument, path + ": --write-sidecar is for safetensors, Hugging Face, DCP and GGUF "
+                                                                 "checkpoints; a ckpt checkpoint records its digests itself"));
+      continue;
+    }
+    auto checkpoint = ckpt::open_foreign(fs, path);
+    if (!checkpoint.ok()) {
+      fail(checkpoint.status());
+      continue;
+    }
+    std::unique_ptr<ckpt::cli::Progress> bar;
+    auto progress = [&](std::uint64_t done, std::uint64_t total) {
+      if (quiet || as_json) return;
+      if (!bar) bar = std::make_unique<ckpt::cli::Progress>(path, total, true);
+      bar->update(done);
+    };
+    auto sidecar = ckpt::build_sidecar(fs, *checkpoint, chunk_log2, progress);
+    bar.reset();
+    if (!sidecar.ok()) {
+      fail(sidecar.status());
+      continue;
+    }
+    const std::string side = ckpt::sidecar_path(*checkpoint);
+    if (ckpt::Status s = ckpt::write_sidecar(fs, *sidecar, side); !s.ok()) {
+      fail(s);
+      continue;
+    }
+    std::uint64_t chunks = 0, bytes = 0;
+    for (const auto& f : sidecar->files) bytes += f.size;
+    for (const auto& f : sidecar->files)
+      for (const auto& r : f.regions) chunks += r.chunk_digests.size();
+    for (const auto& t : sidecar->content.tensors)
+      for (const auto& p : t.pieces) chunks += p.chunk_digests.size();
+    written.push_back({{"path", path},
+                       {"format", ckpt::foreign_format_name(sidecar->format)},
+                       {"sidecar", side},
+                       {"root_digest", sidecar->content.root.hex()},
+                       {"files", sidecar->files.size()},
+                       {"tensors", sidecar->content.tensors.size()},
+                       {"chunks", chunks},
+                       {"bytes", bytes}});
+    if (!as_json)
+      std::printf("%s: wrote %s (%zu file%s, %zu tensors, %llu chunks over %s), root %s\n", ckpt::tools::printable(path).c_str(),
+                  ckpt::tools::printable(side).c_str(), sidecar->files.size(), sidecar->files.size() == 1 ? "" : "s",
+                  sidecar->content.tensors.size(), static_cast<unsigned long long>(chunks),
+                  ckpt::cli::human_bytes(static_cast<double>(bytes)).c_str(), sidecar->content.root.hex().c_str());
+  }
+  if (as_json) ckpt::cli::print_json({{"ok", exit_code == ckpt::cli::kOk}, {"sidecars", std::move(written)}});
+  return exit_code;
+}
+
 }  // namespace
 
 // --help: what the tool does and its exit status (README "Exit codes").
@@ -330,8 +434,26 @@ missing files is DAMAGED. Step "status" is "intact", "damaged" or "retired".
 --mmap: a file truncated while it is being hashed is an error, "file changed during verification",
 naming the file and offset (exit 2), never a crash.
 
-Exit status: 0 all files intact (retired steps included), 1 damage or an incomplete file found,
-2 usage error, unreadable path, a file that changed during verification, or --gpu without a usable GPU.)";
+Foreign checkpoints (spec/FOREIGN.md): a safetensors file, a Hugging Face sharded set (its
+*.safetensors.index.json or its directory), a PyTorch DCP directory and a GGUF file are checked as
+far as their format allows: header consistency, offsets in bounds, no holes or overlaps, every
+file present and complete. Their data carries no digests, so an intact one is reported as
+"structure ok; the data carries no digests, not checked" and never as damaged.
+--write-sidecar PATH records chunk digests of every byte of PATH in PATH.ckptsum (for a DCP
+directory DIR/.metadata.ckptsum, for a set INDEX.ckptsum), written atomically and durably; the
+checkpoint itself is only read. From then on ckpt-verify PATH checks every byte against it and
+names the damaged tensor, chunk and byte range, as for a .ckpt file.
+
+Pinning (spec/IDENTITY.md 5): --expect DIGEST fails (exit 1) when a checkpoint is intact but its
+root digest (ckpt-inspect shows it) is not DIGEST. --expect-file FILE takes pins from a file:
+lines "DIGEST  PATH" (sha256sum's layout, ckpt-inspect --pin writes one), or the JSON of
+ckpt-inspect --json, which also records every tensor's digest so that the tensors that differ
+are named. For a store the pin applies to the latest step, or to --step N. A foreign checkpoint
+without a sidecar is read whole to compute its root digest.
+
+Exit status: 0 all files intact (retired steps included) and every pin matched, 1 damage, an
+incomplete file, or a checkpoint that is not the pinned one, 2 usage error, unreadable path, a
+file that changed during verification, or --gpu without a usable GPU.)";
 
 int main(int argc, char** argv) {
   return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
@@ -352,7 +474,36 @@ int main(int argc, char** argv) {
     app.add_flag("--gpu", gpu, "compute chunk digests on the GPU; exit 2 when there is no usable GPU");
     app.add_flag("--gpu-fallback", gpu_fallback, "like --gpu, but verify on the CPU (with a note) when no GPU is usable");
     app.add_flag("-q,--quiet", quiet, "print nothing for intact files and no progress; problems are still printed");
+    std::string expect, expect_file;
+    bool write_sidecar = false;
+    std::uint64_t sidecar_chunk = std::uint64_t{1} << 20;
+    app.add_option("--expect", expect, "fail (exit 1) unless each checkpoint's root digest is DIGEST (ckpt-inspect shows it)");
+    app.add_option("--expect-file", expect_file, "pins: lines \"DIGEST  PATH\", or ckpt-inspect --json output (names differing tensors)");
+    app.add_flag("--write-sidecar", write_sidecar, "record digests of each foreign checkpoint (safetensors, HF set, DCP, GGUF) beside it");
+    app.add_option("--sidecar-chunk-size", sidecar_chunk, "--write-sidecar: bytes per digested chunk, a power of two (default 1 MiB)");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
+    if (write_sidecar) {
+      if (!expect.empty() || !expect_file.empty() || !junit.empty() || *step_option || latest)
+        return ckpt::cli::usage_error(kTool, "--write-sidecar takes only paths (and --json, --quiet, --sidecar-chunk-size)");
+      const int log2 = ckpt::cli::power_of_two_log2(sidecar_chunk, ckpt::sidecar::kMinChunkSizeLog2, ckpt::sidecar::kMaxChunkSizeLog2);
+      if (log2 < 0) return ckpt::cli::usage_error(kTool, "--sidecar-chunk-size: a power of two from 4 KiB to 1 GiB");
+      ckpt::PosixFs sidecar_fs;
+      return write_sidecars(sidecar_fs, paths, static_cast<std::uint32_t>(log2), as_json, quiet);
+    }
+    std::vector<ckpt::tools::Pin> pins;
+    if (!expect.empty()) {
+      auto root = ckpt::parse_digest(expect);
+      if (!root) return ckpt::cli::usage_error(kTool, "--expect: '" + ckpt::tools::printable(expect) + "' is not a 32-digit root digest");
+      ckpt::tools::Pin p;
+      p.root = *root;
+      p.source = "--expect";
+      pins.push_back(std::move(p));
+    }
+    if (!expect_file.empty()) {
+      auto read = ckpt::tools::read_pins(expect_file);
+      if (!read.ok()) return ckpt::cli::report(kTool, read.status());
+      for (auto& p : *read) pins.push_back(std::move(p));
+    }
 
     Settings settings;
     settings.threads = threads;
@@ -382,7 +533,34 @@ int main(int argc, char** argv) {
     std::vector<StoreOutcome> stores;
     std::vector<FileOutcome> step_failures;  // step-level problems, as JUnit test cases
     int exit_code = ckpt::cli::kOk;
+    std::vector<ckpt::ForeignVerifyReport> foreign_reports;
     for (const auto& path : paths) {
+      // A format ckpt did not write: what the format allows, and every byte when a sidecar exists.
+      auto foreign = ckpt::detect_foreign(fs, path);
+      if (foreign.ok() && *foreign) {
+        if (selection.step || selection.latest) {
+          std::fprintf(stderr, "%s: %s: --step and --latest apply to store directories only\n", kTool, ckpt::tools::printable(path).c_str());
+          exit_code = std::max(exit_code, static_cast<int>(ckpt::cli::kUsage));
+          continue;
+        }
+        std::unique_ptr<ckpt::cli::Progress> bar;
+        auto progress = [&](std::uint64_t done, std::uint64_t total) {
+          if (!settings.progress) return;
+          if (!bar) bar = std::make_unique<ckpt::cli::Progress>(path, total, true);
+          bar->update(done);
+        };
+        auto report = ckpt::verify_foreign(fs, path, progress);
+        bar.reset();
+        if (!report.ok()) {
+          std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(report.status().message()).c_str());
+          exit_code = std::max(exit_code, ckpt::cli::exit_for(report.status().code()));
+          continue;
+        }
+        for (const auto& p : report->problems) exit_code = std::max(exit_code, problem_exit(p.code));
+        if (!as_json) print_foreign_report(*report, quiet);
+        foreign_reports.push_back(std::move(report).value());
+        continue;
+      }
       // A directory is a store (every committed step, or --step/--latest) or one step directory.
       // Any other directory is reported as before: a path that is not a shard file.
       auto info = fs.stat(path);
@@ -445,8 +623,58 @@ int main(int argc, char** argv) {
         print_outcome(o, quiet);
       }
     }
+    // Pins: each checkpoint's root digest against the one pinned for it (spec/IDENTITY.md 5).
+    json pin_docs = json::array();
+    std::vector<FileOutcome> pin_failures;  // as JUnit test cases
+    for (const auto& path : pins.empty() ? std::vector<std::string>{} : paths) {
+      const ckpt::tools::Pin* pin = ckpt::tools::find_pin(pins, path);
+      auto fail = [&](const ckpt::Status& s) {
+        FileOutcome f;
+        f.path = path;
+        f.error = s;
+        pin_failures.push_back(f);
+        exit_code = std::max(exit_code, ckpt::cli::exit_for(s.code()));
+        if (!as_json) std::printf("%s: %s\n", ckpt::tools::printable(path).c_str(), ckpt::tools::printable(s.message()).c_str());
+        pin_docs.push_back({{"path", path}, {"ok", false}, {"error", {{"code", ckpt::code_name(s.code())}, {"message", s.message()}}}});
+      };
+      if (pin == nullptr) {
+        fail(ckpt::make_error(ckpt::Code::invalid_argument, "no pin names this path in " + expect_file));
+        continue;
+      }
+      ckpt::ContentOptions options;
+      options.step = selection.step;
+      options.read_foreign_data = true;
+      auto content = ckpt::content_of_path(fs, path, options);
+      if (!content.ok()) {
+        fail(content.status().with_context("cannot compute the root digest to compare with the pin"));
+        continue;
+      }
+      const ckpt::tools::PinCheck check = ckpt::tools::check_pin(*content, *pin);
+      pin_docs.push_back(ckpt::tools::pin_check_json(path, check, *pin));
+      if (check.ok) {
+        if (!as_json && !quiet) std::printf("%s: matches its pin (%s), root %s\n", ckpt::tools::printable(path).c_str(), pin->source.c_str(), check.found.c_str());
+        continue;
+      }
+      exit_code = std::max(exit_code, static_cast<int>(ckpt::cli::kIntegrity));
+      std::string summary;
+      for (const auto& line : ckpt::tools::pin_check_lines(check)) summary += (summary.empty() ? "" : "; ") + line;
+      FileOutcome f;
+      f.path = path;
+      f.error = ckpt::make_error(ckpt::Code::corrupt, "not the pinned checkpoint: " + summary);
+      pin_failures.push_back(f);
+      if (!as_json) {
+        std::printf("%s: NOT THE PINNED CHECKPOINT (%s)\n", ckpt::tools::printable(path).c_str(), pin->source.c_str());
+        for (const auto& line : ckpt::tools::pin_check_lines(check)) std::printf("  %s\n", line.c_str());
+      }
+    }
     if (as_json) {
       json doc = ckpt::tools::outcomes_json(outcomes);
+      if (!foreign_reports.empty()) {
+        json foreign_docs = json::array();
+        for (const auto& r : foreign_reports) foreign_docs.push_back(foreign_report_json(r));
+        doc["foreign"] = std::move(foreign_docs);
+      }
+      if (!pins.empty()) doc["pins"] = pin_docs;
       if (!stores.empty() || !steps.empty()) {
         // Stores and step directories add their own sections; every shard they checked is also in "files".
         json store_docs = json::array(), step_docs = json::array();
@@ -478,6 +706,8 @@ int main(int argc, char** argv) {
         doc["summary"]["steps_retired"] = retired_steps;
         doc["ok"] = all_ok && exit_code == ckpt::cli::kOk;
       }
+      // Damage in a foreign checkpoint or a pin that did not match makes the whole run not ok.
+      doc["ok"] = doc["ok"].get<bool>() && exit_code == ckpt::cli::kOk;
       ckpt::cli::print_json(doc);
     } else if (!quiet && !steps.empty()) {
       std::size_t intact = 0, retired = 0;
@@ -500,6 +730,17 @@ int main(int argc, char** argv) {
     if (!junit.empty()) {
       std::vector<FileOutcome> cases = outcomes;
       cases.insert(cases.end(), step_failures.begin(), step_failures.end());
+      for (const auto& r : foreign_reports) {
+        FileOutcome f;
+        f.path = r.path;
+        f.has_report = true;
+        f.report.path = r.path;
+        f.report.problems = r.problems;
+        f.report.chunks_checked = r.chunks_checked;
+        f.report.bytes_checked = r.bytes_checked;
+        cases.push_back(std::move(f));
+      }
+      cases.insert(cases.end(), pin_failures.begin(), pin_failures.end());
       if (ckpt::Status s = write_text_file(junit, ckpt::tools::junit_xml(cases, kTool)); !s.ok()) {
         std::fprintf(stderr, "%s: %s\n", kTool, s.message().c_str());
         exit_code = std::max(exit_code, static_cast<int>(ckpt::cli::kUsage));
