@@ -555,7 +555,7 @@ class DcpReader {
                               "overlapping items"));
         } else if (it.offset > cursor) {
           add_problem(problem(Code::corrupt, "layout", path, "", -1, cursor, it.offset - cursor, "the next item at " + std::to_string(cursor),
-                              "it at " + std::to_string(it.offset) + " (tensor '" + it.fqn + "'): " + std::to_string(it.offset - cursor) +
+                              "an item at " + std::to_string(it.offset) + " (tensor '" + it.fqn + "'): " + std::to_string(it.offset - cursor) +
                                   " bytes belong to no item",
                               "hole"));
         }
