@@ -9,5 +9,6 @@
 #include "ckpt/ckpt.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/foreign.hpp"
+#include "ckpt/pickle.hpp"
 #include "ckpt/identity.hpp"
 #include "ckpt/sidecar.hpp"
