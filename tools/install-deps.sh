@@ -17,10 +17,11 @@ fi
 # Independent implementations used as oracles by the interop tests (never by the library itself),
 # and what the Python package (python/, spec/PYTHON.md) builds and tests with: nanobind and
 # scikit-build-core build it; torch (DCP and ckpt.torch), ml_dtypes (numpy bfloat16/fp8), pytest and
-# matplotlib (the benchmark's plot) test and measure it.
-PY_PKGS="safetensors numpy xxhash nanobind scikit-build-core torch ml_dtypes pytest matplotlib"
-if ! python3 -c "import safetensors, numpy, xxhash, nanobind, scikit_build_core, torch, ml_dtypes, pytest, matplotlib" >/dev/null 2>&1; then
+# matplotlib (the benchmark's plot) test and measure it; gguf (llama.cpp's gguf-py) writes the GGUF files
+# the foreign-format tests read.
+PY_PKGS="safetensors numpy xxhash nanobind scikit-build-core torch ml_dtypes pytest matplotlib gguf"
+if ! python3 -c "import safetensors, numpy, xxhash, nanobind, scikit_build_core, torch, ml_dtypes, pytest, matplotlib, gguf" >/dev/null 2>&1; then
   echo "ckpt: installing Python packages: $PY_PKGS"
   python3 -m pip install -q --disable-pip-version-check $PY_PKGS 2>&1 | grep -v "Running pip as the 'root' user" || true
-  python3 -c "import safetensors, numpy, xxhash, nanobind, scikit_build_core, torch, ml_dtypes, pytest, matplotlib"
+  python3 -c "import safetensors, numpy, xxhash, nanobind, scikit_build_core, torch, ml_dtypes, pytest, matplotlib, gguf"
 fi
