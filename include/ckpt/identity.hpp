@@ -90,6 +90,8 @@ struct ContentOptions {
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
 [[nodiscard]] Result<Content> content_of_path(FsRef fs, const std::string& path, const ContentOptions& options = {});
+// The foreign case of content_of_path: from the sidecar, or by hashing the data (defined in sidecar.hpp).
+[[nodiscard]] Result<Content> foreign_content(FsRef fs, const std::string& path, const ContentOptions& options);
 
 // --- Diff (spec/IDENTITY.md 3) ------------------------------------------------------------------
 

@@ -20,32 +20,10 @@
 #include "identity.hpp"
 #include "io/fs.hpp"
 #include "problem.hpp"
+#include "sidecar_format.hpp"
 
 namespace ckpt {
 
-namespace sidecar {
-inline constexpr unsigned char kMagic[8] = {'C', 'K', 'P', 'T', 'S', 'U', 'M', 'S'};
-inline constexpr unsigned char kEndMagic[8] = {'C', 'K', 'P', 'T', 'S', 'E', 'N', 'D'};
-inline constexpr std::uint32_t kVersion = 1;
-inline constexpr std::size_t kHeaderSize = 64;
-namespace hd {
-inline constexpr std::size_t kMagic = 0;          // 8 bytes
-inline constexpr std::size_t kVersion = 8;        // u32
-inline constexpr std::size_t kFormat = 12;        // u32, ForeignFormat
-inline constexpr std::size_t kChunkSizeLog2 = 16; // u32
-inline constexpr std::size_t kReserved = 20;      // u32, 0
-inline constexpr std::size_t kFileCount = 24;     // u64
-inline constexpr std::size_t kTensorCount = 32;   // u64
-inline constexpr std::size_t kMetaCount = 40;     // u64
-inline constexpr std::size_t kRoot = 48;          // 16 bytes: root digest, high then low, each u64
-}  // namespace hd
-static_assert(hd::kRoot + 16 == kHeaderSize, "sidecar header size");
-inline constexpr std::size_t kTrailerSize = 16;  // digest u64, end magic
-inline constexpr std::string_view kSuffix = ".ckptsum";
-// Decoder limit: at 1 MiB chunks a 256 MiB sidecar describes 32 TiB of checkpoint.
-inline constexpr std::uint64_t kMaxSize = std::uint64_t{256} << 20;
-inline constexpr std::uint32_t kMinChunkSizeLog2 = 12, kMaxChunkSizeLog2 = 30;
-}  // namespace sidecar
 
 // Bytes of a file that belong to no tensor (headers, padding, DCP's .metadata): covered by digests too.
 struct SidecarRegion {
@@ -100,9 +78,8 @@ struct ForeignVerifyReport {
 [[nodiscard]] Result<ForeignVerifyReport> verify_foreign(FsRef fs, const std::string& path,
                                                          const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 
-// The content of a foreign checkpoint: from its sidecar, or (options.read_foreign_data) by hashing its
-// data now; content_of_path (identity.hpp) calls this for anything that is not ckpt's own.
-[[nodiscard]] Result<Content> foreign_content(FsRef fs, const std::string& path, const ContentOptions& options);
+// foreign_content (declared in identity.hpp, defined here): a foreign checkpoint's content from its
+// sidecar, or (options.read_foreign_data) by hashing its data now.
 
 }  // namespace ckpt
 

@@ -11,7 +11,7 @@
 #include "../coding.hpp"
 #include "../journal.hpp"
 #include "../safetensors.hpp"
-#include "../sidecar.hpp"
+#include "../sidecar_format.hpp"
 #include "dcp_inl.hpp"
 #include "gguf_inl.hpp"
 
