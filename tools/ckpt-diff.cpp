@@ -70,12 +70,9 @@ constexpr const char* kTool = "ckpt-diff";
   return {{"identical", d.identical()}, {"tensors_unchanged", d.tensors_unchanged}, {"tensors", std::move(tensors)}, {"metadata", std::move(metadata)}};
 }
 
-void print_diff(const std::string& a_path, const ckpt::Content& a, const std::string& b_path, const ckpt::Content& b,
-                const ckpt::ContentDiff& d) {
+void print_diff(const ckpt::Content& a, const ckpt::Content& b, const ckpt::ContentDiff& d) {
   std::printf("a: %s (root %s)\nb: %s (root %s)\n", ckpt::tools::printable(a.description).c_str(), a.root.hex().c_str(),
               ckpt::tools::printable(b.description).c_str(), b.root.hex().c_str());
-  (void)a_path;
-  (void)b_path;
   for (const auto& ch : d.tensors) {
     const std::string name = ckpt::tools::printable(ch.name);
     if (ch.kind == ckpt::TensorChange::Kind::added) {
@@ -188,7 +185,7 @@ int main(int argc, char** argv) {
       doc["selected"] = globs;
       ckpt::cli::print_json(doc);
     } else {
-      print_diff(a_path, *a, b_path, *b, d);
+      print_diff(*a, *b, d);
     }
     return static_cast<int>(d.identical() ? ckpt::cli::kOk : ckpt::cli::kIntegrity);
   });

@@ -130,7 +130,6 @@ CKPT_INLINE Status seal_content(Content& content) {
     t.digest = detail::tensor_identity(t);
   }
   // Metadata by key, then by the encoded value, so equal content always encodes alike (spec 2.3).
-  std::vector<std::pair<std::string, std::size_t>> order;
   std::vector<std::string> encoded;
   for (std::size_t i = 0; i < content.metadata.size(); ++i) encoded.push_back(detail::identity_value_bytes(content.metadata[i].value));
   std::vector<std::size_t> idx(content.metadata.size());
