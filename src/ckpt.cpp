@@ -12,3 +12,4 @@
 #include "ckpt/pickle.hpp"
 #include "ckpt/identity.hpp"
 #include "ckpt/sidecar.hpp"
+#include "ckpt/tiers/tiered.hpp"

@@ -73,3 +73,51 @@ TEST_CASE("thread collectives refuse roots outside the group", "[thread_comm]") 
   REQUIRE(one.ok());
   CHECK(*one == std::vector<std::string>{"a"});
 }
+
+TEST_CASE("thread ranks send point to point in order per source and tag, both ways at once", "[thread_comm]") {
+  constexpr int kWorld = 3;
+  ThreadGroup group(kWorld);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      ThreadComm comm(group, r);
+      CommRef ref(comm);
+      const int next = (r + 1) % kWorld, prev = (r + kWorld - 1) % kWorld;
+      for (int i = 0; i < 50; ++i)
+        if (!ref.send(std::to_string(r) + ":" + std::to_string(i), next, 7).ok()) ++failures;
+      if (!ref.send("other tag", next, 8).ok()) ++failures;
+      std::string got;
+      if (!ref.recv(got, prev, 8).ok() || got != "other tag") ++failures;
+      for (int i = 0; i < 50; ++i)
+        if (!ref.recv(got, prev, 7).ok() || got != std::to_string(prev) + ":" + std::to_string(i)) ++failures;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+}
+
+TEST_CASE("a receive waiting on a rank that leaves fails instead of hanging", "[thread_comm]") {
+  ThreadGroup group(2);
+  Status received;
+  std::thread waiter([&] {
+    ThreadComm comm(group, 0);
+    std::string bytes;
+    received = comm.recv(bytes, 1, 3);
+  });
+  ThreadComm leaver(group, 1);
+  leaver.leave(make_error(Code::io, "device lost"));
+  waiter.join();
+  CHECK(received.code() == Code::io);
+  CHECK_THAT(received.message(), Catch::Contains("device lost"));
+  std::string bytes;
+  CHECK(leaver.send("late", 0, 3).code() == Code::io);
+  CHECK(leaver.recv(bytes, 0, kMaxP2pTag + 1).code() == Code::invalid_argument);
+}
+
+TEST_CASE("a communicator without point-to-point transfer says so", "[thread_comm]") {
+  LocalComm local;
+  CommRef ref(local);
+  std::string bytes;
+  CHECK(ref.send("x", 0, 1).code() == Code::unsupported);
+  CHECK(ref.recv(bytes, 0, 1).code() == Code::unsupported);
+}

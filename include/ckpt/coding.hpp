@@ -67,10 +67,18 @@ class Decoder {
   [[nodiscard]] std::size_t position() const noexcept { return pos_; }
   [[nodiscard]] std::size_t remaining() const noexcept { return size_ - pos_; }
   [[nodiscard]] bool has(std::size_t n) const noexcept { return n <= size_ - pos_; }
+  [[nodiscard]] bool u8(std::uint8_t& v) noexcept { return take(1) && (v = data_[pos_ - 1], true); }
   [[nodiscard]] bool u16(std::uint16_t& v) noexcept { return take(2) && (v = get_u16(data_ + pos_ - 2), true); }
   [[nodiscard]] bool u32(std::uint32_t& v) noexcept { return take(4) && (v = get_u32(data_ + pos_ - 4), true); }
   [[nodiscard]] bool u64(std::uint64_t& v) noexcept { return take(8) && (v = get_u64(data_ + pos_ - 8), true); }
   [[nodiscard]] bool skip(std::size_t n) noexcept { return take(n); }
+  // n bytes into out; checked before anything is allocated.
+  [[nodiscard]] bool str(std::size_t n, std::string& out) {
+    if (!has(n)) return false;
+    out.assign(reinterpret_cast<const char*>(data_ + pos_), n);
+    pos_ += n;
+    return true;
+  }
   [[nodiscard]] const unsigned char* cursor() const noexcept { return data_ + pos_; }
 
  private:

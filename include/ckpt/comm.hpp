@@ -9,6 +9,9 @@
 //                                                                          // other ranks: empty
 //   Status broadcast(std::string& bytes, int root);                        // root's bytes land on every rank
 // and may have
+//   Status send(std::string_view bytes, int dest, int tag);   // point-to-point bulk transfer (spec/TIERS.md 4):
+//   Status recv(std::string& bytes, int source, int tag);     // messages of one (source, dest, tag) arrive in
+//                                                             // order; tag in [0, kMaxP2pTag]
 //   void leave(const Status& why);  // this rank stops: the collectives of every other rank, waiting or
 //                                   // later, fail instead of waiting for it (ThreadComm, MpiComm)
 // A rank that drops an open transaction calls leave() instead of waiting for the others (spec/SHARDING.md 3.4):
@@ -16,6 +19,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -23,6 +27,9 @@
 #include "error.hpp"
 
 namespace ckpt {
+
+// Point-to-point tags a Comm must carry (MPI guarantees 32767; the MPI adapter keeps one above for leave).
+inline constexpr int kMaxP2pTag = 0x3fff;
 
 // One process, one rank: every collective is a no-op or a copy.
 class LocalComm {
@@ -76,6 +83,14 @@ template <class Comm, class = void>
 struct has_leave : std::false_type {};
 template <class Comm>
 struct has_leave<Comm, std::void_t<decltype(std::declval<Comm&>().leave(std::declval<const Status&>()))>> : std::true_type {};
+template <class Comm, class = void>
+struct has_p2p : std::false_type {};
+template <class Comm>
+struct has_p2p<Comm, std::void_t<decltype(std::declval<Comm&>().send(std::string_view(), 0, 0)),
+                                 decltype(std::declval<Comm&>().recv(std::declval<std::string&>(), 0, 0))>> : std::true_type {};
+[[nodiscard]] inline Status no_p2p() {
+  return make_error(Code::unsupported, "this communicator has no point-to-point transfer (send/recv; spec/TIERS.md 4)");
+}
 }  // namespace detail
 
 // A non-owning, type-erased reference to any Comm, so a transaction can keep one without becoming a
@@ -94,6 +109,14 @@ class CommRef {
         leave_([](void* c, const Status& why) {
           if constexpr (detail::has_leave<Comm>::value) static_cast<Comm*>(c)->leave(why);
           else (void)c, (void)why;
+        }),
+        send_([](void* c, std::string_view b, int dest, int tag) -> Status {
+          if constexpr (detail::has_p2p<Comm>::value) return static_cast<Comm*>(c)->send(b, dest, tag);
+          else return (void)c, (void)b, (void)dest, (void)tag, detail::no_p2p();
+        }),
+        recv_([](void* c, std::string& b, int source, int tag) -> Status {
+          if constexpr (detail::has_p2p<Comm>::value) return static_cast<Comm*>(c)->recv(b, source, tag);
+          else return (void)c, (void)b, (void)source, (void)tag, detail::no_p2p();
         }) {}
 
   [[nodiscard]] int rank() const { return rank_(comm_); }
@@ -104,6 +127,8 @@ class CommRef {
   }
   [[nodiscard]] Status broadcast(std::string& bytes, int root) const { return broadcast_(comm_, bytes, root); }
   void leave(const Status& why) const { leave_(comm_, why); }
+  [[nodiscard]] Status send(std::string_view bytes, int dest, int tag) const { return send_(comm_, bytes, dest, tag); }
+  [[nodiscard]] Status recv(std::string& bytes, int source, int tag) const { return recv_(comm_, bytes, source, tag); }
 
  private:
   void* comm_;
@@ -113,6 +138,8 @@ class CommRef {
   Result<std::vector<std::string>> (*gather_)(void*, std::string, int);
   Status (*broadcast_)(void*, std::string&, int);
   void (*leave_)(void*, const Status&);
+  Status (*send_)(void*, std::string_view, int, int);
+  Status (*recv_)(void*, std::string&, int, int);
 };
 
 }  // namespace ckpt

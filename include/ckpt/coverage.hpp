@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "error.hpp"
@@ -58,6 +59,18 @@ struct ReplicaDecl {
 // by splitting the tensor at piece boundaries and descending only into halves whose covered volume
 // falls short, so the slice reported touches no piece.
 [[nodiscard]] std::vector<CoverageProblem> check_coverage(const std::vector<GlobalPiece>& pieces);
+
+// A step that holds one rank's shard of a larger step (a memory-tier store, spec/TIERS.md 2.1) names it in
+// its training state under this key (a string "RANK/WORLD"): its pieces must still be in bounds and
+// disjoint, but they may leave gaps, which the other ranks' shards fill.
+inline constexpr std::string_view kPartialStepKey = "ckpt.partial_step";
+// The problems a partial step may not have: all but gaps.
+[[nodiscard]] inline std::vector<CoverageProblem> without_gaps(std::vector<CoverageProblem> problems) {
+  std::vector<CoverageProblem> out;
+  for (auto& p : problems)
+    if (p.issue != CoverageIssue::gap) out.push_back(std::move(p));
+  return out;
+}
 // Declarations of one name must agree on dtype, shape, owner and digest, and the owner must declare it.
 // One problem per tensor at most, in name order.
 [[nodiscard]] std::vector<CoverageProblem> check_replicas(const std::vector<ReplicaDecl>& declarations);

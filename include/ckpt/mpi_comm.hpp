@@ -30,10 +30,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "coding.hpp"
+#include "comm.hpp"
 #include "error.hpp"
 
 namespace ckpt {
@@ -63,6 +65,11 @@ class MpiComm {
   [[nodiscard]] Status broadcast(std::string& bytes, int root);
   // This rank stops taking part: every other rank's waiting and later collectives fail with `why`.
   void leave(const Status& why);
+  // Point-to-point (spec/TIERS.md 4): one message under 2 GiB; fails instead of waiting once a rank left.
+  // A send abandoned that way is freed, not cancelled: its buffer is read only by a matching receive,
+  // which the rank that left never posts.
+  [[nodiscard]] Status send(std::string_view bytes, int dest, int tag);
+  [[nodiscard]] Status recv(std::string& bytes, int source, int tag);
 
  private:
   static constexpr int kLeaveTag = 0x6c76;  // point-to-point, so it never matches a collective
@@ -82,6 +89,9 @@ class MpiComm {
   // Completes a nonblocking collective; fails when a leave message arrives first (the request and its
   // buffers are then abandoned with the communicator).
   [[nodiscard]] Status complete(MPI_Request& request, const char* call, const std::shared_ptr<Buffers>& buffers);
+  // A leave message waiting (not consumed: the collectives take it); ok when none. Thread-safe.
+  [[nodiscard]] Status peek_leave() const;
+  [[nodiscard]] Status check_peer(int peer, int tag, const char* call) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
@@ -269,6 +279,73 @@ inline Status MpiComm::broadcast(std::string& bytes, int root) {
   }
   if (rank_ != root) bytes = std::move(buf->data);
   return Status();
+}
+
+inline Status MpiComm::peek_leave() const {
+  int arrived = 0;
+  MPI_Status from;
+  const int rc = MPI_Iprobe(MPI_ANY_SOURCE, kLeaveTag, comm_, &arrived, &from);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI_Iprobe", rc);
+  if (arrived) return make_error(Code::io, "rank " + std::to_string(from.MPI_SOURCE) + " left the communicator");
+  return Status();
+}
+
+inline Status MpiComm::check_peer(int peer, int tag, const char* call) const {
+  if (peer < 0 || peer >= size_ || peer == rank_ || tag < 0 || tag > kMaxP2pTag)
+    return make_error(Code::invalid_argument, std::string(call) + ": peer " + std::to_string(peer) + " or tag " +
+                                                  std::to_string(tag) + " invalid in a world of " + std::to_string(size_) +
+                                                  " (rank " + std::to_string(rank_) + ")");
+  return Status();
+}
+
+inline Status MpiComm::send(std::string_view bytes, int dest, int tag) {
+  CKPT_TRY(check_peer(dest, tag, "send"));
+  if (!broken_.ok()) return broken_;
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    return make_error(Code::invalid_argument, "send: a message of " + std::to_string(bytes.size()) + " bytes (MPI counts are int)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, comm_, &request);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI_Isend", rc);
+  long pause_ns = 1000;
+  for (;;) {
+    int done = 0;
+    rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_error("MPI_Test", rc);
+    if (done) return Status();
+    Status left = peek_leave();
+    if (!left.ok()) {
+      MPI_Request_free(&request);
+      return left.with_context("send to rank " + std::to_string(dest));
+    }
+    const timespec pause{0, pause_ns};
+    nanosleep(&pause, nullptr);
+    pause_ns = std::min(pause_ns * 2, 200000L);
+  }
+}
+
+inline Status MpiComm::recv(std::string& bytes, int source, int tag) {
+  CKPT_TRY(check_peer(source, tag, "recv"));
+  if (!broken_.ok()) return broken_;
+  long pause_ns = 1000;
+  for (;;) {
+    int arrived = 0;
+    MPI_Status status;
+    int rc = MPI_Iprobe(source, tag, comm_, &arrived, &status);
+    if (rc != MPI_SUCCESS) return mpi_error("MPI_Iprobe", rc);
+    if (arrived) {
+      int n = 0;
+      rc = MPI_Get_count(&status, MPI_BYTE, &n);
+      if (rc != MPI_SUCCESS || n < 0) return mpi_error("MPI_Get_count", rc);
+      bytes.resize(static_cast<std::size_t>(n));
+      rc = MPI_Recv(bytes.empty() ? nullptr : &bytes[0], n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE);
+      return rc == MPI_SUCCESS ? Status() : mpi_error("MPI_Recv", rc);
+    }
+    Status left = peek_leave();
+    if (!left.ok()) return left.with_context("recv from rank " + std::to_string(source));
+    const timespec pause{0, pause_ns};
+    nanosleep(&pause, nullptr);
+    pause_ns = std::min(pause_ns * 2, 200000L);
+  }
 }
 
 }  // namespace ckpt

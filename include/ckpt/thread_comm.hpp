@@ -12,10 +12,15 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
+#include "comm.hpp"
 #include "error.hpp"
 
 namespace ckpt {
@@ -34,6 +39,9 @@ class ThreadGroup {
   [[nodiscard]] Status barrier();
   [[nodiscard]] Result<std::vector<std::string>> gather(int rank, std::string bytes, int root);
   [[nodiscard]] Status broadcast(int rank, std::string& bytes, int root);
+  // Point-to-point: a mailbox per (source, dest, tag); send never waits, recv waits for the next message.
+  [[nodiscard]] Status send(int rank, std::string_view bytes, int dest, int tag);
+  [[nodiscard]] Status recv(int rank, std::string& bytes, int source, int tag);
 
  private:
   // Waits until all ranks arrived at this phase; false when the group broke meanwhile.
@@ -46,6 +54,7 @@ class ThreadGroup {
   int arrived_ = 0;
   std::uint64_t generation_ = 0;
   std::vector<std::string> slots_;  // one per rank: gather inputs; slot root: the broadcast payload
+  std::map<std::tuple<int, int, int>, std::deque<std::string>> mailboxes_;  // (source, dest, tag)
   Status broken_;
 };
 
@@ -60,6 +69,8 @@ class ThreadComm {
   }
   [[nodiscard]] Status broadcast(std::string& bytes, int root) { return group_->broadcast(rank_, bytes, root); }
   void leave(const Status& why) { group_->leave(rank_, why); }
+  [[nodiscard]] Status send(std::string_view bytes, int dest, int tag) { return group_->send(rank_, bytes, dest, tag); }
+  [[nodiscard]] Status recv(std::string& bytes, int source, int tag) { return group_->recv(rank_, bytes, source, tag); }
 
  private:
   ThreadGroup* group_;
@@ -118,6 +129,30 @@ inline Status ThreadGroup::broadcast(int rank, std::string& bytes, int root) {
   if (rank != root) bytes = slots_[static_cast<std::size_t>(root)];
   if (!arrive(lock)) return broken_status();
   if (rank == root) slots_[static_cast<std::size_t>(root)].clear();
+  return Status();
+}
+
+inline Status ThreadGroup::send(int rank, std::string_view bytes, int dest, int tag) {
+  if (dest < 0 || dest >= size_ || rank < 0 || rank >= size_ || tag < 0 || tag > kMaxP2pTag)
+    return make_error(Code::invalid_argument, "send: rank " + std::to_string(rank) + " to " + std::to_string(dest) + " tag " +
+                                                  std::to_string(tag) + " outside a group of " + std::to_string(size_));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!broken_.ok()) return broken_status();
+  mailboxes_[std::make_tuple(rank, dest, tag)].emplace_back(bytes);
+  changed_.notify_all();
+  return Status();
+}
+
+inline Status ThreadGroup::recv(int rank, std::string& bytes, int source, int tag) {
+  if (source < 0 || source >= size_ || rank < 0 || rank >= size_ || tag < 0 || tag > kMaxP2pTag)
+    return make_error(Code::invalid_argument, "recv: rank " + std::to_string(rank) + " from " + std::to_string(source) +
+                                                  " tag " + std::to_string(tag) + " outside a group of " + std::to_string(size_));
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto& box = mailboxes_[std::make_tuple(source, rank, tag)];
+  changed_.wait(lock, [&] { return !box.empty() || !broken_.ok(); });
+  if (box.empty()) return broken_status();
+  bytes = std::move(box.front());
+  box.pop_front();
   return Status();
 }
 

@@ -130,7 +130,9 @@ struct StepParts {
   if (all_match) {
     std::vector<GlobalPiece> pieces;
     for (const auto& s : parts.shards) append_index_pieces(s.reader->index(), s.rank, pieces);
-    parts.coverage = coverage_status(check_coverage(pieces), Code::corrupt, where);
+    auto problems = check_coverage(pieces);
+    if (parts.manifest && parts.manifest->state.values.count(std::string(kPartialStepKey))) problems = without_gaps(std::move(problems));
+    parts.coverage = coverage_status(problems, Code::corrupt, where);
   }
   return parts;
 }

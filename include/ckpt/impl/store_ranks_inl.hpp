@@ -556,6 +556,7 @@ CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<
   // Every tensor covered exactly once, every replica declared alike (spec/SHARDING.md 4).
   if (decision.ok()) {
     auto problems = check_coverage(pieces);
+    if (state_.values.count(std::string(kPartialStepKey))) problems = without_gaps(std::move(problems));
     auto replica_problems = check_replicas(replicas);
     problems.insert(problems.end(), replica_problems.begin(), replica_problems.end());
     decision = coverage_status(problems, Code::invalid_argument, where);

@@ -1,0 +1,711 @@
+// ckpt: definitions for tiers/tiered.hpp (spec/TIERS.md).
+#pragma once
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include "../../coding.hpp"
+#include "../../verify.hpp"
+#include "../tiered.hpp"
+
+namespace ckpt::tiers {
+
+// --- Layout and digests ---------------------------------------------------------------------------
+
+namespace layout {
+CKPT_INLINE std::string rank_dir(const std::string& root, std::uint32_t rank) {
+  return join_path(root, std::string(kRankDirPrefix) + std::to_string(rank));
+}
+CKPT_INLINE std::string own_store(const std::string& root, std::uint32_t rank) {
+  return join_path(rank_dir(root, rank), std::string(kOwnStore));
+}
+CKPT_INLINE std::string held_store(const std::string& root, std::uint32_t rank, std::uint32_t shard) {
+  return join_path(rank_dir(root, rank), std::string(kHeldPrefix) + std::to_string(shard));
+}
+CKPT_INLINE std::string state_tensor(std::uint32_t rank) { return std::string(kStateTensorPrefix) + std::to_string(rank); }
+}  // namespace layout
+
+CKPT_INLINE Digest128 shard_digest(const ShardReader& shard) {
+  Content c;
+  add_index_content(c, shard.index(), shard.superblock().chunk_size(), shard.path());
+  if (!seal_content(c).ok()) return Digest128{};  // a valid index has unique names; never reached
+  return c.root;
+}
+
+CKPT_INLINE Digest128 step_digest(std::uint64_t step, const std::vector<Digest128>& shards) {
+  static constexpr unsigned char kTag[8] = {'C', 'K', 'P', 'T', 'T', 'I', 'E', 'R'};
+  Encoder out;
+  out.raw(kTag, sizeof kTag);
+  out.u64(step), out.u32(static_cast<std::uint32_t>(shards.size()));
+  for (const auto& d : shards) out.u64(d.high), out.u64(d.low);
+  return xxh3_128(out.str().data(), out.size());
+}
+
+CKPT_INLINE const char* tier_action_name(TierAction a) noexcept {
+  switch (a) {
+    case TierAction::none: return "none";
+    case TierAction::capture: return "capture";
+    case TierAction::capture_and_persist: return "capture_and_persist";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+inline constexpr int kReplicateTag = 0x101;  // replication of a fresh capture (spec/TIERS.md 4)
+inline constexpr int kFetchTag = 0x102;      // a shard fetched at resume
+inline constexpr int kRefillTag = 0x103;     // copies refilled after resume
+
+[[nodiscard]] CKPT_INLINE std::string_view as_view(const Encoder& e) { return std::string_view(const_cast<Encoder&>(e).str()); }
+[[nodiscard]] CKPT_INLINE Decoder decoder(const std::string& s) {
+  return Decoder(reinterpret_cast<const unsigned char*>(s.data()), s.size());
+}
+CKPT_INLINE void put_digest(Encoder& e, const Digest128& d) { e.u64(d.high), e.u64(d.low); }
+[[nodiscard]] CKPT_INLINE bool get_digest(Decoder& d, Digest128& out) { return d.u64(out.high) && d.u64(out.low); }
+CKPT_INLINE void put_text(Encoder& e, const std::string& s) { e.u32(static_cast<std::uint32_t>(s.size())), e.bytes(s); }
+[[nodiscard]] CKPT_INLINE bool get_text(Decoder& d, std::string& out) {
+  std::uint32_t n = 0;
+  return d.u32(n) && d.str(n, out);
+}
+CKPT_INLINE void put_shape(Encoder& e, const Shape& s) {
+  e.u32(static_cast<std::uint32_t>(s.size()));
+  for (auto v : s) e.u64(v);
+}
+[[nodiscard]] CKPT_INLINE bool get_shape(Decoder& d, Shape& out) {
+  std::uint32_t n = 0;
+  if (!d.u32(n) || n > format::kMaxRank || !d.has(std::size_t{8} * n)) return false;
+  out.assign(n, 0);
+  for (auto& v : out)
+    if (!d.u64(v)) return false;
+  return true;
+}
+// Status over the wire: code and message, so a peer's failure reads as the peer's.
+CKPT_INLINE void put_status(Encoder& e, const Status& s) {
+  e.u8(static_cast<std::uint8_t>(s.code()));
+  put_text(e, s.ok() ? std::string() : s.message());
+}
+[[nodiscard]] CKPT_INLINE bool get_status(Decoder& d, Status& out) {
+  std::uint8_t code = 0;
+  std::string text;
+  if (!d.u8(code) || code > static_cast<std::uint8_t>(kLastCode) || !get_text(d, text)) return false;
+  out = code == 0 ? Status() : make_error(static_cast<Code>(code), text);
+  return true;
+}
+
+// The first problem of a verify report, as an error.
+[[nodiscard]] CKPT_INLINE Status verify_status(const Result<VerifyReport>& report) {
+  if (!report.ok()) return report.status();
+  if (report->ok()) return Status();
+  return problem_error(report->problems.front());
+}
+
+// Every rank's Status: the first failing rank's error on every rank, ok when all are (one gather, one broadcast).
+[[nodiscard]] CKPT_INLINE Status agree_all(CommRef comm, const Status& local) {
+  Encoder mine;
+  put_status(mine, local);
+  auto all = comm.gather(std::move(mine.str()), 0);
+  if (!all.ok()) return all.status();
+  Encoder verdict;
+  if (comm.rank() == 0) {
+    Status first;
+    for (std::size_t r = 0; r < all->size() && first.ok(); ++r) {
+      Decoder d = decoder((*all)[r]);
+      Status s;
+      if (!get_status(d, s)) s = make_error(Code::corrupt, "undecodable status");
+      if (!s.ok()) first = s.with_context("rank " + std::to_string(r));
+    }
+    put_status(verdict, first);
+  }
+  std::string bytes = std::move(verdict.str());
+  CKPT_TRY(comm.broadcast(bytes, 0));
+  Decoder d = decoder(bytes);
+  Status out;
+  if (!get_status(d, out)) return make_error(Code::corrupt, "undecodable verdict");
+  return out;
+}
+
+// --- One shard over the wire (spec/TIERS.md 4.2) ------------------------------------------------------
+// header: status, step u64, shard u32, world u32, step digest, shard digest, training state, pieces;
+// then per piece: a status message, and when ok its bytes in messages of at most transfer_block.
+
+struct ShardSource {
+  std::string where;  // for messages
+  ShardReader* reader = nullptr;
+  TrainingState state;
+};
+
+// Returns a transport failure (the stream is broken); a copy that cannot be read or does not verify is
+// told to the receiver and left in *copy_failure, and the stream stays in step.
+[[nodiscard]] CKPT_INLINE Status send_shard(CommRef comm, const ShardSource& src, std::uint64_t step, std::uint32_t shard,
+                                            std::uint32_t world, const Digest128& step_d, const Digest128& shard_d, int dest,
+                                            int tag, std::size_t block, Status* copy_failure) {
+  Encoder h;
+  if (src.reader == nullptr) {
+    const Status unavailable = make_error(Code::not_found, src.where);
+    put_status(h, unavailable);
+    if (copy_failure) *copy_failure = unavailable;
+    return comm.send(as_view(h), dest, tag);
+  }
+  put_status(h, Status());
+  ShardReader& r = *src.reader;
+  const Index& index = r.index();
+  h.u64(step), h.u32(shard), h.u32(world);
+  put_digest(h, step_d), put_digest(h, shard_d);
+  Encoder state;
+  encode_training_state(state, src.state);
+  put_text(h, state.str());
+  h.u32(static_cast<std::uint32_t>(index.pieces.size()));
+  for (const auto& p : index.pieces) {
+    const TensorRecord& t = index.tensors[static_cast<std::size_t>(p.tensor)];
+    put_text(h, t.name);
+    h.u32(static_cast<std::uint32_t>(t.dtype));
+    put_shape(h, t.shape), put_shape(h, p.offsets), put_shape(h, p.shape);
+    h.u64(p.data_length);
+  }
+  CKPT_TRY(comm.send(as_view(h), dest, tag));
+  std::string buffer;
+  for (std::size_t k = 0; k < index.pieces.size(); ++k) {
+    const std::uint64_t length = index.pieces[k].data_length;
+    // Verified before a byte leaves: a bad copy is never sent as good (spec/TIERS.md 4.3).
+    const unsigned char* bytes = nullptr;
+    std::optional<Mapping> mapping;
+    Status got;
+    if (r.fs().can_map() && length > 0) {
+      auto m = r.map_piece(k, ReadCheck::touched);
+      if (m.ok()) mapping.emplace(std::move(*m)), bytes = mapping->data();
+      else got = m.status();
+    } else {
+      buffer.resize(static_cast<std::size_t>(length));
+      got = r.read_piece(k, buffer.empty() ? nullptr : &buffer[0], buffer.size(), ReadCheck::touched);
+      bytes = reinterpret_cast<const unsigned char*>(buffer.data());
+    }
+    if (!got.ok()) got = got.with_context(src.where);
+    Encoder piece_status;
+    put_status(piece_status, got);
+    CKPT_TRY(comm.send(as_view(piece_status), dest, tag));
+    if (!got.ok()) {
+      if (copy_failure) *copy_failure = got;
+      return Status();
+    }
+    for (std::uint64_t done = 0; done < length;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block, length - done));
+      CKPT_TRY(comm.send(std::string_view(reinterpret_cast<const char*>(bytes) + done, n), dest, tag));
+      done += n;
+    }
+  }
+  return Status();
+}
+
+struct Received {
+  StepInfo info;
+  Digest128 step_digest, shard_digest;
+  std::uint32_t world = 0;
+};
+
+// Receives one shard into `into` (a store of one rank) and checks its content digest against `expected`
+// before it counts (spec/TIERS.md 4.3). Returns a transport failure; otherwise every promised message is
+// taken (so the stream stays in step) and either `out` is set or *copy_failure says why not: the sender
+// could not produce a verified copy, the bytes do not add up to `expected` (the copy is retired at
+// once), or this rank could not store it.
+[[nodiscard]] CKPT_INLINE Status receive_shard(FsRef fs, CommRef comm, Result<Store*> into, int source, int tag, std::uint64_t step,
+                                               std::uint32_t shard, const Digest128& expected, std::optional<Received>& out,
+                                               Status& copy_failure) {
+  const std::string from = "shard " + std::to_string(shard) + " of step " + std::to_string(step) + " from rank " + std::to_string(source);
+  out.reset();
+  copy_failure = Status();
+  std::string msg;
+  CKPT_TRY(comm.recv(msg, source, tag));
+  Decoder h = decoder(msg);
+  Status sender;
+  if (!get_status(h, sender)) return make_error(Code::corrupt, from + ": undecodable header");
+  if (!sender.ok()) {
+    copy_failure = make_error(Code::corrupt, from + ": the sender has no verified copy: " + sender.message());
+    return Status();
+  }
+  Received got;
+  std::uint64_t got_step = 0;
+  std::uint32_t got_shard = 0, pieces = 0;
+  std::string state_bytes;
+  if (!h.u64(got_step) || !h.u32(got_shard) || !h.u32(got.world) || !get_digest(h, got.step_digest) ||
+      !get_digest(h, got.shard_digest) || !get_text(h, state_bytes) || !h.u32(pieces))
+    return make_error(Code::corrupt, from + ": truncated header");
+  struct PieceHead {
+    std::string name;
+    std::uint32_t dtype = 0;
+    Shape global, offsets, local;
+    std::uint64_t length = 0;
+  };
+  std::vector<PieceHead> heads;
+  for (std::uint32_t k = 0; k < pieces; ++k) {
+    PieceHead p;
+    if (!get_text(h, p.name) || !h.u32(p.dtype) || !get_shape(h, p.global) || !get_shape(h, p.offsets) || !get_shape(h, p.local) ||
+        !h.u64(p.length))
+      return make_error(Code::corrupt, from + ": undecodable piece " + std::to_string(k));
+    heads.push_back(std::move(p));
+  }
+  Status s;  // the first failure of this copy; messages are still taken after it
+  if (got_step != step || got_shard != shard || got.shard_digest != expected)
+    s = make_error(Code::corrupt, from + ": expected step " + std::to_string(step) + " shard " + std::to_string(shard) + " digest " +
+                                      expected.hex() + ", the sender offers step " + std::to_string(got_step) + " shard " +
+                                      std::to_string(got_shard) + " digest " + got.shard_digest.hex());
+  TrainingState state;
+  Decoder sd = decoder(state_bytes);
+  if (s.ok()) s = decode_training_state(sd, state, from);
+  if (s.ok() && !into.ok()) s = into.status();
+  std::unique_ptr<Transaction> tx;
+  if (s.ok()) {
+    auto begun = (*into)->begin(step);
+    if (begun.ok()) tx = std::move(*begun), state.step = step, tx->state() = state;
+    else s = begun.status();
+  }
+  std::string block;
+  for (std::uint32_t k = 0; k < pieces; ++k) {
+    const PieceHead& p = heads[k];
+    std::string status_msg;
+    CKPT_TRY(comm.recv(status_msg, source, tag));
+    Decoder sdm = decoder(status_msg);
+    Status piece_ok;
+    if (!get_status(sdm, piece_ok)) return make_error(Code::corrupt, from + ": undecodable piece status");
+    if (!piece_ok.ok()) {
+      if (s.ok()) s = make_error(Code::corrupt, from + ": the sender's copy does not verify: " + piece_ok.message());
+      break;  // the sender stops after a failed piece
+    }
+    if (s.ok() && (p.dtype > 0xffff || format::dtype_info(static_cast<std::uint16_t>(p.dtype)) == nullptr))
+      s = make_error(Code::corrupt, from + ": piece " + std::to_string(k) + " has unknown dtype " + std::to_string(p.dtype));
+    if (s.ok()) s = tx->begin_piece(p.name, static_cast<DType>(p.dtype), p.global, p.offsets, p.local);
+    for (std::uint64_t done = 0; done < p.length;) {
+      CKPT_TRY(comm.recv(block, source, tag));
+      if (block.empty() || block.size() > p.length - done)
+        return make_error(Code::corrupt, from + ": piece " + std::to_string(k) + " expected " + std::to_string(p.length - done) +
+                                             " more bytes, a message brought " + std::to_string(block.size()));
+      if (s.ok()) s = tx->write(block.data(), block.size());
+      done += block.size();
+    }
+    if (s.ok()) s = tx->end_piece();
+  }
+  if (!s.ok()) {
+    if (tx) (void)tx->abort();
+    copy_failure = s.with_context(from);
+    return Status();
+  }
+  auto committed = tx->commit();
+  if (!committed.ok()) {
+    copy_failure = committed.status().with_context(from);
+    return Status();
+  }
+  got.info = committed->step;
+  // Every chunk the writer hashed while receiving is in the digest: a match verifies every byte.
+  auto reader = StepReader::open(fs, (*into)->path(), got.info, (*into)->uuid());
+  Status verdict = reader.ok() ? Status() : reader.status();
+  if (verdict.ok()) {
+    const Digest128 found = shard_digest(reader->shard(0));
+    if (found != expected)
+      verdict = make_error(Code::corrupt, from + ": received bytes have digest " + found.hex() + ", expected " + expected.hex());
+  }
+  if (!verdict.ok()) {
+    (void)(*into)->retire(step);
+    copy_failure = verdict;
+    return Status();
+  }
+  out = std::move(got);
+  return Status();
+}
+
+// Sends and receives at once: sends run on a second thread in list order, receives here in list
+// order, so two ranks sending to each other never wait on each other (spec/TIERS.md 4.1).
+template <class SendAll, class ReceiveAll>
+[[nodiscard]] Status exchange(SendAll&& send_all, ReceiveAll&& receive_all) {
+  Status sent;
+  std::thread sender([&] { sent = send_all(); });
+  Status received = receive_all();
+  sender.join();
+  return sent.ok() ? received : sent;
+}
+
+}  // namespace detail
+
+// --- Creation ---------------------------------------------------------------------------------------
+
+CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::create_with(FsRef fs, CommRef comm, TierOptions options) {
+  Status local;
+  if (options.memory_root.empty()) local = make_error(Code::invalid_argument, "TierOptions: memory_root is empty");
+  else if (options.memory_every == 0) local = make_error(Code::invalid_argument, "TierOptions: memory_every must be >= 1");
+  else if (options.persist_every % options.memory_every != 0)
+    local = make_error(Code::invalid_argument, "TierOptions: persist_every " + std::to_string(options.persist_every) +
+                                                   " is not a multiple of memory_every " + std::to_string(options.memory_every) +
+                                                   ": a step is promoted from the memory tier");
+  else if (options.memory_keep == 0) local = make_error(Code::invalid_argument, "TierOptions: memory_keep must be >= 1");
+  else if (options.transfer_block == 0 || options.transfer_block > (std::size_t{1} << 30))
+    local = make_error(Code::invalid_argument, "TierOptions: transfer_block must be in [1, 1 GiB]");
+  else if (options.persist_every > 0 && options.persistent.empty())
+    local = make_error(Code::invalid_argument, "TierOptions: persist_every is set but no persistent store is named");
+  CKPT_TRY(detail::agree_all(comm, local));
+  std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, std::move(options)));
+  if (t->options_.topology) {
+    t->topology_ = *t->options_.topology;
+    if (t->topology_.size() != comm.size())
+      local = make_error(Code::invalid_argument, "topology names " + std::to_string(t->topology_.size()) + " ranks; the job has " +
+                                                     std::to_string(comm.size()));
+  } else {
+    CKPT_ASSIGN_OR_RETURN(t->topology_, topology_from_hostnames(comm));
+  }
+  if (local.ok()) {
+    auto placement = place_replicas(t->topology_, t->options_.replicas);
+    if (placement.ok()) t->placement_ = std::move(*placement);
+    else local = placement.status();
+  }
+  const auto me = static_cast<std::uint32_t>(comm.rank());
+  t->rank_dir_ = layout::rank_dir(t->options_.memory_root, me);
+  if (local.ok()) {
+    // mkdir -p of the root and the rank's directory, each made durable in its parent (spec/JOURNAL.md 5.1).
+    for (const std::string& dir : {t->options_.memory_root, t->rank_dir_}) {
+      auto st = fs.stat(dir);
+      if (st.ok()) continue;
+      Status made = fs.mkdir(dir);
+      if (!made.ok() && made.code() != Code::conflict) {
+        local = made.with_context("memory tier");
+        break;
+      }
+      (void)fs.sync_dir(parent_path(dir));
+    }
+  }
+  if (local.ok()) {
+    StoreOptions so;
+    so.create_if_missing = true;
+    so.chunk_size_log2 = t->options_.chunk_size_log2;
+    auto own = Store::open(fs, layout::own_store(t->options_.memory_root, me), Access::read_write, so);
+    if (own.ok()) t->own_ = std::move(*own);
+    else local = own.status().with_context("memory tier");
+  }
+  if (local.ok()) {
+    auto log = TierLog::open(fs, t->rank_dir_);
+    if (log.ok()) t->log_ = std::make_unique<TierLog>(std::move(*log));
+    else local = log.status();
+  }
+  CKPT_TRY(detail::agree_all(comm, local));
+  return t;
+}
+
+CKPT_INLINE TieredCheckpointer::~TieredCheckpointer() {
+  if (saver_) (void)saver_->wait();
+  saver_.reset();
+}
+
+CKPT_INLINE void TieredCheckpointer::phase(const char* name, std::uint64_t step) const {
+  if (options_.on_phase) options_.on_phase(name, step);
+}
+
+CKPT_INLINE Status TieredCheckpointer::log(std::vector<TierRecord> records) {
+  std::lock_guard<std::mutex> lock(log_mutex_);
+  return log_->append(std::move(records));
+}
+
+CKPT_INLINE std::vector<TierRecord> TieredCheckpointer::records() const {
+  std::lock_guard<std::mutex> lock(log_mutex_);
+  return log_->records();
+}
+
+CKPT_INLINE Result<Store*> TieredCheckpointer::held(std::uint32_t shard) {
+  auto it = held_.find(shard);
+  if (it != held_.end()) return it->second.get();
+  StoreOptions so;
+  so.create_if_missing = true;
+  so.chunk_size_log2 = options_.chunk_size_log2;
+  CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs_, layout::held_store(options_.memory_root, static_cast<std::uint32_t>(rank()), shard),
+                                                Access::read_write, so));
+  Store* raw = store.get();
+  held_[shard] = std::move(store);
+  return raw;
+}
+
+CKPT_INLINE TierAction TieredCheckpointer::action(std::uint64_t step) const noexcept {
+  if (step % options_.memory_every != 0) return TierAction::none;
+  if (options_.persist_every > 0 && step % options_.persist_every == 0) return TierAction::capture_and_persist;
+  return TierAction::capture;
+}
+
+// --- Capacity (spec/TIERS.md 2.2) -------------------------------------------------------------------
+
+CKPT_INLINE Status TieredCheckpointer::check_capacity(std::uint64_t bytes) {
+  struct statvfs sv {};
+  if (::statvfs(options_.memory_root.c_str(), &sv) != 0)
+    return make_error(Code::io, options_.memory_root + ": statvfs failed: cannot tell the memory tier's free space");
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize;
+  int on_node = 0;
+  for (int r = 0; r < topology_.size(); ++r) on_node += topology_.node(r) == topology_.node(rank()) ? 1 : 0;
+  // Each rank keeps memory_keep steps of its own shard and of each shard it holds, plus one being written.
+  const std::uint64_t copies = 1 + placement_.held_by(rank()).size();
+  const std::uint64_t per_rank = (options_.memory_keep + 1) * copies * (bytes + bytes / 64 + (std::uint64_t{1} << 20));
+  const std::uint64_t needed = per_rank * static_cast<std::uint64_t>(std::max(on_node, 1));
+  if (needed > free_bytes)
+    return make_error(Code::io, "memory tier " + options_.memory_root + " on node " + topology_.node(rank()) + ": needs " +
+                                    std::to_string(needed) + " bytes (" + std::to_string(on_node) + " ranks x " +
+                                    std::to_string(options_.memory_keep + 1) + " steps x " + std::to_string(copies) +
+                                    " copies x " + std::to_string(bytes) + " bytes per shard), " + std::to_string(free_bytes) +
+                                    " bytes are free");
+  return Status();
+}
+
+CKPT_INLINE Status TieredCheckpointer::start_saver(std::size_t bytes) {
+  AsyncSaveOptions o;
+  o.staging_bytes = options_.staging_bytes != 0 ? options_.staging_bytes : std::max<std::size_t>(bytes + (std::size_t{1} << 20), std::size_t{16} << 20);
+  o.slab_bytes = std::min<std::size_t>(std::size_t{8} << 20, std::max<std::size_t>(o.staging_bytes / 4, 4096));
+  o.max_in_flight = 2;  // the next capture stages while the last one replicates
+  o.obey_flush_requests = false;
+  o.on_complete = [this](const SaveOutcome& outcome) { after_capture(outcome); };
+  CKPT_ASSIGN_OR_RETURN(saver_, AsyncSaver::create(*own_, std::move(o)));
+  return Status();
+}
+
+// --- The step -----------------------------------------------------------------------------------------
+
+CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, const std::function<void(SaveRequest&)>& fill) {
+  StepOutcome out;
+  out.action = action(step);
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (!background_failure_.ok()) return std::exchange(background_failure_, Status());
+  }
+  if (out.action == TierAction::none) return out;
+  const auto started = std::chrono::steady_clock::now();
+  SaveRequest request(step);
+  fill(request);
+  request.state().step = step;
+  const auto me = static_cast<std::uint32_t>(rank());
+  Encoder state;
+  encode_training_state(state, request.state());
+  std::string state_bytes = std::move(state.str());
+  request.add_tensor(layout::state_tensor(me), DType::U8, {state_bytes.size()}, state_bytes.data(), state_bytes.size());
+  // The memory store holds this rank's shard only: its step says so (spec/TIERS.md 2.1).
+  request.state().values[std::string(kPartialStepKey)] = Value(std::to_string(me) + "/" + std::to_string(world()));
+  if (!saver_) {
+    // The first capture: every rank checks its node's free space against what the policy keeps (collective).
+    Status local = options_.check_free_space ? check_capacity(request.bytes()) : Status();
+    if (local.ok()) local = start_saver(static_cast<std::size_t>(request.bytes()));
+    CKPT_TRY(detail::agree_all(comm_, local));
+  }
+  auto ticket = saver_->save(std::move(request));
+  if (!ticket.ok()) {
+    // The other ranks' workers would wait for this rank's part of the step: tell them (spec/SHARDING.md 3.4).
+    comm_.leave(ticket.status());
+    return ticket.status();
+  }
+  out.stall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
+  return out;
+}
+
+CKPT_INLINE Status TieredCheckpointer::wait() {
+  if (saver_) CKPT_TRY(saver_->wait());
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return std::exchange(background_failure_, Status());
+}
+
+CKPT_INLINE void TieredCheckpointer::after_capture(const SaveOutcome& outcome) {
+  Status s = replicate_and_promote(outcome);
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (background_failure_.ok()) background_failure_ = s.with_context("step " + std::to_string(outcome.step));
+  }
+}
+
+// The worker's part of a capture (spec/TIERS.md 4): agree on the step's digest, send this rank's shard
+// to its holders while receiving the shards it holds, record the copies, promote when due.
+CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& outcome) {
+  const std::uint64_t step = outcome.step;
+  const auto me = static_cast<std::uint32_t>(rank());
+  const auto world = static_cast<std::uint32_t>(this->world());
+  // 1. This rank's shard digest, from the memory step just committed.
+  Status local = outcome.status;
+  std::optional<StepReader> mine;
+  Digest128 my_digest;
+  if (local.ok()) {
+    auto reader = StepReader::open(fs_, own_->path(), outcome.commit->step, own_->uuid());
+    if (reader.ok()) mine.emplace(std::move(*reader)), my_digest = shard_digest(mine->shard(0));
+    else local = reader.status();
+  }
+  if (local.ok()) phase("captured", step);
+  Encoder report;
+  detail::put_status(report, local);
+  detail::put_digest(report, my_digest);
+  CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(std::move(report.str()), 0));
+  Encoder verdict;
+  if (me == 0) {
+    Status first;
+    std::vector<Digest128> digests(world);
+    for (std::uint32_t r = 0; r < world; ++r) {
+      Decoder d = detail::decoder(gathered[r]);
+      Status s;
+      if (!detail::get_status(d, s) || !detail::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
+      if (!s.ok() && first.ok()) first = s.with_context("rank " + std::to_string(r) + " did not capture step " + std::to_string(step));
+    }
+    detail::put_status(verdict, first);
+    for (const auto& d : digests) detail::put_digest(verdict, d);
+  }
+  std::string verdict_bytes = std::move(verdict.str());
+  CKPT_TRY(comm_.broadcast(verdict_bytes, 0));
+  Decoder vd = detail::decoder(verdict_bytes);
+  Status captured;
+  std::vector<Digest128> shards(world);
+  bool decoded = detail::get_status(vd, captured);
+  for (auto& d : shards) decoded = decoded && detail::get_digest(vd, d);
+  if (!decoded) return make_error(Code::corrupt, "undecodable capture verdict");
+  if (!captured.ok()) return captured;  // not captured on every rank: not a step of the memory tier
+  const Digest128 digest = step_digest(step, shards);
+  TierRecord rec;
+  rec.event = TierEvent::captured, rec.step = step, rec.world = world, rec.shard = me, rec.step_digest = digest;
+  rec.shard_digest = my_digest, rec.txn = mine->info().txn, rec.detail = encode_shard_digests(shards);
+  CKPT_TRY(log({rec}));
+
+  // 2. Replicas: this rank's shard to its holders; the shards it holds from their sources.
+  std::vector<int> holders = placement_.holders[me];
+  std::vector<int> sources = placement_.held_by(static_cast<int>(me));
+  detail::ShardSource src{own_->path() + " step " + std::to_string(step), &mine->shard(0), mine->state()};
+  std::vector<TierRecord> held_records;
+  Status receive_failure;
+  phase("replicating", step);
+  Status exchanged = detail::exchange(
+      [&] {
+        Status copy_failure;  // this rank's fresh shard does not verify: the step stays unreplicated
+        for (int h : holders) {
+          // After a failure every other holder is still told, so no receiver waits for a stream that never comes.
+          if (!copy_failure.ok()) src.reader = nullptr, src.where = copy_failure.message();
+          CKPT_TRY(detail::send_shard(comm_, src, step, me, world, digest, my_digest, h, detail::kReplicateTag, options_.transfer_block,
+                                      &copy_failure));
+        }
+        return copy_failure;
+      },
+      [&] {
+        for (int s : sources) {
+          const auto shard = static_cast<std::uint32_t>(s);
+          auto store = held(shard);
+          std::optional<detail::Received> got;
+          Status copy_failure;
+          CKPT_TRY(detail::receive_shard(fs_, comm_, store, s, detail::kReplicateTag, step, shard, shards[shard], got, copy_failure));
+          if (!got) {
+            // A copy that does not verify is not acknowledged (spec/TIERS.md 4.3).
+            if (receive_failure.ok()) receive_failure = copy_failure;
+            continue;
+          }
+          TierRecord h;
+          h.event = TierEvent::held, h.step = step, h.world = world, h.shard = shard, h.step_digest = digest;
+          h.shard_digest = shards[shard], h.txn = got->info.txn;
+          held_records.push_back(h);
+          RetentionPolicy keep;
+          keep.keep_last = options_.memory_keep;
+          auto retired = (*store)->apply_retention(keep);
+          if (retired.ok())
+            for (const auto& old : *retired) {
+              TierRecord e;
+              e.event = TierEvent::evicted, e.step = old.step, e.world = world, e.shard = shard, e.txn = old.txn;
+              held_records.push_back(e);
+            }
+        }
+        return Status();
+      });
+  if (!held_records.empty()) CKPT_TRY(log(held_records));
+  // 3. Acknowledgements: the step is replicated when every shard has its copies, verified by the holders.
+  Encoder ack;
+  ack.u32(static_cast<std::uint32_t>(held_records.size()));
+  for (const auto& h : held_records)
+    if (h.event == TierEvent::held) ack.u32(h.shard);
+  CKPT_ASSIGN_OR_RETURN(auto acks, comm_.gather(std::move(ack.str()), 0));
+  Encoder copies_msg;
+  if (me == 0) {
+    std::vector<std::uint32_t> copies(world, 0);
+    for (const auto& a : acks) {
+      Decoder d = detail::decoder(a);
+      std::uint32_t n = 0, s = 0;
+      if (!d.u32(n)) continue;
+      while (d.u32(s))
+        if (s < world) ++copies[s];
+    }
+    copies_msg.u32(world == 0 ? 0 : *std::min_element(copies.begin(), copies.end()));
+  }
+  std::string copies_bytes = std::move(copies_msg.str());
+  CKPT_TRY(comm_.broadcast(copies_bytes, 0));
+  std::uint32_t fewest = 0;
+  Decoder cd = detail::decoder(copies_bytes);
+  if (!cd.u32(fewest)) return make_error(Code::corrupt, "undecodable replication verdict");
+  if (placement_.achievable > 0 && fewest >= static_cast<std::uint32_t>(placement_.achievable)) {
+    TierRecord r;
+    r.event = TierEvent::replicated, r.step = step, r.world = world, r.shard = me, r.step_digest = digest, r.copies = fewest;
+    CKPT_TRY(log({r}));
+    replicated_ = step;
+  }
+  // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
+  if (options_.persist_every > 0 && step % options_.persist_every == 0) {
+    Status opened;
+    if (!persistent_) {
+      StoreOptions so;
+      so.create_if_missing = true;
+      so.chunk_size_log2 = options_.chunk_size_log2;
+      so.retention.keep_last = options_.persistent_keep;
+      auto p = Store::open(fs_, options_.persistent, Access::read_write, so, comm_);
+      if (!p.ok()) return p.status().with_context("persistent tier");
+      persistent_ = std::move(*p);
+    }
+    phase("promoting", step);
+    CKPT_ASSIGN_OR_RETURN(auto tx, persistent_->begin(step));
+    tx->state() = mine->state();
+    tx->state().values.erase(std::string(kPartialStepKey));  // the persistent step is whole
+    ShardReader& shard = mine->shard(0);
+    Status copied;
+    for (std::size_t k = 0; k < shard.index().pieces.size() && copied.ok(); ++k) {
+      const PieceRecord& p = shard.index().pieces[k];
+      const TensorRecord& t = shard.index().tensors[static_cast<std::size_t>(p.tensor)];
+      copied = tx->begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape);
+      if (!copied.ok()) break;
+      if (p.data_length > 0) {
+        if (shard.fs().can_map()) {
+          auto m = shard.map_piece(k, ReadCheck::touched);
+          copied = m.ok() ? tx->write(m->data(), m->size()) : m.status();
+        } else {
+          std::string buffer(static_cast<std::size_t>(p.data_length), '\0');
+          copied = shard.read_piece(k, &buffer[0], buffer.size(), ReadCheck::touched);
+          if (copied.ok()) copied = tx->write(buffer.data(), buffer.size());
+        }
+      }
+      if (copied.ok()) copied = tx->end_piece();
+    }
+    if (!copied.ok()) {
+      Status aborted = tx->abort(copied);
+      (void)aborted;
+      return copied.with_context("promoting step " + std::to_string(step));
+    }
+    CKPT_ASSIGN_OR_RETURN(CommitResult committed, tx->commit());
+    // The persistent copy must be the same content: its shard digest against the memory shard's.
+    Status same;
+    auto reader = StepReader::open(fs_, persistent_->path(), committed.step, persistent_->uuid());
+    if (!reader.ok()) same = reader.status();
+    else if (shard_digest(reader->shard(me)) != my_digest)
+      same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
+                                           " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
+    CKPT_TRY(detail::agree_all(comm_, same));
+    TierRecord r;
+    r.event = TierEvent::persisted, r.step = step, r.world = world, r.shard = me, r.step_digest = digest;
+    r.shard_digest = my_digest, r.txn = committed.step.txn;
+    CKPT_TRY(log({r}));
+    persisted_ = step;
+  }
+  // 5. Retention of this rank's own memory steps.
+  RetentionPolicy keep;
+  keep.keep_last = options_.memory_keep;
+  CKPT_ASSIGN_OR_RETURN(auto retired, own_->apply_retention(keep));
+  std::vector<TierRecord> evicted;
+  for (const auto& old : retired) {
+    TierRecord e;
+    e.event = TierEvent::evicted, e.step = old.step, e.world = world, e.shard = me, e.txn = old.txn;
+    evicted.push_back(e);
+  }
+  if (!evicted.empty()) CKPT_TRY(log(evicted));
+  if (!exchanged.ok()) return exchanged;
+  return receive_failure;
+}
+
+}  // namespace ckpt::tiers
+
+#include "resume_inl.hpp"

@@ -1,0 +1,90 @@
+// ckpt: the tier log (spec/TIERS.md 5): where each step lives, as records of its transitions
+// (captured, held, replicated, persisted, evicted) and of what resume learned (a copy set aside, a
+// step that failed to load, the step resumed). One log per rank's memory root, in the journal's own
+// framing (spec/JOURNAL.md 3: sync groups on fresh pages, digests seeded by offset, a torn tail is end
+// of log), with record types of its own in the journal's ignorable range. Every record carries the
+// step's content digest, so tiers agree on what a step is, not on which files exist.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../identity.hpp"
+#include "../io/fs.hpp"
+#include "../journal.hpp"
+
+namespace ckpt::tiers {
+
+namespace tier_log {
+inline constexpr std::string_view kLogName = "TIERS";
+// Record type = journal::kIgnorableType | kTypeBase | event (spec/TIERS.md 5.2).
+inline constexpr std::uint16_t kTypeBase = 0x0100;
+// step u64, world u32, shard u32, step digest 16, shard digest 16, txn u64, copies u32, detail length u32.
+inline constexpr std::size_t kFixedSize = 64;
+static_assert(8 + 4 + 4 + 16 + 16 + 8 + 4 + 4 == kFixedSize, "tier record fixed part");
+inline constexpr std::uint32_t kMaxDetail = journal::kMaxPayload - kFixedSize;
+}  // namespace tier_log
+
+enum class TierEvent : std::uint16_t {
+  captured = 1,     // this rank's shard of the step is committed in its memory store; detail: every shard's digest
+  held = 2,         // a replica of shard `shard` arrived, every chunk verified, committed in held-<shard>
+  replicated = 3,   // every shard of the step has `copies` verified replicas in other domains
+  persisted = 4,    // the step is committed in the persistent store (txn), its content digest checked
+  evicted = 5,      // retention retired this copy (shard `shard`, store txn)
+  set_aside = 6,    // this copy failed verification at resume: never used again, never deleted
+  load_failed = 7,  // the job could not load this (step, digest): never chosen again (Megatron-LM #5281)
+  resumed = 8,      // the job resumed this (step, digest)
+};
+[[nodiscard]] const char* tier_event_name(TierEvent e) noexcept;
+
+struct TierRecord {
+  TierEvent event = TierEvent::captured;
+  std::uint64_t step = 0;
+  std::uint32_t world = 0;  // ranks that wrote the step
+  std::uint32_t shard = 0;  // whose shard (a rank of the step's world)
+  Digest128 step_digest, shard_digest;
+  std::uint64_t txn = 0;    // the store transaction the record is about (memory, held or persistent)
+  std::uint32_t copies = 0;
+  std::string detail;       // captured: world x 16-byte shard digests; set_aside/load_failed: why
+  std::uint64_t offset = 0; // where it sits in the log (read back)
+  [[nodiscard]] std::string describe() const;
+};
+
+// The captured record's detail: every shard's digest, in rank order.
+[[nodiscard]] std::string encode_shard_digests(const std::vector<Digest128>& digests);
+[[nodiscard]] Result<std::vector<Digest128>> decode_shard_digests(const TierRecord& r, const std::string& where);
+
+// Reads a tier log without writing; a missing log is an empty one. Mid-log damage is Code::corrupt.
+[[nodiscard]] Result<std::vector<TierRecord>> read_tier_log(FsRef fs, const std::string& dir);
+
+class TierLog {
+ public:
+  // Opens dir/TIERS for appending, creating it (durably) when missing and cutting a torn tail.
+  [[nodiscard]] static Result<TierLog> open(FsRef fs, const std::string& dir);
+  [[nodiscard]] const std::vector<TierRecord>& records() const noexcept { return records_; }
+  // One durable sync group: the records exist once this returns ok.
+  [[nodiscard]] Status append(std::vector<TierRecord> records);
+  // Rewrites the log keeping the records `keep` accepts (temporary name, fsync, rename, directory fsync).
+  [[nodiscard]] Status compact(const std::function<bool(const TierRecord&)>& keep);
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+ private:
+  TierLog(FsRef fs, std::string path, JournalWriter writer, JournalHeader header)
+      : fs_(fs), path_(std::move(path)), writer_(std::move(writer)), header_(header) {}
+  FsRef fs_;
+  std::string path_;
+  JournalWriter writer_;
+  JournalHeader header_;
+  std::vector<TierRecord> records_;
+};
+
+}  // namespace ckpt::tiers
+
+#if !CKPT_DECLARATIONS_ONLY
+#include "impl/tier_log_inl.hpp"
+#endif

@@ -1,0 +1,192 @@
+// ckpt: recovery in seconds (spec/TIERS.md). One object a training loop calls each step; it keeps the
+// latest steps in node-local memory (a store on tmpfs that outlives the process), sends each rank's
+// shard to peers in other failure domains over the job's own communicator, promotes a step now and
+// then to the persistent store, and at start agrees with every rank on the newest step whose every
+// shard is reachable and verifies, falling back together when one does not.
+//
+//   ckpt::tiers::TierOptions o;
+//   o.memory_root = "/dev/shm/ckpt-job42";  o.persistent = "/lustre/job42/ckpt";
+//   o.memory_every = 10;  o.persist_every = 500;  o.replicas = 1;
+//   auto tiers = ckpt::tiers::TieredCheckpointer::create(fs, comm, o);      // collective
+//   auto resumed = (*tiers)->resume([&](ckpt::tiers::TierView& v) { ... read tensors ... });  // collective
+//   for (step = resumed->next_step(); ...; ++step) {
+//     train(step);
+//     CKPT_TRY((*tiers)->step(step, [&](ckpt::SaveRequest& r) { r.add_tensor(...); }).status());
+//   }
+//
+// Threads: step() only stages (the caller blocks for the staging copy); the saver's worker thread
+// commits the memory step and then runs replication and promotion, which are collective on the
+// communicator given to create(): the training loop must not use that communicator itself, and MPI
+// needs MPI_THREAD_MULTIPLE.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../async_save.hpp"
+#include "../comm.hpp"
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../identity.hpp"
+#include "../io/posix_fs.hpp"
+#include "../store.hpp"
+#include "tier_log.hpp"
+#include "topology.hpp"
+
+namespace ckpt::tiers {
+
+// Names inside a memory root (spec/TIERS.md 2). Each rank that ever ran on the node has a directory.
+namespace layout {
+inline constexpr std::string_view kRankDirPrefix = "rank-";   // rank-<r>/
+inline constexpr std::string_view kOwnStore = "own";          // rank-<r>/own: r's shards (a store of one rank)
+inline constexpr std::string_view kHeldPrefix = "held-";      // rank-<r>/held-<s>: replicas of s's shards r keeps
+// Every rank's training state rides in its own shard as this U8 tensor, so every tier and every
+// digest covers it (spec/TIERS.md 6).
+inline constexpr std::string_view kStateTensorPrefix = "__ckpt_tiers__/state/rank-";
+[[nodiscard]] std::string rank_dir(const std::string& root, std::uint32_t rank);
+[[nodiscard]] std::string own_store(const std::string& root, std::uint32_t rank);
+[[nodiscard]] std::string held_store(const std::string& root, std::uint32_t rank, std::uint32_t shard);
+[[nodiscard]] std::string state_tensor(std::uint32_t rank);
+}  // namespace layout
+
+// The content digest of one shard of a step: the identity root (spec/IDENTITY.md 2) of the shard's
+// index, so the same bytes have the same digest in every tier, whatever the file's UUID or offsets.
+[[nodiscard]] Digest128 shard_digest(const ShardReader& shard);
+// The step's digest: over its number, world size and every shard's digest in rank order (spec/TIERS.md 5.3).
+[[nodiscard]] Digest128 step_digest(std::uint64_t step, const std::vector<Digest128>& shards);
+
+struct TierOptions {
+  std::string memory_root = "/dev/shm/ckpt-tiers";  // node-local tmpfs (or any directory: it is a plain store)
+  std::string persistent;                           // a store every rank reaches; empty: no persistent tier
+  std::uint64_t memory_every = 1;                   // capture steps that are multiples of this
+  std::uint64_t persist_every = 0;                  // promote steps that are multiples of this; 0: never
+  int replicas = 1;                                 // copies of each shard in other failure domains
+  std::size_t memory_keep = 2;                      // memory steps each rank keeps (its own and each held shard's)
+  std::size_t persistent_keep = 0;                  // persistent steps kept; 0: all
+  std::optional<Topology> topology;                 // default: each rank's hostname is its node
+  std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;  // every tier alike, so digests compare
+  std::size_t staging_bytes = 0;                    // 0: the first capture's size (at least 16 MiB)
+  std::size_t transfer_block = std::size_t{16} << 20;  // bytes per point-to-point message
+  bool check_free_space = true;                     // statvfs the memory root before the first capture
+  // Test and fault-injection hook: called on the rank at named points of its work (spec/TIERS.md 9).
+  // Phases: "captured", "replicating", "promoting", "resuming".
+  std::function<void(const char* phase, std::uint64_t step)> on_phase;
+};
+
+// The policy's decision for one step.
+enum class TierAction : std::uint8_t { none, capture, capture_and_persist };
+[[nodiscard]] const char* tier_action_name(TierAction a) noexcept;
+
+struct StepOutcome {
+  TierAction action = TierAction::none;
+  std::chrono::nanoseconds stall{0};  // how long step() blocked the caller (the staging copy)
+};
+
+// What the job resumed from, as every rank agreed.
+struct Resumed {
+  bool fresh = true;                  // nothing to resume: start from scratch
+  std::uint64_t step = 0;
+  Digest128 digest;
+  std::uint32_t world = 0;            // ranks that wrote the step
+  TrainingState state;                // this rank's state (its own rank's, or rank 0's when the world changed)
+  std::vector<std::string> sources;   // for each shard this rank loaded: where from
+  std::vector<std::string> setbacks;  // copies set aside and steps that failed, in the order met
+  [[nodiscard]] std::uint64_t next_step() const noexcept { return fresh ? 0 : step + 1; }
+};
+
+// The agreed step as the load callback sees it: its verified shards, read as one checkpoint.
+class TierView {
+ public:
+  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  [[nodiscard]] std::uint32_t world() const noexcept { return world_; }
+  [[nodiscard]] const TrainingState& state() const noexcept { return state_; }
+  [[nodiscard]] std::vector<std::string> tensor_names() const;  // without the tier's own state tensors
+  [[nodiscard]] const TensorRecord* find_tensor(std::string_view name) const;
+  [[nodiscard]] Status read_tensor(std::string_view name, void* dst, std::size_t dst_size);
+  // Any hyper-rectangle, gathered from the pieces of every loaded shard that overlap it.
+  [[nodiscard]] Status read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst, std::size_t dst_size);
+
+ private:
+  friend class TieredCheckpointer;
+  std::uint64_t step_ = 0;
+  std::uint32_t world_ = 0;
+  TrainingState state_;
+  std::vector<ShardReader*> shards_;
+};
+
+class TieredCheckpointer {
+ public:
+  // Collective: every rank of comm calls it. Opens this rank's memory stores (running their recovery)
+  // and computes the replica placement; comm must outlive the object.
+  template <class Comm>
+  [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create(FsRef fs, Comm& comm, TierOptions options) {
+    return create_with(fs, CommRef(comm), std::move(options));
+  }
+  TieredCheckpointer(const TieredCheckpointer&) = delete;
+  TieredCheckpointer& operator=(const TieredCheckpointer&) = delete;
+  ~TieredCheckpointer();  // finishes the work already taken (as wait())
+
+  [[nodiscard]] TierAction action(std::uint64_t step) const noexcept;
+  // Called every step. When the policy captures it, fill() adds the tensors and state to the request,
+  // which is staged before this returns; the rest happens in the background. Collective when the first
+  // capture checks the memory tier's free space. A background failure of an earlier step comes back here.
+  [[nodiscard]] Result<StepOutcome> step(std::uint64_t step, const std::function<void(SaveRequest&)>& fill);
+  // Blocks until every captured step is committed, replicated and (when due) persisted.
+  [[nodiscard]] Status wait();
+  // Collective, before the first step(): agrees on the step to resume and loads it through load().
+  [[nodiscard]] Result<Resumed> resume(const std::function<Status(TierView&)>& load);
+
+  [[nodiscard]] const Placement& placement() const noexcept { return placement_; }
+  [[nodiscard]] const Topology& topology() const noexcept { return topology_; }
+  [[nodiscard]] const TierOptions& options() const noexcept { return options_; }
+  [[nodiscard]] int rank() const { return comm_.rank(); }
+  [[nodiscard]] int world() const { return comm_.size(); }
+  // This rank's tier log records (what it has appended so far).
+  [[nodiscard]] std::vector<TierRecord> records() const;
+  // Steps every shard of which has the placement's copies (REPLICATED), and steps persisted, as recorded.
+  [[nodiscard]] std::uint64_t steps_replicated() const noexcept { return replicated_.load(); }
+  [[nodiscard]] std::uint64_t steps_persisted() const noexcept { return persisted_.load(); }
+
+ private:
+  TieredCheckpointer(FsRef fs, CommRef comm, TierOptions options) : fs_(fs), comm_(comm), options_(std::move(options)) {}
+  [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create_with(FsRef fs, CommRef comm, TierOptions options);
+  struct Impl;
+  [[nodiscard]] Status start_saver(std::size_t bytes);
+  [[nodiscard]] Status check_capacity(std::uint64_t bytes);
+  void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
+  [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
+  [[nodiscard]] Result<Store*> held(std::uint32_t shard);
+  [[nodiscard]] Status log(std::vector<TierRecord> records);
+  void phase(const char* name, std::uint64_t step) const;
+
+  FsRef fs_;
+  CommRef comm_;
+  TierOptions options_;
+  Topology topology_;
+  Placement placement_;
+  std::string rank_dir_;
+  std::unique_ptr<Store> own_;
+  std::map<std::uint32_t, std::unique_ptr<Store>> held_;
+  std::unique_ptr<Store> persistent_;  // opened writable at the first promotion (collective)
+  std::unique_ptr<TierLog> log_;
+  mutable std::mutex log_mutex_;
+  std::unique_ptr<AsyncSaver> saver_;
+  std::mutex failure_mutex_;
+  Status background_failure_;
+  std::atomic<std::uint64_t> replicated_{0}, persisted_{0};
+  bool resumed_ = false;
+};
+
+}  // namespace ckpt::tiers
+
+#if !CKPT_DECLARATIONS_ONLY
+#include "impl/tiered_inl.hpp"
+#endif

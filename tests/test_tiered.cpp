@@ -1,0 +1,334 @@
+// Tests for include/ckpt/tiers/tiered.hpp on one machine: 4 ranks as threads (ThreadComm), each rank
+// its own "node" with its own memory-tier directory, a shared persistent store. Each job runs a
+// deterministic trainer (tests/tier_trainer.hpp), stops, and the next job resumes; the final state must
+// be bit-identical to an uninterrupted run. Failures are made between jobs: directories deleted (a
+// node lost), bytes flipped (a bad copy), a load that fails (a NaN after load).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <ckpt/thread_comm.hpp>
+#include <ckpt/tiers/tiered.hpp>
+
+#include "tier_trainer.hpp"
+
+using namespace ckpt;
+using namespace ckpt::tiers;
+namespace fsys = std::filesystem;
+
+namespace {
+
+constexpr std::uint64_t kElems = 1 << 14;  // floats per tensor: 64 KiB, 16 KiB per rank of 4
+
+struct Job {
+  fsys::path dir;
+  std::vector<std::string> nodes;  // node of each rank; its size is the world
+  std::uint64_t run_to = 0;        // train through this step (0: resume only)
+  std::function<Status(int rank, TierView&)> before_load;  // a failing load for some rank and step
+  std::function<void(TierOptions&)> tune;
+};
+
+struct JobResult {
+  std::vector<Resumed> resumed;
+  std::vector<std::string> slices;
+  std::vector<Status> errors;
+  std::vector<std::vector<TierRecord>> records;
+  [[nodiscard]] bool ok() const {
+    for (const auto& e : errors)
+      if (!e.ok()) return false;
+    return true;
+  }
+  [[nodiscard]] std::string first_error() const {
+    for (std::size_t r = 0; r < errors.size(); ++r)
+      if (!errors[r].ok()) return "rank " + std::to_string(r) + ": " + errors[r].to_string();
+    return "";
+  }
+};
+
+TierOptions options_for(const Job& job, int rank) {
+  TierOptions o;
+  o.memory_root = (job.dir / ("node-" + job.nodes[static_cast<std::size_t>(rank)])).string();
+  o.persistent = (job.dir / "persistent").string();
+  o.memory_every = 2;
+  o.persist_every = 4;
+  o.replicas = 1;
+  o.memory_keep = 2;
+  o.chunk_size_log2 = 12;
+  o.transfer_block = 5000;  // several messages per piece, one not a multiple of a chunk
+  Topology t;
+  t.node_of_rank = job.nodes;
+  o.topology = t;
+  if (job.tune) job.tune(o);
+  return o;
+}
+
+JobResult run(const Job& job) {
+  const int world = static_cast<int>(job.nodes.size());
+  ThreadGroup group(world);
+  JobResult out;
+  out.resumed.resize(static_cast<std::size_t>(world));
+  out.slices.resize(static_cast<std::size_t>(world));
+  out.errors.resize(static_cast<std::size_t>(world));
+  out.records.resize(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      ThreadComm comm(group, r);
+      PosixFs fs;
+      auto fail = [&](const Status& s) {
+        out.errors[i] = s;
+        comm.leave(s);
+      };
+      auto tiers = TieredCheckpointer::create(fs, comm, options_for(job, r));
+      if (!tiers.ok()) return fail(tiers.status());
+      tier_trainer::Trainer trainer(kElems, world, r);
+      auto resumed = (*tiers)->resume([&](TierView& v) {
+        if (job.before_load) CKPT_TRY(job.before_load(r, v));
+        return trainer.load(v);
+      });
+      if (!resumed.ok()) return fail(resumed.status());
+      out.resumed[i] = *resumed;
+      for (std::uint64_t s = resumed->next_step() == 0 ? 1 : resumed->next_step(); s <= job.run_to; ++s) {
+        trainer.train(s);
+        auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
+        if (!step.ok()) return fail(step.status());
+      }
+      Status waited = (*tiers)->wait();
+      if (!waited.ok()) return fail(waited);
+      out.records[i] = (*tiers)->records();
+      out.slices[i] = trainer.bytes();
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+const std::vector<std::string> kFourNodes{"n0", "n1", "n2", "n3"};
+
+fsys::path fresh_dir(const std::string& name) {
+  const fsys::path dir = fsys::path(CKPT_BINARY_DIR) / "test-tiered" / name;
+  fsys::remove_all(dir);
+  fsys::create_directories(dir);
+  return dir;
+}
+
+// Flips one byte in the middle of the data of the shard file of `step` in a memory store directory.
+void flip_shard_byte(const fsys::path& store, std::uint64_t step) {
+  for (const auto& e : fsys::directory_iterator(store)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-" + std::to_string(step) + "-", 0) != 0) continue;
+    for (const auto& f : fsys::directory_iterator(e.path())) {
+      if (f.path().extension() != ".ckpt") continue;
+      std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      file.seekg(8192);
+      const char c = static_cast<char>(file.get());
+      file.seekp(8192);
+      file.put(static_cast<char>(c ^ 0x10));
+      return;
+    }
+  }
+  FAIL("no shard of step " << step << " in " << store);
+}
+
+std::size_t count(const std::vector<TierRecord>& records, TierEvent e) {
+  std::size_t n = 0;
+  for (const auto& r : records) n += r.event == e ? 1 : 0;
+  return n;
+}
+
+// Runs the first job to step 7 (or `steps`): memory steps 4 and 6 kept, step 4 persisted, step 6 replicated.
+fsys::path trained_to_7(const std::string& name, std::uint64_t steps = 7) {
+  Job first{fresh_dir(name), kFourNodes, steps, {}, {}};
+  auto r = run(first);
+  INFO(r.first_error());
+  REQUIRE(r.ok());
+  return first.dir;
+}
+
+void check_final(const JobResult& r, std::uint64_t steps) {
+  INFO(r.first_error());
+  REQUIRE(r.ok());
+  CHECK(tier_trainer::assemble(r.slices, kElems) == tier_trainer::reference(kElems, steps));
+}
+
+}  // namespace
+
+TEST_CASE("the policy captures every memory_every steps and persists every persist_every", "[tiered]") {
+  const auto dir = fresh_dir("policy");
+  ThreadGroup group(1);
+  ThreadComm comm(group, 0);
+  PosixFs fs;
+  TierOptions o;
+  o.memory_root = (dir / "mem").string();
+  o.persistent = (dir / "p").string();
+  o.memory_every = 5, o.persist_every = 20, o.replicas = 0;
+  auto t = TieredCheckpointer::create(fs, comm, o);
+  REQUIRE(t.ok());
+  CHECK((*t)->action(3) == TierAction::none);
+  CHECK((*t)->action(5) == TierAction::capture);
+  CHECK((*t)->action(40) == TierAction::capture_and_persist);
+  o.persist_every = 12;
+  auto bad = TieredCheckpointer::create(fs, comm, o);
+  CHECK(bad.status().code() == Code::invalid_argument);
+  CHECK_THAT(bad.status().message(), Catch::Contains("not a multiple of memory_every"));
+}
+
+TEST_CASE("an uninterrupted run records every tier transition and ends as the reference", "[tiered]") {
+  Job job{fresh_dir("uninterrupted"), kFourNodes, 10, {}, {}};
+  auto r = run(job);
+  check_final(r, 10);
+  for (const auto& records : r.records) {
+    CHECK(count(records, TierEvent::captured) == 5);      // 2, 4, 6, 8, 10
+    CHECK(count(records, TierEvent::held) == 5);          // one shard held per capture
+    CHECK(count(records, TierEvent::replicated) == 5);
+    CHECK(count(records, TierEvent::persisted) == 2);     // 4, 8
+    CHECK(count(records, TierEvent::evicted) == 6);       // own and held copies beyond the last 2
+  }
+  // Every rank agrees on each step's digest.
+  for (const auto& records : r.records)
+    for (const auto& rec : records)
+      if (rec.event == TierEvent::captured)
+        for (const auto& other : r.records[0])
+          if (other.event == TierEvent::captured && other.step == rec.step) CHECK(other.step_digest == rec.step_digest);
+  // The persistent store holds steps 4 and 8, committed by its own journal.
+  PosixFs fs;
+  auto p = Store::open(fs, (job.dir / "persistent").string(), Access::read_only);
+  REQUIRE(p.ok());
+  REQUIRE((*p)->steps().size() == 2);
+  CHECK((*p)->steps()[1].step == 8);
+  auto verified = (*p)->verify_step(8);
+  REQUIRE(verified.ok());
+  CHECK(verified->ok());
+}
+
+TEST_CASE("a restarted job resumes from its own memory and ends bit-identical", "[tiered]") {
+  const auto dir = trained_to_7("restart");
+  auto r = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(r, 10);
+  for (const auto& res : r.resumed) {
+    CHECK_FALSE(res.fresh);
+    CHECK(res.step == 6);
+    REQUIRE(res.sources.size() == 1);
+    CHECK_THAT(res.sources[0], Catch::Contains("own memory"));
+    CHECK(res.setbacks.empty());
+  }
+  CHECK(r.resumed[0].state.data.offset == 6 * 32);
+}
+
+TEST_CASE("a lost node resumes from its replica and the replacement is refilled", "[tiered]") {
+  const auto dir = trained_to_7("lost-node");
+  fsys::remove_all(dir / "node-n2");
+  auto r = run(Job{dir, kFourNodes, 0, {}, {}});
+  REQUIRE(r.ok());
+  CHECK(r.resumed[2].step == 6);
+  CHECK_THAT(r.resumed[2].sources.at(0), Catch::Contains("replica"));
+  // The replacement holds its peers' replicas again: rank 2 keeps rank 1's shard.
+  PosixFs fs;
+  auto held = Store::open(fs, layout::held_store((dir / "node-n2").string(), 2, 1), Access::read_only);
+  REQUIRE(held.ok());
+  REQUIRE_FALSE((*held)->steps().empty());
+  CHECK((*held)->steps().back().step == 6);
+  // And training goes on to the reference.
+  check_final(run(Job{dir, kFourNodes, 10, {}, {}}), 10);
+}
+
+TEST_CASE("a node and the holder of its replica lost: the persistent tier serves", "[tiered]") {
+  const auto dir = trained_to_7("lost-two");
+  fsys::remove_all(dir / "node-n2");
+  fsys::remove_all(dir / "node-n3");  // holds rank 2's replica
+  auto r = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(r, 10);
+  CHECK(r.resumed[0].step == 4);  // step 6 of shard 2 survives nowhere; step 4 is persisted
+  CHECK_THAT(r.resumed[2].sources.at(0), Catch::Contains("persistent store"));
+}
+
+TEST_CASE("a byte flipped in a memory copy is caught and the next source is used", "[tiered]") {
+  const auto dir = trained_to_7("flip-own");
+  flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 6);
+  auto r = run(Job{dir, kFourNodes, 0, {}, {}});
+  REQUIRE(r.ok());
+  for (const auto& res : r.resumed) CHECK(res.step == 6);
+  CHECK_THAT(r.resumed[1].sources.at(0), Catch::Contains("replica"));
+  bool noted = false;
+  for (const auto& s : r.resumed[1].setbacks) noted = noted || s.find("set aside") != std::string::npos;
+  CHECK(noted);
+  CHECK(count(r.records[1], TierEvent::set_aside) == 1);
+  // A later resume never uses the set-aside copy again, and the files are still there.
+  auto again = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(again, 10);
+  CHECK_THAT(again.resumed[1].sources.at(0), Catch::Contains("replica"));
+  CHECK(again.resumed[1].setbacks.empty());
+}
+
+TEST_CASE("a byte flipped in a replica is caught on fetch and the next source is used", "[tiered]") {
+  const auto dir = trained_to_7("flip-replica");
+  fsys::remove_all(dir / "node-n2");
+  flip_shard_byte(dir / "node-n3" / "rank-3" / "held-2", 6);
+  auto r = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(r, 10);
+  CHECK(r.resumed[0].step == 4);  // no verified copy of shard 2 at step 6 remains
+  bool caught = false;
+  for (const auto& s : r.resumed[2].setbacks) caught = caught || s.find("does not verify") != std::string::npos;
+  CHECK(caught);
+}
+
+TEST_CASE("one rank whose copies do not verify: every rank falls back with it", "[tiered]") {
+  const auto dir = trained_to_7("fall-back-together");
+  flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 6);
+  flip_shard_byte(dir / "node-n2" / "rank-2" / "held-1", 6);
+  auto r = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(r, 10);
+  for (const auto& res : r.resumed) CHECK(res.step == 4);
+}
+
+TEST_CASE("a step that failed to load is recorded and never chosen again", "[tiered]") {
+  // Step 8 is in memory and persisted; rank 1 finds it bad after loading (Megatron-LM #5281).
+  const auto dir = trained_to_7("load-failed", 9);
+  auto nan = [](int rank, TierView& v) {
+    return rank == 1 && v.step() == 8 ? make_error(Code::corrupt, "loss is NaN three steps after load") : Status();
+  };
+  auto r = run(Job{dir, kFourNodes, 0, nan, {}});
+  REQUIRE(r.ok());
+  for (const auto& res : r.resumed) CHECK(res.step == 6);
+  for (const auto& records : r.records) CHECK(count(records, TierEvent::load_failed) == 1);
+  // No failing load now, and the persisted step 8 is intact: still never chosen again.
+  auto again = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(again, 10);
+  for (const auto& res : again.resumed) CHECK(res.step == 6);
+}
+
+TEST_CASE("4 nodes shrunk to 3 load the agreed step resharded", "[tiered]") {
+  const auto dir = trained_to_7("shrink");
+  fsys::remove_all(dir / "node-n3");
+  auto r = run(Job{dir, {"n0", "n1", "n2"}, 10, {}, {}});
+  check_final(r, 10);
+  for (const auto& res : r.resumed) {
+    CHECK(res.step == 6);
+    CHECK(res.world == 4);
+    CHECK(res.sources.size() == 4);
+  }
+}
+
+TEST_CASE("the memory tier's free space is checked before the first capture", "[tiered]") {
+  Job job{fresh_dir("capacity"), kFourNodes, 2, {}, [](TierOptions& o) { o.memory_keep = std::size_t{1} << 40; }};
+  auto r = run(job);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.errors[0].code() == Code::io);
+  CHECK_THAT(r.errors[0].message(), Catch::Contains("needs") && Catch::Contains("bytes are free") && Catch::Contains("node-n0"));
+}
+
+TEST_CASE("a job with no recorded step starts fresh; recorded steps that cannot load are refused", "[tiered]") {
+  const auto dir = fresh_dir("fresh");
+  auto r = run(Job{dir, kFourNodes, 0, {}, {}});
+  REQUIRE(r.ok());
+  CHECK(r.resumed[0].fresh);
+  const auto trained = trained_to_7("nothing-left");
+  fsys::remove_all(trained / "persistent");
+  for (const char* n : {"node-n2", "node-n3"}) fsys::remove_all(trained / n);
+  auto refused = run(Job{trained, kFourNodes, 0, {}, {}});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.errors[0].code() == Code::corrupt);
+  CHECK_THAT(refused.errors[0].message(), Catch::Contains("refusing to start over"));
+}
