@@ -48,6 +48,19 @@ set_tests_properties(mpi_kill_save PROPERTIES WILL_FAIL TRUE FIXTURES_SETUP mpi_
 add_test(NAME mpi_kill_recovery COMMAND check_kill_recovery ${CKPT_MPI_KILL_STORE})
 set_tests_properties(mpi_kill_recovery PROPERTIES LABELS mpi TIMEOUT 60 FIXTURES_REQUIRED mpi_kill WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 
+# tiers (spec/TIERS.md 9): the failure table, each case a job killed, damaged and resumed by tier_failures.py.
+add_executable(tier_train ${CKPT_MPI_TEST_DIR}/tier_train.cpp)
+target_link_libraries(tier_train PRIVATE ${CKPT_LIB} MPI::MPI_CXX)
+target_compile_options(tier_train PRIVATE ${CKPT_WARNINGS})
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  add_test(NAME mpi_tier_failures
+           COMMAND ${Python3_EXECUTABLE} ${CKPT_MPI_TEST_DIR}/tier_failures.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:tier_train>
+                   ${PROJECT_BINARY_DIR}/mpi-tiers ${CKPT_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS})
+  set_tests_properties(mpi_tier_failures PROPERTIES LABELS mpi TIMEOUT 900 ENVIRONMENT "${CKPT_MPI_TEST_ENV}"
+                       WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endif()
+
 if(TARGET ckpt-bench-ranks)
   ckpt_mpi_test(mpi_bench_ranks $<TARGET_FILE:ckpt-bench-ranks> --dir ${PROJECT_BINARY_DIR} --size 4MiB --ranks 1,2,4 --json)
 endif()

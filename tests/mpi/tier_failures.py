@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The tiers' failure table (spec/TIERS.md 9), one MPI rank per simulated node, each node its own
+memory-tier directory. Each case trains with tier_train until a rank SIGKILLs itself (mpirun then
+tears the job down), damages what the case says (a node's memory deleted, a byte flipped in a
+copy), and starts the job again: it must resume a step whose every shard verifies, lose at most one
+memory interval where a copy survived, and end bit-identical to an uninterrupted run.
+
+usage: tier_failures.py MPIEXEC TIER_TRAIN WORKDIR [MPIEXEC_FLAG...]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+MPIEXEC, TRAIN, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+FLAGS = []
+_rest = iter(sys.argv[4:])
+for _f in _rest:  # the rank count is chosen per job: drop the suite's "-n 4"
+    if _f in ("-n", "-np", "--np"):
+        next(_rest, None)
+    else:
+        FLAGS.append(_f)
+NODES4 = ["n0", "n1", "n2", "n3"]
+STEPS = 10  # memory every 2 steps, persistent every 4, one replica on the next node around the ring
+failures = []
+
+
+def job(root, nodes, steps=STEPS, kill=None, expect_ok=True):
+    cmd = [MPIEXEC, "-np", str(len(nodes))] + FLAGS + [TRAIN, "--root", root, "--nodes", ",".join(nodes), "--steps", str(steps)]
+    if kill:
+        cmd += ["--kill", kill]
+    started = time.monotonic()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+    took = time.monotonic() - started
+    if expect_ok and p.returncode != 0:
+        raise RuntimeError(f"job {' '.join(cmd[-8:])} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    if not expect_ok and p.returncode == 0:
+        raise RuntimeError(f"job {' '.join(cmd[-8:])} should have been killed:\n{p.stdout}")
+    out = None
+    for line in p.stdout.splitlines():
+        if line.startswith("{"):
+            out = json.loads(line)
+    return out, p.stderr, took
+
+
+def flip(store, step):
+    """One byte in the middle of the data of a memory store's shard of `step`."""
+    for d in sorted(os.listdir(store)):
+        if d.startswith(f"step-{step}-"):
+            for f in os.listdir(os.path.join(store, d)):
+                if f.endswith(".ckpt"):
+                    path = os.path.join(store, d, f)
+                    with open(path, "r+b") as fh:
+                        fh.seek(8192)
+                        b = fh.read(1)
+                        fh.seek(8192)
+                        fh.write(bytes([b[0] ^ 0x10]))
+                    return
+    raise RuntimeError(f"no shard of step {step} in {store}")
+
+
+def case(name, kill, damage=None, resumed_at=None, nodes_after=NODES4, then=None, at_least=None):
+    root = os.path.join(WORK, name)
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    try:
+        job(root, NODES4, kill=kill, expect_ok=False)
+        if damage:
+            damage(root)
+        if then:
+            then(root)
+        out, err, took = job(root, nodes_after)
+        ok = out is not None and out["identical"]
+        if resumed_at is not None:
+            ok = ok and out["resumed"] == resumed_at
+        if at_least is not None:
+            ok = ok and out["resumed"] >= at_least
+        status = "passed" if ok else "FAILED"
+        print(f"{status}: {name}: resumed step {out and out['resumed']}, identical {out and out['identical']}, "
+              f"{took:.1f} s; sources: {out and out['sources']}")
+        if not ok:
+            failures.append(name)
+            print(err[-2000:])
+    except Exception as e:  # one case's failure is reported, the table goes on
+        failures.append(name)
+        print(f"FAILED: {name}: {e}")
+
+
+def gone(*nodes):
+    return lambda root: [shutil.rmtree(os.path.join(root, "node-" + n)) for n in nodes]
+
+
+def resume_killed(root):
+    job(root, NODES4, kill="resuming:6:3", expect_ok=False)
+
+
+# Killed at the start of step 7: steps 4 and 6 are in memory (6 replicated), 4 persisted.
+case("one rank's process killed, its memory intact", "train:7:1", resumed_at=6)
+case("a node lost: its ranks killed and its memory deleted", "train:7:2", gone("n2"), resumed_at=6)
+case("a node and the holder of its replica lost: the persistent tier", "train:7:2", gone("n2", "n3"), resumed_at=4)
+case("killed during capture", "captured:6:2", resumed_at=4)
+case("killed during replication", "replicating:6:1", at_least=4)
+case("killed during promotion", "promoting:8:0", at_least=6)
+case("killed during resume itself", "train:7:1", then=resume_killed, resumed_at=6)
+case("a byte flipped in a replica, caught on fetch", "train:7:0",
+     lambda root: (gone("n2")(root), flip(os.path.join(root, "node-n3", "rank-3", "held-2"), 6)), resumed_at=4)
+case("one rank whose copies do not verify: every rank falls back with it", "train:7:3",
+     lambda root: (flip(os.path.join(root, "node-n1", "rank-1", "own"), 6),
+                   flip(os.path.join(root, "node-n2", "rank-2", "held-1"), 6)), resumed_at=4)
+
+
+def refilled(root):
+    held = os.path.join(root, "node-n2", "rank-2", "held-1")
+    return os.path.isdir(held) and any(d.startswith("step-6-") for d in os.listdir(held))
+
+
+name = "a replacement node refilled from its peers"
+root = os.path.join(WORK, "replacement")
+shutil.rmtree(root, ignore_errors=True)
+os.makedirs(root)
+try:
+    job(root, NODES4, kill="train:7:2", expect_ok=False)
+    gone("n2")(root)
+    out, _, _ = job(root, NODES4, steps=7)  # resume and refill; nothing to train
+    ok = out["resumed"] == 6 and out["identical"] is False or out["resumed"] == 6
+    ok = ok and refilled(root)
+    print(f"{'passed' if ok else 'FAILED'}: {name}: resumed {out['resumed']}, rank 2 holds rank 1's shard again: {refilled(root)}")
+    if not ok:
+        failures.append(name)
+except Exception as e:
+    failures.append(name)
+    print(f"FAILED: {name}: {e}")
+
+case("4 nodes shrunk to 3", "train:7:3", gone("n3"), resumed_at=6, nodes_after=["n0", "n1", "n2"])
+
+print(f"{11 - len(failures)} of 11 cases passed")
+sys.exit(1 if failures else 0)
