@@ -332,3 +332,14 @@ TEST_CASE("a job with no recorded step starts fresh; recorded steps that cannot 
   CHECK(refused.errors[0].code() == Code::corrupt);
   CHECK_THAT(refused.errors[0].message(), Catch::Contains("refusing to start over"));
 }
+
+TEST_CASE("with load_all_shards every rank loads every shard of the agreed step", "[tiered]") {
+  const auto dir = trained_to_7("load-all");
+  fsys::remove_all(dir / "node-n1");
+  auto r = run(Job{dir, kFourNodes, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(r, 10);
+  for (const auto& res : r.resumed) {
+    CHECK(res.step == 6);
+    CHECK(res.sources.size() >= 4);
+  }
+}

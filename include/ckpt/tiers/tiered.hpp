@@ -76,6 +76,13 @@ struct TierOptions {
   std::size_t staging_bytes = 0;                    // 0: the first capture's size (at least 16 MiB)
   std::size_t transfer_block = std::size_t{16} << 20;  // bytes per point-to-point message
   bool check_free_space = true;                     // statvfs the memory root before the first capture
+  // Every rank loads every shard of the agreed step (data parallel: each rank needs the whole model);
+  // false: a rank loads its own shard only, unless the world changed. Every rank must pass the same.
+  bool load_all_shards = false;
+  // Device snapshots (spec/ASYNC.md 6): tensors marked on_device are copied by `device` straight into
+  // staging allocated by `staging_memory` (pinned host memory for a GPU's copies).
+  SnapshotCopier* device = nullptr;
+  StagingMemory staging_memory;
   // Test and fault-injection hook: called on the rank at named points of its work (spec/TIERS.md 9).
   // Phases: "captured", "replicating", "promoting", "resuming".
   std::function<void(const char* phase, std::uint64_t step)> on_phase;

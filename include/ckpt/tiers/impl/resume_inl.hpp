@@ -251,7 +251,8 @@ struct Decision {
 // The root's choice (spec/TIERS.md 7.1): the newest (step, digest) not failed for which every shard each
 // rank needs has a source not set aside, each from the nearest: its own copy, a peer's, the persistent store.
 [[nodiscard]] CKPT_INLINE Decision plan_resume(const std::vector<RankReport>& reports, const std::set<StepKey>& failed,
-                                               const std::set<std::pair<std::uint32_t, std::uint32_t>>& aside, std::uint32_t world) {
+                                               const std::set<std::pair<std::uint32_t, std::uint32_t>>& aside, std::uint32_t world,
+                                               bool load_all) {
   std::map<StepKey, Claim> candidates;
   for (const auto& r : reports)
     for (const auto& c : r.claims) candidates.emplace(step_key(c.step, c.digest), c);
@@ -265,7 +266,7 @@ struct Decision {
     bool complete = true;
     for (std::uint32_t q = 0; q < world && complete; ++q) {
       std::vector<std::uint32_t> needs;
-      if (W == world) needs.push_back(q);
+      if (W == world && !load_all) needs.push_back(q);
       else for (std::uint32_t s = 0; s < W; ++s) needs.push_back(s);
       for (std::uint32_t s : needs) {
         const auto matches = [&](std::uint32_t h, std::uint32_t i, bool persistent) {
@@ -277,7 +278,6 @@ struct Decision {
         for (std::uint32_t i = 0; i < reports[q].copies.size() && !pick; ++i)
           if (matches(q, i, false)) pick = PlanEntry{q, s, How::local, q, i};
         // A peer's memory copy, from the holder with the fewest sends so far.
-        for (std::uint32_t h = 0; h < world && !pick; ++h) (void)h;
         std::optional<PlanEntry> peer;
         for (std::uint32_t h = 0; h < reports.size() && !pick; ++h) {
           if (h == q) continue;
@@ -418,13 +418,9 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
   Decision decision;
   std::set<StepKey> newly_failed;
   for (int round = 0;; ++round) {
-    Encoder none;
     std::string bytes;
     if (me == 0) {
-      decision = plan_resume(reports, failed, aside, world);
-      if (round > 0 && decision.verdict == Verdict::load && decision.step == out.step && decision.digest == out.digest) {
-        // replanned the same step without the bad copies
-      }
+      decision = plan_resume(reports, failed, aside, world, options_.load_all_shards);
       decision.set_aside.assign(aside.begin(), aside.end());
       decision.failed.assign(newly_failed.begin(), newly_failed.end());
       bytes = encode_decision(decision);
@@ -534,7 +530,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
       view.world_ = static_cast<std::uint32_t>(decision.shards.size());
       for (auto& [s, r] : loaded) view.shards_.push_back(r);
       // This rank's state: its own rank's in the step, or rank 0's when the world changed.
-      const std::uint32_t whose = decision.shards.size() == world ? me : 0;
+      const std::uint32_t whose = decision.shards.size() == world ? me : 0;  // a rank of the step that still exists
       std::string state_bytes;
       const TensorRecord* st = view.find_tensor(layout::state_tensor(whose));
       if (st == nullptr) load_status = make_error(Code::corrupt, "step " + std::to_string(decision.step) + " has no training state of rank " + std::to_string(whose));

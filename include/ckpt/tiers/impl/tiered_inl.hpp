@@ -456,6 +456,8 @@ CKPT_INLINE Status TieredCheckpointer::start_saver(std::size_t bytes) {
   o.slab_bytes = std::min<std::size_t>(std::size_t{8} << 20, std::max<std::size_t>(o.staging_bytes / 4, 4096));
   o.max_in_flight = 2;  // the next capture stages while the last one replicates
   o.obey_flush_requests = false;
+  o.device = options_.device;
+  o.memory = options_.staging_memory;
   o.on_complete = [this](const SaveOutcome& outcome) { after_capture(outcome); };
   CKPT_ASSIGN_OR_RETURN(saver_, AsyncSaver::create(*own_, std::move(o)));
   return Status();
