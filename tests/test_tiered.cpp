@@ -215,6 +215,7 @@ TEST_CASE("a restarted job resumes from its own memory and ends bit-identical", 
     CHECK(res.setbacks.empty());
   }
   CHECK(r.resumed[0].state.data.offset == 6 * 32);
+  CHECK_FALSE(r.resumed[0].read_persistent);  // memory served: storage was not touched
 }
 
 TEST_CASE("a lost node resumes from its replica and the replacement is refilled", "[tiered]") {
@@ -241,6 +242,7 @@ TEST_CASE("a node and the holder of its replica lost: the persistent tier serves
   auto r = run(Job{dir, kFourNodes, 10, {}, {}});
   check_final(r, 10);
   CHECK(r.resumed[0].step == 4);  // step 6 of shard 2 survives nowhere; step 4 is persisted
+  CHECK(r.resumed[0].read_persistent);
   CHECK_THAT(r.resumed[2].sources.at(0), Catch::Contains("persistent store"));
 }
 

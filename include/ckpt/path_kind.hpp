@@ -1,10 +1,11 @@
-// ckpt: what a path names (a shard file, a step directory, a store, a store that lost its journal)
-// and where a step directory stands in its store.
+// ckpt: what a path names (a shard file, a step directory, a store, a store that lost its journal,
+// a memory-tier root or one of its rank directories) and where a step directory stands in its store.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "error.hpp"
 #include "io/fs.hpp"
@@ -19,7 +20,9 @@ enum class PathKind : std::uint8_t {
   store,       // a directory holding JOURNAL
   step_dir,    // a directory holding MANIFEST
   broken_store,  // a directory without JOURNAL that holds step-<s>-<t> directories (a lost journal)
-  other_dir,   // a directory that is neither
+  other_dir,   // a directory that is none of these
+  memory_root,  // a memory tier's root (spec/TIERS.md 2): holds rank-<r> directories
+  rank_dir,     // one rank's directory of a memory root: rank-<r> holding TIERS, own/ or held-<s>/
 };
 
 [[nodiscard]] inline const char* path_kind_name(PathKind k) noexcept {
@@ -29,8 +32,54 @@ enum class PathKind : std::uint8_t {
     case PathKind::step_dir: return "step directory";
     case PathKind::broken_store: return "store without a journal";
     case PathKind::other_dir: return "directory";
+    case PathKind::memory_root: return "memory root";
+    case PathKind::rank_dir: return "rank directory";
   }
   return "unknown";
+}
+
+// The memory tier's names (spec/TIERS.md 2). tiers/tiered.hpp writes them (its namespace layout) and
+// tiers/memory_root.hpp static_asserts that both spell them alike; they are here so that telling a
+// path apart does not parse the tiered checkpointer.
+namespace memory_layout {
+inline constexpr std::string_view kRankDirPrefix = "rank-";  // ROOT/rank-<r>/
+inline constexpr std::string_view kOwnStore = "own";         // rank-<r>/own: r's shards
+inline constexpr std::string_view kHeldPrefix = "held-";     // rank-<r>/held-<s>: replicas of s's shards
+inline constexpr std::string_view kTierLog = "TIERS";        // rank-<r>/TIERS: the tier log
+}  // namespace memory_layout
+
+// "<prefix><decimal>" with 1 to 9 digits: the number in *out. Anything else (a sign, a space, a
+// tenth digit) is not such a name.
+[[nodiscard]] inline bool parse_numbered_name(std::string_view name, std::string_view prefix, std::uint32_t& out) noexcept {
+  if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 || name.substr(0, prefix.size()) != prefix) return false;
+  std::uint32_t n = 0;
+  for (const char c : name.substr(prefix.size())) {
+    if (c < '0' || c > '9') return false;
+    n = n * 10 + static_cast<std::uint32_t>(c - '0');
+  }
+  out = n;
+  return true;
+}
+
+// A memory tier's rank directory: named rank-<r> and holding its tier log, or a store own/ or
+// held-<s>/ (a directory with a JOURNAL). Symlinks are not followed (FsRef::stat).
+[[nodiscard]] inline bool is_rank_directory(FsRef fs, const std::string& path) {
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  std::uint32_t rank = 0;
+  if (!parse_numbered_name(base_name(trimmed), memory_layout::kRankDirPrefix, rank)) return false;
+  auto info = fs.stat(trimmed);
+  if (!info.ok() || !info->is_dir) return false;
+  auto log = fs.stat(join_path(trimmed, std::string(memory_layout::kTierLog)));
+  if (log.ok() && log->kind == EntryKind::file) return true;
+  auto entries = fs.list_dir(trimmed);
+  if (!entries.ok()) return false;
+  for (const auto& e : *entries) {
+    std::uint32_t shard = 0;
+    if (e != memory_layout::kOwnStore && !parse_numbered_name(e, memory_layout::kHeldPrefix, shard)) continue;
+    if (fs.stat(join_path(join_path(trimmed, e), std::string(journal::kJournalName))).ok()) return true;
+  }
+  return false;
 }
 
 // What a path names; not_found when it does not exist.
@@ -48,6 +97,12 @@ enum class PathKind : std::uint8_t {
     std::uint64_t step = 0, txn = 0;
     if (parse_step_dir_name(e, step, txn)) return PathKind::broken_store;
   }
+  if (is_rank_directory(fs, path)) return PathKind::rank_dir;
+  for (const auto& e : *entries) {
+    std::uint32_t rank = 0;
+    if (parse_numbered_name(e, memory_layout::kRankDirPrefix, rank) && is_rank_directory(fs, join_path(path, e)))
+      return PathKind::memory_root;
+  }
   return PathKind::other_dir;
 }
 
@@ -57,6 +112,10 @@ enum class PathKind : std::uint8_t {
   if (kind == PathKind::broken_store)
     return make_error(Code::corrupt, path + ": holds step directories but no JOURNAL; ckpt-repair can rebuild the journal "
                                             "from the step directories that verify");
+  if (kind == PathKind::memory_root || kind == PathKind::rank_dir)
+    return make_error(Code::invalid_argument, path + ": a " + path_kind_name(kind) + " of the memory tier (spec/TIERS.md 2), not a "
+                                                     "store: ckpt-inspect, ckpt-verify and ckpt-repair take it whole, or name one of "
+                                                     "its stores (rank-<r>/own, rank-<r>/held-<s>)");
   return make_error(Code::invalid_argument, path + ": a directory that is neither a ckpt store (no JOURNAL) nor a step "
                                                    "directory (no MANIFEST)");
 }

@@ -106,6 +106,7 @@ struct Resumed {
   TrainingState state;                // this rank's state (its own rank's, or rank 0's when the world changed)
   std::vector<std::string> sources;   // for each shard this rank loaded: where from
   std::vector<std::string> setbacks;  // copies set aside and steps that failed, in the order met
+  bool read_persistent = false;       // rank 0: the persistent store had to be read (memory could not serve)
   [[nodiscard]] std::uint64_t next_step() const noexcept { return fresh ? 0 : step + 1; }
 };
 

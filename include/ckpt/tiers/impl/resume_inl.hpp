@@ -368,36 +368,45 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         if (store != nullptr) scan_store(fs_, *store, kind, shard, aside, scan);
       }
     }
-    if (me == 0 && !options_.persistent.empty()) {
-      auto opened = Store::open(fs_, options_.persistent, Access::read_only);
-      if (opened.ok()) {
-        std::set<std::pair<std::string, std::uint64_t>> aside;
-        for (const auto& r : this->records())
-          if (r.event == TierEvent::set_aside) aside.insert({r.detail, r.txn});
-        for (const StepInfo& info : (*opened)->steps()) {
-          auto reader = StepReader::open(fs_, (*opened)->path(), info, (*opened)->uuid());
-          if (!reader.ok()) {
-            scan.notes.push_back(reader.status().message());
-            continue;
-          }
-          Claim claim;
-          claim.step = info.step;
-          for (std::size_t s = 0; s < reader->shard_count(); ++s) claim.shards.push_back(shard_digest(reader->shard(s)));
-          claim.digest = step_digest(info.step, claim.shards);
-          for (std::uint32_t s = 0; s < claim.shards.size(); ++s) {
-            if (aside.count({(*opened)->path() + "#" + std::to_string(s), info.txn})) continue;
-            LocalCopy c;
-            c.step = info.step, c.shard = s, c.digest = claim.shards[s], c.kind = CopyKind::persistent;
-            c.store_path = (*opened)->path(), c.info = info, c.uuid = (*opened)->uuid(), c.shard_in_step = s;
-            scan.copies.push_back(std::move(c));
-          }
-          scan.claims.push_back(std::move(claim));
-        }
-      } else if (opened.status().code() != Code::not_found) {
-        scan.notes.push_back(opened.status().message());
-      }
-    }
   }
+  // The persistent store is read only when memory cannot serve the newest recorded step: a restarted job
+  // whose memory tier holds it never touches storage (spec/TIERS.md 7.1). Rank 0 scans it for everyone.
+  Resumed out;
+  bool persistent_scanned = options_.persistent.empty();
+  const auto scan_persistent = [&](RankReport& into) {
+    persistent_scanned = true;
+    out.read_persistent = true;
+    auto opened = Store::open(fs_, options_.persistent, Access::read_only);
+    if (!opened.ok()) {
+      if (opened.status().code() != Code::not_found) scan.notes.push_back(opened.status().message());
+      return;
+    }
+    std::set<std::pair<std::string, std::uint64_t>> aside_here;
+    for (const auto& r : this->records())
+      if (r.event == TierEvent::set_aside) aside_here.insert({r.detail, r.txn});
+    for (const StepInfo& info : (*opened)->steps()) {
+      auto reader = StepReader::open(fs_, (*opened)->path(), info, (*opened)->uuid());
+      if (!reader.ok()) {
+        scan.notes.push_back(reader.status().message());
+        continue;
+      }
+      Claim claim;
+      claim.step = info.step;
+      for (std::size_t s = 0; s < reader->shard_count(); ++s) claim.shards.push_back(shard_digest(reader->shard(s)));
+      claim.digest = step_digest(info.step, claim.shards);
+      for (std::uint32_t s = 0; s < claim.shards.size(); ++s) {
+        if (aside_here.count({(*opened)->path() + "#" + std::to_string(s), info.txn})) continue;
+        LocalCopy c;
+        c.step = info.step, c.shard = s, c.digest = claim.shards[s], c.kind = CopyKind::persistent;
+        c.store_path = (*opened)->path(), c.info = info, c.uuid = (*opened)->uuid(), c.shard_in_step = s;
+        // Rank 0's table and its report grow together: a copy's index is the same in both.
+        into.copies.push_back(RankReport::Copy{c.step, c.shard, c.digest, c.kind});
+        scan.copies.push_back(std::move(c));
+      }
+      into.claims.push_back(claim);
+      scan.claims.push_back(std::move(claim));
+    }
+  };
   // 2. Rounds: the root plans, every rank fetches and verifies its shards and loads them, the root hears
   // every verdict; a bad copy is set aside and the round repeats, a step that cannot load is failed.
   std::vector<RankReport> reports;
@@ -411,7 +420,6 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
       reports.push_back(std::move(rep));
     }
   }
-  Resumed out;
   std::vector<std::unique_ptr<StepReader>> open_steps;
   std::vector<std::pair<std::uint32_t, ShardReader*>> loaded;  // (shard, reader) this rank loaded
   std::map<std::uint32_t, LocalCopy> loaded_copies;
@@ -421,6 +429,16 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     std::string bytes;
     if (me == 0) {
       decision = plan_resume(reports, failed, aside, world, options_.load_all_shards);
+      if (!persistent_scanned) {
+        std::uint64_t newest_claim = 0;
+        bool any_claim = false;
+        for (const auto& rep : reports)
+          for (const auto& c : rep.claims) newest_claim = std::max(newest_claim, c.step), any_claim = true;
+        if (decision.verdict != Verdict::load || !any_claim || newest_claim > decision.step) {
+          scan_persistent(reports[0]);
+          decision = plan_resume(reports, failed, aside, world, options_.load_all_shards);
+        }
+      }
       decision.set_aside.assign(aside.begin(), aside.end());
       decision.failed.assign(newly_failed.begin(), newly_failed.end());
       bytes = encode_decision(decision);
