@@ -248,6 +248,18 @@ struct Decision {
   return x;
 }
 
+// Sends one copy this rank reaches to `dest` as shard of the agreed step. A copy that cannot be opened or
+// does not verify is told to the receiver, which reports it; only a transport failure is returned.
+[[nodiscard]] CKPT_INLINE Status send_copy(FsRef fs, CommRef comm, const LocalCopy& c, const Decision& agreed, int dest, int tag,
+                                           std::size_t block) {
+  auto reader = StepReader::open(fs, c.store_path, c.info, c.uuid);
+  ShardSource src{c.store_path + " step " + std::to_string(c.step) + (reader.ok() ? "" : ": " + reader.status().message()),
+                  reader.ok() ? &reader->shard(c.shard_in_step) : nullptr, reader.ok() ? reader->state() : TrainingState()};
+  Status copy_failure;
+  return send_shard(comm, src, agreed.step, c.shard, static_cast<std::uint32_t>(agreed.shards.size()), agreed.digest, c.digest, dest, tag,
+                    block, &copy_failure);
+}
+
 // The root's choice (spec/TIERS.md 7.1): the newest (step, digest) not failed for which every shard each
 // rank needs has a source not set aside, each from the nearest: its own copy, a peer's, the persistent store.
 [[nodiscard]] CKPT_INLINE Decision plan_resume(const std::vector<RankReport>& reports, const std::set<StepKey>& failed,
@@ -488,13 +500,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         [&]() -> Status {
           for (const auto& p : decision.plan) {
             if (p.how != How::peer || p.holder != me) continue;
-            const LocalCopy& c = scan.copies.at(p.copy);
-            auto reader = StepReader::open(fs_, c.store_path, c.info, c.uuid);
-            ShardSource src{c.store_path + " step " + std::to_string(c.step) + (reader.ok() ? "" : ": " + reader.status().message()),
-                            reader.ok() ? &reader->shard(c.shard_in_step) : nullptr, reader.ok() ? reader->state() : TrainingState()};
-            Status copy_failure;  // the receiver reports it; the stream stays in step
-            CKPT_TRY(send_shard(comm_, src, c.step, c.shard, static_cast<std::uint32_t>(decision.shards.size()), decision.digest,
-                                c.digest, static_cast<int>(p.rank), kFetchTag, options_.transfer_block, &copy_failure));
+            CKPT_TRY(send_copy(fs_, comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), kFetchTag, options_.transfer_block));
           }
           return Status();
         },
@@ -704,13 +710,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         [&]() -> Status {
           for (const auto& [s, h] : list) {
             if (s != me) continue;
-            const LocalCopy& c = loaded_copies.at(s);
-            auto reader = StepReader::open(fs_, c.store_path, c.info, c.uuid);
-            ShardSource src{c.store_path + (reader.ok() ? "" : ": " + reader.status().message()),
-                            reader.ok() ? &reader->shard(c.shard_in_step) : nullptr, reader.ok() ? reader->state() : TrainingState()};
-            Status copy_failure;
-            CKPT_TRY(send_shard(comm_, src, decision.step, s, world, decision.digest, c.digest, static_cast<int>(h), kRefillTag,
-                                options_.transfer_block, &copy_failure));
+            CKPT_TRY(send_copy(fs_, comm_, loaded_copies.at(s), decision, static_cast<int>(h), kRefillTag, options_.transfer_block));
           }
           return Status();
         },
