@@ -58,9 +58,25 @@ if(Python3_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CKPT_MPI_TEST_DIR}/tier_failures.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:tier_train>
                    ${PROJECT_BINARY_DIR}/mpi-tiers ${CKPT_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS})
   set_tests_properties(mpi_tier_failures PROPERTIES LABELS mpi TIMEOUT 900 ENVIRONMENT "${CKPT_MPI_TEST_ENV}"
-                       WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+                       WORKING_DIRECTORY ${PROJECT_BINARY_DIR} FIXTURES_SETUP mpi_tiers)
+  # What the table left behind, read by an independent implementation of spec/TIERS.md 5 (xxhash package).
+  add_test(NAME interop_tiers COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/interop/test_tiers_interop.py
+                                      ${PROJECT_BINARY_DIR}/mpi-tiers)
+  set_tests_properties(interop_tiers PROPERTIES LABELS "interop;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+                       FIXTURES_REQUIRED mpi_tiers WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()
 
 if(TARGET ckpt-bench-ranks)
   ckpt_mpi_test(mpi_bench_ranks $<TARGET_FILE:ckpt-bench-ranks> --dir ${PROJECT_BINARY_DIR} --size 4MiB --ranks 1,2,4 --json)
+endif()
+# mpi_bench_tiers: the tiers benchmark's whole run (tools/bench-tiers.py: capture, DCP when torch is there,
+# restarts from each tier) on 16 MiB, so it keeps working; it checks where each restart loaded from, never times.
+if(TARGET ckpt-bench-tiers AND Python3_FOUND)
+  string(REPLACE ";" " " CKPT_BENCH_TIERS_MPIRUN "${MPIEXEC_EXECUTABLE};${MPIEXEC_PREFLAGS}")
+  add_test(NAME mpi_bench_tiers
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/bench-tiers.py --bench $<TARGET_FILE:ckpt-bench-tiers>
+                   --mpirun "${CKPT_BENCH_TIERS_MPIRUN}" --ranks 4 --size 16MiB --repeat 2 --resumes 1 --dir ${PROJECT_BINARY_DIR}
+                   --json ${PROJECT_BINARY_DIR}/bench-tiers.json)
+  set_tests_properties(mpi_bench_tiers PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${CKPT_MPI_TEST_ENV}"
+                       WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()

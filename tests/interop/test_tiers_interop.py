@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""The tier log and the step digest against spec/TIERS.md, independently of the C++ library.
+
+Walks a directory of memory roots and a persistent store left by the MPI failure table
+(tests/mpi/tier_failures.py), reads every TIERS log with the journal framing of spec/JOURNAL.md 3
+decoded here with `struct` and the `xxhash` package, and checks, for every record it can:
+  CAPTURED   its step digest is XXH3-128 of "CKPTTIER", step, world and every shard digest
+             (spec/TIERS.md 5.3), its own shard digest is the detail's entry, and the shard file of
+             its memory store (own/step-<step>-<txn>) has that digest: the identity root of
+             spec/IDENTITY.md 2 recomputed from the file by tests/interop/ckpt_spec_reader.py, every
+             chunk digest checked against the data;
+  HELD       the replica's file (held-<shard>/step-<step>-<txn>) has the record's shard digest;
+  PERSISTED  the persistent store's shard file of that transaction has the record's shard digest.
+Exit 0 all agree, 1 a mismatch, 77 the xxhash package is missing (skipped).
+
+usage: test_tiers_interop.py DIR
+"""
+import os
+import struct
+import sys
+
+try:
+    import xxhash
+except ImportError:
+    print("skipped: the xxhash package is not installed")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ckpt_spec_reader import CkptFile  # noqa: E402
+
+PAGE = 4096
+TIER_BASE = 0x8000 | 0x0100
+EVENTS = {1: "CAPTURED", 2: "HELD", 3: "REPLICATED", 4: "PERSISTED", 5: "EVICTED", 6: "SET_ASIDE", 7: "LOAD_FAILED", 8: "RESUMED"}
+failures = []
+counts = {}
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAILED:", what)
+
+
+def records(path):
+    """Applied records of a journal-framed file (spec/JOURNAL.md 3): whole sync groups only."""
+    data = open(path, "rb").read()
+    out, group, off = [], [], 0
+    while off + 16 <= len(data):
+        length, rtype, flags = struct.unpack_from("<IHH", data, off)
+        end = off + 8 + length
+        if end + 8 > len(data):
+            break  # a torn tail
+        (digest,) = struct.unpack_from("<Q", data, end)
+        if digest != xxhash.xxh3_64_intdigest(data[off:end], seed=off):
+            break
+        if flags & 1:
+            group = []
+        group.append((off, rtype, data[off + 8:end]))
+        off = end + 8
+        if flags & 2:  # LAST: the group is complete
+            out.extend(g for g in group if g[1] & 0xFF00 == TIER_BASE & 0xFF00 and g[1] & 0x8000)
+            group = []
+    return out
+
+
+def decode(payload):
+    step, world, shard = struct.unpack_from("<QII", payload, 0)
+    sd = struct.unpack_from("<QQ", payload, 16)
+    hd = struct.unpack_from("<QQ", payload, 32)
+    txn, copies, detail_len = struct.unpack_from("<QII", payload, 48)
+    detail = payload[64:]
+    assert len(detail) == detail_len
+    return dict(step=step, world=world, shard=shard, step_digest=sd, shard_digest=hd, txn=txn, copies=copies, detail=detail)
+
+
+def d128(data):
+    return struct.unpack(">QQ", xxhash.xxh3_128_digest(data))  # canonical: high half first
+
+
+def u64(v):
+    return struct.pack("<Q", v)
+
+
+def string(b):
+    return u64(len(b)) + b
+
+
+def shard_digest(path):
+    """spec/IDENTITY.md 2 over one shard file, every chunk digest first checked against its bytes."""
+    f = CkptFile.open(path)
+    f.verify()
+    tensors = []
+    for t in f.tensors:
+        e = b"CKPTTNSR" + struct.pack("<I", 1) + string(t["name"].encode()) + string(t["dtype"].encode())
+        e += u64(len(t["shape"])) + b"".join(u64(d) for d in t["shape"]) + u64(len(t["pieces"]))
+        for p in sorted(t["pieces"], key=lambda p: (p["offsets"], p["shape"])):
+            e += u64(len(p["offsets"])) + b"".join(u64(v) for v in p["offsets"]) + b"".join(u64(v) for v in p["shape"])
+            e += u64(p["data_length"]) + u64(f.chunk_size) + u64(len(p["chunks"]))
+            e += b"".join(u64(c["digest"]) for c in p["chunks"])
+        h, l = d128(e)
+        tensors.append((t["name"].encode(), u64(h) + u64(l)))
+    check(not f.metadata, f"{path}: a memory shard carries no index metadata")
+    mh, ml = d128(b"CKPTMETA" + struct.pack("<I", 1) + u64(0))
+    r = b"CKPTROOT" + struct.pack("<I", 1) + u64(len(tensors)) + b"".join(d for _, d in sorted(tensors)) + u64(mh) + u64(ml)
+    return d128(r)
+
+
+def step_file(store, step, txn):
+    d = os.path.join(store, f"step-{step}-{txn}")
+    if not os.path.isdir(d):
+        return None
+    files = sorted(x for x in os.listdir(d) if x.endswith(".ckpt"))
+    return [os.path.join(d, x) for x in files]
+
+
+def main():
+    root = sys.argv[1]
+    for dirpath, _, files in os.walk(root):
+        if "TIERS" not in files or not os.path.basename(dirpath).startswith("rank-"):
+            continue
+        job = dirpath
+        while os.path.basename(job) and not os.path.isdir(os.path.join(job, "persistent")):
+            job = os.path.dirname(job)
+        for off, rtype, payload in records(os.path.join(dirpath, "TIERS")):
+            r = decode(payload)
+            event = EVENTS.get(rtype & 0xFF, "?")
+            where = f"{dirpath}/TIERS at {off}: {event} step {r['step']} shard {r['shard']}"
+            if event == "CAPTURED":
+                shards = [struct.unpack_from("<QQ", r["detail"], 16 * i) for i in range(r["world"])]
+                check(len(r["detail"]) == 16 * r["world"], where + ": detail is world x 16 bytes")
+                e = b"CKPTTIER" + u64(r["step"]) + struct.pack("<I", r["world"]) + b"".join(u64(h) + u64(l) for h, l in shards)
+                check(d128(e) == r["step_digest"], where + ": step digest recomputed from the shard digests")
+                check(shards[r["shard"]] == r["shard_digest"], where + ": its own entry in the detail")
+                files = step_file(os.path.join(dirpath, "own"), r["step"], r["txn"])
+                if files:  # retention may have retired it since
+                    check(shard_digest(files[0]) == r["shard_digest"], where + ": the own shard file's identity")
+                    counts["own files"] = counts.get("own files", 0) + 1
+            elif event == "HELD":
+                files = step_file(os.path.join(dirpath, f"held-{r['shard']}"), r["step"], r["txn"])
+                if files:
+                    check(shard_digest(files[0]) == r["shard_digest"], where + ": the replica file's identity")
+                    counts["held files"] = counts.get("held files", 0) + 1
+            elif event == "PERSISTED":
+                files = step_file(os.path.join(job, "persistent"), r["step"], r["txn"])
+                if files:
+                    mine = [f for f in files if os.path.basename(f).startswith("shard-%05d-" % r["shard"])]
+                    check(len(mine) == 1 and shard_digest(mine[0]) == r["shard_digest"], where + ": the persistent shard's identity")
+                    counts["persistent files"] = counts.get("persistent files", 0) + 1
+            counts[event] = counts.get(event, 0) + 1
+    print("checked:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for need in ("CAPTURED", "HELD", "PERSISTED", "own files", "held files", "persistent files"):
+        check(counts.get(need, 0) > 0, f"no {need} seen under {root}")
+    print("FAILED" if failures else "passed", f"({len(failures)} failures)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
