@@ -345,3 +345,17 @@ TEST_CASE("with load_all_shards every rank loads every shard of the agreed step"
     CHECK(res.sources.size() >= 4);
   }
 }
+
+TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {
+  Job job{fresh_dir("long-run"), kFourNodes, 120, {}, [](TierOptions& o) { o.memory_every = 1, o.persist_every = 0, o.persistent.clear(); }};
+  auto r = run(job);
+  check_final(r, 120);
+  for (std::size_t rank = 0; rank < r.records.size(); ++rank) {
+    CHECK(r.records[rank].size() <= 64 + 16 * 2 * 2 + 8);
+    CHECK(fsys::file_size(job.dir / ("node-n" + std::to_string(rank)) / ("rank-" + std::to_string(rank)) / "TIERS") < (1u << 20));
+  }
+  // A restart after compaction still finds the newest step.
+  auto again = run(Job{job.dir, kFourNodes, 0, {}, [](TierOptions& o) { o.memory_every = 1, o.persist_every = 0, o.persistent.clear(); }});
+  REQUIRE(again.ok());
+  CHECK(again.resumed[0].step == 120);
+}

@@ -173,6 +173,8 @@ class TieredCheckpointer {
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
   [[nodiscard]] Result<Store*> held(std::uint32_t shard);
   [[nodiscard]] Status log(std::vector<TierRecord> records);
+  // Rewrites the tier log once it outgrows what the memory stores hold (spec/TIERS.md 5.4).
+  [[nodiscard]] Status compact_log();
   void phase(const char* name, std::uint64_t step) const;
 
   FsRef fs_;

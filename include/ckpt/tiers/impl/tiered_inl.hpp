@@ -404,6 +404,25 @@ CKPT_INLINE Status TieredCheckpointer::log(std::vector<TierRecord> records) {
   return log_->append(std::move(records));
 }
 
+CKPT_INLINE Status TieredCheckpointer::compact_log() {
+  std::lock_guard<std::mutex> lock(log_mutex_);
+  const std::size_t limit = 64 + 16 * options_.memory_keep * (1 + held_.size());
+  if (log_->records().size() <= limit) return Status();
+  // What a resume can still use: the records of steps some memory store of this rank holds, and every
+  // verdict that must outlive the copies (a step that failed to load, a copy set aside), the newest first.
+  std::uint64_t oldest = UINT64_MAX;
+  for (const auto& info : own_->steps()) oldest = std::min(oldest, info.step);
+  for (const auto& [s, store] : held_)
+    for (const auto& info : store->steps()) oldest = std::min(oldest, info.step);
+  std::size_t verdicts = 0;
+  for (const auto& r : log_->records()) verdicts += r.event == TierEvent::load_failed || r.event == TierEvent::set_aside ? 1 : 0;
+  std::size_t skip_verdicts = verdicts > 256 ? verdicts - 256 : 0;
+  return log_->compact([&](const TierRecord& r) {
+    if (r.event == TierEvent::load_failed || r.event == TierEvent::set_aside) return skip_verdicts == 0 || (--skip_verdicts, false);
+    return oldest != UINT64_MAX && r.step >= oldest;
+  });
+}
+
 CKPT_INLINE std::vector<TierRecord> TieredCheckpointer::records() const {
   std::lock_guard<std::mutex> lock(log_mutex_);
   return log_->records();
@@ -704,6 +723,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     evicted.push_back(e);
   }
   if (!evicted.empty()) CKPT_TRY(log(evicted));
+  CKPT_TRY(compact_log());
   if (!exchanged.ok()) return exchanged;
   return receive_failure;
 }
