@@ -2,7 +2,8 @@
 
 CPU tensors are written from their own memory; CUDA tensors are copied through the host. Every dtype
 ckpt has maps to torch's (bfloat16, float8_e4m3fn, float8_e5m2, float8_e8m0fnu where torch has them).
-The PyTorch DCP storage backend is ``ckpt.torch.dcp``.
+The PyTorch DCP storage backend is ``ckpt.torch.dcp``; the tiers for torch.distributed jobs
+(memory, peer replicas, persistent store) are ``ckpt.torch.TieredCheckpointer`` (``ckpt.torch.tiers``).
 """
 
 from __future__ import annotations
@@ -36,3 +37,12 @@ def save_model(model, filename, metadata: Optional[Dict[str, object]] = None) ->
 def load_model(model, filename, strict: bool = True, device: str = "cpu"):
     """Loads a file written by save_model into ``model``; returns load_state_dict's result."""
     return model.load_state_dict(load_file(filename, device=device), strict=strict)
+
+
+def __getattr__(name):
+    # The tiers import torch.distributed: only when asked for.
+    if name in ("TieredCheckpointer", "TorchComm", "DeviceSnapshot"):
+        from . import tiers
+
+        return getattr(tiers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,257 @@
+"""ckpt.torch.TieredCheckpointer on torch.distributed (gloo): a data-parallel job of 4 processes, each
+rank its own node, killed and restarted as torchrun restarts a job; every resumed run must end
+bit-identical to an uninterrupted one (spec/PYTHON.md 6, spec/TIERS.md 9).
+
+The job (tiers_worker.py) trains 10 steps (0..9), captures every 2 and persists every 4 with one replica
+on the next node: when rank 1 SIGKILLs itself at the start of step 7, steps 4 and 6 are in memory
+(each shard on its own node and its replica's) and 0 and 4 are persistent.
+"""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import ckpt  # noqa: E402
+from conftest import flip_byte  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORLD, STEPS, KILL_STEP, KILL_RANK = 4, 10, 7, 1
+
+
+def job(root, out, kill=None):
+    """One run of the job (a new set of processes); returns every rank's exit status."""
+    os.makedirs(root, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
+    args = [sys.executable, os.path.join(HERE, "tiers_worker.py"), str(WORLD), str(root), str(out), str(STEPS)]
+    if kill:
+        args += [str(kill[0]), str(kill[1])]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    status = {int(r): rc for r, rc in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+    return status
+
+
+def logs(out):
+    return "\n".join(f"--- rank {r}\n" + open(os.path.join(out, f"log-{r}.txt")).read()[-2500:]
+                     for r in range(WORLD) if os.path.exists(os.path.join(out, f"log-{r}.txt")))
+
+
+def finished(out):
+    """What every rank wrote at the end of a run (tiers_worker.py)."""
+    return [torch.load(os.path.join(out, f"rank-{r}.pt"), weights_only=False) for r in range(WORLD)]
+
+
+def assert_identical(a, b, path="state"):
+    """torch.equal on every tensor (dtype included), == on everything else, recursively."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and np.array_equal(a, b), path
+    elif isinstance(a, dict):
+        assert list(a.keys()) == list(b.keys()), path
+        for k in a:
+            assert_identical(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_identical(x, y, f"{path}/{i}")
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The uninterrupted run, and the memory roots and persistent store a run killed at step 7 left."""
+    base = tmp_path_factory.mktemp("tiers")
+    status = job(base / "reference", base / "reference-out")
+    assert set(status.values()) == {0}, logs(base / "reference-out")
+    reference = finished(base / "reference-out")
+    status = job(base / "killed", base / "killed-out", kill=(KILL_STEP, KILL_RANK))
+    # The killed rank died by SIGKILL; the launcher then took the others down, as torchrun does.
+    assert status[KILL_RANK] == -9, (status, logs(base / "killed-out"))
+    assert all(rc != 0 for rc in status.values()), status
+    return base, reference
+
+
+def resume_after(runs, tmp_path, damage=None):
+    """Restarts the killed job on a copy of what it left (after `damage`); returns every rank's result."""
+    base, reference = runs
+    root = tmp_path / "root"
+    shutil.copytree(base / "killed", root)
+    if damage:
+        damage(root)
+    out = tmp_path / "out"
+    status = job(root, out)
+    assert set(status.values()) == {0}, logs(out)
+    results = finished(out)
+    for rank, (got, ref) in enumerate(zip(results, reference)):
+        for part in ("model", "optim", "sched", "rng", "sampler"):
+            assert_identical(got[part], ref[part], f"rank {rank} {part}")
+        resumed = got["resumed"]["next_step"]
+        assert sorted(got["order"]) == list(range(resumed, STEPS))
+        assert all(got["order"][s] == ref["order"][s] for s in got["order"]), f"rank {rank}: data order"
+    return root, [r["resumed"] for r in results]
+
+
+def gone(root, *nodes):
+    for n in nodes:
+        shutil.rmtree(root / f"node-{n}")
+
+
+def test_a_killed_rank_and_a_restarted_job_resume_from_memory(runs, tmp_path):
+    _, resumed = resume_after(runs, tmp_path)
+    for rank, r in enumerate(resumed):
+        assert not r["fresh"] and r["step"] == 6 and r["world"] == WORLD, r
+        assert f"shard {rank} from own memory" in r["sources"][rank], r["sources"]
+        assert not r["setbacks"], r["setbacks"]
+    assert len({r["digest"] for r in resumed}) == 1  # every rank agreed on the same content
+
+
+def test_a_lost_node_resumes_from_its_replica(runs, tmp_path):
+    _, resumed = resume_after(runs, tmp_path, lambda root: gone(root, "n2"))
+    for r in resumed:
+        assert r["step"] == 6, r
+    # Rank 2 starts on an empty node: its own shard comes back from rank 3, which held the replica.
+    assert "shard 2 from replica in memory" in resumed[2]["sources"][2], resumed[2]["sources"]
+
+
+def test_a_lost_node_and_its_replica_holder_resume_from_the_persistent_store(runs, tmp_path):
+    _, resumed = resume_after(runs, tmp_path, lambda root: gone(root, "n2", "n3"))
+    for r in resumed:
+        assert r["step"] == 4, r  # no copy of shard 2 of step 6 survives; step 4 is persistent
+    assert any("from persistent store" in s for s in resumed[2]["sources"]), resumed[2]["sources"]
+
+
+def flip_in_piece(store, step, rank, tensor, numel):
+    """Flips one byte of rank `rank`'s piece of `tensor` (F32, `numel` elements) in a memory store's step."""
+    with ckpt.safe_open(store, step=step) as f:
+        begin, end = numel * rank // WORLD, numel * (rank + 1) // WORLD
+        piece = f.get_slice(tensor)[begin:end].tobytes()
+    step_dir = next(os.path.join(store, d) for d in os.listdir(store) if d.startswith(f"step-{step}-"))
+    shard = next(os.path.join(step_dir, f) for f in os.listdir(step_dir) if f.endswith(".ckpt"))
+    data = open(shard, "rb").read()
+    assert data.count(piece) == 1
+    flip_byte(shard, data.index(piece) + len(piece) // 2)
+
+
+def test_a_flipped_byte_in_a_copy_is_caught_and_the_next_source_used(runs, tmp_path):
+    def damage(root):
+        flip_in_piece(str(root / "node-n1" / "rank-1" / "own"), 6, KILL_RANK, "model/0.weight", 16 * 32)
+
+    root, resumed = resume_after(runs, tmp_path, damage)
+    for r in resumed:
+        assert r["step"] == 6, r  # the same step, from rank 1's replica on node n2
+    assert "shard 1 from replica in memory" in resumed[1]["sources"][1], resumed[1]["sources"]
+    setbacks = "\n".join(s for r in resumed for s in r["setbacks"])
+    assert "set aside own memory copy of shard 1 of step 6" in setbacks, setbacks
+    assert "model/0.weight" in setbacks, setbacks  # the damage was named where it was found
+
+
+# --- One process: the device snapshot path ----------------------------------------------------------
+
+
+@pytest.fixture
+def world_of_one(tmp_path):
+    init = tempfile.mktemp(prefix="ckpt-tiers-one-")
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
+    try:
+        yield tmp_path
+    finally:
+        dist.destroy_process_group()
+        if os.path.exists(init):
+            os.unlink(init)
+
+
+def capture_and_resume(root, device, device_snapshots):
+    """Trains 4 steps on `device`, captures step 3, and resumes it into a fresh model; returns both."""
+    from ckpt.torch import TieredCheckpointer
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)).to(device)
+        model[0].register_buffer("counter", torch.arange(5, dtype=torch.int64, device=device))
+        model[0].register_buffer("scale", torch.linspace(-1, 1, 7, dtype=torch.bfloat16, device=device))
+        model[0].register_buffer("empty", torch.zeros(0, 3, device=device))
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        return model, optimizer
+
+    def tiers(model, optimizer):
+        return TieredCheckpointer(model, optimizer, memory_root=str(root / "node-0"), memory_every=3, replicas=0,
+                                  topology=["node-0"], device_snapshots=device_snapshots, chunk_size_log2=12)
+
+    model, optimizer = make()
+    t = tiers(model, optimizer)
+    assert t.resume() == 0 and t.resumed.fresh
+    for step in range(4):
+        model(torch.randn(4, 8, device=device)).square().sum().backward()
+        optimizer.step()
+        assert t.step(step) == ("capture" if step % 3 == 0 else "none")
+    t.wait()
+    t.close()
+    saved_rng = torch.get_rng_state()
+    random.random(), torch.rand(3)  # moved on: resume must restore them
+    model2, optimizer2 = make()
+    t2 = tiers(model2, optimizer2)
+    assert t2.resume() == 4 and t2.resumed.step == 3
+    t2.close()
+    assert torch.equal(torch.get_rng_state(), saved_rng)
+    assert_identical(model2.state_dict(), model.state_dict())
+    assert_identical(optimizer2.state_dict(), optimizer.state_dict())
+
+
+def test_device_snapshot_path_through_the_copier(world_of_one):
+    """The copier and staging plumbing (pieces handed over by address, copied by DeviceSnapshot into
+    the staging pool it allocated, fenced) with CPU tensors: what runs on a GPU minus the CUDA stream."""
+    from ckpt.torch import DeviceSnapshot
+
+    class EveryTensor(DeviceSnapshot):
+        calls = {"allocate": 0, "copy": 0, "fence": 0, "release": 0}
+
+        def handles(self, t):
+            return True
+
+        def __getattribute__(self, name):
+            calls = object.__getattribute__(self, "calls")
+            if name in calls:
+                calls[name] += 1
+            return object.__getattribute__(self, name)
+
+    copier = EveryTensor()
+    capture_and_resume(world_of_one, "cpu", device_snapshots=copier)
+    assert copier.calls["allocate"] == 1 and copier.calls["release"] == 1, copier.calls
+    assert copier.calls["copy"] >= 8 and copier.calls["fence"] >= 2, copier.calls  # 2 captures of 8 tensors
+
+
+def test_cuda_tensors_copied_device_to_host_into_pinned_staging(world_of_one):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the device-to-host snapshot on a side stream is not exercised")
+    capture_and_resume(world_of_one, "cuda", device_snapshots=None)  # default: on, since the model is on CUDA
+
+
+def test_a_step_the_load_callback_refuses_is_failed_and_the_reason_kept(world_of_one):
+    from ckpt.torch import TieredCheckpointer
+
+    def tiers(width):
+        model = torch.nn.Linear(4, width)
+        return TieredCheckpointer(model, memory_root=str(world_of_one / "node-0"), memory_every=1, replicas=0,
+                                  topology=["node-0"])
+
+    t = tiers(3)
+    assert t.resume() == 0
+    t.step(0)
+    t.close()
+    t = tiers(5)  # the model changed shape: its state dict does not fit the step
+    with pytest.raises(ckpt.CkptError, match="refusing to start over") as caught:
+        t.resume()
+    assert "size mismatch for weight" in str(caught.value.__cause__)  # this rank's reason, from load_state_dict
+    t.close()
