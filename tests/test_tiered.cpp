@@ -344,6 +344,13 @@ TEST_CASE("with load_all_shards every rank loads every shard of the agreed step"
     CHECK(res.step == 6);
     CHECK(res.sources.size() >= 4);
   }
+  // Shards fetched only for the resume do not stay in memory once the own store has moved on.
+  PosixFs fs;
+  for (std::uint32_t s : {1u, 2u}) {
+    auto fetched = Store::open(fs, layout::held_store((dir / "node-n0").string(), 0, s), Access::read_only);
+    REQUIRE(fetched.ok());
+    CHECK((*fetched)->steps().empty());
+  }
 }
 
 TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {

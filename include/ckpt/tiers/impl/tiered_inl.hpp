@@ -362,7 +362,12 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
   t->rank_dir_ = layout::rank_dir(t->options_.memory_root, me);
   if (local.ok()) {
     // mkdir -p of the root and the rank's directory, each made durable in its parent (spec/JOURNAL.md 5.1).
-    for (const std::string& dir : {t->options_.memory_root, t->rank_dir_}) {
+    std::vector<std::string> dirs{t->rank_dir_};
+    for (std::string d = t->options_.memory_root; !d.empty() && d != "/" && d != "."; d = parent_path(d)) {
+      dirs.insert(dirs.begin(), d);
+      if (parent_path(d) == d) break;
+    }
+    for (const std::string& dir : dirs) {
       auto st = fs.stat(dir);
       if (st.ok()) continue;
       Status made = fs.mkdir(dir);
@@ -721,6 +726,23 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     TierRecord e;
     e.event = TierEvent::evicted, e.step = old.step, e.world = world, e.shard = me, e.txn = old.txn;
     evicted.push_back(e);
+  }
+  // Shards fetched at a resume that the placement does not give this rank: kept only while older than
+  // nothing the own store keeps, so a resume costs no memory for longer than memory_keep captures.
+  const auto own_steps = own_->steps();
+  if (own_steps.size() >= options_.memory_keep) {
+    const std::uint64_t oldest = own_steps.front().step;
+    for (auto& [shard, store] : held_) {
+      if (std::find(sources.begin(), sources.end(), static_cast<int>(shard)) != sources.end()) continue;
+      for (const StepInfo& info : store->steps()) {
+        if (info.step >= oldest) continue;
+        CKPT_TRY(store->retire(info.step));
+        TierRecord e;
+        e.event = TierEvent::evicted, e.step = info.step, e.world = 1, e.shard = shard, e.txn = info.txn;
+        e.detail = "fetched at resume, older than every step kept";
+        evicted.push_back(e);
+      }
+    }
   }
   if (!evicted.empty()) CKPT_TRY(log(evicted));
   CKPT_TRY(compact_log());
