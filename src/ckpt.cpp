@@ -13,3 +13,4 @@
 #include "ckpt/identity.hpp"
 #include "ckpt/sidecar.hpp"
 #include "ckpt/tiers/tiered.hpp"
+#include "ckpt/tiers/memory_root.hpp"

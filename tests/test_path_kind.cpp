@@ -87,3 +87,44 @@ TEST_CASE("a step directory inside a store is located by the store's journal", "
   CHECK(outside.store.empty());
   CHECK_FALSE(outside.info.has_value());
 }
+
+TEST_CASE("a memory root and its rank directories are classified by their layout", "[path_kind]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string root = dir.file("mem");
+  fsys::create_directories(root + "/rank-0");
+  ckpt_test::write_file(root + "/rank-0/TIERS", "");  // a tier log: its content is not read to classify
+  fsys::create_directories(root + "/rank-1");
+  REQUIRE(Store::open(fs, root + "/rank-1/held-0", Access::read_write, ckpt_test::small_store_options()).ok());
+  fsys::create_directories(dir.file("rank-7"));          // the name alone is not enough
+  fsys::create_directories(dir.file("rank-x"));
+  ckpt_test::write_file(dir.file("rank-x/TIERS"), "");  // nor the log under another name
+  fsys::create_directories(dir.file("ranks/rank-9/own"));  // an own/ that is not a store
+  struct Case {
+    std::string path;
+    PathKind kind;
+  };
+  for (const auto& c : std::vector<Case>{{root, PathKind::memory_root},
+                                         {root + "/", PathKind::memory_root},
+                                         {root + "/rank-0", PathKind::rank_dir},
+                                         {root + "/rank-1/", PathKind::rank_dir},
+                                         {root + "/rank-1/held-0", PathKind::store},
+                                         {dir.file("rank-7"), PathKind::other_dir},
+                                         {dir.file("rank-x"), PathKind::other_dir},
+                                         {dir.file("ranks"), PathKind::other_dir}}) {
+    INFO(c.path);
+    auto kind = classify_path(fs, c.path);
+    REQUIRE(kind.ok());
+    CHECK(*kind == c.kind);
+  }
+  CHECK(std::string(path_kind_name(PathKind::memory_root)) == "memory root");
+  CHECK(std::string(path_kind_name(PathKind::rank_dir)) == "rank directory");
+  CHECK(not_a_store_error(root, PathKind::memory_root).code() == Code::invalid_argument);
+  std::uint32_t n = 0;
+  CHECK((parse_numbered_name("rank-12", "rank-", n) && n == 12));
+  CHECK((parse_numbered_name("rank-0", "rank-", n) && n == 0));
+  for (const char* bad : {"rank-", "rank-1a", "rank-+1", "rank- 1", "rank-01", "rank-1234567890", "Rank-1", "held-1"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_numbered_name(bad, "rank-", n));
+  }
+}

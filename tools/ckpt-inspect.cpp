@@ -1,6 +1,8 @@
 // ckpt-inspect: prints what a shard file holds (format, tensors, pieces, metadata, optionally every
 // chunk) from its superblock, footer and index. Data bytes are not read; ckpt-verify checks them.
 // A store directory lists its steps (or shows one: --step N, --latest); a step directory shows that step.
+// A memory tier's root (or one rank directory) shows each step: where its shards are held, how many
+// copies match the recorded content, and what the tier logs recorded (ckpt/tiers/memory_root.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "cli.hpp"
 #include "identity_cli.hpp"
+#include "memory_root_cli.hpp"
 #include "report_json.hpp"
 #include "store_cli.hpp"
 
@@ -386,6 +389,47 @@ void print_foreign(const json& doc) {
   for (const auto& p : doc["problems"]) std::printf("problem: %s\n", ckpt::tools::printable(p["message"].get<std::string>()).c_str());
 }
 
+// --- Memory roots (spec/TIERS.md 2, 5) -----------------------------------------------------------
+
+// Per step: what the logs recorded, the persistent store's verdict, and each shard held here with its copies.
+void print_memory_root(const ckpt::tiers::MemoryRoot& root) {
+  namespace tools = ckpt::tools;
+  tools::print_root_header(root);
+  for (const auto& d : root.rank_dirs) {
+    std::string stores;
+    for (const auto& s : d.stores) stores += (stores.empty() ? "" : ", ") + ckpt::base_name(s);
+    std::string log = !d.log_present ? "no TIERS" : "TIERS " + std::to_string(d.records.size()) + " records";
+    if (d.torn_tail) log += ", torn tail at " + std::to_string(d.torn_tail->offset);
+    if (!d.log_error.ok()) log += ", " + std::string(d.log_error.code() == ckpt::Code::corrupt ? "CORRUPT" : "UNREADABLE");
+    std::printf("  rank-%u: %s; %s\n", d.rank, stores.empty() ? "no stores" : stores.c_str(), log.c_str());
+  }
+  if (!root.persistent.empty()) std::printf("  persistent store compared: %s\n", tools::printable(root.persistent).c_str());
+  if (root.steps.empty()) std::printf("\nno steps\n");
+  for (const auto& s : root.steps) {
+    std::printf("\n%s: %zu of %s shards here, fewest copies %zu%s\n", tools::step_label(s).c_str(), s.shards_here(),
+                s.world ? std::to_string(s.world).c_str() : "?", s.fewest_copies(), s.set_aside ? (", " + std::to_string(s.set_aside) + " set aside").c_str() : "");
+    std::printf("  recorded: %s\n", tools::events_line(s).c_str());
+    for (const auto& e : s.events)
+      if (e.record.event == ckpt::tiers::TierEvent::set_aside || e.record.event == ckpt::tiers::TierEvent::load_failed)
+        std::printf("    rank-%u: %s\n", e.rank_dir, tools::printable(e.record.describe()).c_str());
+    if (s.persistent != ckpt::tiers::PersistentState::not_checked)
+      std::printf("  persistent: %s%s%s\n", ckpt::tiers::persistent_state_name(s.persistent),
+                  s.persistent_txn ? (" (txn " + std::to_string(s.persistent_txn) + ")").c_str() : "",
+                  s.persistent_detail.empty() ? "" : (": " + tools::printable(s.persistent_detail)).c_str());
+    std::vector<std::vector<std::string>> rows = {{"SHARD", "COPIES", "HELD IN"}};
+    for (const auto& sh : s.shards) {
+      if (sh.copies.empty()) continue;
+      std::string held;
+      for (const auto i : sh.copies) held += (held.empty() ? "" : ", ") + tools::copy_text(root.copies[i]);
+      rows.push_back({std::to_string(sh.shard), std::to_string(sh.matching), held});
+    }
+    if (rows.size() > 1) print_table(rows, {true, true, false}, "  ");
+  }
+  if (!root.problems.empty() || !root.notes.empty()) std::printf("\n");
+  tools::print_root_problems(root.problems);
+  tools::print_notes(root.notes);
+}
+
 }  // namespace
 
 // --help: what the tool does and its exit status (README "Exit codes").
@@ -412,6 +456,15 @@ carries it with every tensor's digest ("identity"), which is what ckpt-verify --
 accepts. A foreign checkpoint has one when a sidecar records it (ckpt-verify --write-sidecar).
 --pin prints just "ROOT  PATH", one line for a pin file.
 
+A memory tier's root (MEMROOT, holding rank-<r>/ directories: own/, held-<s>/ and the tier log
+TIERS; spec/TIERS.md 2) or one rank directory is shown step by step, a step being its number and
+content digest: where each shard is held, how many copies match the content the tier logs record
+(from each copy's index; ckpt-verify checks every byte), and what the logs recorded (CAPTURED,
+HELD, REPLICATED, PERSISTED, EVICTED, SET_ASIDE, LOAD_FAILED, RESUMED). --persistent STORE also
+compares each step with the persistent store's step of that number, shard digest by shard digest.
+Exit 1 when a log, a store journal or a copy's index is damaged or a copy is not the content
+recorded for it.
+
 Exit status: 0 ok, 1 the file is damaged or incomplete, 2 usage error or unreadable path.)";
 
 int main(int argc, char** argv) {
@@ -420,13 +473,16 @@ int main(int argc, char** argv) {
     bool as_json = false, with_chunks = false;
     std::uint64_t step_number = 0;
     bool latest = false, pin = false;
-    app.add_option("PATH", path, "shard file (*.ckpt), store or step directory, or a safetensors / Hugging Face / DCP / GGUF checkpoint")
+    app.add_option("PATH", path, "shard file (*.ckpt), store or step directory, memory root or rank directory, or a safetensors / "
+                                 "Hugging Face / DCP / GGUF checkpoint")
         ->required();
     app.add_flag("--pin", pin, "print only the root digest and the path (a line of a pin file for ckpt-verify --expect-file)");
     app.add_flag("--json", as_json, "print one JSON document instead of tables");
     app.add_flag("--chunks", with_chunks, "also list every chunk: tensor, piece, chunk, offset, length, digest");
     auto* step_option = app.add_option("--step", step_number, "for a store: show this step (default: list every committed step)");
     app.add_flag("--latest", latest, "for a store: show the latest committed step")->excludes(step_option);
+    std::string persistent;
+    app.add_option("--persistent", persistent, "for a memory root: compare each step with this persistent store's");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
     ckpt::PosixFs fs;
@@ -451,6 +507,8 @@ int main(int argc, char** argv) {
     auto foreign = ckpt::detect_foreign(fs, path);
     if (!foreign.ok()) return ckpt::cli::report(kTool, foreign.status());
     if (*foreign) {
+      if (!persistent.empty())
+        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --persistent applies to a memory root or rank directory"));
       if (*step_option || latest)
         return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --step and --latest apply to store directories"));
       auto doc = inspect_foreign(fs, path);
@@ -463,6 +521,21 @@ int main(int argc, char** argv) {
     auto info = fs.stat(path);
     auto kind = info.ok() && info->is_dir ? ckpt::tools::classify_path(fs, path) : ckpt::Result<ckpt::tools::PathKind>(ckpt::tools::PathKind::file);
     if (!kind.ok()) return ckpt::cli::report(kTool, kind.status());
+    const bool memory = *kind == ckpt::tools::PathKind::memory_root || *kind == ckpt::tools::PathKind::rank_dir;
+    if (!persistent.empty() && !memory)
+      return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --persistent applies to a memory root or rank directory"));
+    if (memory) {
+      if (*step_option || latest || pin || with_chunks)
+        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": a " + ckpt::tools::path_kind_name(*kind) +
+                                                                                        " takes --json and --persistent only"));
+      ckpt::tiers::MemoryRootOptions options;
+      options.persistent = persistent;
+      auto root = ckpt::tiers::describe_memory_root(fs, path, options);
+      if (!root.ok()) return ckpt::cli::report(kTool, root.status());
+      if (as_json) ckpt::cli::print_json(ckpt::tools::memory_root_json(*root));
+      else print_memory_root(*root);
+      return static_cast<int>(root->ok() ? ckpt::cli::kOk : ckpt::cli::kIntegrity);
+    }
     if (*kind != ckpt::tools::PathKind::file && *kind != ckpt::tools::PathKind::other_dir) {
       json out;
       if (*kind == ckpt::tools::PathKind::step_dir) {

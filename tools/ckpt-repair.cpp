@@ -13,6 +13,9 @@
 // Exit status: 0 the store is consistent afterwards, 1 damage remains that it could not repair,
 // 2 usage or I/O error.
 //
+// A memory tier's root (or one rank directory) has each of its stores recovered the same way and each
+// tier log's torn tail cut; damage in a log is reported and left as it is (ckpt/tiers/memory_root.hpp).
+//
 // The rebuild rules are the library's (include/ckpt/journal_rebuild.hpp); this tool presents them.
 #include <algorithm>
 #include <cstdio>
@@ -26,6 +29,7 @@
 #include <ckpt/store.hpp>
 
 #include "cli.hpp"
+#include "memory_root_cli.hpp"
 #include "report_json.hpp"
 #include "store_cli.hpp"
 
@@ -477,6 +481,113 @@ class Repair {
   std::vector<std::string> found_, unknown_, notes_, damaged_, rebuild_damage_;
 };
 
+// --- Memory roots (spec/TIERS.md 2, 5) -----------------------------------------------------------
+
+// Every store of the root recovered (recover_store, under its lock), every tier log's torn tail cut, then
+// every copy verified. Nothing is deleted but what store recovery removes (only files an uncommitted
+// transaction's BEGIN named), and nothing outside the root is touched.
+int repair_memory_root(ckpt::PosixFs& fs, const std::string& path, bool dry_run, bool as_json) {
+  Output out(as_json);
+  auto repaired = ckpt::tiers::repair_memory_root(fs, path, dry_run);
+  if (!repaired.ok()) return ckpt::cli::report(kTool, repaired.status());
+  const ckpt::tiers::MemoryRootRepair& r = *repaired;
+  out.doc["memory_root"] = r.root;
+  out.doc["path"] = path;
+  out.doc["dry_run"] = dry_run;
+  out.line(std::string(kTool) + ": memory root " + r.root + (dry_run ? " (dry run: nothing is changed)" : ""));
+  int code = ckpt::cli::kOk;
+  auto worse = [&code](int c) { code = std::max(code, c); };
+  out.heading("stores:");
+  if (r.stores.empty()) out.line("  none");
+  json stores = json::array();
+  for (const auto& s : r.stores) {
+    const std::string where = s.rank_dir + "/" + ckpt::base_name(s.store);
+    json j = {{"rank_dir", s.rank_dir}, {"store", s.store}, {"pending", s.pending()}, {"consistent", s.consistent()}, {"quarantine", s.quarantine}};
+    j["error"] = s.error.ok() ? json(nullptr) : json({{"code", ckpt::code_name(s.error.code())}, {"message", s.error.message()}});
+    json plan = json::array(), done = json::array();
+    if (s.report) {
+      j["journal"] = tools::journal_json(s.report->journal);
+      for (const auto& a : s.report->actions) {
+        plan.push_back(a.describe());
+        if (s.report->applied)
+          done.push_back({{"action", ckpt::recovery_action_name(a.kind)}, {"path", a.path}, {"txn", a.txn}, {"done", a.done},
+                          {"error", a.error.empty() ? json(nullptr) : json(a.error)}});
+      }
+    }
+    if (!s.error.ok()) {
+      out.line("  " + where + ": " + (s.error.code() == ckpt::Code::conflict ? "NOT REPAIRED: " : "DAMAGED: ") + s.error.message());
+      worse(ckpt::cli::exit_for(s.error.code()));
+    } else if (s.pending()) {
+      out.line("  " + where + ": would do:");
+      for (const auto& a : s.report->actions) out.line("      " + a.describe());
+      worse(ckpt::cli::kIntegrity);
+    } else if (s.report && s.report->applied && !s.report->clean()) {
+      out.line("  " + where + ": recovered:");
+      for (const auto& a : s.report->actions) out.line(std::string("      ") + (a.done ? "ok      " : "FAILED  ") + a.describe());
+      if (s.failed()) worse(ckpt::cli::kUsage);
+    } else {
+      out.line("  " + where + ": consistent, nothing to do");
+    }
+    if (!s.quarantine.empty()) {
+      out.line("      in quarantine (kept for a person to decide; ckpt-repair --purge " + s.store + " deletes them): " +
+               std::to_string(s.quarantine.size()) + " entries");
+      worse(ckpt::cli::kIntegrity);
+    }
+    j["plan"] = std::move(plan);
+    j["actions"] = std::move(done);
+    stores.push_back(std::move(j));
+  }
+  out.doc["stores"] = std::move(stores);
+  out.heading("tier logs:");
+  json logs = json::array();
+  for (const auto& l : r.logs) {
+    const std::string where = l.rank_dir + "/" + ckpt::base_name(l.path);
+    std::string text = !l.present ? "missing (nothing to do)" : std::to_string(l.records) + " records";
+    if (l.torn_tail)
+      text += ", torn tail at offset " + std::to_string(l.torn_tail->offset) + " (" + std::to_string(l.torn_tail->length) + " bytes)" +
+              (l.truncated ? ": cut (the end of the log)" : dry_run && l.error.ok() ? ": would be cut" : "");
+    if (!l.error.ok()) {
+      text += ": " + std::string(l.error.code() == ckpt::Code::corrupt ? "DAMAGED: " : "NOT REPAIRED: ") + l.error.message();
+      worse(ckpt::cli::exit_for(l.error.code()));
+    } else if (l.torn_tail && !l.truncated) {
+      worse(ckpt::cli::kIntegrity);
+    }
+    out.line("  " + where + ": " + text);
+    json j = {{"rank_dir", l.rank_dir}, {"path", l.path}, {"present", l.present}, {"records", l.records}, {"truncated", l.truncated}};
+    j["torn_tail"] = l.torn_tail ? tools::damage_json(*l.torn_tail) : json(nullptr);
+    j["error"] = l.error.ok() ? json(nullptr) : json({{"code", ckpt::code_name(l.error.code())}, {"message", l.error.message()}});
+    logs.push_back(std::move(j));
+  }
+  out.doc["tier_logs"] = std::move(logs);
+  out.heading(dry_run ? "every copy, verified as it is:" : "every copy, verified afterwards:");
+  const auto& after = r.after;
+  out.line("  " + std::to_string(after.copies_checked) + " copies, " + std::to_string(after.chunks_checked) + " chunks, " +
+           ckpt::cli::human_bytes(static_cast<double>(after.bytes_checked)) + " checked");
+  for (const auto& p : after.problems) {
+    out.line(std::string("  ") + ckpt::code_name(p.code) + ": " + p.message);
+    worse(ckpt::cli::exit_for(p.code));
+  }
+  for (const auto& n : after.notes) out.line("  note: " + n);
+  json verified = tools::memory_root_json(after.root, true);
+  verified["ok"] = after.ok();
+  verified["copies_checked"] = after.copies_checked;
+  verified["chunks_checked"] = after.chunks_checked;
+  verified["bytes_checked"] = after.bytes_checked;
+  out.doc["after"] = std::move(verified);
+  std::string verdict;
+  if (r.consistent()) verdict = dry_run ? "consistent: nothing to repair" : "consistent";
+  else if (code >= ckpt::cli::kUsage) verdict = "some stores or logs could not be repaired (see above); run ckpt-repair again once the cause is fixed";
+  else if (dry_run && after.ok()) verdict = "repairs needed (dry run: nothing was changed)";
+  else verdict = "DAMAGE REMAINS (see above): a copy, journal or log was left as it is";
+  if (!r.consistent()) worse(ckpt::cli::kIntegrity);
+  out.doc["consistent"] = r.consistent();
+  out.doc["result"] = verdict;
+  out.doc["exit"] = code;
+  out.heading("result: " + verdict);
+  if (as_json) ckpt::cli::print_json(out.doc);
+  return code;
+}
+
 }  // namespace
 
 // --help: what the tool does and its exit status (README "Exit codes").
@@ -488,6 +599,13 @@ step and names damage down to tensor and chunk. It never deletes a committed ste
 but never deletes files it cannot account for. Files whose fate recovery cannot prove are moved
 to STORE/quarantine/ and kept until --purge.
 
+A memory tier's root (MEMROOT, holding rank-<r>/ directories: own/, held-<s>/ and the tier log
+TIERS; spec/TIERS.md 2) or one rank directory: each store in it is recovered as above, under its
+lock (a store a live rank holds is reported, not touched), a tier log's torn tail is cut (under
+the rank's own/LOCK), and every copy is verified afterwards. A store whose journal is corrupt or
+missing, and damage inside a tier log, are reported and left as they are: run ckpt-repair on
+that store to rebuild its journal. --purge applies to a single store.
+
 Exit status: 0 the store is consistent afterwards (with --dry-run: already consistent),
 1 damage remains that it could not repair, or quarantine/ is not empty (with --dry-run: repairs
 are needed),
@@ -497,7 +615,8 @@ int main(int argc, char** argv) {
   return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string path;
     bool dry_run = false, as_json = false, purge = false;
-    app.add_option("STORE", path, "store directory (holds JOURNAL and step-<step>-<txn>/ directories)")->required();
+    app.add_option("STORE", path, "store directory (holds JOURNAL and step-<step>-<txn>/ directories), or a memory root or rank "
+                                  "directory")->required();
     app.add_flag("--dry-run", dry_run, "report what would be done and change nothing (takes no lock)");
     app.add_flag("--json", as_json, "print one JSON document instead of text");
     app.add_flag("--purge", purge, "after repairing, delete everything in STORE/quarantine/ (files recovery could not prove "
@@ -515,6 +634,12 @@ int main(int argc, char** argv) {
         return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": a step directory; run ckpt-repair on the store that holds it"));
       case tools::PathKind::other_dir:
         return ckpt::cli::report(kTool, tools::not_a_store_error(path, *kind));
+      case tools::PathKind::memory_root:
+      case tools::PathKind::rank_dir:
+        if (purge)
+          return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --purge applies to one store; run "
+                                                                                                "ckpt-repair --purge STORE on the store whose quarantine/ is to go"));
+        return repair_memory_root(fs, path, dry_run, as_json);
       default: break;
     }
     Output out(as_json);

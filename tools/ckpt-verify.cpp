@@ -3,6 +3,9 @@
 // Store directories (all steps, --step N or --latest) and step directories are checked through store_cli.hpp.
 // Exit status: 0 all intact, 1 damage or an incomplete file found, 2 usage error or unreadable path.
 // A store's step that the writer retires while it is being verified is reported as retired, not damaged.
+// A memory tier's root (or one rank directory) has every copy of every shard checked, every tier log
+// and store journal read, and with --persistent the persistent store's steps of the same numbers too
+// (ckpt/tiers/memory_root.hpp).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -16,6 +19,7 @@
 #include "cli.hpp"
 #include "gpu_verify.hpp"
 #include "identity_cli.hpp"
+#include "memory_root_cli.hpp"
 #include "report_json.hpp"
 #include "store_cli.hpp"
 
@@ -302,6 +306,41 @@ void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcome
   return j;
 }
 
+// --- Memory roots (spec/TIERS.md 2, 5) -----------------------------------------------------------
+
+void print_memory_root(const ckpt::tiers::MemoryRootVerification& v, bool quiet) {
+  namespace tools = ckpt::tools;
+  const ckpt::tiers::MemoryRoot& root = v.root;
+  if (!quiet || !v.ok()) tools::print_root_header(root);
+  tools::print_root_problems(v.problems);
+  if (!quiet) {
+    for (const auto& s : root.steps) {
+      std::string counts;
+      for (const auto& sh : s.shards)
+        if (!sh.copies.empty()) counts += (counts.empty() ? "" : " ") + std::to_string(sh.shard) + ":" + std::to_string(sh.verified);
+      std::printf("  %s: verified copies per shard held here %s%s\n", tools::step_label(s).c_str(), counts.empty() ? "(none)" : counts.c_str(),
+                  s.persistent == ckpt::tiers::PersistentState::not_checked
+                      ? ""
+                      : ("; persistent store: " + std::string(ckpt::tiers::persistent_state_name(s.persistent))).c_str());
+    }
+    tools::print_notes(v.notes);
+    std::printf("%s: %s (%llu copies, %llu chunks, %s checked)\n", tools::printable(root.path).c_str(),
+                v.ok() ? "ok" : ("DAMAGED, " + std::to_string(v.problems.size()) + " problem" + (v.problems.size() == 1 ? "" : "s")).c_str(),
+                static_cast<unsigned long long>(v.copies_checked), static_cast<unsigned long long>(v.chunks_checked),
+                ckpt::cli::human_bytes(static_cast<double>(v.bytes_checked)).c_str());
+  }
+  std::fflush(stdout);
+}
+
+[[nodiscard]] json memory_root_verification_json(const ckpt::tiers::MemoryRootVerification& v) {
+  json j = ckpt::tools::memory_root_json(v.root, true);
+  j["ok"] = v.ok();
+  j["copies_checked"] = v.copies_checked;
+  j["chunks_checked"] = v.chunks_checked;
+  j["bytes_checked"] = v.bytes_checked;
+  return j;
+}
+
 [[nodiscard]] ckpt::Status write_text_file(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return ckpt::make_error(ckpt::Code::io, path + ": cannot create the JUnit file");
@@ -425,6 +464,13 @@ A store directory is checked as a whole: its journal, then every committed step 
 or --latest), each pinned by its COMMIT record and manifest. A step directory is checked by its
 manifest and every shard it names.
 
+A memory tier's root (MEMROOT, holding rank-<r>/ directories: own/, held-<s>/ and the tier log
+TIERS; spec/TIERS.md 2) or one rank directory: every copy of every shard it holds is checked
+like a store's step, every store journal and tier log is read (a torn log tail is the end of the
+log, not damage), each copy's content digest is compared with the one its log records, and the
+verified copies of each shard are counted. --persistent STORE also verifies the persistent
+store's step of each number the root holds and compares its content. --json: "memory_roots".
+
 A store may be verified while its writer saves and retires steps. A step whose files go missing
 is checked again against the journal: if it was retired meanwhile (or the journal no longer
 names it) it is reported as "retired while being verified" (--json: step "status": "retired",
@@ -463,7 +509,9 @@ int main(int argc, char** argv) {
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     std::uint64_t step_number = 0;
     bool latest = false;
-    app.add_option("PATH", paths, "shard files (*.ckpt), store directories, or step directories")->required();
+    app.add_option("PATH", paths, "shard files (*.ckpt), store directories, step directories, or memory roots / rank directories")->required();
+    std::string persistent;
+    app.add_option("--persistent", persistent, "for a memory root: also verify this persistent store's steps of the same numbers and compare them");
     auto* step_option = app.add_option("--step", step_number, "for a store: verify only this step (default: every committed step)");
     app.add_flag("--latest", latest, "for a store: verify only the latest committed step")->excludes(step_option);
     app.add_flag("--json", as_json, "print one JSON document with every file's report and problems");
@@ -483,7 +531,7 @@ int main(int argc, char** argv) {
     app.add_option("--sidecar-chunk-size", sidecar_chunk, "--write-sidecar: bytes per digested chunk, a power of two (default 1 MiB)");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
     if (write_sidecar) {
-      if (!expect.empty() || !expect_file.empty() || !junit.empty() || *step_option || latest)
+      if (!expect.empty() || !expect_file.empty() || !junit.empty() || *step_option || latest || !persistent.empty())
         return ckpt::cli::usage_error(kTool, "--write-sidecar takes only paths (and --json, --quiet, --sidecar-chunk-size)");
       const int log2 = ckpt::cli::power_of_two_log2(sidecar_chunk, ckpt::sidecar::kMinChunkSizeLog2, ckpt::sidecar::kMaxChunkSizeLog2);
       if (log2 < 0) return ckpt::cli::usage_error(kTool, "--sidecar-chunk-size: a power of two from 4 KiB to 1 GiB");
@@ -534,6 +582,7 @@ int main(int argc, char** argv) {
     std::vector<FileOutcome> step_failures;  // step-level problems, as JUnit test cases
     int exit_code = ckpt::cli::kOk;
     std::vector<ckpt::ForeignVerifyReport> foreign_reports;
+    std::vector<ckpt::tiers::MemoryRootVerification> memory_roots;
     for (const auto& path : paths) {
       // A format ckpt did not write: what the format allows, and every byte when a sidecar exists.
       auto foreign = ckpt::detect_foreign(fs, path);
@@ -565,6 +614,36 @@ int main(int argc, char** argv) {
       // Any other directory is reported as before: a path that is not a shard file.
       auto info = fs.stat(path);
       auto kind = info.ok() && info->is_dir ? ckpt::tools::classify_path(fs, path) : ckpt::Result<ckpt::tools::PathKind>(ckpt::tools::PathKind::file);
+      if (kind.ok() && (*kind == ckpt::tools::PathKind::memory_root || *kind == ckpt::tools::PathKind::rank_dir)) {
+        if (selection.step || selection.latest) {
+          std::fprintf(stderr, "%s: %s: --step and --latest apply to store directories only\n", kTool, ckpt::tools::printable(path).c_str());
+          exit_code = std::max(exit_code, static_cast<int>(ckpt::cli::kUsage));
+          continue;
+        }
+        ckpt::tiers::MemoryRootOptions options;
+        options.persistent = persistent;
+        options.verify_one = shard_verifier(fs, settings, outcomes);  // --threads, --mmap and --gpu apply
+        auto verified = ckpt::tiers::verify_memory_root(fs, path, options);
+        if (!verified.ok()) {
+          std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(verified.status().message()).c_str());
+          exit_code = std::max(exit_code, ckpt::cli::exit_for(verified.status().code()));
+          continue;
+        }
+        for (const auto& p : verified->problems) {
+          exit_code = std::max(exit_code, problem_exit(p.code));
+          // A shard file's own damage is already a JUnit case of that file; the rest (logs, journals, steps) are added.
+          bool in_file = false;
+          for (const auto& o : outcomes) in_file = in_file || (o.path == p.detail.file && o.has_report && !o.report.ok());
+          if (in_file) continue;
+          FileOutcome f;
+          f.path = p.store;
+          f.error = ckpt::make_error(p.code, p.message);
+          step_failures.push_back(std::move(f));
+        }
+        if (!as_json) print_memory_root(*verified, quiet);
+        memory_roots.push_back(std::move(verified).value());
+        continue;
+      }
       if (kind.ok() && *kind != ckpt::tools::PathKind::file && *kind != ckpt::tools::PathKind::other_dir) {
         if (*kind != ckpt::tools::PathKind::store && *kind != ckpt::tools::PathKind::step_dir) {
           const ckpt::Status s = ckpt::tools::not_a_store_error(path, *kind);
@@ -623,6 +702,10 @@ int main(int argc, char** argv) {
         print_outcome(o, quiet);
       }
     }
+    if (!persistent.empty() && memory_roots.empty()) {
+      std::fprintf(stderr, "%s: --persistent applies to a memory root or rank directory, and none was verified\n", kTool);
+      exit_code = std::max(exit_code, static_cast<int>(ckpt::cli::kUsage));
+    }
     // Pins: each checkpoint's root digest against the one pinned for it (spec/IDENTITY.md 5).
     json pin_docs = json::array();
     std::vector<FileOutcome> pin_failures;  // as JUnit test cases
@@ -675,6 +758,11 @@ int main(int argc, char** argv) {
         doc["foreign"] = std::move(foreign_docs);
       }
       if (!pins.empty()) doc["pins"] = pin_docs;
+      if (!memory_roots.empty()) {
+        json roots = json::array();
+        for (const auto& v : memory_roots) roots.push_back(memory_root_verification_json(v));
+        doc["memory_roots"] = std::move(roots);
+      }
       if (!stores.empty() || !steps.empty()) {
         // Stores and step directories add their own sections; every shard they checked is also in "files".
         json store_docs = json::array(), step_docs = json::array();

@@ -48,10 +48,11 @@ inline constexpr std::string_view kHeldPrefix = "held-";     // rank-<r>/held-<s
 inline constexpr std::string_view kTierLog = "TIERS";        // rank-<r>/TIERS: the tier log
 }  // namespace memory_layout
 
-// "<prefix><decimal>" with 1 to 9 digits: the number in *out. Anything else (a sign, a space, a
-// tenth digit) is not such a name.
+// "<prefix><decimal>" with 1 to 9 digits and no leading zero (spec/TIERS.md 2.1): the number in *out.
+// Anything else (a sign, a space, a tenth digit, "rank-01") is not such a name.
 [[nodiscard]] inline bool parse_numbered_name(std::string_view name, std::string_view prefix, std::uint32_t& out) noexcept {
   if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 || name.substr(0, prefix.size()) != prefix) return false;
+  if (name[prefix.size()] == '0' && name.size() > prefix.size() + 1) return false;
   std::uint32_t n = 0;
   for (const char c : name.substr(prefix.size())) {
     if (c < '0' || c > '9') return false;
