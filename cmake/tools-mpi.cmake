@@ -5,3 +5,9 @@ if(TARGET ckpt-bench-ranks AND CKPT_HAVE_MPI)
   target_link_libraries(ckpt-bench-ranks PRIVATE MPI::MPI_CXX)
   target_compile_definitions(ckpt-bench-ranks PRIVATE CKPT_BENCH_HAVE_MPI=1)
 endif()
+# ckpt-bench-tiers measures the tiers (spec/TIERS.md) against memcpy and MpiComm send/recv, and a
+# restarted job's start and load from each tier; tools/bench-tiers.py drives it. Same arrangement.
+if(TARGET ckpt-bench-tiers AND CKPT_HAVE_MPI)
+  target_link_libraries(ckpt-bench-tiers PRIVATE MPI::MPI_CXX)
+  target_compile_definitions(ckpt-bench-tiers PRIVATE CKPT_BENCH_HAVE_MPI=1)
+endif()

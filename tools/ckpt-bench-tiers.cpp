@@ -1,0 +1,871 @@
+// ckpt-bench-tiers: the tiers (spec/TIERS.md) against this machine's own limits, one MPI rank per
+// simulated node, each node its own memory root. Two parts, each its own job, so a resume starts from
+// a fresh process as a restarted job does; tools/bench-tiers.py runs them in order on the same state
+// and prints the whole table:
+//
+//   mpirun -np 4 ckpt-bench-tiers capture --root /dev/shm/tiers --persistent /disk/tiers --size 1GiB --repeat 5
+//   mpirun -np 4 ckpt-bench-tiers resume  --root /dev/shm/tiers --persistent /disk/tiers --size 1GiB [--pace-gbps 1]
+//
+// capture: every rank holds size/np bytes (F32 tensors of --tensor bytes) and captures them through
+// TieredCheckpointer::step, waiting for the background work after each capture so each is timed alone.
+// Per capture, against the same bytes in the same run:
+// - step()'s stall against a memcpy into pre-faulted memory (huge pages where the kernel gives them, as
+//   ckpt-bench's buffers; and 4 KiB pages, as the staging pool allocates its block);
+// - replication (the "replicating" phase to wait()'s return: send, receive into the peer's memory
+//   store, verify, acknowledge) against MpiComm send/recv of the same bytes in --transfer-block
+//   messages between the same pairs, that traffic with the receiver writing each message into its
+//   memory root, and a plain write of the bytes there; with the CPU and file-system time it took.
+// The first capture (it allocates the staging pool) is reported apart; the last is promoted to the
+// persistent store and left there for resume. Then what each rank keeps in memory.
+// resume: MPI_Init, create and resume() from whatever the memory roots and the persistent store hold,
+// timed from the launch (CKPT_BENCH_LAUNCH_NS: nanoseconds of CLOCK_REALTIME, set by whoever starts
+// mpirun) to every rank's state loaded; the loaded bytes are checked against what capture saved.
+// --pace-gbps makes every first read of a persistent-store byte wait for a per-rank link of that rate
+// (shared storage at scale); memory-tier reads are never paced.
+// Built only where MPI is found (cmake/tools-mpi.cmake); elsewhere it says so and exits 2.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+
+#ifdef CKPT_BENCH_HAVE_MPI
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include <ckpt/mpi_comm.hpp>
+#include <ckpt/tiers/tiered.hpp>
+
+#include "bench_util.hpp"
+
+namespace {
+
+constexpr const char* kTool = "ckpt-bench-tiers";
+constexpr int kRawTag = 7;  // the raw point-to-point exchange, on the benchmark's own communicator
+
+struct Settings {
+  std::string mode;  // capture | resume
+  std::string root, persistent;
+  std::uint64_t size = std::uint64_t{1} << 30;
+  std::uint64_t tensor_bytes = std::uint64_t{16} << 20;
+  std::size_t transfer_block = std::size_t{16} << 20;
+  int repeat = 5;
+  double pace_gbps = 0;  // resume: decimal GB/s per rank for first reads of the persistent store; 0: none
+  bool json = false;
+};
+
+void check(const ckpt::Status& s, const std::string& what) {
+  if (!s.ok()) throw ckpt::bench::BenchError(what + ": " + s.to_string());
+}
+
+// Nanoseconds of CLOCK_REALTIME: one clock for every process on the machine, so ranks' moments compare.
+std::int64_t now_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+double seconds_between(std::int64_t from, std::int64_t to) { return static_cast<double>(to - from) * 1e-9; }
+
+// A barrier that sleeps while it waits (as ckpt-bench-ranks): with more ranks than cores a polling
+// barrier takes CPU from the ranks being measured.
+void quiet_barrier(MPI_Comm comm) {
+  MPI_Request request;
+  if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) throw ckpt::bench::BenchError("MPI_Ibarrier failed");
+  for (int done = 0;;) {
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw ckpt::bench::BenchError("MPI_Test failed");
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// Resident and peak resident bytes of this process (/proc/self/status VmRSS, VmHWM).
+std::pair<std::uint64_t, std::uint64_t> resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  std::uint64_t rss = 0, peak = 0;
+  while (std::getline(in, line)) {
+    const auto kib = [&] { return std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10) * 1024; };
+    if (line.rfind("VmRSS:", 0) == 0) rss = kib();
+    if (line.rfind("VmHWM:", 0) == 0) peak = kib();
+  }
+  return {rss, peak};
+}
+
+// User and system CPU seconds of this process, all threads: with 4 simulated nodes on few cores, how much
+// of a wall time was work, and how much of that the kernel's (page faults, tmpfs pages).
+nlohmann::json cpu_now() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return {{"user_s", double(u.ru_utime.tv_sec) + double(u.ru_utime.tv_usec) * 1e-6},
+          {"sys_s", double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) * 1e-6}};
+}
+nlohmann::json cpu_since(const nlohmann::json& before) {
+  const nlohmann::json now = cpu_now();
+  return {{"user_s", now["user_s"].get<double>() - before["user_s"].get<double>()},
+          {"sys_s", now["sys_s"].get<double>() - before["sys_s"].get<double>()}};
+}
+
+// Each member of `now` less the same member of `before` (counters of seconds).
+nlohmann::json seconds_since(nlohmann::json now, const nlohmann::json& before) {
+  for (auto it = now.begin(); it != now.end(); ++it) *it = it->get<double>() - before[it.key()].get<double>();
+  return now;
+}
+
+// --- The state: every rank's own tensors, the same bytes in capture and resume -------------------------
+
+struct Layout {
+  int world = 1, rank = 0;
+  std::uint64_t per_rank = 0;              // bytes of tensors each rank holds
+  std::vector<std::uint64_t> tensor_sizes;  // bytes of each of this rank's tensors
+};
+
+Layout layout_for(const Settings& s, int world, int rank) {
+  Layout l;
+  l.world = world, l.rank = rank;
+  l.per_rank = s.size / static_cast<std::uint64_t>(world) / 4096 * 4096;
+  for (std::uint64_t done = 0; done < l.per_rank;) {
+    const std::uint64_t n = std::min(s.tensor_bytes, l.per_rank - done);
+    l.tensor_sizes.push_back(n);
+    done += n;
+  }
+  return l;
+}
+
+std::string tensor_name(int rank, std::size_t i) { return "rank" + std::to_string(rank) + "/t" + std::to_string(i); }
+
+// Random bytes for the rank, with each tensor's first word marking the step, so every capture differs.
+void fill_state(unsigned char* data, const Layout& l) { ckpt::bench::fill_random(data, l.per_rank, 0x71e25 + static_cast<std::uint64_t>(l.rank)); }
+void stamp_step(unsigned char* data, const Layout& l, std::uint64_t step) {
+  std::uint64_t off = 0;
+  for (std::size_t i = 0; i < l.tensor_sizes.size(); ++i) {
+    const std::uint64_t mark = step * 0x9E3779B97F4A7C15ull ^ i;
+    std::memcpy(data + off, &mark, std::min<std::uint64_t>(8, l.tensor_sizes[i]));
+    off += l.tensor_sizes[i];
+  }
+}
+
+ckpt::tiers::TierOptions tier_options(const Settings& s, const Layout& l, std::uint64_t persist_every) {
+  ckpt::tiers::TierOptions o;
+  o.memory_root = s.root + "/node-n" + std::to_string(l.rank);
+  o.persistent = s.persistent;
+  o.memory_every = 1;
+  o.persist_every = persist_every;
+  o.replicas = 1;
+  o.memory_keep = 2;
+  o.transfer_block = s.transfer_block;
+  ckpt::tiers::Topology t;
+  for (int r = 0; r < l.world; ++r) t.node_of_rank.push_back("n" + std::to_string(r));
+  o.topology = t;
+  return o;
+}
+
+// Bytes allocated under a directory (tmpfs: the memory the files take), and the largest shard file.
+struct DirUsage {
+  std::uint64_t allocated = 0, largest_shard = 0;
+};
+DirUsage usage_of(const std::string& dir) {
+  DirUsage u;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::recursive_directory_iterator();
+       it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    u.allocated += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    if (it->path().extension() == ".ckpt") u.largest_shard = std::max<std::uint64_t>(u.largest_shard, static_cast<std::uint64_t>(st.st_size));
+  }
+  return u;
+}
+
+// PosixFs, counting the wall time its calls take by kind (where a capture's background work or a
+// load spends its time), and optionally pacing: the first read of each byte of a file under
+// `paced_root` waits as a link of `rate` bytes/s would (per process, i.e. per node here), standing
+// for shared storage at scale. Re-reads are free, as from a client's cache; the memory tier is never paced.
+class BenchFs {
+ public:
+  enum Kind { kRead, kMap, kWrite, kSync, kMeta, kKinds };
+  static constexpr const char* kKindNames[kKinds] = {"pread", "map", "pwrite", "sync", "metadata"};
+
+  BenchFs(std::string paced_root, double rate) : root_(std::move(paced_root)), rate_(rate) {}
+
+ private:
+  // Defined before the calls that use it (its return type is deduced).
+  template <class Call>
+  auto timed(Kind kind, const Call& call) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = call();
+    ns_[kind] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    return r;
+  }
+
+ public:
+
+  ckpt::Result<ckpt::FileHandle> open(const std::string& path, ckpt::OpenMode mode) {
+    auto f = timed(kMeta, [&] { return fs_.open(path, mode); });
+    if (f.ok() && rate_ > 0 && (path == root_ || path.rfind(root_ + "/", 0) == 0)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      paced_[f->id] = path;
+    }
+    return f;
+  }
+  ckpt::Status close(ckpt::FileHandle f) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      paced_.erase(f.id);
+    }
+    return timed(kMeta, [&] { return fs_.close(f); });
+  }
+  ckpt::Result<std::size_t> pread(ckpt::FileHandle f, void* buf, std::size_t n, std::uint64_t off) {
+    auto r = timed(kRead, [&] { return fs_.pread(f, buf, n, off); });
+    if (r.ok()) charge(f, off, *r);
+    return r;
+  }
+  ckpt::Result<ckpt::Mapping> map(ckpt::FileHandle f, std::uint64_t off, std::size_t n, ckpt::MapMode mode = ckpt::MapMode::read_only) {
+    auto m = timed(kMap, [&] { return fs_.map(f, off, n, mode); });
+    if (m.ok()) charge(f, off, n);  // a mapping is read in full by the reader that asked for it
+    return m;
+  }
+  ckpt::Status pwrite(ckpt::FileHandle f, const void* buf, std::size_t n, std::uint64_t off) {
+    return timed(kWrite, [&] { return fs_.pwrite(f, buf, n, off); });
+  }
+  ckpt::Status sync(ckpt::FileHandle f) { return timed(kSync, [&] { return fs_.sync(f); }); }
+  ckpt::Status sync_data(ckpt::FileHandle f) { return timed(kSync, [&] { return fs_.sync_data(f); }); }
+  ckpt::Result<std::uint64_t> file_size(ckpt::FileHandle f) { return timed(kMeta, [&] { return fs_.file_size(f); }); }
+  ckpt::Status truncate(ckpt::FileHandle f, std::uint64_t size) { return timed(kMeta, [&] { return fs_.truncate(f, size); }); }
+  ckpt::Status rename(const std::string& from, const std::string& to) { return timed(kMeta, [&] { return fs_.rename(from, to); }); }
+  ckpt::Status unlink(const std::string& path) { return timed(kMeta, [&] { return fs_.unlink(path); }); }
+  ckpt::Status mkdir(const std::string& path) { return timed(kMeta, [&] { return fs_.mkdir(path); }); }
+  ckpt::Status rmdir(const std::string& path) { return timed(kMeta, [&] { return fs_.rmdir(path); }); }
+  ckpt::Status sync_dir(const std::string& path) { return timed(kSync, [&] { return fs_.sync_dir(path); }); }
+  ckpt::Result<std::vector<std::string>> list_dir(const std::string& path) { return timed(kMeta, [&] { return fs_.list_dir(path); }); }
+  ckpt::Result<ckpt::PathInfo> stat(const std::string& path) { return timed(kMeta, [&] { return fs_.stat(path); }); }
+  ckpt::Result<ckpt::FileHandle> lock(const std::string& path) { return timed(kMeta, [&] { return fs_.lock(path); }); }
+
+  [[nodiscard]] std::uint64_t paced_bytes() const { return paced_bytes_; }
+  [[nodiscard]] double waited_s() const { return waited_s_; }
+  // Seconds spent in each kind of call (all threads) since construction; pacing waits are not in them.
+  [[nodiscard]] nlohmann::json call_seconds() const {
+    nlohmann::json j;
+    for (int k = 0; k < kKinds; ++k) j[kKindNames[k]] = static_cast<double>(ns_[k].load()) * 1e-9;
+    return j;
+  }
+
+ private:
+  static constexpr std::uint64_t kPage = 4096;
+  void charge(ckpt::FileHandle f, std::uint64_t off, std::uint64_t n) {
+    if (n == 0) return;
+    std::chrono::steady_clock::time_point until;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = paced_.find(f.id);
+      if (it == paced_.end()) return;
+      auto& seen = seen_[it->second];
+      const std::uint64_t first = off / kPage, end = (off + n + kPage - 1) / kPage;
+      if (seen.size() < end) seen.resize(end, false);
+      std::uint64_t fresh = 0;
+      for (std::uint64_t p = first; p < end; ++p)
+        if (!seen[p]) seen[p] = true, ++fresh;
+      if (fresh == 0) return;
+      const std::uint64_t bytes = std::min(fresh * kPage, n);
+      const auto now = std::chrono::steady_clock::now();
+      const auto start = std::max(now, next_free_);
+      next_free_ = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(static_cast<double>(bytes) / rate_));
+      until = next_free_;
+      paced_bytes_ += bytes;
+      waited_s_ += std::chrono::duration<double>(until - now).count();
+    }
+    std::this_thread::sleep_until(until);
+  }
+
+  ckpt::PosixFs fs_;
+  std::string root_;
+  double rate_;
+  std::atomic<std::int64_t> ns_[kKinds] = {};
+  std::mutex mutex_;
+  std::map<std::int64_t, std::string> paced_;      // open handles under root_
+  std::map<std::string, std::vector<bool>> seen_;  // pages of each file read before
+  std::chrono::steady_clock::time_point next_free_{};  // when the link is free again
+  std::uint64_t paced_bytes_ = 0;
+  double waited_s_ = 0;
+};
+
+// --- capture ---------------------------------------------------------------------------------------------
+
+// When each named phase of the current capture began (TierOptions::on_phase, the saver's worker thread).
+class PhaseClock {
+ public:
+  void mark(const char* phase) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    at_[phase] = now_ns();
+  }
+  [[nodiscard]] std::int64_t at(const std::string& phase) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = at_.find(phase);
+    if (it == at_.end()) throw ckpt::bench::BenchError("the capture never reached phase '" + phase + "'");
+    return it->second;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    at_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::int64_t> at_;
+};
+
+// Each rank sends `bytes` to every holder of its shard in `block` messages while receiving the same
+// from every rank whose shard it holds: the replication's traffic without the store (spec/TIERS.md 4.1).
+// With a `sink`, the receiver also writes each message into that new file (then fsync, unlink): the
+// traffic and the receiving memory root's writes, as replication has them, without the store's format.
+void raw_exchange(ckpt::MpiComm& comm, const ckpt::tiers::Placement& placement, const unsigned char* data, std::uint64_t bytes,
+                  std::size_t block, std::string& buffer, const std::string& sink = std::string()) {
+  const int me = comm.rank();
+  ckpt::Status sent;
+  std::thread sender([&] {
+    for (int h : placement.holders[static_cast<std::size_t>(me)])
+      for (std::uint64_t done = 0; done < bytes && sent.ok();) {
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block, bytes - done));
+        sent = comm.send(std::string_view(reinterpret_cast<const char*>(data) + done, n), h, kRawTag);
+        done += n;
+      }
+  });
+  ckpt::Status received;
+  int fd = -1;
+  if (!sink.empty()) {
+    fd = ::open(sink.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) received = ckpt::make_error(ckpt::Code::io, "create " + sink + ": " + std::strerror(errno));
+  }
+  std::uint64_t written = 0;
+  for (int source : placement.held_by(me))
+    for (std::uint64_t done = 0; done < bytes && received.ok();) {
+      received = comm.recv(buffer, source, kRawTag);
+      done += buffer.size();
+      if (buffer.empty()) received = ckpt::make_error(ckpt::Code::io, "empty message");
+      if (fd >= 0 && received.ok()) {
+        ckpt::bench::write_all(fd, reinterpret_cast<const unsigned char*>(buffer.data()), buffer.size(), written, sink);
+        written += buffer.size();
+      }
+    }
+  if (fd >= 0) {
+    ckpt::bench::fsync_or_throw(fd, sink);
+    ::close(fd);
+  }
+  sender.join();
+  check(sent, "raw send");
+  check(received, "raw recv");
+}
+
+nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout& l) {
+  const int rounds = s.repeat;
+  const std::uint64_t last = static_cast<std::uint64_t>(rounds) + 2;  // 1: first capture, 2..rounds+1 timed, last: promoted
+  BenchFs fs(s.persistent, 0);
+  auto tiers_comm = ckpt::MpiComm::duplicate(MPI_COMM_WORLD);  // the tiers' own: the loop must not use it
+  check(tiers_comm.status(), "MPI_Comm_dup");
+  PhaseClock phases;
+  auto options = tier_options(s, l, last);
+  options.on_phase = [&](const char* phase, std::uint64_t) { phases.mark(phase); };
+  auto created = ckpt::tiers::TieredCheckpointer::create(fs, *tiers_comm, options);
+  check(created.status(), "create");
+  auto& tiers = **created;
+
+  ckpt::bench::Buffer state(static_cast<std::size_t>(l.per_rank)), staging(static_cast<std::size_t>(l.per_rank));
+  // A second target allocated as the staging pool allocates its block (staging_pool.hpp): aligned
+  // operator new, every page touched, no huge-page advice.
+  const std::size_t bytes = static_cast<std::size_t>(l.per_rank);
+  std::unique_ptr<unsigned char, void (*)(unsigned char*)> plain(
+      static_cast<unsigned char*>(::operator new(bytes, std::align_val_t{4096})),
+      [](unsigned char* p) { ::operator delete(p, std::align_val_t{4096}); });
+  for (std::size_t off = 0; off < bytes; off += 4096) plain.get()[off] = 0;
+  const std::string scratch_file = ckpt::tiers::layout::rank_dir(options.memory_root, static_cast<std::uint32_t>(l.rank)) + "/bench-write";
+  fill_state(state.data(), l);
+  std::string buffer;
+  const auto fill = [&](ckpt::SaveRequest& r) {
+    std::uint64_t off = 0;
+    for (std::size_t i = 0; i < l.tensor_sizes.size(); ++i) {
+      r.add_tensor(tensor_name(l.rank, i), ckpt::DType::F32, {l.tensor_sizes[i] / 4}, state.data() + off, static_cast<std::size_t>(l.tensor_sizes[i]));
+      off += l.tensor_sizes[i];
+    }
+  };
+  nlohmann::json out;
+  auto capture = [&](std::uint64_t step) {
+    stamp_step(state.data(), l, step);
+    phases.clear();
+    quiet_barrier(bench.native());
+    const std::int64_t t0 = now_ns();
+    auto outcome = tiers.step(step, fill);
+    const std::int64_t t1 = now_ns();
+    const nlohmann::json cpu0 = cpu_now(), fs0 = fs.call_seconds();
+    check(outcome.status(), "step " + std::to_string(step));
+    check(tiers.wait(), "wait after step " + std::to_string(step));
+    const std::int64_t t2 = now_ns();
+    const nlohmann::json background_cpu = cpu_since(cpu0);
+    const nlohmann::json background_fs = seconds_since(fs.call_seconds(), fs0);
+    return nlohmann::json{{"step", step},
+                          {"start_ns", t0},
+                          {"stall_s", seconds_between(t0, t1)},
+                          {"stall_reported_s", std::chrono::duration<double>(outcome->stall).count()},
+                          {"returned_ns", t1},
+                          {"captured_ns", phases.at("captured")},
+                          {"replicating_ns", phases.at("replicating")},
+                          {"waited_ns", t2},
+                          {"background_cpu", background_cpu},
+                          {"background_fs_s", background_fs}};
+  };
+
+  // The first capture allocates and pre-faults the staging pool (and checks free space, collectively).
+  const auto before = resident_bytes();
+  out["first"] = capture(1);
+  const auto after = resident_bytes();
+  out["rss_before_first"] = before.first;
+  out["rss_after_first"] = after.first;
+  raw_exchange(bench, tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer);  // untimed: faults the receive buffer
+
+  out["rounds"] = nlohmann::json::array();
+  for (int i = 0; i < rounds; ++i) {
+    nlohmann::json round;
+    // The staging copy limit: the same bytes into a pre-faulted buffer, every rank at once as step() does.
+    quiet_barrier(bench.native());
+    std::int64_t t0 = now_ns();
+    std::memcpy(staging.data(), state.data(), bytes);
+    ckpt::bench::keep(staging.data()[bytes - 1]);
+    round["copy_s"] = seconds_between(t0, now_ns());
+    quiet_barrier(bench.native());
+    t0 = now_ns();
+    std::memcpy(plain.get(), state.data(), bytes);
+    ckpt::bench::keep(plain.get()[bytes - 1]);
+    round["copy_small_pages_s"] = seconds_between(t0, now_ns());
+    round["capture"] = capture(static_cast<std::uint64_t>(i) + 2);
+    // The communicator's own rate between the same pairs.
+    quiet_barrier(bench.native());
+    t0 = now_ns();
+    const nlohmann::json cpu0 = cpu_now();
+    raw_exchange(bench, tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer);
+    round["raw_cpu"] = cpu_since(cpu0);
+    round["raw_start_ns"] = t0;
+    round["raw_end_ns"] = now_ns();
+    // The same traffic, the receiver writing each message into its memory root as it arrives.
+    quiet_barrier(bench.native());
+    t0 = now_ns();
+    raw_exchange(bench, tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer, scratch_file);
+    round["raw_write_s"] = seconds_between(t0, now_ns());
+    ckpt::bench::remove_if_present(scratch_file);
+    // What a receiving rank's memory root takes: the same bytes written into a new file there.
+    quiet_barrier(bench.native());
+    t0 = now_ns();
+    ckpt::bench::raw_write_file(scratch_file, state.data(), bytes, std::size_t{8} << 20);
+    round["memory_write_s"] = seconds_between(t0, now_ns());
+    ckpt::bench::remove_if_present(scratch_file);
+    out["rounds"].push_back(round);
+  }
+  out["last"] = capture(last);
+  out["last"]["promoting_ns"] = phases.at("promoting");
+  if (tiers.steps_persisted() != last) throw ckpt::bench::BenchError("step " + std::to_string(last) + " was not persisted");
+
+  const auto own = usage_of(ckpt::tiers::layout::own_store(options.memory_root, static_cast<std::uint32_t>(l.rank)));
+  const auto all = usage_of(options.memory_root);
+  const auto end = resident_bytes();
+  out["memory"] = {{"memory_root_bytes", all.allocated},
+                   {"own_store_bytes", own.allocated},
+                   {"held_bytes", all.allocated - own.allocated},
+                   {"own_shard_file_bytes", own.largest_shard},
+                   {"held_shards", tiers.placement().held_by(l.rank).size()},
+                   {"steps_kept", options.memory_keep},
+                   {"rss_end", end.first},
+                   {"rss_peak", end.second},
+                   {"state_and_copy_buffers", 2 * l.per_rank}};
+  out["holders"] = tiers.placement().holders[static_cast<std::size_t>(l.rank)];
+  return out;
+}
+
+// --- resume ----------------------------------------------------------------------------------------------
+
+nlohmann::json run_resume(const Settings& s, const Layout& l, std::int64_t main_ns, std::int64_t init_start_ns, std::int64_t init_end_ns) {
+  nlohmann::json out;
+  out["main_ns"] = main_ns;
+  out["init_start_ns"] = init_start_ns;
+  out["init_end_ns"] = init_end_ns;
+  // The model's memory, as a restarted job has it before loading (allocated, pages touched).
+  ckpt::bench::Buffer state(static_cast<std::size_t>(l.per_rank));
+  out["alloc_end_ns"] = now_ns();
+  BenchFs fs(s.persistent, s.pace_gbps * 1e9);
+  auto comm = ckpt::MpiComm::duplicate(MPI_COMM_WORLD);
+  check(comm.status(), "MPI_Comm_dup");
+  auto created = ckpt::tiers::TieredCheckpointer::create(fs, *comm, tier_options(s, l, 0));
+  check(created.status(), "create");
+  out["create_end_ns"] = now_ns();
+  const nlohmann::json cpu0 = cpu_now(), fs0 = fs.call_seconds();
+  nlohmann::json load_cpu, load_fs;
+  std::int64_t loaded_ns = 0;
+  auto resumed = (*created)->resume([&](ckpt::tiers::TierView& v) -> ckpt::Status {
+    std::uint64_t off = 0;
+    for (std::size_t i = 0; i < l.tensor_sizes.size(); ++i) {
+      CKPT_TRY(v.read_tensor(tensor_name(l.rank, i), state.data() + off, static_cast<std::size_t>(l.tensor_sizes[i])));
+      off += l.tensor_sizes[i];
+    }
+    loaded_ns = now_ns();
+    load_cpu = cpu_since(cpu0);
+    load_fs = seconds_since(fs.call_seconds(), fs0);
+    return ckpt::Status();
+  });
+  out["resume_end_ns"] = now_ns();
+  check(resumed.status(), "resume");
+  if (resumed->fresh) throw ckpt::bench::BenchError("nothing to resume under " + s.root + " or " + s.persistent + ": run capture first");
+  out["loaded_ns"] = loaded_ns;
+  out["load_cpu"] = load_cpu;
+  out["load_fs_s"] = load_fs;
+  out["step"] = resumed->step;
+  out["sources"] = resumed->sources;
+  out["setbacks"] = resumed->setbacks;
+  out["paced_bytes"] = fs.paced_bytes();
+  out["paced_wait_s"] = fs.waited_s();
+  // Every byte as capture saved it at that step.
+  ckpt::bench::Buffer expected(static_cast<std::size_t>(l.per_rank));
+  fill_state(expected.data(), l);
+  stamp_step(expected.data(), l, resumed->step);
+  if (std::memcmp(expected.data(), state.data(), static_cast<std::size_t>(l.per_rank)) != 0)
+    throw ckpt::bench::BenchError("rank " + std::to_string(l.rank) + ": the loaded state differs from step " + std::to_string(resumed->step));
+  return out;
+}
+
+// --- Summaries (rank 0) ----------------------------------------------------------------------------------
+
+double median_of(std::vector<double> v) { return ckpt::bench::summarize(std::move(v)).median; }
+
+// The capture figures of one job: per capture the slowest rank's blocking, and the span from the first
+// rank starting to the last rank finishing for the collective work.
+nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const Settings& s, const Layout& l) {
+  nlohmann::json j;
+  const std::size_t rounds = ranks[0]["rounds"].size();
+  std::vector<double> copy, copy_small, memory_write, stall, stall_reported, commit, replicate, raw;
+  std::vector<double> background_user, background_sys, raw_cpu, raw_write;
+  std::map<std::string, std::vector<double>> background_fs;  // per kind of call, per capture, all ranks
+  for (std::size_t i = 0; i < rounds; ++i) {
+    double c = 0, cs = 0, mw = 0, st = 0, sr = 0, cm = 0, bu = 0, bs = 0, rc = 0, rw = 0;
+    std::int64_t rep_from = INT64_MAX, rep_to = 0, raw_from = INT64_MAX, raw_to = 0;
+    for (const auto& r : ranks) {
+      const auto& round = r["rounds"][i];
+      const auto& cap = round["capture"];
+      c = std::max(c, round["copy_s"].get<double>());
+      cs = std::max(cs, round["copy_small_pages_s"].get<double>());
+      mw = std::max(mw, round["memory_write_s"].get<double>());
+      rw = std::max(rw, round["raw_write_s"].get<double>());
+      st = std::max(st, cap["stall_s"].get<double>());
+      sr = std::max(sr, cap["stall_reported_s"].get<double>());
+      cm = std::max(cm, seconds_between(cap["returned_ns"].get<std::int64_t>(), cap["captured_ns"].get<std::int64_t>()));
+      for (auto it = cap["background_fs_s"].begin(); it != cap["background_fs_s"].end(); ++it) {
+        auto& v = background_fs[it.key()];
+        if (v.size() <= i) v.resize(i + 1, 0.0);
+        v[i] += it->get<double>();
+      }
+      bu += cap["background_cpu"]["user_s"].get<double>();
+      bs += cap["background_cpu"]["sys_s"].get<double>();
+      rc += round["raw_cpu"]["user_s"].get<double>() + round["raw_cpu"]["sys_s"].get<double>();
+      rep_from = std::min(rep_from, cap["replicating_ns"].get<std::int64_t>());
+      rep_to = std::max(rep_to, cap["waited_ns"].get<std::int64_t>());
+      raw_from = std::min(raw_from, round["raw_start_ns"].get<std::int64_t>());
+      raw_to = std::max(raw_to, round["raw_end_ns"].get<std::int64_t>());
+    }
+    background_user.push_back(bu), background_sys.push_back(bs), raw_cpu.push_back(rc), raw_write.push_back(rw);
+    copy.push_back(c), copy_small.push_back(cs), memory_write.push_back(mw), stall.push_back(st), stall_reported.push_back(sr), commit.push_back(cm);
+    replicate.push_back(seconds_between(rep_from, rep_to)), raw.push_back(seconds_between(raw_from, raw_to));
+  }
+  double first_stall = 0, promote = 0;
+  std::int64_t promote_from = INT64_MAX, promote_to = 0;
+  for (const auto& r : ranks) {
+    first_stall = std::max(first_stall, r["first"]["stall_s"].get<double>());
+    promote_from = std::min(promote_from, r["last"]["promoting_ns"].get<std::int64_t>());
+    promote_to = std::max(promote_to, r["last"]["waited_ns"].get<std::int64_t>());
+  }
+  promote = seconds_between(promote_from, promote_to);
+  j["world"] = l.world;
+  j["size"] = s.size;
+  j["per_rank_bytes"] = l.per_rank;
+  j["tensors_per_rank"] = l.tensor_sizes.size();
+  j["tensor_bytes"] = s.tensor_bytes;
+  j["transfer_block"] = s.transfer_block;
+  j["captures"] = rounds;
+  j["unit"] = "seconds; per capture the slowest rank (blocking) or first start to last finish (collective work); medians over captures";
+  j["staging_copy_s"] = copy;
+  j["staging_copy_small_pages_s"] = copy_small;
+  j["memory_write_s"] = memory_write;
+  j["background_cpu_note"] = "CPU seconds of all ranks (user, sys) from step()'s return to wait()'s: commit, replication, bookkeeping";
+  j["background_user_s"] = background_user;
+  j["background_sys_s"] = background_sys;
+  j["raw_p2p_cpu_s"] = raw_cpu;
+  j["raw_p2p_write_s"] = raw_write;
+  j["background_fs_s"] = background_fs;
+  j["stall_s"] = stall;
+  j["stall_reported_s"] = stall_reported;
+  j["commit_s"] = commit;
+  j["replication_s"] = replicate;
+  j["raw_p2p_s"] = raw;
+  j["median"] = {{"staging_copy_s", median_of(copy)}, {"staging_copy_small_pages_s", median_of(copy_small)},
+                 {"memory_write_s", median_of(memory_write)}, {"background_user_s", median_of(background_user)},
+                 {"background_sys_s", median_of(background_sys)}, {"raw_p2p_cpu_s", median_of(raw_cpu)},
+                 {"raw_p2p_write_s", median_of(raw_write)}, {"stall_s", median_of(stall)}, {"stall_reported_s", median_of(stall_reported)},
+                 {"commit_s", median_of(commit)}, {"replication_s", median_of(replicate)}, {"raw_p2p_s", median_of(raw)}};
+  for (const auto& [kind, v] : background_fs) j["median"]["background_fs_s"][kind] = median_of(v);
+  j["stall_vs_copy"] = median_of(copy) > 0 ? median_of(stall) / median_of(copy) : 0.0;
+  j["replication_vs_raw_rate"] = median_of(replicate) > 0 ? median_of(raw) / median_of(replicate) : 0.0;
+  j["first_capture_stall_s"] = first_stall;
+  j["promotion_s"] = promote;
+  nlohmann::json memory = nlohmann::json::array();
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    nlohmann::json m = ranks[r]["memory"];
+    m["rank"] = r;
+    m["holders"] = ranks[r]["holders"];
+    m["rss_growth_first_capture"] = ranks[r]["rss_after_first"].get<std::int64_t>() - ranks[r]["rss_before_first"].get<std::int64_t>();
+    memory.push_back(m);
+  }
+  j["memory"] = memory;
+  return j;
+}
+
+// The resume figures of one job: the launch, then each rank's moments; the job's state is loaded when
+// the last rank's is.
+nlohmann::json summarize_resume(const std::vector<nlohmann::json>& ranks, const Settings& s, std::int64_t launch_ns) {
+  nlohmann::json j;
+  std::int64_t main_max = 0, create_max = 0, loaded_max = 0, end_max = 0, main_min = INT64_MAX;
+  double init_max = 0, alloc_max = 0, create_only_max = 0;
+  std::uint64_t paced = 0;
+  double paced_wait = 0, load_user = 0, load_sys = 0;
+  nlohmann::json load_fs = nlohmann::json::object();  // seconds in each kind of file-system call, all ranks
+  nlohmann::json sources = nlohmann::json::array();
+  for (const auto& r : ranks) {
+    const auto g = [&](const char* k) { return r[k].get<std::int64_t>(); };
+    main_max = std::max(main_max, g("main_ns"));
+    main_min = std::min(main_min, g("main_ns"));
+    create_max = std::max(create_max, g("create_end_ns"));
+    loaded_max = std::max(loaded_max, g("loaded_ns"));
+    end_max = std::max(end_max, g("resume_end_ns"));
+    init_max = std::max(init_max, seconds_between(g("init_start_ns"), g("init_end_ns")));
+    alloc_max = std::max(alloc_max, seconds_between(g("init_end_ns"), g("alloc_end_ns")));
+    create_only_max = std::max(create_only_max, seconds_between(g("alloc_end_ns"), g("create_end_ns")));
+    for (auto it = r["load_fs_s"].begin(); it != r["load_fs_s"].end(); ++it)
+      load_fs[it.key()] = (load_fs.contains(it.key()) ? load_fs[it.key()].get<double>() : 0.0) + it->get<double>();
+    load_user += r["load_cpu"]["user_s"].get<double>();
+    load_sys += r["load_cpu"]["sys_s"].get<double>();
+    paced += r["paced_bytes"].get<std::uint64_t>();
+    paced_wait = std::max(paced_wait, r["paced_wait_s"].get<double>());
+    sources.push_back(r["sources"]);
+  }
+  const bool launched = launch_ns > 0;
+  const std::int64_t from = launched ? launch_ns : main_min;
+  j["launch"] = launched ? "CKPT_BENCH_LAUNCH_NS (set just before mpirun was started)" : "the first rank's main() (CKPT_BENCH_LAUNCH_NS not set)";
+  j["step"] = ranks[0]["step"];
+  j["spawn_s"] = seconds_between(from, main_max);
+  j["mpi_init_s"] = init_max;
+  j["model_alloc_s"] = alloc_max;
+  j["create_s"] = create_only_max;
+  j["start_s"] = seconds_between(from, create_max);      // launch to every rank created (spawn, MPI_Init, allocation, create)
+  j["load_s"] = seconds_between(create_max, loaded_max);  // resume() to every rank's state loaded and verified
+  j["to_loaded_s"] = seconds_between(from, loaded_max);
+  j["after_load_s"] = seconds_between(loaded_max, end_max);  // resume()'s records and refill of missing replicas
+  j["load_user_s"] = load_user;  // CPU seconds of every rank during its load
+  j["load_sys_s"] = load_sys;
+  j["load_fs_s"] = load_fs;
+  j["paced_gbps"] = s.pace_gbps;
+  j["paced_bytes"] = paced;
+  j["paced_wait_max_s"] = paced_wait;
+  j["sources"] = sources;
+  nlohmann::json setbacks = nlohmann::json::array();
+  for (const auto& r : ranks)
+    for (const auto& b : r["setbacks"]) setbacks.push_back(b);
+  j["setbacks"] = setbacks;
+  return j;
+}
+
+void print_capture(const nlohmann::json& j) {
+  const auto& m = j["median"];
+  const double bytes = j["per_rank_bytes"].get<double>();
+  const auto gibs = [&](double s) { return s > 0 ? bytes / s / (1024.0 * 1024.0 * 1024.0) : 0.0; };
+  std::printf("ckpt-bench-tiers capture: %s per rank, %d ranks, %d captures (median of the slowest rank)\n",
+              ckpt::cli::human_bytes(bytes).c_str(), j["world"].get<int>(), j["captures"].get<int>());
+  std::printf("  %-44s %8s %8s\n", "", "seconds", "GiB/s");
+  const auto row = [&](const char* name, double s) { std::printf("  %-44s %8.4f %8.2f\n", name, s, gibs(s)); };
+  row("staging copy (memcpy into pre-faulted memory)", m["staging_copy_s"].get<double>());
+  row("the same, into 4 KiB pages (as the staging pool)", m["staging_copy_small_pages_s"].get<double>());
+  row("step() stall", m["stall_s"].get<double>());
+  row("MpiComm send/recv, same pairs", m["raw_p2p_s"].get<double>());
+  row("replication (replicating -> wait())", m["replication_s"].get<double>());
+  row("write into the memory root (pwrite 8 MiB)", m["memory_write_s"].get<double>());
+  row("send/recv, receiver writing into its root", m["raw_p2p_write_s"].get<double>());
+  std::printf("  stall / staging copy %.2fx; replication rate / send-recv rate %.2fx\n", j["stall_vs_copy"].get<double>(),
+              j["replication_vs_raw_rate"].get<double>());
+}
+
+void print_resume(const nlohmann::json& j) {
+  std::printf("ckpt-bench-tiers resume of step %llu: start %.3f s (spawn %.3f, MPI_Init %.3f, create %.3f), load %.3f s, to loaded %.3f s\n",
+              static_cast<unsigned long long>(j["step"].get<std::uint64_t>()), j["start_s"].get<double>(), j["spawn_s"].get<double>(),
+              j["mpi_init_s"].get<double>(), j["create_s"].get<double>(), j["load_s"].get<double>(), j["to_loaded_s"].get<double>());
+  for (const auto& r : j["sources"])
+    for (const auto& src : r) std::printf("  %s\n", src.get<std::string>().c_str());
+}
+
+int run(const Settings& s, std::int64_t main_ns, std::int64_t init_start_ns, std::int64_t init_end_ns) {
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world < 2) {
+    if (rank == 0) std::fprintf(stderr, "%s: needs at least 2 ranks (one per simulated node): mpirun -np 4\n", kTool);
+    return ckpt::cli::kUsage;
+  }
+  const Layout l = layout_for(s, world, rank);
+  if (l.per_rank == 0 || s.tensor_bytes % 4 != 0 || s.tensor_bytes == 0) {
+    if (rank == 0) std::fprintf(stderr, "%s: --size must give every rank at least 4 KiB; --tensor must be a positive multiple of 4\n", kTool);
+    return ckpt::cli::kUsage;
+  }
+  // capture starts from nothing: steps already in a memory root or the persistent store would be resumed
+  // history, not this run's.
+  std::error_code ec;
+  std::filesystem::create_directories(s.root, ec);  // the machine's tmpfs; each node's root inside is the library's
+  int dirty = 0;
+  if (s.mode == "capture") {
+    const auto node = tier_options(s, l, 0).memory_root;
+    dirty = (std::filesystem::exists(node, ec) && !std::filesystem::is_empty(node, ec)) ||
+                    (std::filesystem::exists(s.persistent, ec) && !std::filesystem::is_empty(s.persistent, ec))
+                ? 1
+                : 0;
+  }
+  int any_dirty = dirty;
+  MPI_Allreduce(&dirty, &any_dirty, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any_dirty) {
+    if (rank == 0) std::fprintf(stderr, "%s: capture needs empty memory roots under %s and an empty %s\n", kTool, s.root.c_str(), s.persistent.c_str());
+    return ckpt::cli::kUsage;
+  }
+  std::int64_t launch_ns = 0;
+  if (const char* launch = std::getenv("CKPT_BENCH_LAUNCH_NS")) launch_ns = std::strtoll(launch, nullptr, 10);
+  auto bench = ckpt::MpiComm::duplicate(MPI_COMM_WORLD);
+  check(bench.status(), "MPI_Comm_dup");
+  const nlohmann::json mine = s.mode == "capture" ? run_capture(s, *bench, l) : run_resume(s, l, main_ns, init_start_ns, init_end_ns);
+  auto gathered = bench->gather(mine.dump(), 0);
+  check(gathered.status(), "gather");
+  if (rank != 0) return ckpt::cli::kOk;
+  std::vector<nlohmann::json> ranks;
+  for (const auto& text : *gathered) ranks.push_back(nlohmann::json::parse(text));
+  nlohmann::json j = s.mode == "capture" ? summarize_capture(ranks, s, l) : summarize_resume(ranks, s, launch_ns);
+  j["mode"] = s.mode;
+  j["root"] = s.root;
+  j["persistent"] = s.persistent;
+  j["ranks"] = ranks;
+  if (s.json) ckpt::cli::print_json(j);
+  else if (s.mode == "capture") print_capture(j);
+  else print_resume(j);
+  return ckpt::cli::kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::int64_t main_ns = now_ns();
+  int provided = 0;
+  const std::int64_t init_start_ns = now_ns();
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const std::int64_t init_end_ns = now_ns();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Settings s;
+  std::string size_text = "1GiB", tensor_text = "16MiB", block_text = "16MiB";
+  CLI::App app{"The memory and persistent tiers against this machine's limits, one MPI rank per simulated node\n"
+               "(spec/TIERS.md). `capture` times step()'s stall against a memcpy of the same bytes and\n"
+               "replication against MpiComm send/recv between the same pairs, and leaves a persisted step;\n"
+               "`resume` times a fresh job from launch to state loaded from whatever the tiers hold.\n"
+               "tools/bench-tiers.py runs both on the same state and prints the whole table:\n"
+               "  mpirun -np 4 ckpt-bench-tiers capture --root /dev/shm/t --persistent /disk/t --size 1GiB\n"
+               "  mpirun -np 4 ckpt-bench-tiers resume --root /dev/shm/t --persistent /disk/t --size 1GiB\n\n"
+               "Exit status: 0 measured, 1 the loaded state differs, 2 bad arguments or an I/O error.",
+               kTool};
+  app.require_subcommand(1, 1);
+  for (const char* mode : {"capture", "resume"}) {
+    CLI::App* sub = app.add_subcommand(mode, std::string(mode) == "capture" ? "time captures and replication; leave a persisted step"
+                                                                             : "time a fresh job's start and load");
+    sub->add_option("--root", s.root, "directory holding every simulated node's memory root (node-nR), e.g. under /dev/shm")->required();
+    sub->add_option("--persistent", s.persistent, "the persistent store (a directory on a disk)")->required();
+    sub->add_option("--size", size_text, "bytes of state across all ranks (default 1GiB)");
+    sub->add_option("--tensor", tensor_text, "bytes per tensor (default 16MiB)");
+    sub->add_flag("--json", s.json, "print a JSON document (every rank's raw moments too) instead of the table");
+    if (std::string(mode) == "capture") {
+      sub->add_option("--repeat", s.repeat, "timed captures; the median is reported (default 5)")->check(CLI::Range(1, 100));
+      sub->add_option("--transfer-block", block_text, "bytes per point-to-point message, both paths (default 16MiB)");
+    } else {
+      sub->add_option("--pace-gbps", s.pace_gbps, "first reads of the persistent store at most this many GB/s (10^9 B/s) per rank; 0: unpaced")
+          ->check(CLI::Range(0.0, 1e6));
+    }
+  }
+  int rc = -1;
+  if (rank == 0) rc = ckpt::cli::parse(app, argc, argv);
+  else {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::Error& e) {
+      rc = e.get_exit_code() == 0 ? 0 : ckpt::cli::kUsage;
+    }
+  }
+  if (rc < 0) {
+    s.mode = app.got_subcommand("capture") ? "capture" : "resume";
+    const auto size = ckpt::bench::parse_size(size_text), tensor = ckpt::bench::parse_size(tensor_text),
+               block = ckpt::bench::parse_size(block_text);
+    if (!size || !tensor || !block || *block == 0 || *block > (std::uint64_t{1} << 30)) {
+      if (rank == 0) std::fprintf(stderr, "%s: --size, --tensor and --transfer-block take sizes like 16MiB (a block at most 1GiB)\n", kTool);
+      rc = ckpt::cli::kUsage;
+    } else {
+      s.size = *size, s.tensor_bytes = *tensor, s.transfer_block = static_cast<std::size_t>(*block);
+      // One spelling of each path, so the pacing recognises the persistent store's files by prefix.
+      s.root = std::filesystem::absolute(s.root).lexically_normal().string();
+      s.persistent = std::filesystem::absolute(s.persistent).lexically_normal().string();
+      while (s.persistent.size() > 1 && s.persistent.back() == '/') s.persistent.pop_back();
+      while (s.root.size() > 1 && s.root.back() == '/') s.root.pop_back();
+    }
+  }
+  if (rc < 0 && provided < MPI_THREAD_MULTIPLE) {
+    if (rank == 0) std::fprintf(stderr, "%s: this MPI does not offer MPI_THREAD_MULTIPLE, which the tiers need\n", kTool);
+    rc = ckpt::cli::kUsage;
+  }
+  if (rc < 0) {
+    try {
+      rc = run(s, main_ns, init_start_ns, init_end_ns);
+    } catch (const std::exception& e) {
+      // The other ranks may be waiting in a collective for this one: end the whole job.
+      std::fprintf(stderr, "%s: rank %d: %s\n", kTool, rank, e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, std::strstr(e.what(), "differs") != nullptr ? ckpt::cli::kIntegrity : ckpt::cli::kUsage);
+    }
+  }
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
+
+#else  // no MPI in this build
+
+int main(int argc, char** argv) {
+  CLI::App app{"The memory and persistent tiers against this machine's limits over MPI. This build of ckpt has no\n"
+               "MPI (CMake did not find it), so this program only says so.",
+               "ckpt-bench-tiers"};
+  app.allow_extras();
+  if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
+  std::fprintf(stderr, "ckpt-bench-tiers: this build has no MPI\n");
+  return ckpt::cli::kUsage;
+}
+
+#endif
