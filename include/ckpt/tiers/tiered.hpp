@@ -127,7 +127,7 @@ class TierView {
   std::uint64_t step_ = 0;
   std::uint32_t world_ = 0;
   TrainingState state_;
-  std::vector<ShardReader*> shards_;
+  std::vector<ShardReader*> shards_;  // each verified whole just before the load: reads hash nothing again
 };
 
 class TieredCheckpointer {

@@ -38,7 +38,7 @@ CKPT_INLINE Status TierView::read_slice(std::string_view name, const Shape& offs
     if (t->dtype != first->dtype || t->shape != first->shape)
       return make_error(Code::corrupt, s->path() + ": tensor '" + t->name + "' differs in dtype or shape from another shard of step " +
                                            std::to_string(step_));
-    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->read_slice_partial(*t, offsets, shape, dst, ReadCheck::touched));
+    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->read_slice_partial(*t, offsets, shape, dst, ReadCheck::none));
     copied += n;
   }
   if (copied != elements)
@@ -346,12 +346,16 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         dirs.push_back(static_cast<std::uint32_t>(std::stoul(e.substr(prefix.size()))));
       }
     std::sort(dirs.begin(), dirs.end());
+    // Every log of the node first: a rank may have set aside a copy in another rank's directory.
+    std::set<std::pair<std::string, std::uint64_t>> aside;
     for (std::uint32_t d : dirs) {
       const std::string dir = layout::rank_dir(options_.memory_root, d);
-      std::set<std::pair<std::string, std::uint64_t>> aside;
       auto records = d == me ? Result<std::vector<TierRecord>>(this->records()) : read_tier_log(fs_, dir);
       if (records.ok()) scan_log(*records, dir, scan, aside);
       else scan.notes.push_back(records.status().message());
+    }
+    for (std::uint32_t d : dirs) {
+      const std::string dir = layout::rank_dir(options_.memory_root, d);
       auto names = fs_.list_dir(dir);
       if (!names.ok()) continue;
       for (const auto& name : *names) {
@@ -531,7 +535,9 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
       for (auto& [s, c] : mine) {
         auto reader = StepReader::open(fs_, c.store_path, c.info, c.uuid);
         Status ok = reader.ok() ? Status() : reader.status();
-        if (ok.ok()) ok = verify_status(verify_file(fs_, reader->shard(c.shard_in_step).path()));
+        VerifyOptions whole;
+        whole.use_mmap = fs_.can_map();  // hash the pages in place: one pass over the bytes, no copy
+        if (ok.ok()) ok = verify_status(verify_file(fs_, reader->shard(c.shard_in_step).path(), whole));
         if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[s])
           ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " +
                                              std::to_string(decision.step) + "'s shard " + std::to_string(s));
@@ -668,9 +674,8 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
       if (info.step > decision.step) {
         CKPT_TRY(store->retire(info.step));
         TierRecord e;
-        e.event = TierEvent::evicted, e.step = info.step, e.world = 1, e.shard = 0, e.txn = info.txn;
+        e.event = TierEvent::evicted, e.step = info.step, e.world = std::max(world, shard + 1), e.shard = shard, e.txn = info.txn;
         e.detail = "newer than the resumed step " + std::to_string(decision.step);
-        (void)shard;
         learned.push_back(e);
       }
   CKPT_TRY(log(learned));

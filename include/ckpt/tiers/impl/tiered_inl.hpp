@@ -136,6 +136,10 @@ struct ShardSource {
   std::string where;  // for messages
   ShardReader* reader = nullptr;
   TrainingState state;
+  // touched: a copy that does not verify is never sent as good (resume fetches, where the sender's own
+  // verdict names the bad copy). none: a capture hashed as it was written; the receiver's digest check
+  // covers every byte end to end (spec/TIERS.md 4.3), so a second hash would only slow replication.
+  ReadCheck check = ReadCheck::touched;
 };
 
 // Returns a transport failure (the stream is broken); a copy that cannot be read or does not verify is
@@ -175,12 +179,12 @@ struct ShardSource {
     std::optional<Mapping> mapping;
     Status got;
     if (r.fs().can_map() && length > 0) {
-      auto m = r.map_piece(k, ReadCheck::touched);
+      auto m = r.map_piece(k, src.check);
       if (m.ok()) mapping.emplace(std::move(*m)), bytes = mapping->data();
       else got = m.status();
     } else {
       buffer.resize(static_cast<std::size_t>(length));
-      got = r.read_piece(k, buffer.empty() ? nullptr : &buffer[0], buffer.size(), ReadCheck::touched);
+      got = r.read_piece(k, buffer.empty() ? nullptr : &buffer[0], buffer.size(), src.check);
       bytes = reinterpret_cast<const unsigned char*>(buffer.data());
     }
     if (!got.ok()) got = got.with_context(src.where);
@@ -589,7 +593,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   // 2. Replicas: this rank's shard to its holders; the shards it holds from their sources.
   std::vector<int> holders = placement_.holders[me];
   std::vector<int> sources = placement_.held_by(static_cast<int>(me));
-  detail::ShardSource src{own_->path() + " step " + std::to_string(step), &mine->shard(0), mine->state()};
+  detail::ShardSource src{own_->path() + " step " + std::to_string(step), &mine->shard(0), mine->state(), ReadCheck::none};
   std::vector<TierRecord> held_records;
   Status receive_failure;
   phase("replicating", step);
