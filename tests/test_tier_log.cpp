@@ -136,3 +136,16 @@ TEST_CASE("shard digest lists that do not match their world are refused", "[tier
   r.detail.pop_back();
   CHECK(decode_shard_digests(r, "log").status().code() == Code::corrupt);
 }
+
+TEST_CASE("a record a reader would refuse is never written", "[tier_log]") {
+  PosixFs fs;
+  const auto dir = fresh_dir("refuse");
+  auto log = TierLog::open(fs, dir.string());
+  REQUIRE(log.ok());
+  TierRecord bad;
+  bad.event = TierEvent::evicted, bad.step = 4, bad.world = 1, bad.shard = 2;
+  CHECK(log->append({bad}).code() == Code::invalid_argument);
+  bad.world = 0, bad.shard = 0;
+  CHECK(log->append({bad}).code() == Code::invalid_argument);
+  CHECK(TierLog::open(fs, dir.string()).ok());
+}

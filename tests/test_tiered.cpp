@@ -344,8 +344,15 @@ TEST_CASE("with load_all_shards every rank loads every shard of the agreed step"
     CHECK(res.step == 6);
     CHECK(res.sources.size() >= 4);
   }
-  // Shards fetched only for the resume do not stay in memory once the own store has moved on.
+  // Shards fetched only for the resume do not stay in memory once the own store has moved on, and
+  // what recorded that reads back.
   PosixFs fs;
+  for (int rank = 0; rank < 4; ++rank) {
+    if (rank == 1) continue;
+    auto log = read_tier_log(fs, layout::rank_dir((dir / ("node-n" + std::to_string(rank))).string(), static_cast<std::uint32_t>(rank)));
+    INFO(log.status().to_string());
+    CHECK(log.ok());
+  }
   for (std::uint32_t s : {1u, 2u}) {
     auto fetched = Store::open(fs, layout::held_store((dir / "node-n0").string(), 0, s), Access::read_only);
     REQUIRE(fetched.ok());

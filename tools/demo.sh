@@ -64,4 +64,5 @@ PY
 if [ -x "$BIN/ckpt-demo-train" ]; then
   bash tools/demo-store.sh "$BIN" "$WORK"
 fi
+bash tools/demo-tiers.sh "$BIN" "$WORK"
 say "Done. Files are in $WORK"

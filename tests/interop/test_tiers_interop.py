@@ -125,6 +125,7 @@ def main():
             r = decode(payload)
             event = EVENTS.get(rtype & 0xFF, "?")
             where = f"{dirpath}/TIERS at {off}: {event} step {r['step']} shard {r['shard']}"
+            check(0 < r["world"] and r["shard"] < r["world"], where + f": shard {r['shard']} of a world of {r['world']} (spec/TIERS.md 5.2)")
             if event == "CAPTURED":
                 shards = [struct.unpack_from("<QQ", r["detail"], 16 * i) for i in range(r["world"])]
                 check(len(r["detail"]) == 16 * r["world"], where + ": detail is world x 16 bytes")

@@ -146,6 +146,10 @@ CKPT_INLINE Status TierLog::append(std::vector<TierRecord> records) {
   std::vector<PendingRecord> pending;
   for (const auto& r : records) {
     if (r.detail.size() > tier_log::kMaxDetail) return make_error(Code::invalid_argument, path_ + ": tier record detail too long");
+    // Never write what a reader must refuse (spec/TIERS.md 5.2): the log would be corrupt from then on.
+    if (r.world == 0 || r.world > journal::kMaxWorldSize || r.shard >= r.world)
+      return make_error(Code::invalid_argument, path_ + ": " + r.describe() + ": shard " + std::to_string(r.shard) + " of a world of " +
+                                                    std::to_string(r.world) + " is not a valid tier record");
     pending.push_back(detail::tier_record(r));
   }
   CKPT_TRY(writer_.append_group(pending));

@@ -742,7 +742,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
         if (info.step >= oldest) continue;
         CKPT_TRY(store->retire(info.step));
         TierRecord e;
-        e.event = TierEvent::evicted, e.step = info.step, e.world = 1, e.shard = shard, e.txn = info.txn;
+        e.event = TierEvent::evicted, e.step = info.step, e.world = std::max(world, shard + 1), e.shard = shard, e.txn = info.txn;
         e.detail = "fetched at resume, older than every step kept";
         evicted.push_back(e);
       }
