@@ -373,3 +373,20 @@ TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {
   REQUIRE(again.ok());
   CHECK(again.resumed[0].step == 120);
 }
+
+TEST_CASE("a damaged tier log is set aside, never deleted, and the job still resumes", "[tiered]") {
+  const auto dir = trained_to_7("corrupt-log");
+  const auto log = dir / "node-n1" / "rank-1" / "TIERS";
+  {
+    std::fstream f(log, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096 + 20);  // inside the first record after the header group
+    f.put('\x5a');
+  }
+  auto r = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(r, 10);
+  CHECK(r.resumed[1].step == 6);  // the other ranks' CAPTURED records still claim step 6
+  CHECK(fsys::exists(dir / "node-n1" / "rank-1" / "TIERS.corrupt-0"));
+  bool noted = false;
+  for (const auto& s : r.resumed[1].setbacks) noted = noted || s.find("set aside as") != std::string::npos;
+  CHECK(noted);
+}

@@ -157,6 +157,8 @@ class TieredCheckpointer {
   [[nodiscard]] const TierOptions& options() const noexcept { return options_; }
   [[nodiscard]] int rank() const { return comm_.rank(); }
   [[nodiscard]] int world() const { return comm_.size(); }
+  // What create() found and worked around on this rank (e.g. a damaged tier log set aside).
+  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
   // This rank's tier log records (what it has appended so far).
   [[nodiscard]] std::vector<TierRecord> records() const;
   // Steps every shard of which has the placement's copies (REPLICATED), and steps persisted, as recorded.
@@ -193,6 +195,7 @@ class TieredCheckpointer {
   Status background_failure_;
   std::atomic<std::uint64_t> replicated_{0}, persisted_{0};
   bool resumed_ = false;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace ckpt::tiers

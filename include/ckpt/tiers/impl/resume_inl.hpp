@@ -388,6 +388,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
   // The persistent store is read only when memory cannot serve the newest recorded step: a restarted job
   // whose memory tier holds it never touches storage (spec/TIERS.md 7.1). Rank 0 scans it for everyone.
   Resumed out;
+  out.setbacks = notes_;
   bool persistent_scanned = options_.persistent.empty();
   const auto scan_persistent = [&](RankReport& into) {
     persistent_scanned = true;

@@ -392,6 +392,19 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
   }
   if (local.ok()) {
     auto log = TierLog::open(fs, t->rank_dir_);
+    if (!log.ok() && log.status().code() == Code::corrupt) {
+      // A damaged log must not keep the job from starting: it is set aside under a new name (never
+      // deleted) and a fresh one begun; the other ranks' logs still claim the steps (spec/TIERS.md 5.1).
+      const std::string from = join_path(t->rank_dir_, std::string(tier_log::kLogName));
+      std::string to;
+      for (int n = 0; to.empty() || fs.stat(to).ok(); ++n) to = from + ".corrupt-" + std::to_string(n);
+      Status moved = fs.rename(from, to);
+      if (moved.ok()) moved = fs.sync_dir(t->rank_dir_);
+      if (moved.ok()) {
+        t->notes_.push_back(log.status().message() + ": set aside as " + to + ", a new log begun");
+        log = TierLog::open(fs, t->rank_dir_);
+      }
+    }
     if (log.ok()) t->log_ = std::make_unique<TierLog>(std::move(*log));
     else local = log.status();
   }
