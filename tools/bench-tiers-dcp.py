@@ -18,16 +18,6 @@ import sys
 import time
 
 
-def parse_size(text):
-    """'16MiB', '1GiB', '4096': binary multiples, as ckpt-bench-tiers reads them."""
-    t = text.strip().lower()
-    for suffix, shift in (("kib", 10), ("mib", 20), ("gib", 30), ("tib", 40), ("kb", 10), ("mb", 20), ("gb", 30),
-                          ("k", 10), ("m", 20), ("g", 30), ("t", 40), ("b", 0)):
-        if t.endswith(suffix):
-            return int(float(t[: -len(suffix)]) * (1 << shift))
-    return int(float(t))
-
-
 def tensor_sizes(size, ranks, tensor):
     """The same split as ckpt-bench-tiers: size/ranks rounded down to 4 KiB, cut into tensors."""
     per_rank = size // ranks // 4096 * 4096
@@ -94,8 +84,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dir", required=True, help="directory for the saves, on a disk")
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--size", type=parse_size, default=parse_size("1GiB"))
-    p.add_argument("--tensor", type=parse_size, default=parse_size("16MiB"))
+    # Bytes, as tools/bench-tiers.py passes them (it parses "1GiB" and the like once).
+    p.add_argument("--size", type=int, default=1 << 30)
+    p.add_argument("--tensor", type=int, default=16 << 20)
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args()
     if args.size // args.ranks < 4096 or args.tensor <= 0 or args.tensor % 4:

@@ -206,7 +206,7 @@ def main():
         doc["dcp"] = {"skipped": "--no-dcp"}
         if not args.no_dcp:
             dcp_cmd = [sys.executable, os.path.join(HERE, "bench-tiers-dcp.py"), "--dir", os.path.join(work, "dcp"), "--ranks",
-                       str(args.ranks), "--size", args.size, "--tensor", args.tensor, "--repeat", str(args.repeat)]
+                       str(args.ranks), "--size", str(size), "--tensor", str(parse_size(args.tensor)), "--repeat", str(args.repeat)]
             try:
                 import torch  # noqa: F401  (only whether it is there)
                 doc["dcp"] = run_json(dcp_cmd, os.environ, "DCP async_save", timeout)

@@ -158,14 +158,6 @@ CKPT_INLINE void read_rank_log(FsRef fs, RankDirectory& d) {
   return out;
 }
 
-[[nodiscard]] CKPT_INLINE Problem status_problem(const Status& s, const char* region, const std::string& file) {
-  Problem p;
-  p.code = s.code();
-  p.region = region;
-  p.file = file;
-  p.message = s.message();
-  return p;
-}
 
 [[nodiscard]] CKPT_INLINE std::string copy_label(const ShardCopy& c) {
   return c.where + " step " + std::to_string(c.step) + " shard " + std::to_string(c.shard) + " (txn " + std::to_string(c.info.txn) + ")";
@@ -225,7 +217,7 @@ CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d
     auto kind = classify_path(fs, sd.path);
     if (kind.ok() && *kind == PathKind::broken_store)
       root.problems.push_back(root_problem(where, rank, sd.path, std::nullopt, std::nullopt, 0,
-                                           status_problem(not_a_store_error(sd.path, *kind), "journal", sd.path)));
+                                           ::ckpt::detail::step_problem(not_a_store_error(sd.path, *kind), "journal", sd.path)));
     else root.notes.push_back(where + ": no JOURNAL and no step directory (not a store yet)");
     return;
   }
@@ -233,7 +225,7 @@ CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d
   o.allow_corrupt_journal = true;
   auto opened = Store::open(fs, sd.path, Access::read_only, o);
   if (!opened.ok()) {
-    root.problems.push_back(root_problem(where, rank, sd.path, std::nullopt, std::nullopt, 0, status_problem(opened.status(), "journal", sd.path)));
+    root.problems.push_back(root_problem(where, rank, sd.path, std::nullopt, std::nullopt, 0, ::ckpt::detail::step_problem(opened.status(), "journal", sd.path)));
     return;
   }
   Store& store = **opened;
@@ -241,10 +233,10 @@ CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d
   const std::string journal_path = join_path(sd.path, std::string(journal::kJournalName));
   if (report.corrupt())
     root.problems.push_back(root_problem(where, rank, sd.path, std::nullopt, std::nullopt, 0,
-                                         status_problem(report.corruption_status(), "journal", journal_path)));
+                                         ::ckpt::detail::step_problem(report.corruption_status(), "journal", journal_path)));
   if (report.tail_damaged())  // every byte there and not checking out: damage to durable data (spec/JOURNAL.md 6.3)
     root.problems.push_back(root_problem(where, rank, sd.path, std::nullopt, std::nullopt, 0,
-                                         status_problem(make_error(Code::corrupt, "damaged journal tail at offset " +
+                                         ::ckpt::detail::step_problem(make_error(Code::corrupt, "damaged journal tail at offset " +
                                                                                      std::to_string(report.journal.torn_tail->offset) +
                                                                                      " (not a torn append: " + report.journal.torn_tail->reason +
                                                                                      "); ckpt-repair applies what still checks out"),
@@ -265,11 +257,11 @@ CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d
     if (!reader.ok()) {
       c.error = reader.status().message();
       scan.open_problems.push_back(root_problem(copy_label(c), rank, sd.path, c.step, c.shard, info.txn,
-                                                status_problem(reader.status(), "step", join_path(sd.path, info.dir))));
+                                                ::ckpt::detail::step_problem(reader.status(), "step", join_path(sd.path, info.dir))));
     } else if (reader->shard_count() != 1) {
       c.error = "holds " + std::to_string(reader->shard_count()) + " shards; a memory step holds one";
       scan.open_problems.push_back(root_problem(copy_label(c), rank, sd.path, c.step, c.shard, info.txn,
-                                                status_problem(make_error(Code::corrupt, c.error), "step", join_path(sd.path, info.dir))));
+                                                ::ckpt::detail::step_problem(make_error(Code::corrupt, c.error), "step", join_path(sd.path, info.dir))));
     } else {
       c.digest = shard_digest(reader->shard(0));
     }
@@ -297,13 +289,13 @@ CKPT_INLINE void place_records(MemoryRoot& root, std::map<RootStepKey, MemorySte
           s.captured = true;
           auto shards = decode_shard_digests(r, log_path);
           if (!shards.ok()) {
-            root.problems.push_back(root_problem(label, rank, log_path, r.step, r.shard, r.txn, status_problem(shards.status(), "tier log", log_path)));
+            root.problems.push_back(root_problem(label, rank, log_path, r.step, r.shard, r.txn, ::ckpt::detail::step_problem(shards.status(), "tier log", log_path)));
             break;
           }
           for (std::uint32_t i = 0; i < shards->size(); ++i) shard_of(s, i).digest = (*shards)[i];
           if (step_digest(r.step, *shards) != r.step_digest)
             root.problems.push_back(root_problem(label, rank, log_path, r.step, std::nullopt, r.txn,
-                                                 status_problem(make_error(Code::corrupt, log_path + ": " + r.describe() +
+                                                 ::ckpt::detail::step_problem(make_error(Code::corrupt, log_path + ": " + r.describe() +
                                                                                               ": its shard digests do not add up to its step digest"),
                                                                 "tier log", log_path)));
           break;
@@ -370,7 +362,7 @@ CKPT_INLINE void place_copies(MemoryRoot& root, std::map<RootStepKey, MemoryStep
       for (const auto& r : d.records) c.set_aside = c.set_aside || names_copy(r, c);
     if (step->world > 0 && c.shard >= step->world) {
       root.problems.push_back(root_problem(copy_label(c), rank_dir_name(c.rank_dir), c.store, c.step, c.shard, c.info.txn,
-                                           status_problem(make_error(Code::corrupt, "shard " + std::to_string(c.shard) + " of a step of " +
+                                           ::ckpt::detail::step_problem(make_error(Code::corrupt, "shard " + std::to_string(c.shard) + " of a step of " +
                                                                                         std::to_string(step->world) + " ranks"),
                                                           "step", join_path(c.store, c.info.dir))));
       continue;
@@ -379,7 +371,7 @@ CKPT_INLINE void place_copies(MemoryRoot& root, std::map<RootStepKey, MemoryStep
     sh.copies.push_back(i);
     if (c.error.empty() && c.expected != Digest128{} && c.digest != c.expected)
       root.problems.push_back(root_problem(copy_label(c), rank_dir_name(c.rank_dir), c.store, c.step, c.shard, c.info.txn, [&] {
-        Problem p = status_problem(make_error(Code::corrupt, "content digest " + c.digest.hex() + ", the tier log records " + c.expected.hex() +
+        Problem p = ::ckpt::detail::step_problem(make_error(Code::corrupt, "content digest " + c.digest.hex() + ", the tier log records " + c.expected.hex() +
                                                                  ": not the shard it is recorded as"),
                                    "content", join_path(c.store, c.info.dir));
         p.expected = c.expected.hex(), p.found = c.digest.hex();
@@ -411,7 +403,7 @@ CKPT_INLINE void compare_persistent(FsRef fs, RootScan& scan) {
   const std::string label = "persistent store " + store.path();
   if (store.recovery_report().corrupt())
     root.problems.push_back(root_problem(label, "", store.path(), std::nullopt, std::nullopt, 0,
-                                         status_problem(store.recovery_report().corruption_status(), "journal",
+                                         ::ckpt::detail::step_problem(store.recovery_report().corruption_status(), "journal",
                                                         join_path(store.path(), std::string(journal::kJournalName)))));
   for (auto& s : root.steps) {
     bool known = s.digest_known() && s.world > 0;
@@ -446,7 +438,7 @@ CKPT_INLINE void compare_persistent(FsRef fs, RootScan& scan) {
                              s.digest.hex() + " of the memory tier: " + s.persistent_detail;
     if (s.persisted)  // the logs say this very content was persisted and checked
       root.problems.push_back(root_problem(label + " step " + std::to_string(s.step), "", store.path(), s.step, std::nullopt, info->txn,
-                                           status_problem(make_error(Code::corrupt, what + ", though a PERSISTED record says it is"),
+                                           ::ckpt::detail::step_problem(make_error(Code::corrupt, what + ", though a PERSISTED record says it is"),
                                                           "content", join_path(store.path(), info->dir))));
     else root.notes.push_back(label + ": " + what + " (never recorded as persisted: another timeline)");
   }
@@ -473,10 +465,10 @@ CKPT_INLINE void compare_persistent(FsRef fs, RootScan& scan) {
     const std::string log_path = join_path(d.path, std::string(tier_log::kLogName));
     if (!d.log_error.ok())
       root.problems.push_back(root_problem(rank + "/" + std::string(tier_log::kLogName), rank, log_path, std::nullopt, std::nullopt, 0,
-                                           status_problem(d.log_error, "tier log", log_path)));
+                                           ::ckpt::detail::step_problem(d.log_error, "tier log", log_path)));
     else if (d.torn_tail && !d.torn_tail->clean_tear)
       root.problems.push_back(root_problem(rank + "/" + std::string(tier_log::kLogName), rank, log_path, std::nullopt, std::nullopt, 0,
-                                           status_problem(make_error(Code::corrupt, log_path + ": damaged tail at offset " +
+                                           ::ckpt::detail::step_problem(make_error(Code::corrupt, log_path + ": damaged tail at offset " +
                                                                                         std::to_string(d.torn_tail->offset) + " (" +
                                                                                         std::to_string(d.torn_tail->length) +
                                                                                         " bytes, not a torn append: " + d.torn_tail->reason + ")"),

@@ -581,10 +581,10 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     }
     // 3. Verdicts to the root.
     Encoder verdict;
-    put_status(verdict, needs_met ? load_status : Status());
+    encode_status(verdict, needs_met ? load_status : Status());
     verdict.u32(static_cast<std::uint32_t>(bad.size()));
     for (const auto& b : bad) verdict.u32(b.first), verdict.u32(b.second);
-    if (!loaded_status.ok()) put_status(verdict, loaded_status);
+    if (!loaded_status.ok()) encode_status(verdict, loaded_status);
     CKPT_ASSIGN_OR_RETURN(auto verdicts, comm_.gather(std::move(verdict.str()), 0));
     Encoder next;
     if (me == 0) {
@@ -594,13 +594,13 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         Decoder d = decoder(verdicts[r]);
         Status s;
         std::uint32_t n = 0;
-        if (!get_status(d, s) || !d.u32(n)) s = make_error(Code::corrupt, "undecodable verdict");
+        if (!decode_status(d, s) || !d.u32(n)) s = make_error(Code::corrupt, "undecodable verdict");
         for (std::uint32_t i = 0; i < n; ++i) {
           std::uint32_t h = 0, c = 0;
           if (d.u32(h) && d.u32(c)) aside.insert({h, c}), any_bad = true;
         }
         Status other;
-        if (d.remaining() > 0 && get_status(d, other) && !other.ok()) s = other;
+        if (d.remaining() > 0 && decode_status(d, other) && !other.ok()) s = other;
         if (!s.ok() || n > 0) all_ok = false;
         if (!s.ok() && why.empty()) why = "rank " + std::to_string(r) + ": " + s.message();
       }

@@ -60,16 +60,15 @@ inline constexpr int kReplicateTag = 0x101;  // replication of a fresh capture (
 inline constexpr int kFetchTag = 0x102;      // a shard fetched at resume
 inline constexpr int kRefillTag = 0x103;     // copies refilled after resume
 
-[[nodiscard]] CKPT_INLINE std::string_view as_view(const Encoder& e) { return std::string_view(const_cast<Encoder&>(e).str()); }
+[[nodiscard]] CKPT_INLINE std::string_view as_view(Encoder& e) { return std::string_view(e.str()); }
 [[nodiscard]] CKPT_INLINE Decoder decoder(const std::string& s) {
   return Decoder(reinterpret_cast<const unsigned char*>(s.data()), s.size());
 }
 CKPT_INLINE void put_digest(Encoder& e, const Digest128& d) { e.u64(d.high), e.u64(d.low); }
 [[nodiscard]] CKPT_INLINE bool get_digest(Decoder& d, Digest128& out) { return d.u64(out.high) && d.u64(out.low); }
-CKPT_INLINE void put_text(Encoder& e, const std::string& s) { e.u32(static_cast<std::uint32_t>(s.size())), e.bytes(s); }
+CKPT_INLINE void put_text(Encoder& e, const std::string& s) { ::ckpt::detail::encode_string32(e, s); }
 [[nodiscard]] CKPT_INLINE bool get_text(Decoder& d, std::string& out) {
-  std::uint32_t n = 0;
-  return d.u32(n) && d.str(n, out);
+  return ::ckpt::detail::decode_string32(d, out, journal::kMaxPayload);
 }
 CKPT_INLINE void put_shape(Encoder& e, const Shape& s) {
   e.u32(static_cast<std::uint32_t>(s.size()));
@@ -83,49 +82,15 @@ CKPT_INLINE void put_shape(Encoder& e, const Shape& s) {
     if (!d.u64(v)) return false;
   return true;
 }
-// Status over the wire: code and message, so a peer's failure reads as the peer's.
-CKPT_INLINE void put_status(Encoder& e, const Status& s) {
-  e.u8(static_cast<std::uint8_t>(s.code()));
-  put_text(e, s.ok() ? std::string() : s.message());
-}
-[[nodiscard]] CKPT_INLINE bool get_status(Decoder& d, Status& out) {
-  std::uint8_t code = 0;
-  std::string text;
-  if (!d.u8(code) || code > static_cast<std::uint8_t>(kLastCode) || !get_text(d, text)) return false;
-  out = code == 0 ? Status() : make_error(static_cast<Code>(code), text);
-  return true;
-}
+// Statuses and strings travel as the store's rank messages carry them (impl/store_ranks_inl.hpp).
+using ::ckpt::detail::decode_status;
+using ::ckpt::detail::encode_status;
 
 // The first problem of a verify report, as an error.
 [[nodiscard]] CKPT_INLINE Status verify_status(const Result<VerifyReport>& report) {
   if (!report.ok()) return report.status();
   if (report->ok()) return Status();
   return problem_error(report->problems.front());
-}
-
-// Every rank's Status: the first failing rank's error on every rank, ok when all are (one gather, one broadcast).
-[[nodiscard]] CKPT_INLINE Status agree_all(CommRef comm, const Status& local) {
-  Encoder mine;
-  put_status(mine, local);
-  auto all = comm.gather(std::move(mine.str()), 0);
-  if (!all.ok()) return all.status();
-  Encoder verdict;
-  if (comm.rank() == 0) {
-    Status first;
-    for (std::size_t r = 0; r < all->size() && first.ok(); ++r) {
-      Decoder d = decoder((*all)[r]);
-      Status s;
-      if (!get_status(d, s)) s = make_error(Code::corrupt, "undecodable status");
-      if (!s.ok()) first = s.with_context("rank " + std::to_string(r));
-    }
-    put_status(verdict, first);
-  }
-  std::string bytes = std::move(verdict.str());
-  CKPT_TRY(comm.broadcast(bytes, 0));
-  Decoder d = decoder(bytes);
-  Status out;
-  if (!get_status(d, out)) return make_error(Code::corrupt, "undecodable verdict");
-  return out;
 }
 
 // --- One shard over the wire (spec/TIERS.md 4.2) ------------------------------------------------------
@@ -150,11 +115,11 @@ struct ShardSource {
   Encoder h;
   if (src.reader == nullptr) {
     const Status unavailable = make_error(Code::not_found, src.where);
-    put_status(h, unavailable);
+    encode_status(h, unavailable);
     if (copy_failure) *copy_failure = unavailable;
     return comm.send(as_view(h), dest, tag);
   }
-  put_status(h, Status());
+  encode_status(h, Status());
   ShardReader& r = *src.reader;
   const Index& index = r.index();
   h.u64(step), h.u32(shard), h.u32(world);
@@ -189,7 +154,7 @@ struct ShardSource {
     }
     if (!got.ok()) got = got.with_context(src.where);
     Encoder piece_status;
-    put_status(piece_status, got);
+    encode_status(piece_status, got);
     CKPT_TRY(comm.send(as_view(piece_status), dest, tag));
     if (!got.ok()) {
       if (copy_failure) *copy_failure = got;
@@ -225,7 +190,7 @@ struct Received {
   CKPT_TRY(comm.recv(msg, source, tag));
   Decoder h = decoder(msg);
   Status sender;
-  if (!get_status(h, sender)) return make_error(Code::corrupt, from + ": undecodable header");
+  if (!decode_status(h, sender)) return make_error(Code::corrupt, from + ": undecodable header");
   if (!sender.ok()) {
     copy_failure = make_error(Code::corrupt, from + ": the sender has no verified copy: " + sender.message());
     return Status();
@@ -273,7 +238,7 @@ struct Received {
     CKPT_TRY(comm.recv(status_msg, source, tag));
     Decoder sdm = decoder(status_msg);
     Status piece_ok;
-    if (!get_status(sdm, piece_ok)) return make_error(Code::corrupt, from + ": undecodable piece status");
+    if (!decode_status(sdm, piece_ok)) return make_error(Code::corrupt, from + ": undecodable piece status");
     if (!piece_ok.ok()) {
       if (s.ok()) s = make_error(Code::corrupt, from + ": the sender's copy does not verify: " + piece_ok.message());
       break;  // the sender stops after a failed piece
@@ -347,7 +312,7 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     local = make_error(Code::invalid_argument, "TierOptions: transfer_block must be in [1, 1 GiB]");
   else if (options.persist_every > 0 && options.persistent.empty())
     local = make_error(Code::invalid_argument, "TierOptions: persist_every is set but no persistent store is named");
-  CKPT_TRY(detail::agree_all(comm, local));
+  CKPT_TRY(::ckpt::detail::agree(comm, local));
   std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, std::move(options)));
   if (t->options_.topology) {
     t->topology_ = *t->options_.topology;
@@ -408,7 +373,7 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     if (log.ok()) t->log_ = std::make_unique<TierLog>(std::move(*log));
     else local = log.status();
   }
-  CKPT_TRY(detail::agree_all(comm, local));
+  CKPT_TRY(::ckpt::detail::agree(comm, local));
   return t;
 }
 
@@ -529,7 +494,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     // The first capture: every rank checks its node's free space against what the policy keeps (collective).
     Status local = options_.check_free_space ? check_capacity(request.bytes()) : Status();
     if (local.ok()) local = start_saver(static_cast<std::size_t>(request.bytes()));
-    CKPT_TRY(detail::agree_all(comm_, local));
+    CKPT_TRY(::ckpt::detail::agree(comm_, local));
   }
   auto ticket = saver_->save(std::move(request));
   if (!ticket.ok()) {
@@ -572,7 +537,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   }
   if (local.ok()) phase("captured", step);
   Encoder report;
-  detail::put_status(report, local);
+  detail::encode_status(report, local);
   detail::put_digest(report, my_digest);
   CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(std::move(report.str()), 0));
   Encoder verdict;
@@ -582,10 +547,10 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     for (std::uint32_t r = 0; r < world; ++r) {
       Decoder d = detail::decoder(gathered[r]);
       Status s;
-      if (!detail::get_status(d, s) || !detail::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
+      if (!detail::decode_status(d, s) || !detail::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
       if (!s.ok() && first.ok()) first = s.with_context("rank " + std::to_string(r) + " did not capture step " + std::to_string(step));
     }
-    detail::put_status(verdict, first);
+    detail::encode_status(verdict, first);
     for (const auto& d : digests) detail::put_digest(verdict, d);
   }
   std::string verdict_bytes = std::move(verdict.str());
@@ -593,7 +558,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   Decoder vd = detail::decoder(verdict_bytes);
   Status captured;
   std::vector<Digest128> shards(world);
-  bool decoded = detail::get_status(vd, captured);
+  bool decoded = detail::decode_status(vd, captured);
   for (auto& d : shards) decoded = decoded && detail::get_digest(vd, d);
   if (!decoded) return make_error(Code::corrupt, "undecodable capture verdict");
   if (!captured.ok()) return captured;  // not captured on every rank: not a step of the memory tier
@@ -727,7 +692,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     else if (shard_digest(reader->shard(me)) != my_digest)
       same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
                                            " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
-    CKPT_TRY(detail::agree_all(comm_, same));
+    CKPT_TRY(::ckpt::detail::agree(comm_, same));
     TierRecord r;
     r.event = TierEvent::persisted, r.step = step, r.world = world, r.shard = me, r.step_digest = digest;
     r.shard_digest = my_digest, r.txn = committed.step.txn;
