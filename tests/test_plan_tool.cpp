@@ -1,6 +1,6 @@
 // Tests for the ckpt-plan program, run as built: the JSON it prints (Young, Daly, waste, GPU-hours,
 // the simulation), exit 2 with a one-line error on bad usage, the SVG plot, and save costs read from a
-// store's recorded saves (spec/PLAN.md).
+// store's recorded saves (spec/PLAN.md); the tiered mode (spec/PLAN.md 10).
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -250,4 +250,146 @@ TEST_CASE("ckpt-plan --store plans from the saves the store recorded", "[plan_to
     CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);
     CHECK(r.first_err_line().find("no saves") != std::string::npos);
   }
+}
+
+// --- Tiered mode (spec/PLAN.md 10) ------------------------------------------------------------------
+
+namespace {
+
+// A tiered job's flags: 1 s capture stall, 10 s replication, 20 s more at a promotion persisted 120 s later,
+// 60 s back from memory and 600 s from persistent storage; 60% crashes, 30% node losses, 10% power losses.
+std::vector<std::string> tier_args(std::vector<std::string> more) {
+  std::vector<std::string> args = {"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--replicate-seconds", "10",
+                                   "--persist-stall-seconds", "20", "--persist-seconds", "120", "--memory-restart-seconds", "60",
+                                   "--persistent-restart-seconds", "600", "--crash-share", "0.6", "--node-loss-share", "0.3",
+                                   "--power-loss-share", "0.1"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// spec/PLAN.md 10.3 for tier_args' inputs, written out here (f_p = p, or p + n without replicas).
+double closed_form_waste(double tau, double k, bool replicated = true) {
+  const double m = 10800, fp = replicated ? 0.1 : 0.4, x = tau + 1 + 20 / k;
+  const double cost = (1 - fp) * (60 + x / 2 + 10) + fp * (600 + k * x / 2 + 120);
+  return 1 - tau / x * (1 - cost / m);
+}
+
+}  // namespace
+
+TEST_CASE("ckpt-plan --capture-stall-seconds plans the tiers at their optimum", "[plan_tool][tiers]") {
+  const json j = plan_json(tier_args({"--gpus", "1024", "--json"}));
+  CHECK(j["mode"].get<std::string>() == "tiered");
+  CHECK(j["mtbf_seconds"].get<double>() == 10800);
+  const double tau = j["optimum_memory_interval_seconds"].get<double>();
+  const auto k = static_cast<double>(j["optimum_persist_every"].get<std::uint64_t>());
+  CHECK(j["waste_at_optimum"].get<double>() == Approx(closed_form_waste(tau, k)).epsilon(1e-12));
+  // The least closed-form waste: a little more or less tau, one more or less k, all waste more.
+  for (const double dk : {-1.0, 0.0, 1.0})
+    for (const double factor : {0.99, 1.0, 1.01})
+      if (k + dk >= 1 && (dk != 0 || factor != 1.0)) CHECK(closed_form_waste(tau * factor, k + dk) > j["waste_at_optimum"].get<double>());
+  // Nothing given: the plan is the optimum.
+  CHECK(j["memory_interval_seconds"].get<double>() == j["optimum_memory_interval_seconds"].get<double>());
+  CHECK(j["persist_every"].get<std::uint64_t>() == j["optimum_persist_every"].get<std::uint64_t>());
+  CHECK(j["waste"].get<double>() == j["waste_at_optimum"].get<double>());
+  CHECK(j["persist_every"].get<std::uint64_t>() > 1);  // a 20 s promotion stall is not worth taking at every capture
+  CHECK(j["persistent_share"].get<double>() == Approx(0.1));
+  CHECK(j["lost_gpu_hours_per_day"].get<double>() == Approx(j["waste"].get<double>() * 24 * 1024));
+  CHECK(j["simulated_waste"].is_null());
+  CHECK(j["standard_error"].is_null());
+  CHECK(j["agrees"].is_null());
+  // Given both, they are evaluated; without replicas a node loss needs persistent storage.
+  const json given = plan_json(tier_args({"--memory-interval", "300", "--persist-every", "5", "--no-replicas", "--json"}));
+  CHECK(given["memory_interval_seconds"].get<double>() == 300);
+  CHECK(given["persist_every"].get<std::uint64_t>() == 5);
+  CHECK_FALSE(given["replicated"].get<bool>());
+  CHECK(given["persistent_share"].get<double>() == Approx(0.4));
+  CHECK(given["waste"].get<double>() == Approx(closed_form_waste(300, 5, false)).epsilon(1e-12));
+  CHECK(given["waste"].get<double>() > j["waste"].get<double>());
+  // The table names the policy and the optimum.
+  const Run table = plan(tier_args({"--memory-interval", "300"}));
+  REQUIRE(table.code == 0);
+  CHECK(table.out.find("given interval, best k") != std::string::npos);
+  CHECK(table.out.find("optimum") != std::string::npos);
+  CHECK(table.out.find("persist every") != std::string::npos);
+}
+
+TEST_CASE("ckpt-plan tiered defaults: crashes take the rest of the shares, restarts take --restart-seconds", "[plan_tool][tiers]") {
+  const json j = plan_json({"--mtbf-seconds", "10800", "--capture-stall-seconds", "1", "--power-loss-share", "0.25",
+                            "--restart-seconds", "200", "--json"});
+  CHECK(j["crash_share"].get<double>() == Approx(0.75));
+  CHECK(j["node_loss_share"].get<double>() == 0);
+  CHECK(j["memory_restart_seconds"].get<double>() == 200);
+  CHECK(j["persistent_restart_seconds"].get<double>() == 200);
+  CHECK(j["replicate_seconds"].get<double>() == 0);
+  CHECK(j["optimum_persist_every"].get<std::uint64_t>() == 1);  // no promotion stall: promote every capture
+  CHECK(j["mtbf_source"].get<std::string>() == "--mtbf-seconds 10800");
+}
+
+TEST_CASE("ckpt-plan --mtbf-seconds is --mtbf-hours in seconds", "[plan_tool]") {
+  const json hours = plan_json({"--mtbf-hours", "3", "--save-seconds", "60", "--json"});
+  const json seconds = plan_json({"--mtbf-seconds", "10800", "--save-seconds", "60", "--json"});
+  CHECK(seconds["mtbf_seconds"].get<double>() == 10800);
+  CHECK(seconds["policies"]["sync"]["waste_percent"].get<double>() == hours["policies"]["sync"]["waste_percent"].get<double>());
+}
+
+TEST_CASE("ckpt-plan tiered --simulate agrees where costs are small and exits 1 where the closed form is off", "[plan_tool][tiers]") {
+  const std::vector<std::string> args = tier_args({"--simulate", "100", "--seed", "3", "--json"});
+  const Run r = plan(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const json j = r.out_json();
+  CHECK(j["agrees"].get<bool>());
+  CHECK(j["standard_error"].get<double>() > 0);
+  CHECK(std::abs(j["simulated_waste"].get<double>() - j["waste"].get<double>()) <= j["simulation"]["tolerance"].get<double>());
+  CHECK(j["simulation"]["histories"].get<int>() == 100);
+  CHECK(j["simulation"]["seed"].get<int>() == 3);
+  CHECK(j["simulation"]["captures_per_history"].get<std::uint64_t>() % j["persist_every"].get<std::uint64_t>() == 0);
+  CHECK(j["simulation"]["mean_failures_per_history"].get<double>() > 10);
+  CHECK(plan(args).out == r.out);  // the same seed prints the same numbers
+  // A 20 s stall and power losses only on a 1000 s MTBF: the first-order closed form overstates the waste.
+  const Run off = plan({"--mtbf-seconds", "1000", "--capture-stall-seconds", "20", "--persist-seconds", "100", "--power-loss-share", "1",
+                        "--restart-seconds", "100", "--memory-interval", "400", "--persist-every", "1", "--simulate", "200", "--json"});
+  CHECK(off.code == 1);
+  const json o = off.out_json();
+  CHECK_FALSE(o["agrees"].get<bool>());
+  CHECK(o["waste"].get<double>() - o["simulated_waste"].get<double>() > o["simulation"]["tolerance"].get<double>());
+}
+
+TEST_CASE("ckpt-plan tiered mode exits 2 with a one-line error on bad usage", "[plan_tool][tiers]") {
+  struct Row {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  const std::vector<Row> rows = {
+      {{"--mtbf-hours", "3", "--persist-every", "4"}, "--persist-every requires --capture-stall-seconds"},
+      {{"--mtbf-hours", "3", "--save-seconds", "5", "--no-replicas"}, "--no-replicas requires --capture-stall-seconds"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--save-seconds", "5"}, "excludes"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--interval", "100"}, "excludes"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "0"}, "capture stall"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--persist-seconds=-1"}, "persist time"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--crash-share", "0.5", "--power-loss-share", "0.2"}, "sum to 1"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--power-loss-share", "1.5"}, "power loss share"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--persist-every", "0"}, "persist_every"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--memory-interval", "0"}, "memory interval"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--simulate", "1"}, "2 histories"},
+      {{"--mtbf-seconds", "0", "--capture-stall-seconds", "1"}, "MTBF"},
+      {{"--mtbf-seconds", "100", "--mtbf-hours", "3", "--capture-stall-seconds", "1"}, "only one of"},
+      {{"--mtbf-seconds", "100", "--capture-stall-seconds", "1000", "--power-loss-share", "1"}, "too large"},
+  };
+  for (const auto& row : rows) {
+    std::string joined;
+    for (const auto& a : row.args) joined += a + " ";
+    INFO(joined);
+    const Run r = plan(row.args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);
+    CHECK(r.first_err_line().find(row.says) != std::string::npos);
+  }
+  const Run help = plan({"--help"});
+  CHECK(help.code == 0);
+  for (const char* flag : {"--capture-stall-seconds", "--memory-interval", "--persist-every", "--no-replicas", "--mtbf-seconds",
+                           "Tiered mode"})
+    CHECK(help.out.find(flag) != std::string::npos);
 }

@@ -1,6 +1,7 @@
 // Tests for include/ckpt/planner.hpp: Young's and Daly's intervals against numbers worked by hand, the
 // MTBF helpers and the llama3-405b preset, the waste model (its optimum, async against sync), the save
-// costs read from recorded saves, and the Monte Carlo agreeing with the model (spec/PLAN.md).
+// costs read from recorded saves, and the Monte Carlo agreeing with the model (spec/PLAN.md); the
+// tiered model, its optimum and its Monte Carlo (spec/PLAN.md 10).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -23,6 +24,28 @@ SimulationOptions histories_of(std::uint64_t histories, std::uint64_t seed, std:
   SimulationOptions o;
   o.histories = histories;
   o.intervals = intervals;
+  o.seed = seed;
+  return o;
+}
+
+// A tiered job's failures: shares of crash, node loss and power loss, restarts from memory and from persistent storage.
+TierFailures tier_failures(double mtbf, double crash, double node, double power, double memory_restart, double persistent_restart,
+                           bool replicated = true) {
+  TierFailures f;
+  f.mtbf_seconds = mtbf;
+  f.crash_share = crash;
+  f.node_loss_share = node;
+  f.power_loss_share = power;
+  f.memory_restart_seconds = memory_restart;
+  f.persistent_restart_seconds = persistent_restart;
+  f.replicated = replicated;
+  return f;
+}
+
+TierSimulationOptions tier_histories(std::uint64_t histories, std::uint64_t seed, std::uint64_t captures = 0) {
+  TierSimulationOptions o;
+  o.histories = histories;
+  o.captures = captures;
   o.seed = seed;
   return o;
 }
@@ -312,4 +335,297 @@ TEST_CASE("a simulation needs two histories, valid inputs and a bounded amount o
   CHECK(simulate({60, 0}, failures(10800, 300), 0, o).status().code() == ckpt::Code::invalid_argument);
   // Each interval of 100 MTBFs would need about e^100 attempts.
   CHECK(simulate({360000, 0}, failures(3600, 0), 3600, o).status().code() == ckpt::Code::unsupported);
+}
+
+// --- Tiers (spec/PLAN.md 10) -----------------------------------------------------------------------
+
+TEST_CASE("tier inputs outside their ranges are refused", "[planner][tiers]") {
+  const TierCost cost{2, 10, 20, 120};
+  const TierFailures f = tier_failures(10800, 0.6, 0.3, 0.1, 60, 600);
+  REQUIRE(check_tier_inputs(cost, f).ok());
+  REQUIRE(plan_tiers(cost, f).ok());
+  auto refused = [](const TierCost& c, const TierFailures& g) {
+    CHECK(check_tier_inputs(c, g).code() == ckpt::Code::invalid_argument);
+    CHECK(plan_tiers(c, g).status().code() == ckpt::Code::invalid_argument);
+    CHECK(simulate_tiers(c, g, {100, 1}, tier_histories(10, 1)).status().code() == ckpt::Code::invalid_argument);
+  };
+  for (const double bad : {-1.0, std::nan(""), HUGE_VAL}) {
+    INFO(bad);
+    for (double TierCost::*field : {&TierCost::capture_stall_seconds, &TierCost::replicate_seconds, &TierCost::persist_stall_seconds,
+                                    &TierCost::persist_seconds}) {
+      TierCost c = cost;
+      c.*field = bad;
+      refused(c, f);
+    }
+    for (double TierFailures::*field : {&TierFailures::mtbf_seconds, &TierFailures::memory_restart_seconds,
+                                        &TierFailures::persistent_restart_seconds, &TierFailures::crash_share,
+                                        &TierFailures::node_loss_share, &TierFailures::power_loss_share}) {
+      TierFailures g = f;
+      g.*field = bad;
+      refused(cost, g);
+    }
+  }
+  refused({0, 10, 20, 120}, f);                                   // a capture stall of 0: the optimum interval would be 0
+  refused(cost, tier_failures(0, 0.6, 0.3, 0.1, 60, 600));         // no MTBF
+  refused(cost, tier_failures(10800, 0.6, 0.3, 0.2, 60, 600));     // shares summing to 1.1
+  refused(cost, tier_failures(10800, 0.5, 0.3, 0.1, 60, 600));     // shares summing to 0.9
+  refused(cost, tier_failures(10800, 1.5, -0.5, 0.0, 60, 600));    // a share outside [0, 1] that still sums to 1
+  CHECK(check_tier_inputs(cost, tier_failures(10800, 0.6, 0.3, 0.1 + 5e-10, 60, 600)).ok());  // within 1e-9
+  // The policy: a positive finite interval and k >= 1.
+  CHECK(check_tier_policy({0, 1}).code() == ckpt::Code::invalid_argument);
+  CHECK(check_tier_policy({std::nan(""), 1}).code() == ckpt::Code::invalid_argument);
+  CHECK(check_tier_policy({100, 0}).code() == ckpt::Code::invalid_argument);
+  CHECK(plan_tiers(cost, f, -5.0).status().code() == ckpt::Code::invalid_argument);
+  CHECK(plan_tiers(cost, f, std::nullopt, std::uint64_t{0}).status().code() == ckpt::Code::invalid_argument);
+  CHECK(simulate_tiers(cost, f, {100, 0}, tier_histories(10, 1)).status().code() == ckpt::Code::invalid_argument);
+}
+
+TEST_CASE("the tier closed form at k = 1 with only persistent failures is the first-order single-level waste", "[planner][tiers]") {
+  // k = 1, d_p = 0, f_p = 1: x = tau + d, E[cost] = R + x/2 + w, the expansion of 3.2 to first order in 1/M.
+  const double d = 10, w = 100, r = 300, m = 1e6;
+  for (const double tau : {500.0, 4000.0, 20000.0}) {
+    INFO(tau);
+    const TierCost cost{d, 7, 0, w};  // the memory tier's replication never matters here
+    const TierFailures f = tier_failures(m, 0, 0, 1, 5, r);
+    const double x = tau + d;
+    const double first_order = 1 - tau / x * (1 - (r + x / 2 + w) / m);
+    CHECK(tier_waste(cost, f, {tau, 1}) == Approx(first_order).epsilon(1e-14));
+    // Against the exact waste of 3.2: they differ by second-order terms, (x + R + w)^2 / M^2 here.
+    const double exact = waste_fraction({d, w}, {m, r}, tau);
+    CHECK(std::abs(tier_waste(cost, f, {tau, 1}) - exact) < std::pow((x + r + w) / m, 2));
+    // A node loss without replicas is a power loss for the closed form.
+    CHECK(tier_waste(cost, tier_failures(m, 0, 1, 0, 5, r, false), {tau, 1}) == tier_waste(cost, f, {tau, 1}));
+  }
+}
+
+TEST_CASE("the tier simulation reduces to the single-level simulation", "[planner][tiers][simulate]") {
+  // k = 1, d_p = 0, power loss only, w_p = w, R_p = R, w_m <= w: the memory tier never serves, and the
+  // failure gaps are drawn in simulate_history()'s order, so the histories are the same draw for draw.
+  struct Row {
+    const char* what;
+    SaveCost cost;
+    FailureModel f;
+    double interval;
+  };
+  const std::vector<Row> rows = {{"sync, 60 s stall, 3 h MTBF", {60, 0}, failures(10800, 300), 1000},
+                                 {"async, each capture waits for the previous write", {5, 400}, failures(2000, 100), 150},
+                                 {"async, background a fifth of the MTBF", {2, 300}, failures(1500, 60), 600}};
+  for (const auto& row : rows) {
+    INFO(row.what);
+    auto single = simulate(row.cost, row.f, row.interval, histories_of(300, 11, 2000));
+    const TierCost cost{row.cost.stall_seconds, row.cost.background_seconds / 2, 0, row.cost.background_seconds};
+    const TierFailures f = tier_failures(row.f.mtbf_seconds, 0, 0, 1, 17, row.f.restart_seconds);
+    auto tiered = simulate_tiers(cost, f, {row.interval, 1}, tier_histories(300, 11, 2000));
+    REQUIRE(single.ok());
+    REQUIRE(tiered.ok());
+    CHECK(std::abs(tiered->mean_waste - single->mean_waste) <= kAgreementSigmas * single->standard_error);
+    CHECK(tiered->mean_waste == single->mean_waste);
+    CHECK(tiered->standard_error == single->standard_error);
+    CHECK(tiered->mean_failures == single->mean_failures);
+    CHECK(tiered->mean_persistent_restarts <= tiered->mean_failures);  // every restart reads persistent storage:
+    CHECK(tiered->mean_persistent_restarts >= 0.9 * tiered->mean_failures);  // all but failures during restarts
+    // A different seed: agreement within 4 standard errors, not identity.
+    auto other = simulate_tiers(cost, f, {row.interval, 1}, tier_histories(300, 12, 2000));
+    REQUIRE(other.ok());
+    CHECK(other->mean_waste != single->mean_waste);
+    CHECK(std::abs(other->mean_waste - single->mean_waste) <=
+          kAgreementSigmas * std::hypot(other->standard_error, single->standard_error));
+  }
+}
+
+TEST_CASE("the tier simulation agrees with the first-order closed form while costs are at most 1% of M", "[planner][tiers][simulate]") {
+  // kTierModelTolerance (10% of the closed form, on top of 4 standard errors); the worst seen over 300
+  // random inputs with every cost <= 1% of M, at the optimum and at half and twice its tau and k, was 5.3%.
+  struct Row {
+    const char* what;
+    TierCost cost;
+    TierFailures f;
+  };
+  const double m = 10000;
+  const std::vector<Row> rows = {
+      {"crashes and replicated node losses, a few power losses", {10, 5, 50, 100}, tier_failures(m, 0.6, 0.3, 0.1, 60, 100)},
+      {"every cost at 1% of M", {100, 100, 100, 100}, tier_failures(m, 0.6, 0.3, 0.1, 100, 100)},
+      {"power losses only", {20, 0, 50, 100}, tier_failures(m, 0, 0, 1, 10, 100)},
+      {"node losses without replicas", {20, 30, 30, 60}, tier_failures(m, 0.5, 0.5, 0, 20, 100, false)},
+      {"a cheap capture, an expensive promotion, rare power losses", {1, 1, 100, 100}, tier_failures(m, 0.9, 0.05, 0.05, 10, 100)},
+      {"crashes only", {10, 10, 10, 10}, tier_failures(m, 1, 0, 0, 10, 10)},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    auto planned = plan_tiers(row.cost, row.f);
+    REQUIRE(planned.ok());
+    const TierPolicy optimum = planned->policy;
+    for (const TierPolicy& policy : {optimum, TierPolicy{2 * optimum.memory_interval_seconds, optimum.persist_every},
+                                     TierPolicy{optimum.memory_interval_seconds, 2 * optimum.persist_every}}) {
+      INFO("tau " << policy.memory_interval_seconds << " k " << policy.persist_every);
+      auto r = simulate_tiers(row.cost, row.f, policy, tier_histories(300, 20240917));
+      REQUIRE(r.ok());
+      INFO("simulated " << r->mean_waste << " +- " << r->standard_error << ", closed form " << r->model_waste << ", "
+                        << r->mean_failures << " failures per history of " << r->captures << " captures");
+      CHECK(r->mean_failures > 10);
+      CHECK(r->captures % policy.persist_every == 0);
+      CHECK(r->model_waste == tier_waste(row.cost, row.f, policy));
+      CHECK(std::abs(r->mean_waste - r->model_waste) <= kAgreementSigmas * r->standard_error + kTierModelTolerance * r->model_waste);
+      CHECK(r->agrees);
+    }
+  }
+}
+
+TEST_CASE("the tier simulation tells the closed form from one that forgets the persistent tier", "[planner][tiers][simulate]") {
+  // Power losses roll back k captures on average half way: a model that charged them like crashes
+  // (k = 1's lost work) would be rejected well beyond the tolerance.
+  const TierCost cost{5, 5, 0, 50};
+  const TierFailures f = tier_failures(10000, 0.5, 0, 0.5, 30, 30);
+  const TierPolicy policy{300, 8};
+  auto r = simulate_tiers(cost, f, policy, tier_histories(300, 5));
+  REQUIRE(r.ok());
+  CHECK(r->agrees);
+  const double like_crashes = tier_waste(cost, tier_failures(10000, 1, 0, 0, 30, 30), policy);
+  CHECK(std::abs(r->mean_waste - like_crashes) > 2 * r->tolerance);
+}
+
+TEST_CASE("a larger share of power losses wastes more", "[planner][tiers][simulate]") {
+  const TierCost cost{5, 10, 20, 100};
+  const TierPolicy policy{400, 8};
+  double previous_closed = -1;
+  std::optional<TierSimulationResult> previous;
+  for (const double power : {0.0, 0.2, 0.5, 1.0}) {
+    INFO("power loss share " << power);
+    const TierFailures f = tier_failures(10000, 1 - power, 0, power, 30, 120);
+    const double closed = tier_waste(cost, f, policy);
+    CHECK(closed > previous_closed);
+    auto r = simulate_tiers(cost, f, policy, tier_histories(200, 3));
+    REQUIRE(r.ok());
+    CHECK(r->agrees);
+    if (previous) CHECK(r->mean_waste - previous->mean_waste > kAgreementSigmas * std::hypot(r->standard_error, previous->standard_error));
+    previous_closed = closed;
+    previous = *r;
+  }
+}
+
+TEST_CASE("a node loss costs like a crash with replicas and like a power loss without", "[planner][tiers][simulate]") {
+  const TierCost cost{5, 10, 20, 100};
+  const TierPolicy policy{400, 6};
+  // Kinds come from their own generator: the same seed gives the same failures, so the histories match exactly.
+  const auto o = tier_histories(200, 9);
+  auto crashes = simulate_tiers(cost, tier_failures(10000, 0.7, 0, 0.3, 30, 120), policy, o);
+  auto replicated = simulate_tiers(cost, tier_failures(10000, 0.3, 0.4, 0.3, 30, 120, true), policy, o);
+  auto powered = simulate_tiers(cost, tier_failures(10000, 0.3, 0, 0.7, 30, 120), policy, o);
+  auto unreplicated = simulate_tiers(cost, tier_failures(10000, 0.3, 0.4, 0.3, 30, 120, false), policy, o);
+  REQUIRE(crashes.ok());
+  REQUIRE(replicated.ok());
+  REQUIRE(powered.ok());
+  REQUIRE(unreplicated.ok());
+  CHECK(replicated->mean_waste == crashes->mean_waste);
+  CHECK(unreplicated->mean_waste == powered->mean_waste);
+  CHECK(unreplicated->mean_waste - replicated->mean_waste >
+        kAgreementSigmas * std::hypot(unreplicated->standard_error, replicated->standard_error));
+  CHECK(tier_waste(cost, tier_failures(10000, 0.3, 0.4, 0.3, 30, 120, true), policy) ==
+        Approx(tier_waste(cost, tier_failures(10000, 0.7, 0, 0.3, 30, 120), policy)).epsilon(1e-15));
+  CHECK(tier_waste(cost, tier_failures(10000, 0.3, 0.4, 0.3, 30, 120, false), policy) ==
+        Approx(tier_waste(cost, tier_failures(10000, 0.3, 0, 0.7, 30, 120), policy)).epsilon(1e-15));
+  // Crashes alone never restart from persistent storage while a capture is in memory no later than on disk.
+  auto crash_only = simulate_tiers(cost, tier_failures(10000, 1, 0, 0, 30, 120), policy, o);
+  REQUIRE(crash_only.ok());
+  CHECK(crash_only->mean_failures > 10);
+  CHECK(crash_only->mean_persistent_restarts == 0);
+}
+
+TEST_CASE("the tier optimum promotes less often as the promotion stall grows", "[planner][tiers]") {
+  const TierFailures f = tier_failures(10000, 0.8, 0.1, 0.1, 30, 120);
+  std::uint64_t previous = 0;
+  std::vector<std::uint64_t> ks;
+  for (const double persist_stall : {0.0, 1.0, 10.0, 30.0, 100.0}) {  // up to 1% of M: below the bound k x <= M
+    INFO("persist stall " << persist_stall);
+    const TierCost cost{1, 5, persist_stall, 60};
+    auto o = tier_optimum(cost, f);
+    REQUIRE(o.ok());
+    CHECK(o->persist_every >= previous);
+    previous = o->persist_every;
+    ks.push_back(o->persist_every);
+    // Continuous optimum of (1 - f_p + f_p k)(d_m + d_p / k): k = sqrt((1 - f_p) d_p / (f_p d_m)) (spec/PLAN.md 10.4).
+    const double k_star = std::sqrt(0.9 * persist_stall / (0.1 * 1));
+    CHECK(std::abs(static_cast<double>(o->persist_every) - std::max(1.0, k_star)) < 1.0);
+  }
+  CHECK(ks.front() == 1);  // a free promotion is taken at every capture
+  CHECK(ks.back() > 10);
+}
+
+TEST_CASE("the tier optimum is the least closed-form waste over tau and k", "[planner][tiers]") {
+  const TierCost cost{2, 10, 20, 120};
+  const TierFailures f = tier_failures(10800, 0.6, 0.3, 0.1, 60, 600);
+  auto o = tier_optimum(cost, f);
+  REQUIRE(o.ok());
+  CHECK(o->waste == tier_waste(cost, f, {o->memory_interval_seconds, o->persist_every}));
+  for (std::uint64_t k = 1; k <= 40; ++k)
+    for (double tau = 20; tau < 3000; tau *= 1.05) {
+      INFO("tau " << tau << " k " << k);
+      CHECK(o->waste <= tier_waste(cost, f, {tau, k}) + 1e-15);
+    }
+  // The interval of one k is the root of the derivative, within a dense scan's step.
+  const std::uint64_t k = o->persist_every;
+  double best_tau = 1, best = 2;
+  for (double tau = 1; tau < 10800; tau *= 1.001)
+    if (tier_waste(cost, f, {tau, k}) < best) best = tier_waste(cost, f, {tau, k}), best_tau = tau;
+  CHECK(o->memory_interval_seconds == Approx(best_tau).epsilon(2e-3));
+  // Without failures that need persistent storage, promotions only cost: k goes to the bound k x <= M.
+  auto never = tier_optimum({2, 10, 20, 120}, tier_failures(10800, 1, 0, 0, 60, 600));
+  REQUIRE(never.ok());
+  CHECK(static_cast<double>(never->persist_every) *
+            tier_seconds_per_capture({2, 10, 20, 120}, {never->memory_interval_seconds, never->persist_every}) <= 10800);
+  CHECK(never->persist_every > 10);
+  // Costs against which no policy wastes less than all of the time are unsupported, not a number.
+  CHECK(tier_optimum({1000, 0, 0, 0}, tier_failures(1000, 0, 0, 1, 2000, 2000)).status().code() == ckpt::Code::unsupported);
+}
+
+TEST_CASE("plan_tiers fills in what is not given with the optimum given the rest", "[planner][tiers]") {
+  const TierCost cost{2, 10, 20, 120};
+  const TierFailures f = tier_failures(10800, 0.6, 0.3, 0.1, 60, 600);
+  auto best = plan_tiers(cost, f);
+  REQUIRE(best.ok());
+  CHECK(best->policy.memory_interval_seconds == best->optimum.memory_interval_seconds);
+  CHECK(best->policy.persist_every == best->optimum.persist_every);
+  CHECK(best->waste == best->optimum.waste);
+  CHECK(best->persistent_share == Approx(0.1));
+  auto both = plan_tiers(cost, f, 600.0, std::uint64_t{3});
+  REQUIRE(both.ok());
+  CHECK(both->policy.memory_interval_seconds == 600);
+  CHECK(both->policy.persist_every == 3);
+  CHECK(both->waste == tier_waste(cost, f, {600, 3}));
+  CHECK(both->waste > best->waste);
+  CHECK(both->optimum.persist_every == best->optimum.persist_every);
+  auto tau_only = plan_tiers(cost, f, 600.0);
+  REQUIRE(tau_only.ok());
+  CHECK(tau_only->policy.persist_every == tier_best_persist_every(cost, f, 600));
+  for (std::uint64_t k = 1; k < 30; ++k) CHECK(tau_only->waste <= tier_waste(cost, f, {600, k}));
+  auto k_only = plan_tiers(cost, f, std::nullopt, std::uint64_t{3});
+  REQUIRE(k_only.ok());
+  CHECK(k_only->policy.memory_interval_seconds == *tier_optimum_interval(cost, f, 3));
+  for (const double factor : {0.9, 0.99, 1.01, 1.1}) CHECK(k_only->waste <= tier_waste(cost, f, {k_only->policy.memory_interval_seconds * factor, 3}));
+}
+
+TEST_CASE("a tier simulation is reproducible and bounded", "[planner][tiers][simulate]") {
+  const TierCost cost{2, 10, 20, 120};
+  const TierFailures f = tier_failures(10800, 0.6, 0.3, 0.1, 60, 600);
+  const TierPolicy policy{300, 4};
+  auto a = simulate_tiers(cost, f, policy, tier_histories(20, 42, 400));
+  auto b = simulate_tiers(cost, f, policy, tier_histories(20, 42, 400));
+  auto c = simulate_tiers(cost, f, policy, tier_histories(20, 43, 400));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(c.ok());
+  CHECK(a->mean_waste == b->mean_waste);
+  CHECK(a->standard_error == b->standard_error);
+  CHECK(a->mean_waste != c->mean_waste);
+  CHECK(a->captures == 400);
+  // Captures per history: a multiple of k, given or chosen.
+  CHECK(simulate_tiers(cost, f, policy, tier_histories(20, 42, 401)).status().code() == ckpt::Code::invalid_argument);
+  auto automatic = simulate_tiers(cost, f, {300, 7}, tier_histories(20, 42));
+  REQUIRE(automatic.ok());
+  CHECK(automatic->captures % 7 == 0);
+  CHECK(automatic->captures >= 1000);
+  CHECK(simulate_tiers(cost, f, policy, tier_histories(1, 42)).status().code() == ckpt::Code::invalid_argument);
+  // Promotions 100 MTBFs apart, with power losses: about e^100 attempts per capture.
+  CHECK(simulate_tiers(cost, tier_failures(3600, 0, 0, 1, 0, 0), {3600, 100}, tier_histories(10, 1)).status().code() ==
+        ckpt::Code::unsupported);
 }

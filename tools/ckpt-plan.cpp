@@ -2,7 +2,9 @@
 // an async save, its background write), the job's MTBF and the restart cost: Young's and Daly's
 // intervals, the expected waste at each, lost GPU-hours per day, optionally a seeded Monte Carlo of the
 // same model, and an SVG of waste against interval. Save costs come from flags or from the save
-// records of a store (--store). The math is include/ckpt/planner.hpp; this file parses and presents.
+// records of a store (--store). --capture-stall-seconds switches to the tiered model (spec/PLAN.md 10):
+// memory captures with every k-th promoted to persistent storage. The math is include/ckpt/planner.hpp;
+// this file parses and presents.
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -398,6 +400,116 @@ void print_plan(const Setting& s, const std::vector<Policy>& policies) {
   return svg;
 }
 
+// --- Tiers (spec/PLAN.md 10) -----------------------------------------------------------------------
+
+// The tiered model's inputs, plan and optional simulation.
+struct TierRun {
+  plan::TierCost cost;
+  plan::TierFailures failures;
+  plan::TierPlan planned;
+  std::optional<plan::TierSimulationResult> simulation;
+  bool interval_given = false, persist_every_given = false;
+};
+
+[[nodiscard]] json tier_json(const Setting& s, const TierRun& t) {
+  const plan::TierPlan& q = t.planned;
+  json doc = {{"model", "tiered: memory captures, every k-th promoted to persistent storage; first-order closed form (spec/PLAN.md 10)"},
+              {"mode", "tiered"},
+              {"mtbf_seconds", t.failures.mtbf_seconds},
+              {"mtbf_hours", t.failures.mtbf_seconds / 3600},
+              {"mtbf_source", s.mtbf_source},
+              {"preset", s.preset != nullptr ? json(std::string(s.preset->name)) : json(nullptr)},
+              {"capture_stall_seconds", t.cost.capture_stall_seconds},
+              {"replicate_seconds", t.cost.replicate_seconds},
+              {"persist_stall_seconds", t.cost.persist_stall_seconds},
+              {"persist_seconds", t.cost.persist_seconds},
+              {"memory_restart_seconds", t.failures.memory_restart_seconds},
+              {"persistent_restart_seconds", t.failures.persistent_restart_seconds},
+              {"crash_share", t.failures.crash_share},
+              {"node_loss_share", t.failures.node_loss_share},
+              {"power_loss_share", t.failures.power_loss_share},
+              {"replicated", t.failures.replicated},
+              {"persistent_share", q.persistent_share},
+              {"gpus", s.gpus},
+              {"gpus_known", !s.gpus_source.empty()},
+              {"memory_interval_seconds", q.policy.memory_interval_seconds},
+              {"memory_interval_source", t.interval_given ? "--memory-interval" : "optimum"},
+              {"persist_every", q.policy.persist_every},
+              {"persist_every_source", t.persist_every_given ? "--persist-every" : "optimum"},
+              {"waste", q.waste},
+              {"lost_gpu_hours_per_day", plan::lost_gpu_hours_per_day(q.waste, s.gpus)},
+              {"optimum_memory_interval_seconds", q.optimum.memory_interval_seconds},
+              {"optimum_persist_every", q.optimum.persist_every},
+              {"waste_at_optimum", q.optimum.waste},
+              {"simulated_waste", nullptr},
+              {"standard_error", nullptr},
+              {"agrees", nullptr},
+              {"simulation", nullptr}};
+  if (t.simulation) {
+    const plan::TierSimulationResult& r = *t.simulation;
+    doc["simulated_waste"] = r.mean_waste;
+    doc["standard_error"] = r.standard_error;
+    doc["agrees"] = r.agrees;
+    doc["simulation"] = {{"histories", r.histories},
+                         {"captures_per_history", r.captures},
+                         {"seed", r.seed},
+                         {"model_waste", r.model_waste},
+                         {"tolerance", r.tolerance},
+                         {"tolerance_sigmas", plan::kAgreementSigmas},
+                         {"tolerance_model_share", plan::kTierModelTolerance},
+                         {"mean_failures_per_history", r.mean_failures},
+                         {"mean_persistent_restarts_per_history", r.mean_persistent_restarts}};
+  }
+  return doc;
+}
+
+void print_tiers(const Setting& s, const TierRun& t) {
+  const plan::TierPlan& q = t.planned;
+  const plan::TierFailures& f = t.failures;
+  std::printf("MTBF %s: %s\n", seconds_text(f.mtbf_seconds).c_str(), s.mtbf_source.c_str());
+  auto share = [](double v) { return printf_text("%.4g%%", 100 * v); };
+  std::printf("failures: crash %s, node loss %s (%s), power loss %s: %s need persistent storage\n", share(f.crash_share).c_str(),
+              share(f.node_loss_share).c_str(), f.replicated ? "served by a peer's memory" : "no replicas: served by persistent storage",
+              share(f.power_loss_share).c_str(), share(q.persistent_share).c_str());
+  std::printf("capture: stall %s, held on its peers %s later; promotion: stall %s more, persistent %s later\n",
+              seconds_text(t.cost.capture_stall_seconds).c_str(), seconds_text(t.cost.replicate_seconds).c_str(),
+              seconds_text(t.cost.persist_stall_seconds).c_str(), seconds_text(t.cost.persist_seconds).c_str());
+  std::printf("restart: %s from memory, %s from persistent storage\n", seconds_text(f.memory_restart_seconds).c_str(),
+              seconds_text(f.persistent_restart_seconds).c_str());
+  if (s.gpus_source.empty()) std::printf("GPU count unknown: lost GPU-hours are per GPU (give --gpus N)\n");
+  else std::printf("lost GPU-hours for %.0f GPUs (%s)\n", s.gpus, s.gpus_source.c_str());
+  std::printf("\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"policy", "memory interval", "persist every", "promotions apart", "waste",
+       s.gpus_source.empty() ? "lost GPU-h/day/GPU" : "lost GPU-h/day"}};
+  auto row = [&](const std::string& name, const plan::TierPolicy& policy, double waste) {
+    const double apart = static_cast<double>(policy.persist_every) * plan::tier_seconds_per_capture(t.cost, policy);
+    rows.push_back({name, seconds_text(policy.memory_interval_seconds), std::to_string(policy.persist_every), seconds_text(apart),
+                    percent_text(waste), gpu_hours_text(plan::lost_gpu_hours_per_day(waste, s.gpus))});
+  };
+  if (t.interval_given || t.persist_every_given) {
+    const std::string given = t.interval_given && t.persist_every_given ? "given"
+                              : t.interval_given                        ? "given interval, best k"
+                                                                        : "given k, best interval";
+    row(given, q.policy, q.waste);
+  }
+  row("optimum", {q.optimum.memory_interval_seconds, q.optimum.persist_every}, q.optimum.waste);
+  print_table(rows, {false, true, true, true, true, true});
+  std::printf("\nfirst-order closed form (spec/PLAN.md 10.3): close to the simulation while costs and promotions are well below the MTBF\n");
+  if (t.simulation) {
+    const plan::TierSimulationResult& r = *t.simulation;
+    std::printf("simulated at the %s policy: %llu histories of %llu captures, seed %llu: waste %s +- %s, closed form %s, "
+                "|difference| %s: %s (tolerance %s: %.0f standard errors + %.0f%% of the closed form; %.1f failures, "
+                "%.1f restarts from persistent storage per history)\n",
+                t.interval_given || t.persist_every_given ? "given" : "optimum", static_cast<unsigned long long>(r.histories),
+                static_cast<unsigned long long>(r.captures), static_cast<unsigned long long>(r.seed), percent_text(r.mean_waste).c_str(),
+                percent_text(r.standard_error).c_str(), percent_text(r.model_waste).c_str(),
+                percent_text(std::abs(r.mean_waste - r.model_waste)).c_str(), r.agrees ? "agrees" : "DISAGREES",
+                percent_text(r.tolerance).c_str(), plan::kAgreementSigmas, 100 * plan::kTierModelTolerance, r.mean_failures,
+                r.mean_persistent_restarts);
+  }
+}
+
 // --- Inputs --------------------------------------------------------------------------------------
 
 // The save costs a store recorded, turned into seconds for the planner.
@@ -430,15 +542,25 @@ expected fraction of wall time wasted (stalls, lost work, restarts) and the GPU-
 day, under Daly's exponential-failure model (spec/PLAN.md). --simulate checks the model with a
 seeded Monte Carlo of the same timeline; --plot draws waste against interval as SVG.
 
-Failures: one of --mtbf-hours, --gpu-failures-per-hour with --gpus, or --preset.
+Failures: one of --mtbf-hours, --mtbf-seconds, --gpu-failures-per-hour with --gpus, or --preset.
 Save cost: --save-seconds (sync), --async-stall-seconds with --async-write-seconds, or --store.
+
+Tiered mode (spec/PLAN.md 10), selected by --capture-stall-seconds: the job captures into memory every
+--memory-interval seconds of compute and promotes every --persist-every-th capture to persistent
+storage; each defaults to the optimum (given the other when only one is given). Crashes and, with
+replicas, node losses restart from memory; power losses and, with --no-replicas, node losses from
+persistent storage. Shares default to crash 1 - node loss - power loss. Both restarts default to
+--restart-seconds. It prints the first-order closed form's waste (in --json a fraction: waste,
+waste_at_optimum); --simulate checks it against a seeded Monte Carlo of the two-level timeline, which
+agrees within 4 standard errors plus 10% of the closed form while costs are small against the MTBF.
+The sync/async flags (--save-seconds, --async-*, --store, --interval, --plot) are not used there.
 
 Exit status: 0 ok, 1 a simulation disagreed with the model, 2 usage error or unreadable store.)";
 
 int main(int argc, char** argv) {
   return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
-    double save_seconds = 0, async_stall = 0, async_write = 0, mtbf_hours = 0, gpus = 0, gpu_rate = 0, restart = 300,
-           interval = 0;
+    double save_seconds = 0, async_stall = 0, async_write = 0, mtbf_hours = 0, mtbf_seconds = 0, gpus = 0, gpu_rate = 0,
+           restart = 300, interval = 0;
     std::string store_dir, preset_name, plot_path;
     std::uint64_t histories = 0, seed = 1;
     bool as_json = false;
@@ -450,6 +572,7 @@ int main(int argc, char** argv) {
                           ->excludes(save_opt)
                           ->excludes(write_opt);
     auto* mtbf_opt = app.add_option("--mtbf-hours", mtbf_hours, "mean time between failures of the whole job, hours");
+    auto* mtbf_seconds_opt = app.add_option("--mtbf-seconds", mtbf_seconds, "mean time between failures of the whole job, seconds");
     auto* gpus_opt = app.add_option("--gpus", gpus, "GPUs in the job: scales a per-GPU rate or preset, and the GPU-hours");
     auto* rate_opt = app.add_option("--gpu-failures-per-hour", gpu_rate, "failures per GPU per hour (needs --gpus)");
     auto* preset_opt = app.add_option("--preset", preset_name, "published failure rate: llama3-405b");
@@ -459,16 +582,50 @@ int main(int argc, char** argv) {
     auto* simulate_opt = app.add_option("--simulate", histories, "Monte Carlo: this many failure/restart histories");
     app.add_option("--seed", seed, "seed of the simulation (default 1)");
     app.add_flag("--json", as_json, "print one JSON document instead of a table");
-    app.add_option("--plot", plot_path, "write waste against interval as an SVG file");
-    (void)store_opt;
+    auto* plot_opt = app.add_option("--plot", plot_path, "write waste against interval as an SVG file");
+    // Tiered mode (spec/PLAN.md 10): --capture-stall-seconds selects it; the other tier flags need it.
+    plan::TierCost tier_cost;
+    plan::TierFailures tier_failures;
+    double memory_interval = 0;
+    std::uint64_t persist_every = 0;
+    bool no_replicas = false;
+    auto* capture_opt = app.add_option("--capture-stall-seconds", tier_cost.capture_stall_seconds,
+                                       "tiered mode: seconds training is blocked per memory capture")
+                            ->excludes(save_opt)
+                            ->excludes(stall_opt)
+                            ->excludes(write_opt)
+                            ->excludes(store_opt)
+                            ->excludes(interval_opt)
+                            ->excludes(plot_opt);
+    std::vector<CLI::Option*> tier_opts = {
+        app.add_option("--replicate-seconds", tier_cost.replicate_seconds,
+                       "tiered: seconds after the capture's stall until it is held on its peers (default 0)"),
+        app.add_option("--persist-stall-seconds", tier_cost.persist_stall_seconds,
+                       "tiered: extra seconds blocked at a capture that is promoted (default 0)"),
+        app.add_option("--persist-seconds", tier_cost.persist_seconds,
+                       "tiered: seconds after a promoted capture's stall until its persistent copy is durable (default 0)"),
+        app.add_option("--memory-restart-seconds", tier_failures.memory_restart_seconds,
+                       "tiered: restart and load when memory serves (default --restart-seconds)"),
+        app.add_option("--persistent-restart-seconds", tier_failures.persistent_restart_seconds,
+                       "tiered: restart and load from persistent storage (default --restart-seconds)"),
+        app.add_option("--crash-share", tier_failures.crash_share, "tiered: share of failures that are crashes (default: the rest)"),
+        app.add_option("--node-loss-share", tier_failures.node_loss_share, "tiered: share of failures that lose a node (default 0)"),
+        app.add_option("--power-loss-share", tier_failures.power_loss_share,
+                       "tiered: share of failures that lose every node's memory (default 0)"),
+        app.add_flag("--no-replicas", no_replicas, "tiered: captures are not replicated, so a node loss needs persistent storage"),
+        app.add_option("--memory-interval", memory_interval, "tiered: seconds of compute between captures (default: the optimum)"),
+        app.add_option("--persist-every", persist_every, "tiered: promote every k-th capture (default: the optimum)")};
+    for (auto* o : tier_opts) o->needs(capture_opt);
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
     // Failures: exactly one source.
     Setting s;
-    const int mtbf_sources = (*mtbf_opt ? 1 : 0) + (*rate_opt ? 1 : 0) + (*preset_opt ? 1 : 0);
+    const int mtbf_sources = (*mtbf_opt ? 1 : 0) + (*mtbf_seconds_opt ? 1 : 0) + (*rate_opt ? 1 : 0) + (*preset_opt ? 1 : 0);
     if (mtbf_sources == 0)
-      return ckpt::cli::usage_error(kTool, "missing MTBF: give --mtbf-hours, --gpu-failures-per-hour with --gpus, or --preset");
-    if (mtbf_sources > 1) return ckpt::cli::usage_error(kTool, "give only one of --mtbf-hours, --gpu-failures-per-hour, --preset");
+      return ckpt::cli::usage_error(
+          kTool, "missing MTBF: give --mtbf-hours, --mtbf-seconds, --gpu-failures-per-hour with --gpus, or --preset");
+    if (mtbf_sources > 1)
+      return ckpt::cli::usage_error(kTool, "give only one of --mtbf-hours, --mtbf-seconds, --gpu-failures-per-hour, --preset");
     if (*gpus_opt && !(std::isfinite(gpus) && gpus >= 1 && std::floor(gpus) == gpus))
       return ckpt::cli::usage_error(kTool, "--gpus must be a whole number of at least 1, got " + app["--gpus"]->as<std::string>());
     std::optional<double> gpu_count;
@@ -477,6 +634,9 @@ int main(int argc, char** argv) {
     if (*mtbf_opt) {
       mtbf = plan::mtbf_from_hours(mtbf_hours);
       s.mtbf_source = "--mtbf-hours " + app["--mtbf-hours"]->as<std::string>();
+    } else if (*mtbf_seconds_opt) {
+      mtbf = plan::mtbf_from_seconds(mtbf_seconds);
+      s.mtbf_source = "--mtbf-seconds " + app["--mtbf-seconds"]->as<std::string>();
     } else if (*rate_opt) {
       if (!gpu_count) return ckpt::cli::usage_error(kTool, "--gpu-failures-per-hour needs --gpus");
       mtbf = plan::mtbf_from_gpu_rate(*gpu_count, gpu_rate);
@@ -505,6 +665,35 @@ int main(int argc, char** argv) {
       s.gpus = s.preset->gpus;
       s.gpus_source = "the preset's GPU count";
     }
+    if (*capture_opt) {
+      TierRun t;
+      t.cost = tier_cost;
+      t.failures = tier_failures;
+      t.failures.mtbf_seconds = *mtbf;
+      t.failures.replicated = !no_replicas;
+      if (!*app["--memory-restart-seconds"]) t.failures.memory_restart_seconds = restart;
+      if (!*app["--persistent-restart-seconds"]) t.failures.persistent_restart_seconds = restart;
+      if (!*app["--node-loss-share"]) t.failures.node_loss_share = 0;
+      if (!*app["--power-loss-share"]) t.failures.power_loss_share = 0;
+      if (!*app["--crash-share"]) t.failures.crash_share = std::max(0.0, 1.0 - t.failures.node_loss_share - t.failures.power_loss_share);
+      t.interval_given = app["--memory-interval"]->count() > 0;
+      t.persist_every_given = app["--persist-every"]->count() > 0;
+      auto planned = plan::plan_tiers(t.cost, t.failures, t.interval_given ? std::optional<double>(memory_interval) : std::nullopt,
+                                      t.persist_every_given ? std::optional<std::uint64_t>(persist_every) : std::nullopt);
+      if (!planned.ok()) return ckpt::cli::usage_error(kTool, "tiered: " + planned.status().message());
+      t.planned = *planned;
+      if (*simulate_opt) {
+        plan::TierSimulationOptions o;
+        o.histories = histories;
+        o.seed = seed;
+        auto sim = plan::simulate_tiers(t.cost, t.failures, t.planned.policy, o);
+        if (!sim.ok()) return ckpt::cli::usage_error(kTool, "--simulate: " + sim.status().message());
+        t.simulation = *sim;
+      }
+      if (as_json) ckpt::cli::print_json(tier_json(s, t));
+      else print_tiers(s, t);
+      return static_cast<int>(t.simulation && !t.simulation->agrees ? ckpt::cli::kIntegrity : ckpt::cli::kOk);
+    }
     if (*interval_opt) {
       if (const auto st = plan::check_interval(interval); !st.ok()) return ckpt::cli::usage_error(kTool, "--interval: " + st.message());
       s.interval = interval;
@@ -516,7 +705,7 @@ int main(int argc, char** argv) {
       return ckpt::cli::usage_error(kTool, "--async-stall-seconds needs --async-write-seconds (or --store)");
     if (!*save_opt && !*stall_opt && store_dir.empty())
       return ckpt::cli::usage_error(kTool, "missing save cost: give --save-seconds, --async-stall-seconds with "
-                                           "--async-write-seconds, or --store");
+                                           "--async-write-seconds, --store, or --capture-stall-seconds (tiered)");
     Policy sync{"sync", std::nullopt, "", "", {}, std::nullopt};
     Policy async{"async", std::nullopt, "", "", {}, std::nullopt};
     if (!store_dir.empty()) {
