@@ -14,6 +14,7 @@ from .errors import (CancelledError, CkptError, CkptIOError, ConflictError, Corr
                      IntegrityError, InvalidArgumentError, NotFoundError, UnsupportedError, VersionError)
 from .store import SaveTicket, Store, Transaction
 from .verify import Problem, VerifyReport, verify
+from . import plan
 
 __version__ = "0.1.0"
 DTYPES = [name for name, _ in _ckpt.dtypes()]
@@ -29,4 +30,4 @@ def xxh3_64(data) -> int:
 __all__ = ["safe_open", "TensorSlice", "Store", "Transaction", "SaveTicket", "verify", "VerifyReport", "Problem",
            "CkptError", "IntegrityError", "CorruptError", "IncompleteError", "VersionError", "NotFoundError",
            "InvalidArgumentError", "ConflictError", "UnsupportedError", "CancelledError", "CkptIOError", "DTYPES",
-           "xxh3_64"]
+           "xxh3_64", "plan"]
