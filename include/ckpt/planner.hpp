@@ -515,10 +515,13 @@ inline constexpr std::uint64_t kMaxPersistEvery = 10000;
   return true;
 }
 
-// x: mean wall seconds per capture without failures, a k-th of the promotion stall in each (10.3).
+// x: mean wall seconds per capture without failures, a k-th of the promotion stall in each; a capture
+// waits for the previous one's replication (tau < w_m) and a promotion for the previous one (k x < w_p) (10.3).
 [[nodiscard]] inline double tier_seconds_per_capture(const TierCost& cost, const TierPolicy& policy) noexcept {
-  return policy.memory_interval_seconds + cost.capture_stall_seconds +
-         cost.persist_stall_seconds / static_cast<double>(policy.persist_every);
+  const double k = static_cast<double>(policy.persist_every);
+  const double x = std::max(policy.memory_interval_seconds, cost.replicate_seconds) + cost.capture_stall_seconds +
+                   cost.persist_stall_seconds / k;
+  return std::max(x, cost.persist_seconds / k);
 }
 
 // E[cost]: restart plus lost work of one failure, averaged over the kinds (spec/PLAN.md 10.3).
@@ -546,7 +549,9 @@ inline constexpr std::uint64_t kMaxPersistEvery = 10000;
   const double b = ((1 - fp) + fp * k) / (2 * m);
   const double d = cost.capture_stall_seconds + cost.persist_stall_seconds / k;
   if (!(a > b * d)) return std::nullopt;
-  return std::min(std::sqrt(a * d / b) - d, m);
+  // Below w_m, or below w_p/k - D, a shorter tau only waits longer for the same x: no better (10.4).
+  const double floor = std::max(cost.replicate_seconds, cost.persist_seconds / k - d);
+  return std::min(std::max(std::sqrt(a * d / b) - d, floor), m);
 }
 
 // The k with the least tier_waste at a given tau: k = 1, 2, ... while k x <= M, at most kMaxPersistEvery (10.4).

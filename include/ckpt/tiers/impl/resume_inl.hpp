@@ -389,6 +389,8 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
   // whose memory tier holds it never touches storage (spec/TIERS.md 7.1). Rank 0 scans it for everyone.
   Resumed out;
   out.setbacks = notes_;
+  // What the scan could not read is a setback too: a copy this rank should reach and does not (spec/TIERS.md 7.1).
+  out.setbacks.insert(out.setbacks.end(), scan.notes.begin(), scan.notes.end());
   bool persistent_scanned = options_.persistent.empty();
   const auto scan_persistent = [&](RankReport& into) {
     persistent_scanned = true;

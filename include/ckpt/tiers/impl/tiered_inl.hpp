@@ -97,6 +97,75 @@ using ::ckpt::detail::encode_status;
 // header: status, step u64, shard u32, world u32, step digest, shard digest, training state, pieces;
 // then per piece: a status message, and when ok its bytes in messages of at most transfer_block.
 
+// The sending half of a shard's body stream: statuses are never split across messages, bytes may be.
+struct BodyOut {
+  CommRef comm;
+  int dest = 0, tag = 0;
+  std::size_t block = 0;
+  std::string pending;
+
+  [[nodiscard]] Status flush() {
+    if (pending.empty()) return Status();
+    Status sent = comm.send(pending, dest, tag);
+    pending.clear();
+    return sent;
+  }
+  [[nodiscard]] Status status(const Status& st) {
+    Encoder e;
+    encode_status(e, st);
+    if (!pending.empty() && pending.size() + e.size() > block) CKPT_TRY(flush());
+    pending.append(e.str());
+    return Status();
+  }
+  [[nodiscard]] Status bytes(const unsigned char* data, std::uint64_t length) {
+    for (std::uint64_t done = 0; done < length;) {
+      if (pending.empty() && length - done >= block) {  // whole messages straight from the source
+        CKPT_TRY(comm.send(std::string_view(reinterpret_cast<const char*>(data) + done, block), dest, tag));
+        done += block;
+        continue;
+      }
+      const std::size_t room = pending.size() < block ? block - pending.size() : 0;
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(room, length - done));
+      pending.append(reinterpret_cast<const char*>(data) + done, n);
+      done += n;
+      if (pending.size() >= block) CKPT_TRY(flush());
+    }
+    return Status();
+  }
+};
+
+// The receiving half: takes messages as the stream needs them.
+struct BodyIn {
+  CommRef comm;
+  int source = 0, tag = 0;
+  std::string msg;
+  std::size_t pos = 0;
+
+  [[nodiscard]] Status refill() {
+    CKPT_TRY(comm.recv(msg, source, tag));
+    pos = 0;
+    if (msg.empty()) return make_error(Code::corrupt, "an empty message in a shard's body");
+    return Status();
+  }
+  // Returns a transport failure; *decoded is false when the bytes are not a status.
+  [[nodiscard]] Status status(Status& out, bool& decoded) {
+    if (pos == msg.size()) CKPT_TRY(refill());
+    Decoder d(reinterpret_cast<const unsigned char*>(msg.data()) + pos, msg.size() - pos);
+    decoded = decode_status(d, out);
+    pos += d.position();
+    return Status();
+  }
+  // The next at most `max` bytes of the stream, in place.
+  [[nodiscard]] Result<std::string_view> bytes(std::uint64_t max) {
+    if (pos == msg.size()) CKPT_TRY(refill());
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(max, msg.size() - pos));
+    std::string_view out(msg.data() + pos, n);
+    pos += n;
+    return out;
+  }
+  [[nodiscard]] bool drained() const noexcept { return pos == msg.size(); }
+};
+
 struct ShardSource {
   std::string where;  // for messages
   ShardReader* reader = nullptr;
@@ -136,6 +205,9 @@ struct ShardSource {
     h.u64(p.data_length);
   }
   CKPT_TRY(comm.send(as_view(h), dest, tag));
+  // The body is one byte stream cut into messages of about `block` bytes (spec/TIERS.md 4.2): small
+  // pieces share a message, so a shard of many tensors costs a few messages, not two per piece.
+  BodyOut body{comm, dest, tag, block, {}};
   std::string buffer;
   for (std::size_t k = 0; k < index.pieces.size(); ++k) {
     const std::uint64_t length = index.pieces[k].data_length;
@@ -153,20 +225,14 @@ struct ShardSource {
       bytes = reinterpret_cast<const unsigned char*>(buffer.data());
     }
     if (!got.ok()) got = got.with_context(src.where);
-    Encoder piece_status;
-    encode_status(piece_status, got);
-    CKPT_TRY(comm.send(as_view(piece_status), dest, tag));
+    CKPT_TRY(body.status(got));
     if (!got.ok()) {
       if (copy_failure) *copy_failure = got;
-      return Status();
+      return body.flush();  // the stream ends with the failed piece's status
     }
-    for (std::uint64_t done = 0; done < length;) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block, length - done));
-      CKPT_TRY(comm.send(std::string_view(reinterpret_cast<const char*>(bytes) + done, n), dest, tag));
-      done += n;
-    }
+    CKPT_TRY(body.bytes(bytes, length));
   }
-  return Status();
+  return body.flush();
 }
 
 struct Received {
@@ -231,14 +297,13 @@ struct Received {
     if (begun.ok()) tx = std::move(*begun), state.step = step, tx->state() = state;
     else s = begun.status();
   }
-  std::string block;
+  BodyIn body{comm, source, tag, {}, 0};
   for (std::uint32_t k = 0; k < pieces; ++k) {
     const PieceHead& p = heads[k];
-    std::string status_msg;
-    CKPT_TRY(comm.recv(status_msg, source, tag));
-    Decoder sdm = decoder(status_msg);
     Status piece_ok;
-    if (!decode_status(sdm, piece_ok)) return make_error(Code::corrupt, from + ": undecodable piece status");
+    bool decoded = false;
+    CKPT_TRY(body.status(piece_ok, decoded));
+    if (!decoded) return make_error(Code::corrupt, from + ": undecodable status of piece " + std::to_string(k));
     if (!piece_ok.ok()) {
       if (s.ok()) s = make_error(Code::corrupt, from + ": the sender's copy does not verify: " + piece_ok.message());
       break;  // the sender stops after a failed piece
@@ -247,15 +312,15 @@ struct Received {
       s = make_error(Code::corrupt, from + ": piece " + std::to_string(k) + " has unknown dtype " + std::to_string(p.dtype));
     if (s.ok()) s = tx->begin_piece(p.name, static_cast<DType>(p.dtype), p.global, p.offsets, p.local);
     for (std::uint64_t done = 0; done < p.length;) {
-      CKPT_TRY(comm.recv(block, source, tag));
-      if (block.empty() || block.size() > p.length - done)
-        return make_error(Code::corrupt, from + ": piece " + std::to_string(k) + " expected " + std::to_string(p.length - done) +
-                                             " more bytes, a message brought " + std::to_string(block.size()));
-      if (s.ok()) s = tx->write(block.data(), block.size());
-      done += block.size();
+      CKPT_ASSIGN_OR_RETURN(std::string_view got_bytes, body.bytes(p.length - done));
+      if (s.ok()) s = tx->write(got_bytes.data(), got_bytes.size());
+      done += got_bytes.size();
     }
     if (s.ok()) s = tx->end_piece();
   }
+  // The sender's last message ends with the last piece: anything after it is a broken stream.
+  if (!body.drained())
+    return make_error(Code::corrupt, from + ": " + std::to_string(body.msg.size() - body.pos) + " bytes after the last piece");
   if (!s.ok()) {
     if (tx) (void)tx->abort();
     copy_failure = s.with_context(from);
