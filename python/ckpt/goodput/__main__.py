@@ -1,0 +1,362 @@
+"""python -m ckpt.goodput: goodput under failures, ckpt against DCP and torch.save (see ckpt/goodput/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+
+from . import job as _job
+from . import report as _report
+from . import supervisor as _sup
+
+MiB = 1 << 20
+
+
+def parse_size(text: str) -> int:
+    units = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": MiB, "mib": MiB, "g": 1 << 30, "gib": 1 << 30}
+    t = text.strip().lower()
+    digits = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    if not digits or t[len(digits):] not in units:
+        raise argparse.ArgumentTypeError(f"not a size: {text}")
+    return int(float(digits) * units[t[len(digits):]])
+
+
+def parse_mix(text: str) -> dict:
+    mix = {}
+    for part in text.split(","):
+        if "=" not in part:
+            raise argparse.ArgumentTypeError(f"not KIND=SHARE: {part!r}")
+        k, v = part.split("=", 1)
+        if k.strip() not in _sup.KINDS:
+            raise argparse.ArgumentTypeError(f"unknown failure kind {k!r}; one of {', '.join(_sup.KINDS)}")
+        mix[k.strip()] = float(v)
+    total = sum(mix.values())
+    if total <= 0 or any(v < 0 for v in mix.values()):
+        raise argparse.ArgumentTypeError("failure shares must be >= 0 and not all 0")
+    return {k: mix.get(k, 0.0) / total for k in _sup.KINDS}
+
+
+def arguments(argv):
+    p = argparse.ArgumentParser(prog="python -m ckpt.goodput", description=__doc__,
+                                epilog="Exit status: 0 every contender finished, 1 a contender failed or a ckpt "
+                                       "contender did not resume bit-identically, 2 usage error.")
+    p.add_argument("--dir", help="persistent storage of the contenders (a disk directory; default: a new one in $TMPDIR)")
+    p.add_argument("--memory-dir", default="/dev/shm", help="where the node memory tiers live (default /dev/shm)")
+    p.add_argument("--state-size", type=parse_size, default=None, help="checkpointed state (parameters + AdamW moments), default 1GiB")
+    p.add_argument("--hidden", type=int, default=None, help="MLP width (default 2048; --quick 256)")
+    p.add_argument("--world", type=int, default=4, help="ranks (default 4)")
+    p.add_argument("--nodes", type=int, default=2, help="simulated nodes the ranks are spread over (default 2)")
+    p.add_argument("--steps", type=int, default=None, help="useful training steps (default 40; --quick 40)")
+    p.add_argument("--batch", type=int, default=16, help="samples per rank per step (default 16)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the model, the data and the failure schedule")
+    p.add_argument("--mtbf", type=float, default=None, help="mean seconds between failures (default: the ideal run's time / --failures)")
+    p.add_argument("--failures", type=float, default=10, help="expected failures in the ideal run's time, to scale the MTBF (default 10)")
+    p.add_argument("--mix", type=parse_mix, default=parse_mix("crash=0.6,node=0.3,power=0.1"),
+                   help="shares of the failure kinds (default crash=0.6,node=0.3,power=0.1)")
+    p.add_argument("--interval", type=int, default=None,
+                   help="one fixed interval for every contender, in steps (tiered: its memory interval); default: "
+                        "each contender's optimum from ckpt-plan's model and its own calibrated costs")
+    p.add_argument("--persist-every", type=int, default=4, help="with --interval: tiered promotes every this many captures (default 4)")
+    p.add_argument("--contenders", default=",".join(_job.CONTENDERS[1:]),
+                   help=f"which to run besides ideal (default all: {','.join(_job.CONTENDERS[1:])})")
+    p.add_argument("--calibrate", type=int, default=4, help="saves measured per contender before its run (default 4)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="cuda with NCCL where GPUs are (default auto)")
+    p.add_argument("--limit", type=float, default=None, help="seconds one contender may run before it is failed (default: 8x the ideal run + 120)")
+    p.add_argument("--quick", action="store_true", help="a small job for CI: 16 MiB of state, 40 steps, 4 expected failures")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout, and no table)")
+    p.add_argument("--plot", metavar="FILE", help="write the timelines and goodput bars (PNG)")
+    p.add_argument("--keep", action="store_true", help="keep --dir (stores, event logs, rank logs) afterwards")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.state_size = args.state_size or 16 * MiB
+        args.hidden = args.hidden or 256
+        args.steps = args.steps or 40
+        args.failures = args.failures if "--failures" in (argv or sys.argv) else 4
+        args.calibrate = min(args.calibrate, 3)
+    args.state_size = args.state_size or (1 << 30)
+    args.hidden = args.hidden or 2048
+    args.steps = args.steps or 40
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    bad = [c for c in contenders if c not in _job.CONTENDERS[1:]]
+    if bad:
+        p.error(f"unknown contender(s) {', '.join(bad)}; choose from {', '.join(_job.CONTENDERS[1:])}")
+    args.contenders = ["ideal"] + [c for c in _job.CONTENDERS[1:] if c in contenders]
+    if args.world < 2 or not 1 <= args.nodes <= args.world or args.steps < 2 or args.batch < 1 or args.calibrate < 2:
+        p.error("--world >= 2, 1 <= --nodes <= --world, --steps >= 2, --batch >= 1, --calibrate >= 2")
+    if args.interval is not None and (args.interval < 1 or args.persist_every < 1):
+        p.error("--interval and --persist-every must be at least 1")
+    if args.mtbf is not None and args.mtbf <= 0:
+        p.error("--mtbf must be positive")
+    return args
+
+
+def _median(values, default=0.0):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else default
+
+
+def _mount_of(path: str) -> str:
+    """'DEVICE TYPE at MOUNTPOINT' of the file system holding path."""
+    path = os.path.realpath(path)
+    best = ("?", "?", "/")
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                dev, mnt, kind = line.split()[:3]
+                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[2]):
+                    best = (dev, kind, mnt)
+    except OSError:
+        pass
+    return f"{best[0]} ({best[1]}) at {best[2]}"
+
+
+def machine() -> str:
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("", platform.machine()):
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = line
+    except OSError:
+        pass
+    avx = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    return f"{model}, {os.cpu_count()} cores, {avx}"
+
+
+class Bench:
+    def __init__(self, args):
+        import torch
+
+        self.args = args
+        torch.set_num_threads(1)  # before any op: forked ranks must not inherit an OpenMP pool
+        self.device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+        h = args.hidden
+        self.layers = max(1, round(args.state_size / _job.state_bytes(h, 1)))
+        self.model = _job.build_model(h, self.layers, args.seed)
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])  # import what the optimizer imports once, before forking
+        self.root = args.dir or tempfile.mkdtemp(prefix="ckpt-goodput-")
+        self.own_root = args.dir is None
+        os.makedirs(self.root, exist_ok=True)
+        self.memory = tempfile.mkdtemp(prefix="ckpt-goodput-mem-", dir=args.memory_dir)
+        self.logs = os.path.join(self.root, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+
+    def config(self, contender: str, tag: str, **kw) -> _job.JobConfig:
+        a = self.args
+        workdir = os.path.join(self.root, contender)
+        os.makedirs(workdir, exist_ok=True)
+        events = os.path.join(self.root, f"events-{contender}-{tag}.jsonl")
+        if os.path.exists(events):
+            os.unlink(events)
+        return _job.JobConfig(contender=contender, world=a.world, nodes=a.nodes, hidden=a.hidden, layers=self.layers,
+                              batch=a.batch, steps=a.steps, seed=a.seed, workdir=workdir,
+                              memory_base=os.path.join(self.memory, contender), events=events, device=self.device, **kw)
+
+    def clean(self, cfg: _job.JobConfig) -> None:
+        shutil.rmtree(cfg.workdir, ignore_errors=True)
+        shutil.rmtree(cfg.memory_base, ignore_errors=True)
+        os.makedirs(cfg.workdir, exist_ok=True)
+
+    def progress(self, text: str) -> None:
+        if self.args.json != "-":
+            print(text, file=sys.stderr if not sys.stderr.isatty() else sys.stderr, flush=True)
+
+    # --- calibration -------------------------------------------------------------------------------
+    def calibrate(self, name: str) -> dict:
+        """Save costs from a failure-free run that saves at every step and waits for each; restart and
+        load costs from launches that only resume (tiered: once from memory, once after wiping it)."""
+        a = self.args
+        tiered = name == "ckpt_tiered"
+        cfg = self.config(name, "calibrate", interval=1, persist_every=2 if tiered else 0, calibrate=a.calibrate + 1)
+        if 2 * (a.calibrate + 1) > a.steps:
+            raise _sup.JobError(f"--steps {a.steps} is too few to calibrate {a.calibrate + 1} waited and as many overlapped saves")
+        self.clean(cfg)
+        limit = self.limit
+        _sup.run_once(cfg, self.model, 0, self.logs, limit)
+        events = _sup.read_events(cfg.events)
+        saves = [e for e in events if e["ev"] == "save"]
+        steps = [e for e in saves if "background" in e][1:]  # waited for; the first pays for warming up
+        # The saves not waited for: how much slower their steps trained than the ideal run's, the CPU the
+        # saves' background work takes from training (2 cores here), charged to the stall for the plan.
+        overlapped = {e["step"] for e in saves if "background" not in e}
+        slowed = [e["compute"] for e in events if e["ev"] == "step" and e["step"] - 1 in overlapped]
+        out = {"interference": max(0.0, _median(slowed, self.step_s) - self.step_s)}
+        if tiered:
+            persisted = [e for e in steps if e["step"] % 2 == 0]
+            captured = [e for e in steps if e["step"] % 2 == 1]
+            d_m = _median([e["seconds"] for e in captured])
+            out.update(capture_stall=d_m, replicate_seconds=_median([e.get("background") for e in captured]),
+                       persist_stall=max(0.0, _median([e["seconds"] for e in persisted]) - d_m),
+                       persist_seconds=_median([e.get("background") for e in persisted]))
+        else:
+            out.update(stall=_median([e["seconds"] for e in steps]), background=_median([e.get("background") for e in steps]))
+        out["restart"] = self._resume_cost(replace(cfg, calibrate=0, resume_only=True), 1)
+        if tiered:
+            _sup.wipe_memory(cfg)
+            out["persistent_restart"] = self._resume_cost(replace(cfg, calibrate=0, resume_only=True), 2)
+        self.clean(cfg)
+        return out
+
+    def _resume_cost(self, cfg: _job.JobConfig, attempt: int) -> float:
+        before = len(_sup.read_events(cfg.events))
+        _sup.run_once(cfg, self.model, attempt, self.logs, self.limit)
+        ev = _sup.read_events(cfg.events)[before:]
+        launch = next(e for e in ev if e["ev"] == "launch")
+        loaded = next(e for e in ev if e["ev"] == "loaded")
+        if loaded.get("source") is None:
+            raise _sup.JobError(f"{cfg.contender}: the resume-only launch found nothing to resume")
+        return loaded["t"] - launch["t"]
+
+    # --- planning ----------------------------------------------------------------------------------
+    def plan(self, name: str, costs: dict) -> dict:
+        """The interval (steps) and ckpt-plan's predicted waste at it. A save's stall for the model is its
+        measured stall plus the compute its background work took from training (its interference)."""
+        from .. import plan
+        from ..errors import UnsupportedError
+
+        a, t, m = self.args, self.step_s, self.mtbf
+        notes = []
+        if name == "ckpt_tiered":
+            shares = dict(crash_share=a.mix["crash"], node_loss_share=a.mix["node"], power_loss_share=a.mix["power"])
+            common = dict(capture_stall=max(costs["capture_stall"] + costs["interference"], 1e-6),
+                          replicate_seconds=costs["replicate_seconds"], persist_stall=costs["persist_stall"],
+                          persist_seconds=costs["persist_seconds"], mtbf=m, memory_restart=costs["restart"],
+                          persistent_restart=costs["persistent_restart"], replicated=a.nodes > 1, **shares)
+            every, k = (a.interval, a.persist_every) if a.interval is not None else (None, None)
+            if every is None:
+                try:
+                    best = plan.tiered(**common)
+                    every = max(1, round(best["optimum_memory_interval_seconds"] / t))
+                    k = max(1, int(best["optimum_persist_every"]))
+                except UnsupportedError as e:
+                    every, k = 1, 1
+                    notes.append(f"ckpt-plan found no interval that keeps any work ({e}); capturing every step")
+            try:
+                at = plan.tiered(**common, memory_interval=every * t, persist_every=k, simulate=400, seed=a.seed)
+                waste = at["simulated_waste"] if at.get("simulated_waste") is not None else at["waste"]
+            except UnsupportedError as e:
+                at, waste = {"waste": None}, None
+                notes.append(f"no prediction: {e}")
+            return {"interval_steps": every, "persist_every_steps": every * k, "model": "tiered", "waste": waste,
+                    "closed_form_waste": at["waste"], "notes": notes}
+        common = dict(stall=max(costs["stall"] + costs["interference"], 1e-6), background=costs["background"], mtbf=m,
+                      restart=costs["restart"])
+        every = a.interval if a.interval is not None else max(1, round(plan.single(**common)["optimum_seconds"] / t))
+        at = plan.single(**common, interval=every * t)
+        return {"interval_steps": every, "persist_every_steps": None, "model": "single", "waste": at["waste"], "notes": notes}
+
+    # --- the run -----------------------------------------------------------------------------------
+    def run(self) -> dict:
+        a = self.args
+        doc = {"command": "python -m ckpt.goodput " + " ".join(shlex.quote(x) for x in sys.argv[1:]), "contenders": []}
+        timelines = {}
+        # The ideal run: no checkpoints, no failures; its time is what every contender is measured by.
+        self.limit = a.limit or 1e9
+        self.progress(f"ideal: {a.steps} steps, {a.world} ranks, {_job.state_bytes(a.hidden, self.layers) / (1 << 30):.2f} GiB of state")
+        cfg = self.config("ideal", "run")
+        _sup.run_with_failures(cfg, self.model, [], self.logs, self.limit)
+        events = _sup.read_events(cfg.events)
+        ideal = _report.measure(events, a.steps)
+        self.step_s = _median([e["compute"] for e in events if e["ev"] == "step"])
+        self.ideal_wall = ideal["wall_s"]
+        first_step = next(e for e in events if e["ev"] == "step")
+        self.startup = first_step["t"] - first_step["compute"] - events[0]["t"]
+        self.limit = a.limit or 8 * self.ideal_wall + 120
+        self.mtbf = a.mtbf or self.ideal_wall / a.failures
+        schedule = _sup.failure_schedule(a.seed, self.mtbf, a.mix, a.world, a.nodes, horizon=self.limit)
+        timelines["ideal"] = _report.timeline(events)
+        doc["contenders"].append({"name": "ideal", "label": _job.LABELS["ideal"], "goodput": 1.0, "measured": ideal,
+                                  "bit_identical": True})
+        self.progress(f"ideal: {self.ideal_wall:.1f} s ({self.step_s:.3f} s a step); MTBF {self.mtbf:.1f} s")
+        code = 0
+        for name in a.contenders[1:]:
+            entry = {"name": name, "label": _job.LABELS[name], "verified_loads": name in _job.VERIFIED}
+            doc["contenders"].append(entry)
+            try:
+                self.progress(f"{name}: calibrating")
+                entry["costs"] = self.calibrate(name)
+                entry.update(self.plan(name, entry["costs"]))
+                cfg = self.config(name, "run", interval=entry["interval_steps"],
+                                  persist_every=entry["persist_every_steps"] or 0)
+                self.clean(cfg)
+                self.progress(f"{name}: running with failures (interval {entry['interval_steps']} steps)")
+                _sup.run_with_failures(cfg, self.model, schedule, self.logs, self.limit, first_attempt=100)
+                events = _sup.read_events(cfg.events)
+                m = _report.measure(events, a.steps)
+                entry["measured"] = m
+                timelines[name] = _report.timeline(events)
+                entry["goodput"] = self.ideal_wall / m["wall_s"]
+                if entry["waste"] is not None and entry["waste"] < 1:
+                    predicted_wall = self.startup + (self.ideal_wall - self.startup) / (1 - entry["waste"])
+                    entry["predicted_goodput"] = self.ideal_wall / predicted_wall
+                else:
+                    entry["predicted_goodput"] = None
+                entry["bit_identical"] = m["digest"] is not None and m["digest"] == ideal["digest"] and bool(m["ranks_agree"])
+                entry["compute_slowdown"] = m["compute_s"] / max(1e-9, m["steps_executed"] * self.step_s) - 1
+                ratio = entry["goodput"] / entry["predicted_goodput"] if entry["predicted_goodput"] else None
+                if ratio is not None and not 0.8 <= ratio <= 1.2:
+                    entry["notes"].append(f"measured goodput is {ratio:.2f}x ckpt-plan's prediction")
+                if name in _job.VERIFIED and not entry["bit_identical"]:
+                    code = 1
+                self.clean(cfg)
+                self.progress(f"{name}: goodput {entry['goodput']:.3f} (predicted {entry['predicted_goodput']:.3f}), "
+                              f"{m['failures']} failures, {m['steps_recomputed']} steps recomputed")
+            except Exception as e:  # one contender's failure is reported, the others still run
+                entry["error"] = f"{type(e).__name__}: {e}"
+                code = 1
+                self.progress(f"{name}: FAILED: {entry['error'][:2000]}")
+        doc["setting"] = {
+            "world": a.world, "nodes": a.nodes, "hidden": a.hidden, "layers": self.layers,
+            "state_gib": _job.state_bytes(a.hidden, self.layers) / (1 << 30), "state_bytes": _job.state_bytes(a.hidden, self.layers),
+            "steps": a.steps, "batch": a.batch, "step_s": self.step_s, "ideal_wall_s": self.ideal_wall, "startup_s": self.startup,
+            "seed": a.seed, "mtbf_s": self.mtbf, "mix": a.mix, "failures_scheduled": len(schedule),
+            "schedule": [{"at": f.at, "kind": f.kind, "victim": f.victim} for f in schedule if f.at < 3 * self.ideal_wall],
+            "device": self.device, "machine": machine(),
+            "storage": f"{self.root} on {_mount_of(self.root)}, this machine's speed (no bandwidth limit), the same for every contender",
+            "memory": f"{self.memory} on {_mount_of(self.memory)}",
+            "restart": "ranks forked from a supervisor that has imported torch and built the initial model (a warm agent)",
+            "fixed_interval": a.interval,
+        }
+        doc["exit_code"] = code
+        if a.plot:
+            _report.plot(doc, timelines, a.plot)
+        return doc
+
+    def close(self) -> None:
+        shutil.rmtree(self.memory, ignore_errors=True)
+        if not self.args.keep and self.own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    args = arguments(argv)
+    bench = Bench(args)
+    try:
+        doc = bench.run()
+    finally:
+        bench.close()
+    if args.json:
+        text = json.dumps(doc, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    if args.json != "-":
+        print(_report.table(doc))
+    return doc["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""What a run's event log says: goodput, rework, blocking, recoveries, bit-identity; the text table and
+the plot (one timeline per contender, and goodput bars)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Dict, List, Optional
+
+
+def measure(events: List[dict], steps: int) -> dict:
+    """The metrics of one contender's run with failures, from its event log."""
+    if not events or events[0]["ev"] != "launch":
+        raise ValueError("event log does not start with a launch")
+    t0 = events[0]["t"]
+    trained = [e for e in events if e["ev"] == "trained" and e.get("step") == steps]
+    done = [e for e in events if e["ev"] == "done"]
+    step_events = [e for e in events if e["ev"] == "step"]
+    save_events = [e for e in events if e["ev"] == "save"]
+    failures = [e for e in events if e["ev"] == "failure"]
+    end = trained[-1]["t"] if trained else None
+    # One pass in time order: the progress of the timeline (next step to run), rolled back at each load.
+    recoveries: List[dict] = []
+    progress, open_recs = 0, []
+    for e in events:
+        if e["ev"] == "step":
+            progress = e["step"] + 1
+            for rec in open_recs:
+                rec["to_first_step_s"] = (e["t"] - e["compute"]) - rec["_t"]
+                rec["interrupted"] = rec is not open_recs[-1]  # a later failure came before any step
+            open_recs = []
+        elif e["ev"] == "failure":
+            rec = {"kind": e["kind"], "at": e["t"] - t0, "victim": e.get("victim"), "interrupted": True, "_t": e["t"]}
+            recoveries.append(rec)
+            open_recs.append(rec)
+        elif e["ev"] == "ready" and open_recs:
+            open_recs[-1]["restart_s"] = e["t"] - open_recs[-1]["_t"]
+            open_recs[-1]["_ready"] = e["t"]
+        elif e["ev"] == "loaded" and open_recs:
+            rec = open_recs[-1]
+            rec["resumed_step"] = e["next_step"]
+            rec["source"] = e.get("source")
+            if "_ready" in rec:
+                rec["load_s"] = e["t"] - rec["_ready"]
+            rec["lost_steps"] = rec.get("lost_steps", 0) + progress - e["next_step"]
+            progress = e["next_step"]
+    for rec in recoveries:
+        rec.setdefault("lost_steps", 0)
+        rec.pop("_t", None)
+        rec.pop("_ready", None)
+    executed = len(step_events)
+    out = {
+        "completed": end is not None,
+        "wall_s": None if end is None else end - t0,
+        "failures": len(failures),
+        "failures_by_kind": {k: sum(1 for f in failures if f["kind"] == k) for k in ("crash", "node", "power")},
+        "steps_executed": executed,
+        "steps_recomputed": executed - steps,
+        "saves": len(save_events),
+        "blocked_s": sum(e["seconds"] for e in save_events),
+        "compute_s": sum(e["compute"] for e in step_events),
+        "recoveries": recoveries,
+        "digest": done[-1].get("digest") if done else None,
+        "ranks_agree": done[-1].get("ranks_agree") if done else None,
+    }
+    # The most steps one failure of each kind made the job train again (a memory interval is the bound the
+    # tiers aim at for crashes and node losses, a persist interval for power losses).
+    out["max_lost_steps"] = {k: max([r["lost_steps"] for r in recoveries if r["kind"] == k], default=None)
+                             for k in ("crash", "node", "power")}
+    done_recoveries = [r for r in recoveries if not r["interrupted"]]
+    for key in ("restart_s", "load_s", "to_first_step_s"):
+        vals = [r[key] for r in done_recoveries if key in r]
+        out[f"mean_{key}"] = statistics.fmean(vals) if vals else None
+    return out
+
+
+def timeline(events: List[dict]) -> dict:
+    """Segments for the plot, in seconds from the first launch: work, saves, recoveries; failure times."""
+    t0 = events[0]["t"]
+    work, saves, recover, fails = [], [], [], []
+    last_failure = None
+    for e in events:
+        if e["ev"] == "step":
+            start = e["t"] - e["compute"]
+            if last_failure is not None:
+                recover.append((last_failure - t0, start - last_failure))
+                last_failure = None
+            work.append((start - t0, e["compute"]))
+        elif e["ev"] == "save":
+            saves.append((e["t"] - e["seconds"] - t0, e["seconds"]))
+        elif e["ev"] == "failure":
+            fails.append((e["t"] - t0, e["kind"]))
+            if last_failure is None:
+                last_failure = e["t"]
+    return {"work": work, "saves": saves, "recoveries": recover, "failures": fails}
+
+
+def _fmt(v, spec: str, none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def table(doc: dict) -> str:
+    """The text report: one row per contender, then the setting."""
+    rows = []
+    head = (f"{'contender':<34}{'goodput':>8}{'plan':>7}{'fails':>6}{'recomp':>7}{'blocked':>9}{'saves':>6}"
+            f"{'restart':>8}{'load':>7}{'interval':>10}{'lost c/n/p':>12}  bit-identical")
+    rows.append(head)
+    rows.append("-" * len(head))
+    for c in doc["contenders"]:
+        m = c.get("measured") or {}
+        if c.get("error"):
+            rows.append(f"{c['name']:<34}  FAILED: {c['error'].splitlines()[0][:80]}")
+            continue
+        interval = "-" if c["name"] == "ideal" else \
+            f"{c['interval_steps']}/{c['persist_every_steps']}" if c["name"] == "ckpt_tiered" else str(c["interval_steps"])
+        lost = "/".join("-" if v is None else str(v) for v in (m.get("max_lost_steps") or {}).values()) or "-"
+        ident = "reference" if c["name"] == "ideal" else ("yes" if c.get("bit_identical") else "NO")
+        if c["name"] in ("ckpt_store", "ckpt_tiered") or c.get("verified_loads"):
+            ident += ", loads verified"
+        rows.append(f"{c['name']:<34}{_fmt(c.get('goodput'), '.3f'):>8}{_fmt(c.get('predicted_goodput'), '.3f'):>7}"
+                    f"{m.get('failures', 0):>6}{m.get('steps_recomputed', 0):>7}{_fmt(m.get('blocked_s'), '.1f'):>8}s"
+                    f"{m.get('saves', 0):>6}{_fmt(m.get('mean_restart_s'), '.2f'):>7}s{_fmt(m.get('mean_load_s'), '.2f'):>6}s"
+                    f"{interval:>10}{lost:>12}  {ident}")
+    s = doc["setting"]
+    rows.append("")
+    rows.append(f"job: {s['world']} ranks on {s['nodes']} nodes, {s['state_gib']:.2f} GiB of state (MLP {s['layers']}x{s['hidden']}, "
+                f"AdamW), {s['steps']} steps of {s['step_s']:.3f} s; device {s['device']}")
+    rows.append(f"failures: seed {s['seed']}, MTBF {s['mtbf_s']:.1f} s, mix " +
+                ", ".join(f"{k} {v:g}" for k, v in s["mix"].items()) + f"; {s['failures_scheduled']} scheduled")
+    rows.append(f"persistent storage: {s['storage']}; memory tier: {s['memory']}")
+    rows.append("goodput = ideal wall time / wall time; plan = ckpt-plan's prediction (ckpt.plan) from the calibrated costs; "
+                "interval = steps between saves (tiered: memory/persist); "
+                "lost c/n/p = most steps one crash / node loss / power loss made the job train again")
+    for c in doc["contenders"]:
+        for note in c.get("notes", []):
+            rows.append(f"note ({c['name']}): {note}")
+    return "\n".join(rows)
+
+
+def plot(doc: dict, timelines: Dict[str, dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [c["name"] for c in doc["contenders"] if c["name"] in timelines]
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(12, 2.0 + 0.7 * len(names) + 3),
+                                 gridspec_kw={"height_ratios": [max(2, len(names)), 3]})
+    for i, name in enumerate(names):
+        tl = timelines[name]
+        y = len(names) - 1 - i
+        ax.broken_barh(tl["work"], (y - 0.3, 0.6), facecolors="tab:green", label="training" if i == 0 else None)
+        ax.broken_barh(tl["saves"], (y - 0.3, 0.6), facecolors="tab:orange", label="blocked by save" if i == 0 else None)
+        ax.broken_barh(tl["recoveries"], (y - 0.3, 0.6), facecolors="tab:gray", label="recovery" if i == 0 else None)
+        for t, kind in tl["failures"]:
+            ax.plot([t, t], [y - 0.45, y + 0.45], color={"crash": "red", "node": "purple", "power": "black"}[kind], lw=1.2)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(list(reversed(names)))
+    ax.set_xlabel("seconds since the first launch (vertical lines: failures; red crash, purple node loss, black power loss)")
+    ax.legend(loc="lower right", fontsize=8)
+    goodput = {c["name"]: c.get("goodput") or 0 for c in doc["contenders"]}
+    predicted = {c["name"]: c.get("predicted_goodput") for c in doc["contenders"]}
+    colors = ["tab:blue" if (c["name"] == "ideal" or c.get("bit_identical")) else "red" for c in doc["contenders"]]
+    xs = list(range(len(doc["contenders"])))
+    bx.bar(xs, [goodput[c["name"]] for c in doc["contenders"]], color=colors)
+    for x, c in zip(xs, doc["contenders"]):
+        p = predicted[c["name"]]
+        if p is not None:
+            bx.plot([x - 0.4, x + 0.4], [p, p], color="black", lw=1.5)
+        bx.text(x, goodput[c["name"]] + 0.01, f"{goodput[c['name']]:.3f}", ha="center", fontsize=8)
+    bx.set_xticks(xs)
+    bx.set_xticklabels([c["name"] for c in doc["contenders"]], fontsize=8)
+    bx.set_ylabel("goodput (bars; red: not bit-identical)\nblack line: ckpt-plan's prediction")
+    bx.set_ylim(0, 1.1)
+    s = doc["setting"]
+    fig.suptitle(f"Goodput under failures: {s['world']} ranks, {s['state_gib']:.2f} GiB state, MTBF {s['mtbf_s']:.0f} s, "
+                 f"seed {s['seed']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
