@@ -103,6 +103,10 @@ def test_every_contender_has_a_planned_interval_and_a_prediction(report):
         assert c["predicted_goodput"] is None or 0 < c["predicted_goodput"] <= 1, c["name"]
         costs = c["costs"]
         assert costs["restart"] > 0 and costs["interference"] >= 0, c["name"]
+        # Every save blocks for something (a sync save for all of it); an async one has time behind it.
+        assert costs.get("stall", costs.get("capture_stall", 0)) > 0, (c["name"], costs)
+        if c["name"] in ("dcp_async", "ckpt_store"):
+            assert costs["background"] > 0, (c["name"], costs)
     tiered = doc["contenders"][-1]
     assert tiered["persist_every_steps"] % tiered["interval_steps"] == 0
 

@@ -46,7 +46,10 @@ def parse_mix(text: str) -> dict:
 
 
 def arguments(argv):
-    p = argparse.ArgumentParser(prog="python -m ckpt.goodput", description=__doc__,
+    from . import __doc__ as overview
+
+    p = argparse.ArgumentParser(prog="python -m ckpt.goodput", description=overview,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit status: 0 every contender finished, 1 a contender failed or a ckpt "
                                        "contender did not resume bit-identically, 2 usage error.")
     p.add_argument("--dir", help="persistent storage of the contenders (a disk directory; default: a new one in $TMPDIR)")

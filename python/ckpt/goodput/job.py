@@ -409,7 +409,8 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
             t2 = time.monotonic()
             # Calibration: the first `calibrate` saves are each waited for (stall, then time to durable); the
             # next `calibrate` are not, so their steps show what the saves' background work costs the compute.
-            background = contender.drain() if 0 < cfg.calibrate and step - start < cfg.calibrate else None
+            # (A sync save has nothing behind it: 0.)
+            background = (contender.drain() or 0.0) if 0 < cfg.calibrate and step - start < cfg.calibrate else None
             log("save", step=step, seconds=t2 - t1, **({"background": background} if background is not None else {}))
     log("trained", step=last)
     digest = state_digest(model, optimizer) if last == cfg.steps else None
