@@ -259,6 +259,22 @@ class Bench:
         at = plan.single(**common, interval=every * t)
         return {"interval_steps": every, "persist_every_steps": None, "model": "single", "waste": at["waste"], "notes": notes}
 
+    def why(self, entry: dict, ratio: float) -> str:
+        """Where a measured goodput and the plan's part: each input of the model against what the run saw."""
+        m, costs = entry["measured"], entry["costs"]
+        tiered = entry["name"] == "ckpt_tiered"
+        stall = costs["capture_stall"] if tiered else costs["stall"]
+        restart = costs["restart"]
+        parts = [f"{m['failures']} failures in {m['wall_s']:.0f} s (the model expects {m['wall_s'] / self.mtbf:.1f})"]
+        if m["mean_to_first_step_s"] is not None:
+            parts.append(f"failure to first new step {m['mean_to_first_step_s']:.2f} s on average (planned restart "
+                         f"{restart:.2f} s{' from memory' if tiered else ''})")
+        if m["saves"]:
+            parts.append(f"{m['blocked_s'] / m['saves']:.2f} s blocked per save (planned {stall:.2f} s + "
+                         f"{costs['interference']:.2f} s interference)")
+        parts.append(f"steps trained {entry['compute_slowdown']:+.0%} slower than the ideal run's")
+        return f"measured goodput is {ratio:.2f}x ckpt-plan's prediction: " + "; ".join(parts)
+
     # --- the run -----------------------------------------------------------------------------------
     def run(self) -> dict:
         a = self.args
@@ -309,7 +325,7 @@ class Bench:
                 entry["compute_slowdown"] = m["compute_s"] / max(1e-9, m["steps_executed"] * self.step_s) - 1
                 ratio = entry["goodput"] / entry["predicted_goodput"] if entry["predicted_goodput"] else None
                 if ratio is not None and not 0.8 <= ratio <= 1.2:
-                    entry["notes"].append(f"measured goodput is {ratio:.2f}x ckpt-plan's prediction")
+                    entry["notes"].append(self.why(entry, ratio))
                 if name in _job.VERIFIED and not entry["bit_identical"]:
                     code = 1
                 self.clean(cfg)

@@ -156,7 +156,7 @@ def plot(doc: dict, timelines: Dict[str, dict], path: str) -> None:
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(list(reversed(names)))
     ax.set_xlabel("seconds since the first launch (vertical lines: failures; red crash, purple node loss, black power loss)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     goodput = {c["name"]: c.get("goodput") or 0 for c in doc["contenders"]}
     predicted = {c["name"]: c.get("predicted_goodput") for c in doc["contenders"]}
     colors = ["tab:blue" if (c["name"] == "ideal" or c.get("bit_identical")) else "red" for c in doc["contenders"]]
