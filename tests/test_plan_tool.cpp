@@ -61,6 +61,27 @@ std::string make_store(const ckpt_test::TempDir& dir, const std::string& name, i
   return path;
 }
 
+// A bad usage and what its one-line error must say.
+struct UsageRow {
+  std::vector<std::string> args;
+  const char* says;
+};
+
+// Each row exits 2 with nothing on stdout and one "ckpt-plan: " line naming the problem.
+void check_usage_errors(const std::vector<UsageRow>& rows) {
+  for (const auto& row : rows) {
+    std::string joined;
+    for (const auto& a : row.args) joined += a + " ";
+    INFO(joined);
+    const Run r = plan(row.args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);
+    CHECK(r.first_err_line().find(row.says) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ckpt-plan --json gives Young, Daly and the waste of both policies", "[plan_tool]") {
@@ -146,11 +167,7 @@ TEST_CASE("ckpt-plan --simulate agrees with the model and --interval moves both"
 }
 
 TEST_CASE("ckpt-plan exits 2 with a one-line error on bad usage", "[plan_tool]") {
-  struct Row {
-    std::vector<std::string> args;
-    const char* says;
-  };
-  const std::vector<Row> rows = {
+  const std::vector<UsageRow> rows = {
       {{"--save-seconds", "60"}, "missing MTBF"},
       {{"--mtbf-hours", "3"}, "missing save cost"},
       {{"--mtbf-hours", "3", "--save-seconds=-5"}, "stall"},
@@ -169,17 +186,7 @@ TEST_CASE("ckpt-plan exits 2 with a one-line error on bad usage", "[plan_tool]")
       {{"--mtbf-hours", "3", "--store", "/nonexistent/ckpt-plan-store"}, "/nonexistent/ckpt-plan-store"},
       {{"--mtbf-hours", "3", "--save-seconds", "5", "--bogus"}, "--bogus"},
   };
-  for (const auto& row : rows) {
-    std::string joined;
-    for (const auto& a : row.args) joined += a + " ";
-    INFO(joined);
-    const Run r = plan(row.args);
-    INFO("stderr: " << r.err);
-    CHECK(r.code == 2);
-    CHECK(r.out.empty());
-    CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);
-    CHECK(r.first_err_line().find(row.says) != std::string::npos);
-  }
+  check_usage_errors(rows);
   const Run help = plan({"--help"});
   CHECK(help.code == 0);
   CHECK(help.out.find("--async-write-seconds") != std::string::npos);
@@ -356,11 +363,7 @@ TEST_CASE("ckpt-plan tiered --simulate agrees where costs are small and exits 1 
 }
 
 TEST_CASE("ckpt-plan tiered mode exits 2 with a one-line error on bad usage", "[plan_tool][tiers]") {
-  struct Row {
-    std::vector<std::string> args;
-    const char* says;
-  };
-  const std::vector<Row> rows = {
+  const std::vector<UsageRow> rows = {
       {{"--mtbf-hours", "3", "--persist-every", "4"}, "--persist-every requires --capture-stall-seconds"},
       {{"--mtbf-hours", "3", "--save-seconds", "5", "--no-replicas"}, "--no-replicas requires --capture-stall-seconds"},
       {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--save-seconds", "5"}, "excludes"},
@@ -376,17 +379,7 @@ TEST_CASE("ckpt-plan tiered mode exits 2 with a one-line error on bad usage", "[
       {{"--mtbf-seconds", "100", "--mtbf-hours", "3", "--capture-stall-seconds", "1"}, "only one of"},
       {{"--mtbf-seconds", "100", "--capture-stall-seconds", "1000", "--power-loss-share", "1"}, "too large"},
   };
-  for (const auto& row : rows) {
-    std::string joined;
-    for (const auto& a : row.args) joined += a + " ";
-    INFO(joined);
-    const Run r = plan(row.args);
-    INFO("stderr: " << r.err);
-    CHECK(r.code == 2);
-    CHECK(r.out.empty());
-    CHECK(r.first_err_line().rfind("ckpt-plan: ", 0) == 0);
-    CHECK(r.first_err_line().find(row.says) != std::string::npos);
-  }
+  check_usage_errors(rows);
   const Run help = plan({"--help"});
   CHECK(help.code == 0);
   for (const char* flag : {"--capture-stall-seconds", "--memory-interval", "--persist-every", "--no-replicas", "--mtbf-seconds",

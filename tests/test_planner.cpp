@@ -50,6 +50,17 @@ TierSimulationOptions tier_histories(std::uint64_t histories, std::uint64_t seed
   return o;
 }
 
+// a and b simulated from one seed, c from another: the same seed gives the same figures, another differs.
+template <class Simulated>
+void check_seeded(const Simulated& a, const Simulated& b, const Simulated& c) {
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(c.ok());
+  CHECK(a->mean_waste == b->mean_waste);
+  CHECK(a->standard_error == b->standard_error);
+  CHECK(a->mean_waste != c->mean_waste);
+}
+
 }  // namespace
 
 TEST_CASE("Young's interval is sqrt(2 d M)", "[planner]") {
@@ -317,12 +328,7 @@ TEST_CASE("a seeded simulation is reproducible and the seed matters", "[planner]
   auto b = simulate(cost, f, 1000, o);
   o.seed = 43;
   auto c = simulate(cost, f, 1000, o);
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  REQUIRE(c.ok());
-  CHECK(a->mean_waste == b->mean_waste);
-  CHECK(a->standard_error == b->standard_error);
-  CHECK(a->mean_waste != c->mean_waste);
+  check_seeded(a, b, c);
   CHECK(a->intervals == 500);
 }
 
@@ -611,12 +617,7 @@ TEST_CASE("a tier simulation is reproducible and bounded", "[planner][tiers][sim
   auto a = simulate_tiers(cost, f, policy, tier_histories(20, 42, 400));
   auto b = simulate_tiers(cost, f, policy, tier_histories(20, 42, 400));
   auto c = simulate_tiers(cost, f, policy, tier_histories(20, 43, 400));
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  REQUIRE(c.ok());
-  CHECK(a->mean_waste == b->mean_waste);
-  CHECK(a->standard_error == b->standard_error);
-  CHECK(a->mean_waste != c->mean_waste);
+  check_seeded(a, b, c);
   CHECK(a->captures == 400);
   // Captures per history: a multiple of k, given or chosen.
   CHECK(simulate_tiers(cost, f, policy, tier_histories(20, 42, 401)).status().code() == ckpt::Code::invalid_argument);

@@ -106,17 +106,18 @@ def drop_cache(path: str) -> None:
             os.close(fd)
 
 
-def fsync_file_and_dir(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """fsync of a file or a directory by its path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+
+
+def fsync_file_and_dir(path: str) -> None:
+    fsync_path(path)
+    fsync_path(os.path.dirname(path) or ".")
 
 
 # --- The systems --------------------------------------------------------------------------------------
@@ -522,7 +523,7 @@ def main(argv=None) -> int:
     results = run(args)
     v = verdicts(results)
     meta = {"python": platform.python_version(), "torch": torch.__version__, "machine": platform.machine(),
-            "cpus": os.cpu_count(), "cpu": _cpu_model(), "avx512": _has_avx512(), "dir": args.dir, "rounds": args.rounds}
+            "cpus": os.cpu_count(), "cpu": cpu_model(), "avx512": has_avx512(), "dir": args.dir, "rounds": args.rounds}
     print(f"{meta['cpu']} ({meta['cpus']} CPUs, AVX-512: {'yes' if meta['avx512'] else 'no'}), torch {meta['torch']}, "
           f"{args.rounds} rounds, files in {args.dir}")
     print(table(results, v))
@@ -534,7 +535,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
@@ -544,7 +545,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def _has_avx512() -> bool:
+def has_avx512() -> bool:
     try:
         return "avx512f" in open("/proc/cpuinfo").read()
     except OSError:

@@ -5,29 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import replace
 
+from ..bench import cpu_model, has_avx512, parse_size
 from . import job as _job
 from . import report as _report
 from . import supervisor as _sup
 
 MiB = 1 << 20
-
-
-def parse_size(text: str) -> int:
-    units = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": MiB, "mib": MiB, "g": 1 << 30, "gib": 1 << 30}
-    t = text.strip().lower()
-    digits = t.rstrip("abcdefghijklmnopqrstuvwxyz")
-    if not digits or t[len(digits):] not in units:
-        raise argparse.ArgumentTypeError(f"not a size: {text}")
-    return int(float(digits) * units[t[len(digits):]])
 
 
 def parse_mix(text: str) -> dict:
@@ -123,18 +113,7 @@ def _mount_of(path: str) -> str:
 
 
 def machine() -> str:
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model in ("", platform.machine()):
-                    model = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = line
-    except OSError:
-        pass
-    avx = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
-    return f"{model}, {os.cpu_count()} cores, {avx}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {'AVX-512' if has_avx512() else 'no AVX-512'}"
 
 
 class Bench:
@@ -172,8 +151,7 @@ class Bench:
         os.makedirs(cfg.workdir, exist_ok=True)
 
     def progress(self, text: str) -> None:
-        if self.args.json != "-":
-            print(text, file=sys.stderr if not sys.stderr.isatty() else sys.stderr, flush=True)
+        print(text, file=sys.stderr, flush=True)
 
     # --- calibration -------------------------------------------------------------------------------
     def calibrate(self, name: str) -> dict:
@@ -186,7 +164,7 @@ class Bench:
             raise _sup.JobError(f"--steps {a.steps} is too few to calibrate {a.calibrate + 1} waited and as many overlapped saves")
         self.clean(cfg)
         limit = self.limit
-        _sup.run_once(cfg, self.model, 0, self.logs, limit)
+        _sup.run_job(cfg, self.model, self.logs, limit)
         events = _sup.read_events(cfg.events)
         saves = [e for e in events if e["ev"] == "save"]
         steps = [e for e in saves if "background" in e][1:]  # waited for; the first pays for warming up
@@ -213,7 +191,7 @@ class Bench:
 
     def _resume_cost(self, cfg: _job.JobConfig, attempt: int) -> float:
         before = len(_sup.read_events(cfg.events))
-        _sup.run_once(cfg, self.model, attempt, self.logs, self.limit)
+        _sup.run_job(cfg, self.model, self.logs, self.limit, first_attempt=attempt)
         ev = _sup.read_events(cfg.events)[before:]
         launch = next(e for e in ev if e["ev"] == "launch")
         loaded = next(e for e in ev if e["ev"] == "loaded")
@@ -284,7 +262,7 @@ class Bench:
         self.limit = a.limit or 1e9
         self.progress(f"ideal: {a.steps} steps, {a.world} ranks, {_job.state_bytes(a.hidden, self.layers) / (1 << 30):.2f} GiB of state")
         cfg = self.config("ideal", "run")
-        _sup.run_with_failures(cfg, self.model, [], self.logs, self.limit)
+        _sup.run_job(cfg, self.model, self.logs, self.limit)
         events = _sup.read_events(cfg.events)
         ideal = _report.measure(events, a.steps)
         self.step_s = _median([e["compute"] for e in events if e["ev"] == "step"])
@@ -310,7 +288,7 @@ class Bench:
                                   persist_every=entry["persist_every_steps"] or 0)
                 self.clean(cfg)
                 self.progress(f"{name}: running with failures (interval {entry['interval_steps']} steps)")
-                _sup.run_with_failures(cfg, self.model, schedule, self.logs, self.limit, first_attempt=100)
+                _sup.run_job(cfg, self.model, self.logs, self.limit, schedule, first_attempt=100)
                 events = _sup.read_events(cfg.events)
                 m = _report.measure(events, a.steps)
                 entry["measured"] = m

@@ -22,13 +22,14 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import numpy as np
 import torch
 import torch.distributed as dist
+
+from ..bench import fsync_path
 
 # The contenders, in the order they are run and shown; "ideal" neither saves nor fails.
 CONTENDERS = ("ideal", "torch_save", "dcp", "dcp_async", "ckpt_store", "ckpt_tiered")
@@ -134,16 +135,12 @@ class EventLog:
 
 
 def append_event(path: str, ev: str, **fields) -> None:
-    """The supervisor's events, into the same log."""
-    EventLog(path, True)(ev, **fields)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    """The supervisor's events, into the same log (a descriptor per event: the supervisor lives long)."""
+    log = EventLog(path, True)
     try:
-        os.fsync(fd)
+        log(ev, **fields)
     finally:
-        os.close(fd)
+        os.close(log.fd)
 
 
 def _numbered(directory: str, prefix: str, suffix: str = "") -> List[int]:
@@ -216,7 +213,7 @@ class TorchSave(Contender):
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(tmp, final)
-            _fsync_dir(self.dir)
+            fsync_path(self.dir)
             for old in _numbered(self.dir, "step-", ".pt")[:-KEEP]:
                 os.unlink(os.path.join(self.dir, f"step-{old}.pt"))
         dist.barrier()

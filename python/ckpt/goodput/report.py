@@ -4,7 +4,7 @@ the plot (one timeline per contender, and goodput bars)."""
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 
 def measure(events: List[dict], steps: int) -> dict:
@@ -114,7 +114,7 @@ def table(doc: dict) -> str:
             f"{c['interval_steps']}/{c['persist_every_steps']}" if c["name"] == "ckpt_tiered" else str(c["interval_steps"])
         lost = "/".join("-" if v is None else str(v) for v in (m.get("max_lost_steps") or {}).values()) or "-"
         ident = "reference" if c["name"] == "ideal" else ("yes" if c.get("bit_identical") else "NO")
-        if c["name"] in ("ckpt_store", "ckpt_tiered") or c.get("verified_loads"):
+        if c.get("verified_loads"):
             ident += ", loads verified"
         rows.append(f"{c['name']:<34}{_fmt(c.get('goodput'), '.3f'):>8}{_fmt(c.get('predicted_goodput'), '.3f'):>7}"
                     f"{m.get('failures', 0):>6}{m.get('steps_recomputed', 0):>7}{_fmt(m.get('blocked_s'), '.1f'):>8}s"

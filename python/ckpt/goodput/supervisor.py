@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from . import job as _job
 
@@ -99,12 +99,17 @@ def _kill(children: Dict[int, int], ranks=None) -> None:
                 pass
 
 
+def _status(raw: int) -> int:
+    """A wait status as an exit code, or minus the signal that killed the process."""
+    return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+
+
 def _reap(children: Dict[int, int]) -> Dict[int, int]:
-    """Waits for every child; returns rank -> exit status (negative: killed by that signal)."""
+    """Waits for every child; returns rank -> exit status."""
     status = {}
     for pid, rank in list(children.items()):
         _, raw = os.waitpid(pid, 0)
-        status[rank] = -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+        status[rank] = _status(raw)
         del children[pid]
     return status
 
@@ -124,33 +129,11 @@ def wipe_memory(cfg: _job.JobConfig, node: Optional[int] = None) -> None:
         shutil.rmtree(cfg.memory_root(n), ignore_errors=True)
 
 
-def run_once(cfg: _job.JobConfig, model, attempt: int, logs: str, limit_s: float) -> None:
-    """One launch without failures, to its end (calibration, resume-only)."""
-    children = _launch(cfg, model, attempt, logs)
-    deadline = time.monotonic() + limit_s
-    status: Dict[int, int] = {}
-    while children:
-        pid, raw = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            if time.monotonic() > deadline:
-                _kill(children)
-                _reap(children)
-                raise JobError(f"{cfg.contender}: launch {attempt} ran past {limit_s:.0f} s\n" + _log_tail(logs, attempt, cfg.world))
-            time.sleep(0.005)
-            continue
-        rank = children.pop(pid)
-        status[rank] = -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
-        if status[rank] != 0:
-            _kill(children)
-            status.update(_reap(children))
-    if any(s != 0 for s in status.values()):
-        raise JobError(f"{cfg.contender}: launch {attempt} failed: {status}\n" + _log_tail(logs, attempt, cfg.world))
-
-
-def run_with_failures(cfg: _job.JobConfig, model, failures: List[Failure], logs: str, limit_s: float,
-                      first_attempt: int = 0) -> int:
-    """Runs the job to its last step, injecting `failures` (times from the first launch) and restarting
-    after each; returns the number of failures injected. A rank that fails on its own is an error."""
+def run_job(cfg: _job.JobConfig, model, logs: str, limit_s: float, failures: Sequence[Failure] = (),
+            first_attempt: int = 0) -> int:
+    """Runs the job to its end (its last step, or a calibration's or a resume-only launch's), injecting
+    `failures` (times from the first launch) and restarting after each; returns the number injected.
+    A rank that fails on its own, or a run past `limit_s`, is an error."""
     t0 = time.monotonic()
     attempt, pending, injected = first_attempt, list(failures), 0
     while True:
@@ -162,7 +145,7 @@ def run_with_failures(cfg: _job.JobConfig, model, failures: List[Failure], logs:
             if now - t0 > limit_s:
                 _kill(children)
                 _reap(children)
-                raise JobError(f"{cfg.contender}: ran past {limit_s:.0f} s")
+                raise JobError(f"{cfg.contender}: ran past {limit_s:.0f} s\n" + _log_tail(logs, attempt, cfg.world))
             if pending and now >= t0 + pending[0].at:
                 f = pending.pop(0)
                 if any(e["ev"] == "trained" and e.get("step") == cfg.steps for e in read_events(cfg.events)):
@@ -186,7 +169,7 @@ def run_with_failures(cfg: _job.JobConfig, model, failures: List[Failure], logs:
                 time.sleep(0.002)
                 continue
             rank = children.pop(pid)
-            status[rank] = -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+            status[rank] = _status(raw)
             if status[rank] != 0:
                 _kill(children)
                 status.update(_reap(children))
