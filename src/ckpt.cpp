@@ -14,3 +14,6 @@
 #include "ckpt/sidecar.hpp"
 #include "ckpt/tiers/tiered.hpp"
 #include "ckpt/tiers/memory_root.hpp"
+#include "ckpt/report/verify.hpp"
+#include "ckpt/report/inspect.hpp"
+#include "ckpt/report/diff.hpp"

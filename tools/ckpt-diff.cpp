@@ -7,11 +7,9 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/identity.hpp>
-#include <ckpt/sharded.hpp>
+#include <ckpt/report/diff.hpp>
 
 #include "cli.hpp"
-#include "identity_cli.hpp"
 
 namespace {
 
@@ -20,54 +18,12 @@ constexpr const char* kTool = "ckpt-diff";
 
 [[nodiscard]] std::string shape_text(const ckpt::Shape& s) { return ckpt::shape_string(s); }
 
-[[nodiscard]] json side_json(const std::string& path, const ckpt::Content& c) {
-  return {{"path", path}, {"description", c.description}, {"root_digest", c.root.hex()}, {"tensor_count", c.tensors.size()}};
-}
-
-[[nodiscard]] json value_json(const std::optional<ckpt::Value>& v) {
-  if (!v) return nullptr;
-  return {{"type", ckpt::value_type_name(v->type())}, {"value", ckpt::tools::metadata_value_json(*v)}};
-}
-
 [[nodiscard]] std::string value_text(const std::optional<ckpt::Value>& v) {
   if (!v) return "-";
   const json j = ckpt::tools::metadata_value_json(*v);
   std::string text = j.is_string() ? j.get<std::string>() : j.dump();
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   return ckpt::tools::printable(text);
-}
-
-[[nodiscard]] json diff_json(const ckpt::ContentDiff& d) {
-  json tensors = json::array();
-  for (const auto& ch : d.tensors) {
-    json t = {{"name", ch.name}, {"change", ckpt::change_kind_name(ch.kind)}};
-    auto side = [](const ckpt::ContentTensor* x) -> json {
-      if (x == nullptr) return nullptr;
-      return {{"dtype", x->dtype}, {"shape", ckpt::tools::shape_json(x->shape)}, {"bytes", x->bytes()}, {"digest", x->digest.hex()}};
-    };
-    t["a"] = side(ch.a);
-    t["b"] = side(ch.b);
-    if (ch.kind == ckpt::TensorChange::Kind::changed) {
-      t["dtype_changed"] = ch.dtype_changed;
-      t["shape_changed"] = ch.shape_changed;
-      t["bytes_changed"] = ch.bytes_changed;
-      t["chunks_comparable"] = ch.chunks_comparable;
-      json chunks = json::array();
-      for (const auto& c : ch.chunks)
-        chunks.push_back({{"piece", c.piece}, {"chunk", c.chunk}, {"offset", c.offset}, {"length", c.length}});
-      t["chunks"] = std::move(chunks);
-      if (ch.chunks_comparable) {
-        std::uint64_t total = 0;
-        for (const auto& p : ch.a->pieces) total += p.chunk_digests.size();
-        t["chunk_count"] = total;
-      }
-    }
-    tensors.push_back(std::move(t));
-  }
-  json metadata = json::array();
-  for (const auto& m : d.metadata)
-    metadata.push_back({{"key", m.key}, {"change", ckpt::change_kind_name(m.kind)}, {"a", value_json(m.a)}, {"b", value_json(m.b)}});
-  return {{"identical", d.identical()}, {"tensors_unchanged", d.tensors_unchanged}, {"tensors", std::move(tensors)}, {"metadata", std::move(metadata)}};
 }
 
 void print_diff(const ckpt::Content& a, const ckpt::Content& b, const ckpt::ContentDiff& d) {
@@ -113,21 +69,6 @@ void print_diff(const ckpt::Content& a, const ckpt::Content& b, const ckpt::Cont
               d.metadata.size(), d.metadata.size() == 1 ? "" : "s");
 }
 
-// Keeps the tensors whose names match one of the globs (all when there are none); metadata only
-// when no glob is given, since a glob asks about tensors.
-void select_tensors(ckpt::Content& c, const std::vector<std::string>& globs) {
-  if (globs.empty()) return;
-  std::vector<ckpt::ContentTensor> kept;
-  for (auto& t : c.tensors)
-    for (const auto& g : globs)
-      if (ckpt::glob_match(g, t.name)) {
-        kept.push_back(std::move(t));
-        break;
-      }
-  c.tensors = std::move(kept);
-  c.metadata.clear();
-}
-
 }  // namespace
 
 constexpr const char* kAbout = R"(Compares two checkpoints by their digests: which tensors were added, removed or changed
@@ -158,35 +99,15 @@ int main(int argc, char** argv) {
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
     ckpt::PosixFs fs;
-    bool read_data = false;
-    auto load = [&](const std::string& path, const std::optional<std::uint64_t>& step) -> ckpt::Result<ckpt::Content> {
-      ckpt::ContentOptions options;
-      options.step = step;
-      auto c = ckpt::content_of_path(fs, path, options);
-      if (c.ok() || c.status().code() != ckpt::Code::unsupported) return c;
-      // A foreign checkpoint without a sidecar: its digests are computed now, by reading it.
-      std::fprintf(stderr, "%s: note: %s has no sidecar; reading and hashing its data\n", kTool, ckpt::tools::printable(path).c_str());
-      read_data = true;
-      options.read_foreign_data = true;
-      return ckpt::content_of_path(fs, path, options);
-    };
-    auto a = load(a_path, step_a);
-    if (!a.ok()) return ckpt::cli::report(kTool, a.status());
-    auto b = load(b_path, step_b);
-    if (!b.ok()) return ckpt::cli::report(kTool, b.status());
-    select_tensors(*a, globs);
-    select_tensors(*b, globs);
-    const ckpt::ContentDiff d = ckpt::diff_content(*a, *b);
-    if (as_json) {
-      json doc = diff_json(d);
-      doc["a"] = side_json(a_path, *a);
-      doc["b"] = side_json(b_path, *b);
-      doc["data_read"] = read_data;
-      doc["selected"] = globs;
-      ckpt::cli::print_json(doc);
-    } else {
-      print_diff(*a, *b, d);
-    }
-    return static_cast<int>(d.identical() ? ckpt::cli::kOk : ckpt::cli::kIntegrity);
+    ckpt::report::DiffOptions options;
+    options.step_a = step_a;
+    options.step_b = step_b;
+    options.tensors = globs;
+    auto d = ckpt::report::diff_paths(fs, a_path, b_path, options);
+    if (!d.ok()) return ckpt::cli::report(kTool, d.status());
+    for (const auto& note : d->notes) std::fprintf(stderr, "%s: note: %s\n", kTool, ckpt::tools::printable(note).c_str());
+    if (as_json) ckpt::cli::print_json(d->doc);
+    else print_diff(d->a, d->b, d->diff);
+    return d->exit_code();
   });
 }

@@ -8,28 +8,15 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/shard_reader.hpp>
+#include <ckpt/report/inspect.hpp>
 
 #include "cli.hpp"
-#include "identity_cli.hpp"
 #include "memory_root_cli.hpp"
-#include "report_json.hpp"
-#include "store_cli.hpp"
 
 namespace {
 
 using ckpt::tools::json;
 constexpr const char* kTool = "ckpt-inspect";
-
-// Opens one shard and describes it; the unit a store- or step-level caller repeats per shard.
-[[nodiscard]] ckpt::Result<json> inspect_shard(ckpt::PosixFs& fs, const std::string& path, bool with_chunks) {
-  auto info = fs.stat(path);
-  if (!info.ok()) return info.status();  // the message already names the path
-  if (info->is_dir) return ckpt::make_error(ckpt::Code::invalid_argument, path + ": is a directory, expected a shard file");
-  auto reader = ckpt::ShardReader::open(fs, path);
-  if (!reader.ok()) return reader.status();
-  return ckpt::tools::shard_json(*reader, with_chunks);
-}
 
 // Prints rows as columns separated by two spaces; columns listed in right_aligned hold numbers.
 void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right_aligned,
@@ -148,118 +135,6 @@ void print_human(const json& doc) {
 
 // --- Stores and step directories (spec/JOURNAL.md) ------------------------------------------------
 
-// The training state and shard list of one step, then each shard as a plain file would be shown.
-[[nodiscard]] json step_doc(const json& step, const ckpt::Manifest& manifest, const json& shards, const ckpt::Content& content) {
-  return {{"step", step},
-          {"root_digest", content.root.hex()},
-          {"identity", ckpt::tools::identity_json(content)},
-          {"world_size", manifest.world_size},
-          {"store_uuid", ckpt::uuid_string(manifest.store_uuid)},
-          {"training_state", ckpt::tools::training_state_json(manifest.state)},
-          {"manifest_shards", ckpt::tools::manifest_shards_json(manifest)},
-          {"shards", shards}};
-}
-
-// A committed step of a store: opened through its COMMIT record, so the manifest and every shard's
-// size, UUID and index digest are checked on the way (spec/JOURNAL.md 7.5).
-[[nodiscard]] ckpt::Result<json> inspect_committed_step(ckpt::Store& store, const ckpt::StepInfo& info,
-                                                        bool with_chunks) {
-  CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(info));
-  json shards = json::array();
-  for (std::size_t i = 0; i < reader.shard_count(); ++i) shards.push_back(ckpt::tools::shard_json(reader.shard(i), with_chunks));
-  json step = ckpt::tools::step_info_json(info);
-  step["store"] = store.path();
-  step["committed"] = true;
-  CKPT_ASSIGN_OR_RETURN(const ckpt::Content content, ckpt::content_of_step(reader, "step " + std::to_string(info.step)));
-  return step_doc(step, reader.manifest(), shards, content);
-}
-
-// A step directory given directly: through its store when that commits it, else from its MANIFEST alone.
-[[nodiscard]] ckpt::Result<json> inspect_step_directory(ckpt::PosixFs& fs, const std::string& dir, bool with_chunks) {
-  const ckpt::tools::StepInStore where = ckpt::tools::locate_step_directory(fs, dir);
-  if (where.info) {
-    CKPT_ASSIGN_OR_RETURN(auto store, ckpt::tools::open_store_for_reading(fs, where.store));
-    return inspect_committed_step(*store, *where.info, with_chunks);
-  }
-  CKPT_ASSIGN_OR_RETURN(ckpt::tools::StepDirectory content, ckpt::tools::read_step_directory(fs, dir));
-  if (!content.shard_problems.empty()) return content.shard_problems.front();
-  json shards = json::array();
-  for (const auto& path : content.shard_paths) {
-    CKPT_ASSIGN_OR_RETURN(json shard, inspect_shard(fs, path, with_chunks));
-    shards.push_back(std::move(shard));
-  }
-  json step = {{"step", content.manifest.step},
-               {"txn", content.manifest.txn},
-               {"dir", dir},
-               {"manifest_size", content.manifest_size},
-               {"manifest_digest", ckpt::hex64(content.manifest_digest)},
-               {"store", where.store.empty() ? json(nullptr) : json(where.store)},
-               {"committed", false},
-               {"state_in_store", where.store.empty() ? json(nullptr) : json(where.state)}};
-  CKPT_ASSIGN_OR_RETURN(const ckpt::Content identity, ckpt::content_of_path(fs, dir));
-  return step_doc(step, content.manifest, shards, identity);
-}
-
-// Whether a step whose files could not be found (not_found) was retired since the store's snapshot of
-// the journal: a live writer removes a step's files only after its RETIRE record (spec/JOURNAL.md 10).
-// Sets state to what the re-read journal says ("retired", "not in the journal") when so.
-[[nodiscard]] bool retired_meanwhile(ckpt::Store& store, const ckpt::StepInfo& info, const ckpt::Status& failure,
-                                     std::string& state) {
-  if (failure.code() != ckpt::Code::not_found) return false;
-  auto recheck = ckpt::recheck_step(store, info.step, info.txn);
-  if (!recheck.ok() || *recheck == ckpt::StepRecheck::committed) return false;  // still a step: the missing file is damage
-  state = ckpt::step_recheck_name(*recheck);
-  return true;
-}
-
-// Every committed step of a store, one row each; a step that cannot be opened is shown with its error,
-// or as retired when the writer retired it while it was being read.
-[[nodiscard]] ckpt::Result<json> inspect_store(ckpt::Store& store, bool& damaged) {
-  const ckpt::RecoveryReport& report = store.recovery_report();
-  json doc = {{"store", store.path()},
-              {"uuid", ckpt::uuid_string(store.uuid())},
-              {"journal", ckpt::tools::journal_json(report.journal)},
-              {"transactions", ckpt::tools::transactions_json(report.transactions)},
-              {"unknown_entries", report.unknown_entries},
-              {"problems", report.problems}};
-  damaged = report.corrupt() || report.tail_damaged();
-  json steps = json::array();
-  const std::vector<ckpt::StepInfo> listed = store.steps();  // a copy: a recheck refreshes the store
-  for (const auto& info : listed) {
-    json row = ckpt::tools::step_info_json(info);
-    auto reader = store.open_step(info);
-    std::string retired_state;
-    if (!reader.ok() && retired_meanwhile(store, info, reader.status(), retired_state)) {
-      row["status"] = "retired";
-      row["retired_state"] = retired_state;
-      row["message"] = reader.status().message();
-    } else if (!reader.ok()) {
-      row["status"] = "damaged";
-      row["error"] = {{"code", ckpt::code_name(reader.status().code())}, {"message", reader.status().message()}};
-      damaged = true;
-    } else {
-      row["status"] = "ok";
-      const ckpt::Manifest& m = reader->manifest();
-      std::uint64_t data_bytes = 0, tensors = 0, file_bytes = 0;
-      for (const auto& s : m.shards) {
-        data_bytes += s.data_bytes;
-        tensors += s.tensor_count;
-        file_bytes += s.file_size;
-      }
-      row["shard_count"] = m.shards.size();
-      row["tensor_count"] = tensors;
-      row["data_bytes"] = data_bytes;
-      row["file_bytes"] = file_bytes;
-      row["data"] = {{"epoch", m.state.data.epoch}, {"offset", m.state.data.offset}};
-      auto content = ckpt::content_of_step(*reader, "step " + std::to_string(info.step));
-      row["root_digest"] = content.ok() ? json(content->root.hex()) : json(nullptr);
-    }
-    steps.push_back(std::move(row));
-  }
-  doc["steps"] = std::move(steps);
-  return doc;
-}
-
 void print_store(const json& doc) {
   std::size_t committed = 0, open = 0, aborted = 0, retired = 0;
   for (const auto& t : doc["transactions"]) {
@@ -330,22 +205,6 @@ void print_step(const json& doc) {
 }
 
 // --- Foreign formats (spec/FOREIGN.md) --------------------------------------------------------------
-
-// A safetensors file or set, a DCP directory or a GGUF file: its tensors from its own header, and
-// its root digest when a sidecar records one (spec/IDENTITY.md 4).
-[[nodiscard]] ckpt::Result<json> inspect_foreign(ckpt::PosixFs& fs, const std::string& path) {
-  CKPT_ASSIGN_OR_RETURN(const ckpt::ForeignCheckpoint checkpoint, ckpt::open_foreign(fs, path));
-  const std::string side = ckpt::sidecar_path(checkpoint);
-  auto sidecar = ckpt::read_sidecar(fs, side);
-  std::optional<ckpt::Digest128> root;
-  std::string sidecar_note;
-  if (sidecar.ok()) root = sidecar->content.root;
-  else if (sidecar.status().code() != ckpt::Code::not_found) sidecar_note = sidecar.status().message();
-  json doc = ckpt::tools::foreign_json(checkpoint, root, sidecar.ok() || !sidecar_note.empty() ? side : std::string());
-  if (sidecar.ok()) doc["identity"] = ckpt::tools::identity_json(sidecar->content);
-  if (!sidecar_note.empty()) doc["sidecar_error"] = sidecar_note;
-  return doc;
-}
 
 void print_foreign(const json& doc) {
   using ckpt::cli::human_bytes;
@@ -486,107 +345,29 @@ int main(int argc, char** argv) {
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
     ckpt::PosixFs fs;
-    // --pin: the one line sha256sum would print, with the root digest.
-    auto emit = [&](const json& doc, void (*human)(const json&)) {
-      if (pin) {
-        const json* root = doc.contains("identity") ? &doc["identity"]["root"] : nullptr;
-        if (root == nullptr || !root->is_string()) {
-          std::fprintf(stderr, "%s: %s: no root digest recorded (a foreign checkpoint needs a sidecar: ckpt-verify --write-sidecar)\n",
-                       kTool, ckpt::tools::printable(path).c_str());
-          return static_cast<int>(ckpt::cli::kIntegrity);
-        }
-        std::printf("%s  %s\n", root->get<std::string>().c_str(), path.c_str());
-      } else if (as_json) {
-        ckpt::cli::print_json(doc);
-      } else {
-        human(doc);
-      }
-      return static_cast<int>(ckpt::cli::kOk);
-    };
-    // Formats ckpt did not write are told apart first; ckpt's own files and directories never match.
-    auto foreign = ckpt::detect_foreign(fs, path);
-    if (!foreign.ok()) return ckpt::cli::report(kTool, foreign.status());
-    if (*foreign) {
-      if (!persistent.empty())
-        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --persistent applies to a memory root or rank directory"));
-      if (*step_option || latest)
-        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --step and --latest apply to store directories"));
-      auto doc = inspect_foreign(fs, path);
-      if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
-      const int rc = emit(*doc, print_foreign);
-      return rc != 0 ? rc : static_cast<int>((*doc)["problems"].empty() ? ckpt::cli::kOk : ckpt::cli::kIntegrity);
-    }
-    // A directory is a store (its steps, or one of them) or a step directory.
-    // Any other directory is reported as before: a path that is not a shard file.
-    auto info = fs.stat(path);
-    auto kind = info.ok() && info->is_dir ? ckpt::tools::classify_path(fs, path) : ckpt::Result<ckpt::tools::PathKind>(ckpt::tools::PathKind::file);
-    if (!kind.ok()) return ckpt::cli::report(kTool, kind.status());
-    const bool memory = *kind == ckpt::tools::PathKind::memory_root || *kind == ckpt::tools::PathKind::rank_dir;
-    if (!persistent.empty() && !memory)
-      return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --persistent applies to a memory root or rank directory"));
-    if (memory) {
-      if (*step_option || latest || pin || with_chunks)
-        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": a " + ckpt::tools::path_kind_name(*kind) +
-                                                                                        " takes --json and --persistent only"));
-      ckpt::tiers::MemoryRootOptions options;
-      options.persistent = persistent;
-      auto root = ckpt::tiers::describe_memory_root(fs, path, options);
+    ckpt::report::InspectOptions options;
+    if (*step_option) options.selection.step = step_number;
+    options.selection.latest = latest;
+    options.chunks = with_chunks;
+    options.persistent = persistent;
+    auto inspection = ckpt::report::inspect_path(fs, path, options);
+    if (!inspection.ok()) return ckpt::cli::report(kTool, inspection.status());
+    const json& doc = inspection->doc;
+    if (pin) {
+      // The one line sha256sum would print, with the root digest.
+      if (inspection->kind == "memory_root")
+        return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": a memory root or rank directory takes --json and --persistent only"));
+      auto root = ckpt::report::root_digest(*inspection);
       if (!root.ok()) return ckpt::cli::report(kTool, root.status());
-      if (as_json) ckpt::cli::print_json(ckpt::tools::memory_root_json(*root));
-      else print_memory_root(*root);
-      return static_cast<int>(root->ok() ? ckpt::cli::kOk : ckpt::cli::kIntegrity);
+      std::printf("%s  %s\n", root->c_str(), path.c_str());
+      return inspection->exit_code;
     }
-    if (*kind != ckpt::tools::PathKind::file && *kind != ckpt::tools::PathKind::other_dir) {
-      json out;
-      if (*kind == ckpt::tools::PathKind::step_dir) {
-        if (*step_option || latest)
-          return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, "--step and --latest apply to store directories"));
-        auto doc = inspect_step_directory(fs, path, with_chunks);
-        if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
-        out = std::move(doc).value();
-        return emit(out, print_step);
-      }
-      if (*kind != ckpt::tools::PathKind::store) return ckpt::cli::report(kTool, ckpt::tools::not_a_store_error(path, *kind));
-      auto store = ckpt::tools::open_store_for_reading(fs, path);
-      if (!store.ok()) return ckpt::cli::report(kTool, store.status());
-      if (*step_option || latest) {
-        ckpt::tools::StepSelection selection;
-        if (*step_option) selection.step = step_number;
-        selection.latest = latest;
-        auto selected = ckpt::tools::select_steps(**store, selection);
-        if (!selected.ok()) return ckpt::cli::report(kTool, selected.status());
-        auto doc = inspect_committed_step(**store, selected->front(), with_chunks);
-        // Retired while being read: --latest follows the writer to its new latest step (a few times at most).
-        std::string retired_state;
-        for (int attempt = 0; attempt < 8 && !doc.ok() && retired_meanwhile(**store, selected->front(), doc.status(), retired_state);
-             ++attempt) {
-          if (!latest)
-            return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::not_found,
-                                                             "step " + std::to_string(selected->front().step) + " (txn " +
-                                                                 std::to_string(selected->front().txn) + ") was retired while being read (" +
-                                                                 retired_state + " in the journal): no longer a step, not damage"));
-          selected = ckpt::tools::select_steps(**store, selection);
-          if (!selected.ok()) return ckpt::cli::report(kTool, selected.status());
-          doc = inspect_committed_step(**store, selected->front(), with_chunks);
-        }
-        if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
-        return emit(*doc, print_step);
-      }
-      bool damaged = false;
-      auto doc = inspect_store(**store, damaged);
-      if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
-      if (as_json) ckpt::cli::print_json(*doc);
-      else print_store(*doc);
-      return static_cast<int>(damaged ? ckpt::cli::kIntegrity : ckpt::cli::kOk);
-    }
-    if (*step_option || latest)
-      return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --step and --latest apply to store directories"));
-    auto doc = inspect_shard(fs, path, with_chunks);
-    if (!doc.ok()) return ckpt::cli::report(kTool, doc.status());
-    auto content = ckpt::content_of_path(fs, path);
-    if (!content.ok()) return ckpt::cli::report(kTool, content.status());
-    (*doc)["root_digest"] = content->root.hex();
-    (*doc)["identity"] = ckpt::tools::identity_json(*content);
-    return emit(*doc, print_human);
+    if (as_json) ckpt::cli::print_json(doc);
+    else if (inspection->kind == "foreign") print_foreign(doc);
+    else if (inspection->kind == "memory_root") print_memory_root(*inspection->memory_root);
+    else if (inspection->kind == "store") print_store(doc);
+    else if (inspection->kind == "step") print_step(doc);
+    else print_human(doc);
+    return inspection->exit_code;
   });
 }

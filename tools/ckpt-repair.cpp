@@ -30,8 +30,6 @@
 
 #include "cli.hpp"
 #include "memory_root_cli.hpp"
-#include "report_json.hpp"
-#include "store_cli.hpp"
 
 namespace {
 
@@ -119,13 +117,13 @@ class Repair {
   Repair(ckpt::PosixFs& fs, std::string store, bool dry_run, bool purge, Output& out)
       : fs_(fs), store_(std::move(store)), dry_run_(dry_run), purge_(purge), out_(out) {}
 
-  int run(ckpt::tools::PathKind kind) {
+  int run(ckpt::PathKind kind) {
     out_.doc["store"] = store_;
     out_.doc["dry_run"] = dry_run_;
     out_.line(std::string(kTool) + ": store " + store_ + (dry_run_ ? " (dry run: nothing is changed)" : ""));
     std::optional<ckpt::RecoveryReport> scanned;
-    bool need_rebuild = kind == tools::PathKind::broken_store;
-    if (kind == tools::PathKind::store) {
+    bool need_rebuild = kind == ckpt::PathKind::broken_store;
+    if (kind == ckpt::PathKind::store) {
       auto report = ckpt::check_store(fs_, store_);
       if (!report.ok()) {
         if (report.status().code() == ckpt::Code::version)
@@ -625,17 +623,17 @@ int main(int argc, char** argv) {
     while (path.size() > 1 && path.back() == '/') path.pop_back();
 
     ckpt::PosixFs fs;
-    auto kind = tools::classify_path(fs, path);
+    auto kind = ckpt::classify_path(fs, path);
     if (!kind.ok()) return ckpt::cli::report(kTool, kind.status());
     switch (*kind) {
-      case tools::PathKind::file:
+      case ckpt::PathKind::file:
         return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": not a directory; ckpt-repair takes a store directory (ckpt-verify checks single files)"));
-      case tools::PathKind::step_dir:
+      case ckpt::PathKind::step_dir:
         return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": a step directory; run ckpt-repair on the store that holds it"));
-      case tools::PathKind::other_dir:
-        return ckpt::cli::report(kTool, tools::not_a_store_error(path, *kind));
-      case tools::PathKind::memory_root:
-      case tools::PathKind::rank_dir:
+      case ckpt::PathKind::other_dir:
+        return ckpt::cli::report(kTool, ckpt::not_a_store_error(path, *kind));
+      case ckpt::PathKind::memory_root:
+      case ckpt::PathKind::rank_dir:
         if (purge)
           return ckpt::cli::report(kTool, ckpt::make_error(ckpt::Code::invalid_argument, path + ": --purge applies to one store; run "
                                                                                                 "ckpt-repair --purge STORE on the store whose quarantine/ is to go"));

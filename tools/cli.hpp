@@ -19,20 +19,16 @@
 #include <ckpt/error.hpp>
 #include <ckpt/format.hpp>
 #include <ckpt/io/posix_fs.hpp>
+#include <ckpt/report/exit.hpp>
 
 namespace ckpt::cli {
 
-// Stable exit codes every tool shares (README "Exit codes").
-enum Exit : int {
-  kOk = 0,         // nothing wrong
-  kIntegrity = 1,  // damage or an incomplete file was found
-  kUsage = 2,      // bad arguments, unreadable path, I/O error, unsupported request
-};
-
-// Damage found in data maps to 1; everything else that stops a tool maps to 2.
-[[nodiscard]] inline int exit_for(Code code) noexcept {
-  return (code == Code::corrupt || code == Code::incomplete) ? kIntegrity : kUsage;
-}
+// Stable exit codes every tool shares (README "Exit codes"): the library's (ckpt/report/exit.hpp).
+using report::Exit;
+using report::exit_for;
+using report::kIntegrity;
+using report::kOk;
+using report::kUsage;
 
 // Prints "tool: message" on one line to stderr and returns the exit code for the status.
 inline int report(const char* tool, const Status& status) {
@@ -223,3 +219,8 @@ inline void print_json(const nlohmann::json& j) {
 }
 
 }  // namespace ckpt::cli
+
+namespace ckpt::tools {
+// The library's report forms (ckpt/report/: JSON, printable text, pins, store reading) under the tools' names.
+using namespace ckpt::report;
+}  // namespace ckpt::tools

@@ -1,5 +1,5 @@
-// Shared by ckpt-inspect, ckpt-verify and ckpt-diff: a checkpoint's identity and a foreign checkpoint
-// as JSON, and pins (--expect, --expect-file) read and checked (spec/IDENTITY.md 5).
+// ckpt: pins (spec/IDENTITY.md 5): a checkpoint's expected root digest, and its tensors' when known,
+// read from a pin file ("DIGEST  PATH" lines or ckpt-inspect --json) and checked against a content.
 #pragma once
 
 #include <algorithm>
@@ -9,58 +9,10 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/foreign.hpp>
-#include <ckpt/identity.hpp>
-#include <ckpt/sidecar.hpp>
+#include "../identity.hpp"
+#include "json.hpp"
 
-#include "report_json.hpp"
-
-namespace ckpt::tools {
-
-// Root, metadata digest and every tensor's digest: what a pin file records (spec/IDENTITY.md 5.1).
-[[nodiscard]] inline json identity_json(const Content& c) {
-  json tensors = json::array();
-  for (const auto& t : c.tensors)
-    tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", shape_json(t.shape)}, {"bytes", t.bytes()}, {"digest", t.digest.hex()}});
-  return {{"root", c.root.hex()}, {"metadata_digest", c.metadata_digest.hex()}, {"tensors", std::move(tensors)}};
-}
-
-[[nodiscard]] inline json foreign_json(const ForeignCheckpoint& c, const std::optional<Digest128>& root, const std::string& sidecar) {
-  json files = json::array();
-  for (const auto& f : c.files) files.push_back({{"name", f.name}, {"size", f.size}, {"present", f.present}});
-  json tensors = json::array();
-  for (const auto& t : c.tensors) {
-    json pieces = json::array();
-    std::uint64_t bytes = 0;
-    for (const auto& p : t.pieces) {
-      bytes += p.length;
-      pieces.push_back({{"file", c.files.at(p.file).name},
-                        {"offset", p.offset},
-                        {"length", p.length},
-                        {"offsets", shape_json(p.offsets)},
-                        {"shape", shape_json(p.shape)}});
-    }
-    tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", shape_json(t.shape)}, {"bytes", bytes}, {"pieces", std::move(pieces)}});
-  }
-  json metadata = json::object();
-  for (const auto& [k, v] : c.metadata) metadata[k] = valid_utf8(v) ? json(v) : json(hex_bytes(v));
-  json problems = json::array();
-  for (const auto& p : c.problems) problems.push_back(problem_json(p));
-  return {{"path", c.path},
-          {"kind", "foreign"},
-          {"format", foreign_format_name(c.format)},
-          {"dir", c.dir},
-          {"files", std::move(files)},
-          {"tensor_count", c.tensors.size()},
-          {"data_bytes", c.data_bytes()},
-          {"tensors", std::move(tensors)},
-          {"metadata", std::move(metadata)},
-          {"root_digest", root ? json(root->hex()) : json(nullptr)},
-          {"sidecar", sidecar.empty() ? json(nullptr) : json(sidecar)},
-          {"problems", std::move(problems)}};
-}
-
-// --- Pins -----------------------------------------------------------------------------------------
+namespace ckpt::report {
 
 struct Pin {
   std::string path;  // empty: applies to every checkpoint checked
@@ -229,4 +181,4 @@ struct PinCheck {
   return lines;
 }
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::report

@@ -1,5 +1,6 @@
-// ckpt tools: one data model for what ckpt-inspect and ckpt-verify print. A shard's index and a
-// VerifyReport are turned into JSON once; the human tables and the JUnit XML are rendered from that.
+// ckpt: the JSON form of every report the library makes (shard indexes, verify reports, journals,
+// steps, memory roots, identities, foreign checkpoints). The tools' --json and the Python package's
+// report objects are both this, so the two front ends cannot disagree (spec/REPORTS.md).
 #pragma once
 
 #include <cmath>
@@ -11,11 +12,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/index.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/verify.hpp>
+#include "../foreign.hpp"
+#include "../identity.hpp"
+#include "../index.hpp"
+#include "../journal.hpp"
+#include "../manifest.hpp"
+#include "../path_kind.hpp"
+#include "../shard_reader.hpp"
+#include "../store.hpp"
+#include "../tiers/memory_root.hpp"
+#include "../verify.hpp"
+#include "exit.hpp"
 
-namespace ckpt::tools {
+namespace ckpt::report {
 
 using nlohmann::json;
 
@@ -172,9 +181,8 @@ struct FileOutcome {
   bool retired = false;
 };
 
-// Exit status of one outcome: 0 intact, 1 damage, 2 error (cli.hpp codes, repeated here to stay light).
+// Exit status of one outcome: 0 intact, 1 damage, 2 error.
 [[nodiscard]] inline int outcome_exit(const FileOutcome& o) noexcept {
-  auto exit_for = [](Code c) { return (c == Code::corrupt || c == Code::incomplete) ? 1 : 2; };
   if (o.retired) return 0;
   if (!o.has_report) return exit_for(o.error.code());
   int worst = 0;
@@ -337,4 +345,238 @@ struct FileOutcome {
   return x;
 }
 
-}  // namespace ckpt::tools
+// --- Stores, steps and journals (spec/JOURNAL.md) ----------------------------------------------
+
+// A typed value as {"type", "value"}: the same spelling shard metadata gets.
+[[nodiscard]] inline json value_json(const Value& v) {
+  return {{"type", value_type_name(v.type())}, {"value", metadata_value_json(v)}};
+}
+
+[[nodiscard]] inline json training_state_json(const TrainingState& s) {
+  json values = json::object();
+  for (const auto& [key, value] : s.values) values[key] = value_json(value);
+  return {{"step", s.step},
+          {"rng_bytes", s.rng.size()},
+          {"rng", hex_bytes(s.rng, 64)},
+          {"data", {{"epoch", s.data.epoch}, {"offset", s.data.offset}, {"state_bytes", s.data.state.size()}}},
+          {"optimizer_tensors", s.optimizer_tensors},
+          {"values", std::move(values)}};
+}
+
+[[nodiscard]] inline json step_info_json(const StepInfo& s) {
+  json files = json::array();
+  for (const auto& f : s.files) files.push_back({{"rank", f.rank}, {"name", f.name}});
+  return {{"step", s.step},           {"txn", s.txn},
+          {"dir", s.dir},             {"world_size", s.world_size},
+          {"files", std::move(files)}, {"manifest_size", s.manifest_size},
+          {"manifest_digest", hex64(s.manifest_digest)}, {"commit_offset", s.commit_offset}};
+}
+
+[[nodiscard]] inline json manifest_shards_json(const Manifest& m) {
+  json shards = json::array();
+  for (const auto& s : m.shards)
+    shards.push_back({{"rank", s.rank},
+                      {"name", s.name},
+                      {"file_size", s.file_size},
+                      {"uuid", uuid_string(s.uuid)},
+                      {"index_digest", hex64(s.index_digest)},
+                      {"data_bytes", s.data_bytes},
+                      {"tensor_count", s.tensor_count},
+                      {"chunk_count", s.chunk_count}});
+  return shards;
+}
+
+[[nodiscard]] inline json damage_json(const JournalDamage& d) {
+  json unapplied = json::array();
+  for (const auto& r : d.unapplied) unapplied.push_back(r.describe());
+  return {{"offset", d.offset}, {"length", d.length}, {"bad_offset", d.bad_offset}, {"reason", d.reason},
+          {"clean_tear", d.clean_tear}, {"unapplied", std::move(unapplied)}};
+}
+
+[[nodiscard]] inline json journal_json(const JournalScan& j) {
+  json doc = {{"path", j.path},          {"file_size", j.file_size}, {"end", j.end},
+              {"has_header", j.has_header}, {"groups", j.groups},      {"records", j.records.size()}};
+  doc["store_uuid"] = j.has_header ? json(uuid_string(j.header.store_uuid)) : json(nullptr);
+  doc["torn_tail"] = j.torn_tail ? damage_json(*j.torn_tail) : json(nullptr);
+  json corruption = json::array();
+  for (const auto& d : j.corruption) corruption.push_back(damage_json(d));
+  doc["corruption"] = std::move(corruption);
+  return doc;
+}
+
+[[nodiscard]] inline json transactions_json(const std::vector<TxnInfo>& txns) {
+  json out = json::array();
+  for (const auto& t : txns)
+    out.push_back({{"txn", t.txn}, {"step", t.step}, {"state", txn_state_name(t.state)}, {"dir", t.dir()}});
+  return out;
+}
+
+// One line about the journal: size, groups, and what is wrong with it.
+[[nodiscard]] inline std::string journal_line(const JournalScan& j) {
+  std::string s = std::to_string(j.file_size) + " bytes, " + std::to_string(j.groups) + " complete groups, " +
+                  std::to_string(j.records.size()) + " records";
+  if (j.torn_tail && j.torn_tail->clean_tear)
+    s += "; torn tail [" + std::to_string(j.torn_tail->offset) + ", " + std::to_string(j.torn_tail->offset + j.torn_tail->length) +
+         ") (" + std::to_string(j.torn_tail->length) + " bytes, left by a crash during an append)";
+  else if (j.torn_tail)
+    s += "; DAMAGED tail [" + std::to_string(j.torn_tail->offset) + ", " + std::to_string(j.torn_tail->offset + j.torn_tail->length) +
+         ") (not a torn append: " + j.torn_tail->reason + ")";
+  if (!j.has_header) s += "; no valid HEADER at offset 0";
+  for (const auto& d : j.corruption)
+    s += "; CORRUPT bytes [" + std::to_string(d.offset) + ", " + std::to_string(d.offset + d.length) + "): " + d.reason;
+  return s;
+}
+
+// --- Memory roots (spec/TIERS.md 2, 5) -----------------------------------------------------------
+
+[[nodiscard]] inline json digest_json(const Digest128& d) { return d == Digest128{} ? json(nullptr) : json(d.hex()); }
+
+[[nodiscard]] inline json root_problem_json(const tiers::RootProblem& p) {
+  json j = problem_json(p.detail);
+  j["rank_dir"] = p.rank_dir.empty() ? json(nullptr) : json(p.rank_dir);
+  j["store"] = p.store;
+  j["step"] = p.step ? json(*p.step) : json(nullptr);
+  j["shard"] = p.shard ? json(*p.shard) : json(nullptr);
+  j["txn"] = p.txn;
+  j["message"] = p.message;
+  return j;
+}
+
+[[nodiscard]] inline json root_problems_json(const std::vector<tiers::RootProblem>& problems) {
+  json out = json::array();
+  for (const auto& p : problems) out.push_back(root_problem_json(p));
+  return out;
+}
+
+[[nodiscard]] inline json copy_json(const tiers::ShardCopy& c) {
+  json j = {{"rank_dir", "rank-" + std::to_string(c.rank_dir)},
+            {"store", c.store},
+            {"where", c.where},
+            {"own", c.own},
+            {"step", c.step},
+            {"shard", c.shard},
+            {"txn", c.info.txn},
+            {"dir", c.info.dir},
+            {"digest", digest_json(c.digest)},
+            {"expected", digest_json(c.expected)},
+            {"recorded", c.recorded},
+            {"matches", c.matches()},
+            {"set_aside", c.set_aside},
+            {"error", c.error.empty() ? json(nullptr) : json(c.error)}};
+  j["verified"] = c.verified ? json(*c.verified) : json(nullptr);
+  return j;
+}
+
+[[nodiscard]] inline json memory_step_json(const tiers::MemoryRoot& root, const tiers::MemoryStep& s, bool verified) {
+  json shards = json::array();
+  for (const auto& sh : s.shards) {
+    json held = json::array();
+    for (const auto i : sh.copies) held.push_back(copy_json(root.copies[i]));
+    json j = {{"shard", sh.shard}, {"digest", digest_json(sh.digest)}, {"copies", sh.matching}, {"held", std::move(held)}};
+    if (verified) j["verified"] = sh.verified;
+    shards.push_back(std::move(j));
+  }
+  json events = json::array();
+  for (const auto& e : s.events)
+    events.push_back({{"rank_dir", "rank-" + std::to_string(e.rank_dir)},
+                      {"event", tiers::tier_event_name(e.record.event)},
+                      {"shard", e.record.shard},
+                      {"txn", e.record.txn},
+                      {"copies", e.record.copies},
+                      {"detail", e.record.event == tiers::TierEvent::captured ? json(nullptr) : json(e.record.detail)},
+                      {"text", e.record.describe()}});
+  return {{"step", s.step},
+          {"digest", digest_json(s.digest)},
+          {"world", s.world == 0 ? json(nullptr) : json(s.world)},
+          {"captured", s.captured},
+          {"replicated", s.replicated},
+          {"replicated_copies", s.replicated_copies},
+          {"persisted", s.persisted},
+          {"load_failed", s.load_failed},
+          {"resumed", s.resumed},
+          {"set_aside", s.set_aside},
+          {"shards_here", s.shards_here()},
+          {"fewest_copies", s.fewest_copies()},
+          {"persistent",
+           {{"state", tiers::persistent_state_name(s.persistent)},
+            {"txn", s.persistent_txn == 0 ? json(nullptr) : json(s.persistent_txn)},
+            {"detail", s.persistent_detail.empty() ? json(nullptr) : json(s.persistent_detail)}}},
+          {"shards", std::move(shards)},
+          {"events", std::move(events)}};
+}
+
+// The whole description: rank directories and their logs, steps, copies, problems and notes.
+[[nodiscard]] inline json memory_root_json(const tiers::MemoryRoot& root, bool verified = false) {
+  json dirs = json::array();
+  for (const auto& d : root.rank_dirs)
+    dirs.push_back({{"rank", d.rank},
+                    {"path", d.path},
+                    {"stores", d.stores},
+                    {"tier_log",
+                     {{"present", d.log_present},
+                      {"records", d.records.size()},
+                      {"torn_tail", d.torn_tail ? damage_json(*d.torn_tail) : json(nullptr)},
+                      {"error", d.log_error.ok() ? json(nullptr)
+                                                 : json({{"code", code_name(d.log_error.code())}, {"message", d.log_error.message()}})}}}});
+  json steps = json::array();
+  for (const auto& s : root.steps) steps.push_back(memory_step_json(root, s, verified));
+  json copies = json::array();
+  for (const auto& c : root.copies) copies.push_back(copy_json(c));
+  return {{"path", root.path},
+          {"memory_root", root.root},
+          {"kind", path_kind_name(root.kind)},
+          {"persistent", root.persistent.empty() ? json(nullptr) : json(root.persistent)},
+          {"ok", root.ok()},
+          {"rank_dirs", std::move(dirs)},
+          {"steps", std::move(steps)},
+          {"copies", std::move(copies)},
+          {"problems", root_problems_json(root.problems)},
+          {"notes", root.notes}};
+}
+
+// --- Identities and foreign checkpoints (spec/IDENTITY.md, spec/FOREIGN.md) -----------------------
+
+// Root, metadata digest and every tensor's digest: what a pin file records (spec/IDENTITY.md 5.1).
+[[nodiscard]] inline json identity_json(const Content& c) {
+  json tensors = json::array();
+  for (const auto& t : c.tensors)
+    tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", shape_json(t.shape)}, {"bytes", t.bytes()}, {"digest", t.digest.hex()}});
+  return {{"root", c.root.hex()}, {"metadata_digest", c.metadata_digest.hex()}, {"tensors", std::move(tensors)}};
+}
+
+[[nodiscard]] inline json foreign_json(const ForeignCheckpoint& c, const std::optional<Digest128>& root, const std::string& sidecar) {
+  json files = json::array();
+  for (const auto& f : c.files) files.push_back({{"name", f.name}, {"size", f.size}, {"present", f.present}});
+  json tensors = json::array();
+  for (const auto& t : c.tensors) {
+    json pieces = json::array();
+    std::uint64_t bytes = 0;
+    for (const auto& p : t.pieces) {
+      bytes += p.length;
+      pieces.push_back({{"file", c.files.at(p.file).name},
+                        {"offset", p.offset},
+                        {"length", p.length},
+                        {"offsets", shape_json(p.offsets)},
+                        {"shape", shape_json(p.shape)}});
+    }
+    tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", shape_json(t.shape)}, {"bytes", bytes}, {"pieces", std::move(pieces)}});
+  }
+  json metadata = json::object();
+  for (const auto& [k, v] : c.metadata) metadata[k] = valid_utf8(v) ? json(v) : json(hex_bytes(v));
+  json problems = json::array();
+  for (const auto& p : c.problems) problems.push_back(problem_json(p));
+  return {{"path", c.path},
+          {"kind", "foreign"},
+          {"format", foreign_format_name(c.format)},
+          {"dir", c.dir},
+          {"files", std::move(files)},
+          {"tensor_count", c.tensors.size()},
+          {"data_bytes", c.data_bytes()},
+          {"tensors", std::move(tensors)},
+          {"metadata", std::move(metadata)},
+          {"root_digest", root ? json(root->hex()) : json(nullptr)},
+          {"sidecar", sidecar.empty() ? json(nullptr) : json(sidecar)},
+          {"problems", std::move(problems)}};
+}
+
+}  // namespace ckpt::report
