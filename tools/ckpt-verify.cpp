@@ -344,12 +344,9 @@ int main(int argc, char** argv) {
     }
     std::vector<ckpt::report::Pin> pins;
     if (!expect.empty()) {
-      auto root = ckpt::parse_digest(expect);
-      if (!root) return ckpt::cli::usage_error(kTool, "--expect: '" + ckpt::tools::printable(expect) + "' is not a 32-digit root digest");
-      ckpt::report::Pin p;
-      p.root = *root;
-      p.source = "--expect";
-      pins.push_back(std::move(p));
+      auto pin = ckpt::report::pin_from_digest(expect);
+      if (!pin.ok()) return ckpt::cli::usage_error(kTool, pin.status().message());
+      pins.push_back(std::move(pin).value());
     }
     if (!expect_file.empty()) {
       auto read = ckpt::report::read_pins(expect_file);

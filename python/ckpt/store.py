@@ -186,7 +186,7 @@ class Store:
 
     def verify(self, step: Optional[int] = None, threads: int = 1):
         """Every chunk of a step (default: every live step) checked; returns a VerifyReport."""
-        from .verify import verify
+        from .report import verify
 
         return verify(self.path, step=step, threads=threads)
 

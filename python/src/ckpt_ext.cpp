@@ -13,6 +13,9 @@
 
 #include <ckpt/ckpt.hpp>
 #include <ckpt/planner.hpp>
+#include <ckpt/report/diff.hpp>
+#include <ckpt/report/inspect.hpp>
+#include <ckpt/report/verify.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
 #include <chrono>
@@ -170,81 +173,94 @@ nb::dict step_report_dict(const ckpt::StepVerifyReport& r) {
   return d;
 }
 
-// Verifies whatever the path names, as ckpt-verify does: a file, a step directory, or every live step
-// of a store (or one). The report is a dict: ok, kind, problems (each a Problem), per-step reports.
-nb::dict verify_path(const std::string& path, std::optional<std::uint64_t> step, unsigned threads) {
-  ckpt::PosixFs fs;
-  ckpt::VerifyOptions options;
-  options.threads = threads;
-  nb::dict out;
-  nb::list problems, steps;
-  std::uint64_t chunks = 0, bytes = 0;
-  ckpt::PathKind kind;
+// --- Reports: the library decides, Python presents (ckpt/report/, spec/REPORTS.md) ----------------
+// Each returns the document the tool's --json prints, as text for json.loads. Only input that cannot
+// be checked at all raises (a missing path, misuse, an I/O error); damage is the report's.
+
+std::string report_text(const nlohmann::json& doc) { return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+std::string verify_report(const std::string& path, std::optional<std::uint64_t> step, bool latest, std::optional<std::string> expect,
+                          std::optional<std::string> expect_file, const std::string& persistent, unsigned threads) {
+  ckpt::report::VerifyPathsOptions options;
+  options.selection.step = step;
+  options.selection.latest = latest;
+  options.persistent = persistent;
+  options.verify.threads = threads;
+  if (expect) options.pins.push_back(take(ckpt::report::pin_from_digest(*expect)));
+  if (expect_file) {
+    auto pins = take(ckpt::report::read_pins(*expect_file));
+    for (auto& p : pins) options.pins.push_back(std::move(p));
+    options.pin_file = *expect_file;
+  }
+  ckpt::report::VerifyPathsReport r;
   {
     nb::gil_scoped_release released;
-    kind = take(ckpt::classify_path(fs, path));
+    ckpt::PosixFs fs;
+    r = ckpt::report::verify_paths(fs, {path}, options);
   }
-  out["kind"] = ckpt::path_kind_name(kind);
-  if (kind == ckpt::PathKind::file) {
-    ckpt::VerifyReport r;
-    {
-      nb::gil_scoped_release released;
-      r = take(ckpt::verify_file(fs, path, options));
-    }
-    for (const auto& p : r.problems) problems.append(problem_dict(p));
-    chunks = r.chunks_checked;
-    bytes = r.bytes_checked;
-  } else if (kind == ckpt::PathKind::step_dir) {
-    ckpt::StepVerifyReport r;
-    {
-      nb::gil_scoped_release released;
-      r = ckpt::verify_step_directory(fs, path, ckpt::cpu_file_verifier(fs, options));
-    }
-    nb::dict d = step_report_dict(r);
-    for (auto p : nb::cast<nb::list>(d["problems"])) problems.append(p);
-    steps.append(d);
-    chunks = r.chunks_checked;
-    bytes = r.bytes_checked;
-  } else if (kind == ckpt::PathKind::store) {
-    std::vector<ckpt::StepVerifyReport> reports;
-    {
-      nb::gil_scoped_release released;
-      ckpt::StoreOptions so;
-      so.allow_corrupt_journal = true;  // report the damage instead of refusing to look
-      auto store = take(ckpt::Store::open(fs, path, ckpt::Access::read_only, so));
-      if (store->recovery_report().corrupt()) {
-        reports.emplace_back();
-        ckpt::Problem p;
-        p.region = "journal";
-        p.file = ckpt::join_path(path, std::string(ckpt::journal::kJournalName));
-        p.message = store->recovery_report().corruption_status().message();
-        reports.back().dir = path;
-        reports.back().problems.push_back(std::move(p));
-      }
-      for (const auto& s : store->steps()) {
-        if (step && s.step != *step) continue;
-        reports.push_back(take(store->verify_step(s.step, options)));
-      }
-      if (step && reports.empty())
-        throw StatusError{ckpt::make_error(Code::not_found, path + ": no committed step " + std::to_string(*step))};
-    }
-    for (const auto& r : reports) {
-      nb::dict d = step_report_dict(r);
-      for (auto p : nb::cast<nb::list>(d["problems"])) problems.append(p);
-      steps.append(d);
-      chunks += r.chunks_checked;
-      bytes += r.bytes_checked;
-    }
-  } else {
-    check(ckpt::not_a_store_error(path, kind));
+  for (const auto& e : r.errors)
+    if (ckpt::report::exit_for(e.status.code()) == ckpt::report::kUsage) check(e.status);
+  for (const auto k : r.shard_files)
+    if (!r.files[k].has_report && ckpt::report::exit_for(r.files[k].error.code()) == ckpt::report::kUsage) check(r.files[k].error);
+  return report_text(ckpt::report::verify_json(r));
+}
+
+nb::tuple inspect_report(const std::string& path, std::optional<std::uint64_t> step, bool latest, bool chunks,
+                         const std::string& persistent) {
+  ckpt::report::InspectOptions options;
+  options.selection.step = step;
+  options.selection.latest = latest;
+  options.chunks = chunks;
+  options.persistent = persistent;
+  ckpt::Result<ckpt::report::Inspection> r = ckpt::make_error(Code::unsupported, "not run");
+  {
+    nb::gil_scoped_release released;
+    ckpt::PosixFs fs;
+    r = ckpt::report::inspect_path(fs, path, options);
   }
-  out["path"] = path;
-  out["ok"] = problems.size() == 0;
-  out["problems"] = problems;
-  out["steps"] = steps;
-  out["chunks_checked"] = chunks;
-  out["bytes_checked"] = bytes;
-  return out;
+  ckpt::report::Inspection inspection = take(std::move(r));
+  return nb::make_tuple(inspection.kind, report_text(inspection.doc), inspection.exit_code);
+}
+
+std::string root_digest_of(const std::string& path, std::optional<std::uint64_t> step) {
+  ckpt::report::InspectOptions options;
+  options.selection.step = step;
+  ckpt::Result<ckpt::report::Inspection> r = ckpt::make_error(Code::unsupported, "not run");
+  {
+    nb::gil_scoped_release released;
+    ckpt::PosixFs fs;
+    r = ckpt::report::inspect_path(fs, path, options);
+  }
+  return take(ckpt::report::root_digest(take(std::move(r))));
+}
+
+std::string diff_report(const std::string& a, const std::string& b, std::optional<std::uint64_t> step_a,
+                        std::optional<std::uint64_t> step_b, const std::vector<std::string>& tensors) {
+  ckpt::report::DiffOptions options;
+  options.step_a = step_a;
+  options.step_b = step_b;
+  options.tensors = tensors;
+  ckpt::Result<ckpt::report::DiffReport> r = ckpt::make_error(Code::unsupported, "not run");
+  {
+    nb::gil_scoped_release released;
+    ckpt::PosixFs fs;
+    r = ckpt::report::diff_paths(fs, a, b, options);
+  }
+  return report_text(take(std::move(r)).doc);
+}
+
+std::string write_sidecar_report(const std::string& path, std::uint64_t chunk_size) {
+  int log2 = -1;
+  for (std::uint32_t k = ckpt::sidecar::kMinChunkSizeLog2; k <= ckpt::sidecar::kMaxChunkSizeLog2; ++k)
+    if (chunk_size == (std::uint64_t{1} << k)) log2 = static_cast<int>(k);
+  if (log2 < 0) throw StatusError{ckpt::make_error(Code::invalid_argument, "chunk_size: a power of two from 4 KiB to 1 GiB")};
+  ckpt::Result<nlohmann::json> r = ckpt::make_error(Code::unsupported, "not run");
+  {
+    nb::gil_scoped_release released;
+    ckpt::PosixFs fs;
+    r = ckpt::report::write_sidecar_for(fs, path, static_cast<std::uint32_t>(log2));
+  }
+  return report_text(take(std::move(r)));
 }
 
 // --- Writing a standalone file -----------------------------------------------------------------
@@ -1076,7 +1092,13 @@ NB_MODULE(_ckpt, m) {
     for (const auto& d : ckpt::format::kDTypes) out.append(nb::make_tuple(std::string(d.name), d.size));
     return out;
   });
-  m.def("verify", &verify_path, "path"_a, "step"_a = nb::none(), "threads"_a = 1u);
+  m.def("verify_report", &verify_report, "path"_a, "step"_a = nb::none(), "latest"_a = false, "expect"_a = nb::none(),
+        "expect_file"_a = nb::none(), "persistent"_a = "", "threads"_a = 1u);
+  m.def("inspect_report", &inspect_report, "path"_a, "step"_a = nb::none(), "latest"_a = false, "chunks"_a = false, "persistent"_a = "");
+  m.def("root_digest", &root_digest_of, "path"_a, "step"_a = nb::none());
+  m.def("diff_report", &diff_report, "a"_a, "b"_a, "step_a"_a = nb::none(), "step_b"_a = nb::none(),
+        "tensors"_a = std::vector<std::string>{});
+  m.def("write_sidecar_report", &write_sidecar_report, "path"_a, "chunk_size"_a = std::uint64_t{1} << 20);
   m.def("xxh3_64", [](Bytes1D data) {
     nb::gil_scoped_release released;
     return ckpt::xxh3_64(data.data(), data.size());

@@ -32,8 +32,8 @@ struct Inspection {
 // the checkpoint cannot be opened at all.
 [[nodiscard]] Result<Inspection> inspect_path(FsRef fs, const std::string& path, const InspectOptions& options = {});
 
-// The root digest an inspection shows (ckpt-inspect --pin); an integrity error for a foreign checkpoint
-// without a sidecar, or a store listing (select a step), which have none.
+// The root digest an inspection shows (ckpt-inspect --pin): a store's is its latest step's, as a pin of
+// a store applies to its latest step; a foreign checkpoint without a sidecar has none (an integrity error).
 [[nodiscard]] Result<std::string> root_digest(const Inspection& inspection);
 
 }  // namespace ckpt::report

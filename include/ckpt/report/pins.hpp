@@ -22,6 +22,16 @@ struct Pin {
   std::string source;                        // where it was read, for messages
 };
 
+// A pin given as a digest (ckpt-verify --expect, ckpt.verify(expect=)): it applies to every path checked.
+[[nodiscard]] inline Result<Pin> pin_from_digest(const std::string& text) {
+  auto root = parse_digest(text);
+  if (!root) return make_error(Code::invalid_argument, "--expect: '" + printable(text) + "' is not a 32-digit root digest");
+  Pin p;
+  p.root = *root;
+  p.source = "--expect";
+  return p;
+}
+
 namespace detail {
 // A pin from a JSON document: ckpt-inspect --json (top-level "identity"), ckpt-verify --json ("pins"
 // or "foreign" entries with "identity"), or {"root": ..., "tensors": [...]} itself.

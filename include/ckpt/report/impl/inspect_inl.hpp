@@ -230,8 +230,13 @@ CKPT_INLINE Result<std::string> root_digest(const Inspection& inspection) {
   const std::string path = doc.contains("path") && doc["path"].is_string()   ? doc["path"].get<std::string>()
                            : doc.contains("store") && doc["store"].is_string() ? doc["store"].get<std::string>()
                                                                                : std::string("checkpoint");
-  if (inspection.kind == "store")
-    return make_error(Code::invalid_argument, path + ": a store has a root digest per step: select one (--step N or --latest)");
+  // A store's listing: the root digest of its latest step, the one a pin of the store applies to (spec/IDENTITY.md 5).
+  if (inspection.kind == "store") {
+    if (doc["steps"].empty()) return make_error(Code::not_found, path + ": no committed step");
+    const json& latest = doc["steps"].back();
+    if (latest.contains("root_digest") && latest["root_digest"].is_string()) return latest["root_digest"].get<std::string>();
+    return make_error(Code::corrupt, path + ": its latest step does not open, so it has no root digest");
+  }
   return make_error(Code::incomplete, path + ": no root digest recorded (a foreign checkpoint needs a sidecar: ckpt-verify --write-sidecar)");
 }
 
