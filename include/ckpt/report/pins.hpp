@@ -161,18 +161,6 @@ struct PinCheck {
   return r;
 }
 
-[[nodiscard]] inline json pin_check_json(const std::string& path, const PinCheck& r, const Pin& pin) {
-  json j = {{"path", path}, {"ok", r.ok}, {"expected", r.expected}, {"found", r.found}, {"pin", pin.source}};
-  if (!r.ok) {
-    j["tensors_known"] = r.tensors_known;
-    j["tensors_changed"] = r.changed;
-    j["tensors_missing"] = r.missing;
-    j["tensors_added"] = r.added;
-    j["metadata_changed"] = r.metadata_changed;
-  }
-  return j;
-}
-
 // One line per finding, for a terminal.
 [[nodiscard]] inline std::vector<std::string> pin_check_lines(const PinCheck& r) {
   std::vector<std::string> lines;
