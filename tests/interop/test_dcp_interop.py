@@ -14,14 +14,15 @@ exit 1 with a problem naming that tensor; a truncated .distcp copy (no sidecar) 
 the original still gives the saved values, and nothing in it changed but the sidecar. Exit 0 all
 passed, 1 a check failed, 77 torch is not installed.
 """
-import hashlib
 import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_util import built, check, file_sha256, finish, flip_byte, run, skip  # noqa: E402
 
 try:
     import torch
@@ -31,28 +32,14 @@ try:
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex, TensorStorageMetadata
 except ImportError as e:
-    print("skipped: torch missing: %s" % e)
-    sys.exit(77)
+    skip("torch missing: %s" % e)
 
 import warnings
 
 warnings.filterwarnings("ignore")
 
-FAILURES = []
 DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64", torch.float16: "F16",
           torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL", torch.float64: "F64"}
-
-
-def check(condition, what):
-    print(("ok    " if condition else "FAIL  ") + what)
-    if not condition:
-        FAILURES.append(what)
-    return condition
-
-
-def run(tool, *args):
-    p = subprocess.run([tool] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
 def single_state():
@@ -83,11 +70,7 @@ def world_rank(rank, world, out, port):
 
 
 def tree_digest(d):
-    out = {}
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), "rb") as f:
-            out[name] = hashlib.sha256(f.read()).hexdigest()
-    return out
+    return {name: file_sha256(os.path.join(d, name)) for name in sorted(os.listdir(d))}
 
 
 def compare(inspect, d, label):
@@ -152,11 +135,7 @@ def damage(verify, d, work, label, tensor):
     s = md.storage_data[MetadataIndex(tensor, entry.chunks[-1].offsets)]
     flipped = os.path.join(work, label + "-flipped")
     shutil.copytree(d, flipped)
-    with open(os.path.join(flipped, s.relative_path), "r+b") as f:
-        f.seek(s.offset + s.length // 2)
-        byte = f.read(1)
-        f.seek(s.offset + s.length // 2)
-        f.write(bytes([byte[0] ^ 0x10]))
+    flip_byte(os.path.join(flipped, s.relative_path), s.offset + s.length // 2, 0x10)
     rc, out, err = run(verify, "--json", flipped)
     check(rc == 1, "%s: a flipped byte in %s's last chunk: ckpt-verify exit 1 (got %d)" % (label, tensor, rc))
     try:
@@ -189,10 +168,8 @@ def main():
         print("usage: test_dcp_interop.py BINARY_DIR")
         return 2
     inspect, verify = (os.path.join(sys.argv[1], t) for t in ("ckpt-inspect", "ckpt-verify"))
-    for tool in (inspect, verify):
-        if not os.path.exists(tool):
-            print("FAIL  %s not built" % tool)
-            return 1
+    if not built(inspect, verify):
+        return finish()
     work = tempfile.mkdtemp(prefix="ckpt-dcp-interop-")
     try:
         single = os.path.join(work, "single")
@@ -219,8 +196,7 @@ def main():
         load_back(world, "world2", template, expected)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("%d failure(s)" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -15,32 +15,17 @@ failed, 77 the gguf package is not installed.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_util import built, check, finish, flip_byte, run, run_json, skip  # noqa: E402
 
 try:
     import numpy as np
     import gguf
 except ImportError as e:
-    print("skipped: Python oracle missing: %s" % e)
-    sys.exit(77)
-
-FAILURES = []
-
-
-def check(condition, what):
-    if condition:
-        print("ok    " + what)
-    else:
-        print("FAIL  " + what)
-        FAILURES.append(what)
-    return condition
-
-
-def run(tool, *args):
-    p = subprocess.run([tool] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    skip("Python oracle missing: %s" % e)
 
 
 def write_gguf(path, tensors, metadata, alignment=None):
@@ -174,12 +159,8 @@ def compare(inspect, case, path):
 
 
 def verify_json(verify, path):
-    rc, out, err = run(verify, "--json", path)
-    try:
-        report = json.loads(out)
-    except ValueError:
-        report = {}
-    return rc, report, err
+    rc, report, err = run_json(verify, "--json", path)
+    return rc, report if report is not None else {}, err
 
 
 def foreign_problems(report):
@@ -213,11 +194,7 @@ def damage(verify, case, path, workdir):
     shutil.copy(path, copy)
     shutil.copy(sidecar, copy + ".ckptsum")
     at = int(victim.data_offset) + int(victim.n_bytes) // 2
-    with open(copy, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)
-        f.seek(at)
-        f.write(bytes([byte[0] ^ 0x10]))
+    flip_byte(copy, at, 0x10)
     rc, report, err = verify_json(verify, copy)
     named = [p for p in foreign_problems(report) if p.get("tensor") == victim.name]
     check(rc == 1 and report.get("ok") is False and named,
@@ -247,10 +224,8 @@ def main():
         return 2
     bindir = sys.argv[1]
     inspect, verify = os.path.join(bindir, "ckpt-inspect"), os.path.join(bindir, "ckpt-verify")
-    for tool in (inspect, verify):
-        if not os.path.exists(tool):
-            print("FAIL  %s is not built" % tool)
-            return 1
+    if not built(inspect, verify):
+        return finish()
     print("gguf %s, numpy %s" % (getattr(gguf, "__version__", "(version unknown)"), np.__version__))
     with tempfile.TemporaryDirectory(prefix="ckpt-gguf-interop-") as workdir:
         corpus_dir = os.path.join(workdir, "corpus")
@@ -260,8 +235,7 @@ def main():
             compare(inspect, case, path)
         for case, path in sorted(files.items()):
             damage(verify, case, path, workdir)
-    print("%d failure(s)" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -16,14 +16,15 @@
   a removed tensor, a metadata value, and nothing (the same content saved in another order).
 Exit 0 all passed, 1 a check failed, 77 the Python oracles are not installed.
 """
-import hashlib
 import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_util import check, file_sha256, finish, flip_byte, run, run_json, skip  # noqa: E402
 
 try:
     import numpy as np
@@ -31,31 +32,9 @@ try:
     import safetensors
     from safetensors.numpy import save_file
 except ImportError as e:
-    print("skipped: Python oracle missing: %s" % e)
-    sys.exit(77)
+    skip("Python oracle missing: %s" % e)
 
-FAILURES = []
 CHUNK = 1 << 20
-
-
-def check(condition, what):
-    print(("ok    " if condition else "FAIL  ") + what)
-    if not condition:
-        FAILURES.append(what)
-    return condition
-
-
-def run(tool, *args):
-    p = subprocess.run([tool] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-
-
-def run_json(tool, *args):
-    rc, out, err = run(tool, *args)
-    try:
-        return rc, json.loads(out), err
-    except ValueError:
-        return rc, None, err + out
 
 
 # --- spec/IDENTITY.md 2, independently -------------------------------------------------------------
@@ -108,19 +87,6 @@ def reference_view(path):
     return tensors, metadata
 
 
-def flip(path, offset):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x40]))
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def data_offset(path, name):
     """Absolute file offset of a tensor's first byte, from the header as the package's format defines it."""
     with open(path, "rb") as f:
@@ -149,7 +115,7 @@ def main():
         meta = {"format": "pt", "note": "identity test"}
         st = os.path.join(tmp, "model.safetensors")
         save_file(base, st, metadata=meta)
-        before = sha(st)
+        before = file_sha256(st)
 
         # An intact file without a sidecar: structure ok, never damaged; no root recorded yet.
         rc, doc, err = run_json(verify, "--json", st)
@@ -170,7 +136,7 @@ def main():
         rc, doc, err = run_json(verify, "--write-sidecar", "--json", st)
         check(rc == 0 and doc["sidecars"][0]["root_digest"] == expected_root,
               "--write-sidecar: root digest equals the independent computation (%s)" % expected_root)
-        check(sha(st) == before, "--write-sidecar leaves the safetensors file byte-identical")
+        check(file_sha256(st) == before, "--write-sidecar leaves the safetensors file byte-identical")
         check(os.path.exists(st + ".ckptsum"), "the sidecar lies beside the file, named FILE.ckptsum")
         rc, doc, _ = run_json(inspect, "--json", st)
         check(doc["root_digest"] == expected_root, "ckpt-inspect shows the sidecar's root digest")
@@ -196,14 +162,14 @@ def main():
 
         d = copy("flipped.safetensors")
         target = data_offset(d, "model.embed.weight") + CHUNK + 12345  # chunk 1 of the tensor
-        flip(d, target)
+        flip_byte(d, target, 0x40)
         rc, doc, _ = run_json(verify, "--json", d)
         probs = doc["foreign"][0]["problems"] if doc else []
         check(rc == 1 and len(probs) == 1 and probs[0]["tensor"] == "model.embed.weight" and probs[0]["chunk"] == 1 and
               probs[0]["offset"] <= target < probs[0]["offset"] + probs[0]["length"] and probs[0]["region"] == "data",
               "a flipped data byte: exit 1 naming the tensor, chunk 1 and a byte range holding it")
         h = copy("header.safetensors")
-        flip(h, 20)  # inside the JSON header
+        flip_byte(h, 20, 0x40)  # inside the JSON header
         rc, doc, _ = run_json(verify, "--json", h)
         check(rc == 1 and any(p["region"] == "header" and p["offset"] == 0 for p in doc["foreign"][0]["problems"]),
               "a flipped header byte: exit 1, header bytes damaged")
@@ -329,7 +295,7 @@ def main():
         shard2 = os.path.join(hf, "model-00002-of-00002.safetensors")
         saved = open(shard2, "rb").read()
         name2 = parts[1][0]
-        flip(shard2, data_offset(shard2, name2) + 1)
+        flip_byte(shard2, data_offset(shard2, name2) + 1, 0x40)
         rc, doc, _ = run_json(verify, "--json", hf)
         probs = doc["foreign"][0]["problems"] if doc else []
         check(rc == 1 and any(p["tensor"] == name2 and p["file"].endswith("model-00002-of-00002.safetensors") for p in probs),
@@ -343,8 +309,7 @@ def main():
         check(rc == 0, "restored: the set verifies again")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failure(s)" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -10,20 +10,14 @@ Exit 0 all passed, 1 a check failed (or ckpt-plan is not built).
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-FAILURES = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_util import built, check, finish, run  # noqa: E402
+
 REL = 1e-9  # relative agreement: both sides evaluate the same closed forms in double precision
-
-
-def check(condition, what):
-    print(("ok    " if condition else "FAIL  ") + what)
-    if not condition:
-        FAILURES.append(what)
-    return condition
 
 
 def close(a, b, rel=REL):
@@ -46,11 +40,6 @@ def waste(d, w, m, r, tau):
     """1 - tau / A(tau), A(tau) = M e^{(R + min(tau, w))/M} (e^{(max(tau, w) + d)/M} - 1) (spec/PLAN.md 3)."""
     a = m * math.exp((r + min(tau, w)) / m) * (math.exp((max(tau, w) + d) / m) - 1.0)
     return 1.0 - tau / a
-
-
-def run(tool, args):
-    p = subprocess.run([tool] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
 # (what, ckpt-plan arguments, MTBF seconds, restart seconds, GPUs, sync (d), async (d, w) or None)
@@ -95,11 +84,10 @@ def main():
         print(__doc__)
         return 2
     tool = os.path.join(sys.argv[1], "ckpt-plan")
-    if not os.path.exists(tool):
-        print("FAIL  %s is not built" % tool)
-        return 1
+    if not built(tool):
+        return finish()
     for what, args, m, r, gpus, d_sync, async_cost in CASES:
-        code, out, err = run(tool, args + ["--json"])
+        code, out, err = run(tool, *args, "--json")
         if not check(code == 0, "%s: exit 0 (stderr: %s)" % (what, err.strip())):
             continue
         doc = json.loads(out)
@@ -112,7 +100,7 @@ def main():
         else:
             check(not doc["policies"]["async"]["available"], what + ": async n/a")
     # The preset's source numbers.
-    code, out, _ = run(tool, ["--preset", "llama3-405b", "--save-seconds", "1", "--json"])
+    code, out, _ = run(tool, "--preset", "llama3-405b", "--save-seconds", "1", "--json")
     if check(code == 0, "preset: exit 0"):
         preset = json.loads(out)["preset"]
         check((preset["interruptions"], preset["days"], preset["gpus"]) == (419, 54, 16384), "preset: 419 in 54 days on 16384 GPUs")
@@ -120,7 +108,7 @@ def main():
     # The plot is XML with the optima labelled.
     with tempfile.TemporaryDirectory(prefix="ckpt-plan-oracle-") as work:
         svg = os.path.join(work, "plan.svg")
-        code, _, err = run(tool, CASES[1][1] + ["--plot", svg])
+        code, _, err = run(tool, *CASES[1][1], "--plot", svg)
         if check(code == 0, "plot: exit 0 (%s)" % err.strip()):
             try:
                 root = ET.parse(svg).getroot()
@@ -131,8 +119,7 @@ def main():
                 check(len(list(root.iter("{http://www.w3.org/2000/svg}polyline"))) == 2, "plot: two curves")
             except ET.ParseError as e:
                 check(False, "plot: parses as XML (%s)" % e)
-    print("%d failed" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -20,9 +20,11 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_util import built, check, finish, flip_byte, run, skip  # noqa: E402
 
 try:
     import numpy as np  # noqa: F401 - the generator needs it
@@ -30,27 +32,9 @@ try:
     from safetensors import safe_open
     from safetensors.numpy import save_file
 except ImportError as e:
-    print("skipped: Python oracle missing: %s" % e)
-    sys.exit(77)
+    skip("Python oracle missing: %s" % e)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_safetensors  # noqa: E402
-
-FAILURES = []
-
-
-def check(condition, what):
-    if condition:
-        print("ok    " + what)
-    else:
-        print("FAIL  " + what)
-        FAILURES.append(what)
-    return condition
-
-
-def run(tool, *args):
-    p = subprocess.run([tool] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
 def load(path):
@@ -248,11 +232,7 @@ def store_export(convert, reshard, case, src, workdir):
           "%s: --step 8 (not in the store) exits 2, one line, no output (got %d: %s)" % (label, rc, err.strip()))
     # A flipped data byte in one shard of the latest step: exit 1 naming that shard, and no output.
     shard = os.path.join(store, directories[9], "shard-00000-of-00002.ckpt")
-    with open(shard, "r+b") as f:
-        f.seek(4096)  # the first piece's data: the default alignment puts it right after the superblock
-        byte = f.read(1)
-        f.seek(4096)
-        f.write(bytes([byte[0] ^ 1]))
+    flip_byte(shard, 4096, 1)  # the first piece's data: the default alignment puts it right after the superblock
     damaged = os.path.join(sub, "damaged.safetensors")
     rc, _, err = run(convert, store, damaged)
     lines = err.strip().splitlines()
@@ -403,9 +383,8 @@ def main():
         return 2
     bindir = sys.argv[1]
     tools = (os.path.join(bindir, "ckpt-convert"), os.path.join(bindir, "ckpt-verify"))
-    if not os.path.exists(tools[0]):
-        print("FAIL  %s is not built" % tools[0])
-        return 1
+    if not built(tools[0]):
+        return finish()
     print("safetensors %s, numpy %s" % (safetensors.__version__, np.__version__))
     with tempfile.TemporaryDirectory(prefix="ckpt-interop-") as workdir:
         files = gen_safetensors.corpus(os.path.join(workdir, "corpus"))
@@ -421,8 +400,7 @@ def main():
         for case in ("large", "non_ascii_names"):
             store_export(tools[0], os.path.join(bindir, "ckpt-reshard"), case, files[case], workdir)
         hf_sets(tools[0], tools[1], os.path.join(bindir, "ckpt-reshard"), workdir)
-    print("%d failure(s)" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -19,26 +19,21 @@ import os
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import interop_util  # noqa: E402
+from interop_util import check, finish, skip  # noqa: E402
+
 try:
     import xxhash
 except ImportError:
-    print("skipped: the xxhash package is not installed")
-    sys.exit(77)
+    skip("the xxhash package is not installed")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ckpt_spec_reader import CkptFile  # noqa: E402
 
 PAGE = 4096
 TIER_BASE = 0x8000 | 0x0100
 EVENTS = {1: "CAPTURED", 2: "HELD", 3: "REPLICATED", 4: "PERSISTED", 5: "EVICTED", 6: "SET_ASIDE", 7: "LOAD_FAILED", 8: "RESUMED"}
-failures = []
 counts = {}
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAILED:", what)
 
 
 def records(path):
@@ -115,6 +110,7 @@ def step_file(store, step, txn):
 
 def main():
     root = sys.argv[1]
+    interop_util.only_failures()  # a check per record and per file: print the failures only
     for dirpath, _, files in os.walk(root):
         if "TIERS" not in files or not os.path.basename(dirpath).startswith("rank-"):
             continue
@@ -151,8 +147,7 @@ def main():
     print("checked:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for need in ("CAPTURED", "HELD", "PERSISTED", "own files", "held files", "persistent files"):
         check(counts.get(need, 0) > 0, f"no {need} seen under {root}")
-    print("FAILED" if failures else "passed", f"({len(failures)} failures)")
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -17,28 +17,18 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import interop_util  # noqa: E402
+from interop_util import check, finish, run, skip  # noqa: E402
 
 try:
     import xxhash
 except ImportError:
-    print("SKIP: the Python xxhash package is not installed")
-    sys.exit(77)
+    skip("the Python xxhash package is not installed")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ckpt_spec_reader import CkptFile, FormatError  # noqa: E402
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what)
 
 
 def xxh(data):
@@ -199,10 +189,8 @@ def check_convert(convert, work):
     src = os.path.join(work, "convert.safetensors")
     out = os.path.join(work, "convert.ckpt")
     save_file(arrays, src, metadata={"origin": "python safetensors", "step": "12"})
-    proc = subprocess.run([convert, src, out, "--chunk-size", "4096", "--alignment", "64", "--force"],
-                          capture_output=True, text=True)
-    check(proc.returncode == 0, "ckpt-convert exited %d: %s" % (proc.returncode, proc.stderr.strip()))
-    if proc.returncode != 0:
+    rc, _, err = run(convert, src, out, "--chunk-size", "4096", "--alignment", "64", "--force")
+    if not check(rc == 0, "ckpt-convert exited %d: %s" % (rc, err.strip())):
         return
     try:
         r = CkptFile.open(out)
@@ -228,6 +216,7 @@ def main():
     ap.add_argument("--work-dir", required=True)
     args = ap.parse_args()
 
+    interop_util.only_failures()  # a check per chunk and per damaged byte: print the failures only
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
     check_vectors(args.golden_dir)
@@ -236,15 +225,14 @@ def main():
         fresh = os.path.join(args.work_dir, "fresh")
         os.makedirs(fresh)
         env = dict(os.environ, CKPT_INTEROP_OUT=fresh)
-        proc = subprocess.run([args.fresh_writer, "[interop_fresh]"], env=env, capture_output=True, text=True)
-        check(proc.returncode == 0, "fresh writer exited %d: %s" % (proc.returncode, proc.stdout[-2000:]))
+        rc, out, _ = run(args.fresh_writer, "[interop_fresh]", env=env)
+        check(rc == 0, "fresh writer exited %d: %s" % (rc, out[-2000:]))
         check_directory(fresh, "fresh")
     if args.convert:
         check_convert(args.convert, args.work_dir)
-    print("%d checks, %d failed" % (checks, len(failures)))
-    if not failures:
+    if not interop_util.failures:
         shutil.rmtree(args.work_dir, ignore_errors=True)
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":
