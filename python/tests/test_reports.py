@@ -175,6 +175,11 @@ CASES = [
     ("missing path", None, None, [], {}),
     ("step option on a file", ckpt_file, None, ["--step", "1"], {"step": 1}),
 ]
+# A step directory, given directly (the case builds a store and names its step 1).
+STEP_CASES = [
+    ("step directory", [], {}),
+    ("step directory, --latest", ["--latest"], {"latest": True}),
+]
 
 SUFFIX = {ckpt_file: "m.ckpt", safetensors_file: "m.safetensors", gguf_file: "m.gguf"}
 
@@ -213,6 +218,18 @@ def test_verify_verdicts_agree(tmp_path, run_tool, name, builder, damage, args, 
     assert report.ok == (rc == 0)
     if rc == 1:
         assert report.problems or report.json.get("pins") or report.json.get("errors"), name
+
+
+@pytest.mark.parametrize("name,args,kwargs", STEP_CASES, ids=[c[0] for c in STEP_CASES])
+def test_step_directory_verdicts_agree(tmp_path, run_tool, name, args, kwargs):
+    d = step_dir(store_with_steps(str(tmp_path / "s")), 1)
+    rc, out, err = run(run_tool, "ckpt-verify", "--json", *args, d)
+    try:
+        report = ckpt.verify(d, **kwargs)
+    except ckpt.CkptError as e:
+        assert rc == 2 == tool_exit_for(e) and str(e) in err, (rc, err, str(e))
+        return
+    assert rc == report.exit_code == 0 and json.loads(out) == report.json
 
 
 def test_the_issue_cases_agree(tmp_path, run_tool):

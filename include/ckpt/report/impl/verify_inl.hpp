@@ -188,6 +188,7 @@ CKPT_INLINE void verify_path(FsRef fs, const std::string& path, const VerifyPath
     if (*kind == PathKind::store) {
       if (Status s = detail::verify_store(fs, path, options, into); !s.ok()) fail(std::move(s));
     } else if (*kind == PathKind::step_dir) {
+      if (selecting) return fail(detail::selection_misuse(path));
       into.steps.push_back(detail::verify_step_dir(fs, path, options, into.files));
     } else {
       fail(not_a_store_error(path, *kind));
