@@ -11,6 +11,7 @@
 
 #include "../format.hpp"
 #include "../pickle.hpp"
+#include "../problem.hpp"
 
 namespace ckpt {
 
@@ -101,13 +102,9 @@ class DcpReader {
     CKPT_TRY(collect_files());
     build_tensors();
     check_files();
-    if (dropped_ > 0) {
-      Problem p;
-      p.region = "layout";
-      p.file = out_.primary;
-      p.message = out_.primary + ": " + std::to_string(dropped_) + " more problems not listed";
-      out_.problems.push_back(std::move(p));
-    }
+    if (dropped_ > 0)
+      out_.problems.push_back(structure_problem(Code::corrupt, "layout", out_.primary, "", -1, 0, 0, ProblemMessage::given,
+                                                out_.primary + ": " + std::to_string(dropped_) + " more problems not listed", "", ""));
     return std::move(out_);
   }
 
@@ -373,41 +370,24 @@ class DcpReader {
     }
     out_.problems.push_back(std::move(p));
   }
-  [[nodiscard]] Problem problem(Code code, const std::string& region, const std::string& file, const std::string& tensor,
-                                std::int64_t piece, std::uint64_t offset, std::uint64_t length, std::string expected,
-                                std::string found, const std::string& what) const {
-    Problem p;
-    p.code = code;
-    p.region = region;
-    p.file = file;
-    p.tensor = tensor;
-    p.piece = piece;
-    p.offset = offset;
-    p.length = length;
-    p.expected = std::move(expected);
-    p.found = std::move(found);
-    p.message = file + ": offset " + std::to_string(offset) + (length > 0 ? " length " + std::to_string(length) : std::string()) + ": " +
-                (tensor.empty() ? std::string() : "tensor '" + tensor + "'" + (piece >= 0 ? " chunk " + std::to_string(piece) : std::string()) + ": ") +
-                what + ": expected " + p.expected + ", found " + p.found;
-    for (char& ch : p.message)
-      if (static_cast<unsigned char>(ch) < 0x20) ch = '?';  // one line, whatever the names hold
-    return p;
-  }
 
   // The piece for one storage entry, or a problem when it has none or names a file outside the directory.
   [[nodiscard]] bool piece_for(const std::string& fqn, std::int64_t chunk, const DcpKey& key, std::uint64_t at, ForeignPiece& piece) {
     const auto it = storage_.find(key);
     if (it == storage_.end()) {
-      add_problem(problem(Code::corrupt, "layout", out_.primary, fqn, chunk, at, 0,
-                          "a storage_data entry for MetadataIndex('" + fqn + "'" + (key.second ? ", " + shape_string(*key.second) : std::string()) + ")",
-                          "none", "its bytes are in no file"));
+      add_problem(structure_problem(Code::corrupt, "layout", out_.primary, fqn, chunk, at, 0, ProblemMessage::at_piece,
+                                    "its bytes are in no file",
+                                    "a storage_data entry for MetadataIndex('" + fqn + "'" +
+                                        (key.second ? ", " + shape_string(*key.second) : std::string()) + ")",
+                                    "none"));
       return false;
     }
     const DcpStorage& s = it->second;
     if (!s.path_ok) {
-      add_problem(problem(Code::corrupt, "layout", out_.primary, fqn, chunk, s.at, 0,
-                          "a file name inside the directory (relative, no '.' or '..' component)", "relative_path '" + s.relative_path + "'",
-                          "refused: it would be read outside " + out_.dir));
+      add_problem(structure_problem(Code::corrupt, "layout", out_.primary, fqn, chunk, s.at, 0, ProblemMessage::at_piece,
+                                    "refused: it would be read outside " + out_.dir,
+                                    "a file name inside the directory (relative, no '.' or '..' component)",
+                                    "relative_path '" + s.relative_path + "'"));
       return false;
     }
     piece.file = file_index_.at(s.relative_path);
@@ -463,9 +443,10 @@ class DcpReader {
         ok = c.offsets[d] <= e.shape[d] && c.sizes[d] <= e.shape[d] - c.offsets[d];
       if (!ok) {
         in_bounds = false;
-        add_problem(problem(Code::corrupt, "layout", out_.primary, fqn, static_cast<std::int64_t>(i), c.at, 0,
-                            "a chunk inside the tensor's shape " + shape_string(e.shape),
-                            "offsets " + shape_string(c.offsets) + " sizes " + shape_string(c.sizes), "chunk outside the tensor"));
+        add_problem(structure_problem(Code::corrupt, "layout", out_.primary, fqn, static_cast<std::int64_t>(i), c.at, 0,
+                                      ProblemMessage::at_piece, "chunk outside the tensor",
+                                      "a chunk inside the tensor's shape " + shape_string(e.shape),
+                                      "offsets " + shape_string(c.offsets) + " sizes " + shape_string(c.sizes)));
         continue;
       }
       slices.push_back(SliceRef{&c.offsets, &c.sizes});
@@ -474,20 +455,19 @@ class DcpReader {
     if (const auto hit = find_overlapping_slices(slices, e.shape.size())) {
       const DcpChunk& a = e.chunks[positions[hit->first]];
       const DcpChunk& b = e.chunks[positions[hit->second]];
-      add_problem(problem(Code::corrupt, "layout", out_.primary, fqn, static_cast<std::int64_t>(positions[hit->second]), b.at, 0,
-                          "chunks sharing no element",
-                          "chunk " + std::to_string(positions[hit->first]) + " (offsets " + shape_string(a.offsets) + " sizes " +
-                              shape_string(a.sizes) + ") and chunk " + std::to_string(positions[hit->second]) + " (offsets " +
-                              shape_string(b.offsets) + " sizes " + shape_string(b.sizes) + ") overlap",
-                          "overlapping chunks"));
+      add_problem(structure_problem(Code::corrupt, "layout", out_.primary, fqn, static_cast<std::int64_t>(positions[hit->second]),
+                                    b.at, 0, ProblemMessage::at_piece, "overlapping chunks", "chunks sharing no element",
+                                    "chunk " + std::to_string(positions[hit->first]) + " (offsets " + shape_string(a.offsets) + " sizes " +
+                                        shape_string(a.sizes) + ") and chunk " + std::to_string(positions[hit->second]) + " (offsets " +
+                                        shape_string(b.offsets) + " sizes " + shape_string(b.sizes) + ") overlap"));
       return;
     }
     if (!in_bounds) return;
     // Inside the tensor and disjoint: they cover it exactly when their volumes add up to its own.
     std::uint64_t total = 0, covered = 0;
     if (!shape_elements(e.shape, total)) {
-      add_problem(problem(Code::corrupt, "layout", out_.primary, fqn, -1, e.at, 0, "a shape of at most 2^64 elements",
-                          shape_string(e.shape), "tensor too large"));
+      add_problem(structure_problem(Code::corrupt, "layout", out_.primary, fqn, -1, e.at, 0, ProblemMessage::at_piece, "tensor too large",
+                                    "a shape of at most 2^64 elements", shape_string(e.shape)));
       return;
     }
     for (const auto& s : slices) {
@@ -496,10 +476,10 @@ class DcpReader {
       covered += n;
     }
     if (covered != total)
-      add_problem(problem(Code::corrupt, "layout", out_.primary, fqn, -1, e.at, 0,
-                          "chunks covering all " + std::to_string(total) + " elements of " + shape_string(e.shape),
-                          std::to_string(covered) + " elements in " + std::to_string(e.chunks.size()) + " chunks",
-                          "tensor not covered by its chunks"));
+      add_problem(structure_problem(Code::corrupt, "layout", out_.primary, fqn, -1, e.at, 0, ProblemMessage::at_piece,
+                                    "tensor not covered by its chunks",
+                                    "chunks covering all " + std::to_string(total) + " elements of " + shape_string(e.shape),
+                                    std::to_string(covered) + " elements in " + std::to_string(e.chunks.size()) + " chunks"));
   }
 
   // Each .distcp file: present, and its items packed from offset 0 to its end with no hole, overlap
@@ -524,11 +504,13 @@ class DcpReader {
       const std::string path = join_path(out_.dir, name);
       if (!f.present) {
         const auto odd = not_regular_.find(name);
-        add_problem(problem(Code::corrupt, "missing", path, items.front().fqn, items.front().chunk, 0, 0, "a regular file holding " +
-                                std::to_string(items.size()) + " items",
-                            odd == not_regular_.end() ? "no file" : odd->second == EntryKind::directory ? "a directory"
-                                                                  : odd->second == EntryKind::symlink   ? "a symlink" : "a special file",
-                            "file missing"));
+        add_problem(structure_problem(Code::corrupt, "missing", path, items.front().fqn, items.front().chunk, 0, 0,
+                                      ProblemMessage::at_piece, "file missing",
+                                      "a regular file holding " + std::to_string(items.size()) + " items",
+                                      odd == not_regular_.end()                 ? "no file"
+                                      : odd->second == EntryKind::directory     ? "a directory"
+                                      : odd->second == EntryKind::symlink       ? "a symlink"
+                                                                                : "a special file"));
         continue;
       }
       std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
@@ -542,22 +524,23 @@ class DcpReader {
         if (it.offset > f.size || it.length > f.size - it.offset) {
           // A truncated copy or a crash mid-save (torchtitan #4011): the file ends inside or before the item.
           if (past_end++ == 0)
-            truncated = problem(Code::incomplete, "layout", path, it.fqn, it.chunk, it.offset, it.length,
-                                "a file of at least " + std::to_string(it.offset) + " + " + std::to_string(it.length) + " bytes",
-                                std::to_string(f.size) + " bytes", "item runs past the end of the file");
+            truncated = structure_problem(Code::incomplete, "layout", path, it.fqn, it.chunk, it.offset, it.length,
+                                          ProblemMessage::at_piece, "item runs past the end of the file",
+                                          "a file of at least " + std::to_string(it.offset) + " + " + std::to_string(it.length) + " bytes",
+                                          std::to_string(f.size) + " bytes");
           continue;
         }
         if (it.offset < cursor) {
-          add_problem(problem(Code::corrupt, "layout", path, it.fqn, it.chunk, it.offset, it.length,
-                              "an item starting at " + std::to_string(cursor) + " or later",
-                              "it overlaps tensor '" + previous->fqn + "'" + (previous->chunk >= 0 ? " chunk " + std::to_string(previous->chunk) : std::string()) +
-                                  " [" + std::to_string(previous->offset) + ", " + std::to_string(previous->offset + previous->length) + ")",
-                              "overlapping items"));
+          add_problem(structure_problem(Code::corrupt, "layout", path, it.fqn, it.chunk, it.offset, it.length, ProblemMessage::at_piece,
+                                        "overlapping items", "an item starting at " + std::to_string(cursor) + " or later",
+                                        "it overlaps tensor '" + previous->fqn + "'" +
+                                            (previous->chunk >= 0 ? " chunk " + std::to_string(previous->chunk) : std::string()) + " [" +
+                                            std::to_string(previous->offset) + ", " + std::to_string(previous->offset + previous->length) + ")"));
         } else if (it.offset > cursor) {
-          add_problem(problem(Code::corrupt, "layout", path, "", -1, cursor, it.offset - cursor, "the next item at " + std::to_string(cursor),
-                              "an item at " + std::to_string(it.offset) + " (tensor '" + it.fqn + "'): " + std::to_string(it.offset - cursor) +
-                                  " bytes belong to no item",
-                              "hole"));
+          add_problem(structure_problem(Code::corrupt, "layout", path, "", -1, cursor, it.offset - cursor, ProblemMessage::at_piece, "hole",
+                                        "the next item at " + std::to_string(cursor),
+                                        "an item at " + std::to_string(it.offset) + " (tensor '" + it.fqn + "'): " +
+                                            std::to_string(it.offset - cursor) + " bytes belong to no item"));
         }
         if (it.offset + it.length >= cursor) {
           cursor = it.offset + it.length;
@@ -565,9 +548,10 @@ class DcpReader {
         }
       }
       if (past_end == 0 && cursor < f.size)
-        add_problem(problem(Code::corrupt, "layout", path, "", -1, cursor, f.size - cursor, "the file to end at " + std::to_string(cursor),
-                            std::to_string(f.size) + " bytes: " + std::to_string(f.size - cursor) + " trailing bytes belong to no item",
-                            "trailing bytes"));
+        add_problem(structure_problem(Code::corrupt, "layout", path, "", -1, cursor, f.size - cursor, ProblemMessage::at_piece,
+                                      "trailing bytes", "the file to end at " + std::to_string(cursor),
+                                      std::to_string(f.size) + " bytes: " + std::to_string(f.size - cursor) +
+                                          " trailing bytes belong to no item"));
       if (truncated) {
         if (past_end > 1) truncated->message += " (" + std::to_string(past_end) + " items of this file end past it)";
         add_problem(std::move(*truncated));

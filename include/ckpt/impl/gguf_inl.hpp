@@ -16,6 +16,7 @@
 #include "../coding.hpp"
 #include "../gguf.hpp"
 #include "../hash.hpp"
+#include "../problem.hpp"
 #include "../safetensors.hpp"  // detail::printable
 
 namespace ckpt {
@@ -291,23 +292,6 @@ struct GgufTensorInfo {
   std::uint64_t bytes = 0;
 };
 
-// A structure problem: "PATH: offset N: SUBJECT: expected E, found F".
-[[nodiscard]] CKPT_INLINE Problem gguf_problem(Code code, const char* region, const std::string& path, const std::string& tensor,
-                                               std::uint64_t offset, std::uint64_t length, std::string subject,
-                                               std::string expected, std::string found) {
-  Problem p;
-  p.code = code;
-  p.region = region;
-  p.file = path;
-  p.tensor = tensor;
-  p.offset = offset;
-  p.length = length;
-  p.message = path + ": offset " + std::to_string(offset) + ": " + subject + ": expected " + expected + ", found " + found;
-  p.expected = std::move(expected);
-  p.found = std::move(found);
-  return p;
-}
-
 // "[a, b)" of file offsets.
 [[nodiscard]] CKPT_INLINE std::string gguf_range(std::uint64_t begin, std::uint64_t length) {
   return "[" + std::to_string(begin) + ", " + std::to_string(begin + length) + ")";
@@ -328,8 +312,8 @@ struct GgufTensorInfo {
       char found[48];
       std::snprintf(found, sizeof found, "byte 0x%02x at offset %llu", block[i],
                     static_cast<unsigned long long>(at + i));
-      problems.push_back(gguf_problem(Code::corrupt, "padding", path, "", begin, end - begin,
-                                      subject + " " + gguf_range(begin, end - begin), "zero bytes (GGUF pads with 0x00)", found));
+      problems.push_back(structure_problem(Code::corrupt, "padding", path, "", -1, begin, end - begin, ProblemMessage::at_offset,
+                                           subject + " " + gguf_range(begin, end - begin), "zero bytes (GGUF pads with 0x00)", found));
       return Status();
     }
     at += n;
@@ -412,26 +396,27 @@ struct GgufTensorInfo {
     t.offset_overflows = !checked_add(data_offset, t.offset, t.absolute);
     if (t.offset_overflows) t.absolute = UINT64_MAX;
     if (t.offset % alignment != 0)
-      problems.push_back(gguf_problem(Code::corrupt, "layout", path, t.name, t.absolute, t.bytes, subject + " offset",
-                                      "a multiple of the alignment " + std::to_string(alignment),
-                                      "data offset " + std::to_string(t.offset) + " (" + std::to_string(t.offset % alignment) +
-                                          " past a multiple)"));
+      problems.push_back(structure_problem(Code::corrupt, "layout", path, t.name, -1, t.absolute, t.bytes, ProblemMessage::at_offset,
+                                           subject + " offset", "a multiple of the alignment " + std::to_string(alignment),
+                                           "data offset " + std::to_string(t.offset) + " (" + std::to_string(t.offset % alignment) +
+                                               " past a multiple)"));
     if (t.bytes > 0 && (t.offset_overflows || !range_within(t.absolute, t.bytes, file_size)))  // an empty one misses nothing
-      problems.push_back(gguf_problem(Code::incomplete, "layout", path, t.name, t.absolute, t.bytes, subject + " data",
-                                      std::to_string(t.bytes) + " bytes at data offset " + std::to_string(t.offset) +
-                                          " within the file of " + std::to_string(file_size) + " bytes",
-                                      t.offset_overflows ? std::string("an offset past 2^64")
-                                                         : "the file ends at " + std::to_string(file_size) + " (a truncated copy?)"));
+      problems.push_back(structure_problem(Code::incomplete, "layout", path, t.name, -1, t.absolute, t.bytes, ProblemMessage::at_offset,
+                                           subject + " data",
+                                           std::to_string(t.bytes) + " bytes at data offset " + std::to_string(t.offset) +
+                                               " within the file of " + std::to_string(file_size) + " bytes",
+                                           t.offset_overflows ? std::string("an offset past 2^64")
+                                                              : "the file ends at " + std::to_string(file_size) + " (a truncated copy?)"));
   }
   std::vector<const GgufTensorInfo*> by_name;
   for (const auto& t : tensors) by_name.push_back(&t);
   std::stable_sort(by_name.begin(), by_name.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
   for (std::size_t i = 1; i < by_name.size(); ++i)
     if (by_name[i]->name == by_name[i - 1]->name)
-      problems.push_back(gguf_problem(Code::corrupt, "layout", path, by_name[i]->name, by_name[i]->info_offset, 0,
-                                      "tensor " + gguf_name(by_name[i]->name), "each tensor name once",
-                                      "a second tensor info of that name (the first at offset " +
-                                          std::to_string(by_name[i - 1]->info_offset) + ")"));
+      problems.push_back(structure_problem(Code::corrupt, "layout", path, by_name[i]->name, -1, by_name[i]->info_offset, 0,
+                                           ProblemMessage::at_offset, "tensor " + gguf_name(by_name[i]->name), "each tensor name once",
+                                           "a second tensor info of that name (the first at offset " +
+                                               std::to_string(by_name[i - 1]->info_offset) + ")"));
 
   // The walk by data offset; empty tensors take no bytes and are left out of it.
   std::vector<const GgufTensorInfo*> by_offset;
@@ -445,17 +430,18 @@ struct GgufTensorInfo {
   for (const GgufTensorInfo* t : by_offset) {
     const std::string subject = "tensor " + gguf_name(t->name);
     if (t->offset < cursor) {
-      problems.push_back(gguf_problem(Code::corrupt, "layout", path, t->name, t->absolute, t->bytes,
-                                      subject + " data " + gguf_range(t->absolute, t->bytes),
-                                      "to start at or after file offset " + std::to_string(data_offset + cursor) + " where tensor " +
-                                          gguf_name(last->name) + " " + gguf_range(last->absolute, last->bytes) + " ends",
-                                      "an overlap of " + std::to_string(std::min(cursor, t->offset + t->bytes) - t->offset) + " bytes"));
+      problems.push_back(structure_problem(Code::corrupt, "layout", path, t->name, -1, t->absolute, t->bytes, ProblemMessage::at_offset,
+                                           subject + " data " + gguf_range(t->absolute, t->bytes),
+                                           "to start at or after file offset " + std::to_string(data_offset + cursor) + " where tensor " +
+                                               gguf_name(last->name) + " " + gguf_range(last->absolute, last->bytes) + " ends",
+                                           "an overlap of " + std::to_string(std::min(cursor, t->offset + t->bytes) - t->offset) + " bytes"));
     } else if (t->offset - cursor >= alignment) {
-      problems.push_back(gguf_problem(Code::corrupt, "layout", path, t->name, data_offset + cursor, t->offset - cursor,
-                                      "bytes " + gguf_range(data_offset + cursor, t->offset - cursor) + " before tensor " +
-                                          gguf_name(t->name),
-                                      "at most " + std::to_string(alignment - 1) + " bytes of padding",
-                                      "a hole of " + std::to_string(t->offset - cursor) + " bytes that belong to no tensor"));
+      problems.push_back(structure_problem(Code::corrupt, "layout", path, t->name, -1, data_offset + cursor, t->offset - cursor,
+                                           ProblemMessage::at_offset,
+                                           "bytes " + gguf_range(data_offset + cursor, t->offset - cursor) + " before tensor " +
+                                               gguf_name(t->name),
+                                           "at most " + std::to_string(alignment - 1) + " bytes of padding",
+                                           "a hole of " + std::to_string(t->offset - cursor) + " bytes that belong to no tensor"));
     } else if (t->offset > cursor) {
       CKPT_TRY(gguf_check_padding(fs, file, path, file_size, data_offset + cursor, t->absolute, "padding before " + subject, block,
                                   problems));
@@ -473,12 +459,12 @@ struct GgufTensorInfo {
                               last ? "padding after tensor " + gguf_name(last->name) : std::string("padding of the data section"),
                               block, problems));
   if (file_size > padded)
-    problems.push_back(gguf_problem(Code::corrupt, "layout", path, "", padded, file_size - padded,
-                                    "bytes " + gguf_range(padded, file_size - padded),
-                                    "the file to end at " + std::to_string(padded) +
-                                        (last ? ", after the last tensor " + gguf_name(last->name) + " and its padding"
-                                              : std::string(", the end of the header and its padding")),
-                                    std::to_string(file_size - padded) + " bytes that belong to no tensor"));
+    problems.push_back(structure_problem(Code::corrupt, "layout", path, "", -1, padded, file_size - padded, ProblemMessage::at_offset,
+                                         "bytes " + gguf_range(padded, file_size - padded),
+                                         "the file to end at " + std::to_string(padded) +
+                                             (last ? ", after the last tensor " + gguf_name(last->name) + " and its padding"
+                                                   : std::string(", the end of the header and its padding")),
+                                         std::to_string(file_size - padded) + " bytes that belong to no tensor"));
   return Status();
 }
 
@@ -590,9 +576,9 @@ CKPT_INLINE Result<ForeignCheckpoint> open_gguf(FsRef fs, const std::string& pat
   std::stable_sort(kvs.begin(), kvs.end(), [](const Kv& a, const Kv& b) { return a.key < b.key; });
   for (std::size_t i = 0; i < kvs.size(); ++i) {
     if (i > 0 && kvs[i].key == out.metadata.back().first)  // kvs[i - 1] was moved from
-      out.problems.push_back(detail::gguf_problem(Code::corrupt, "layout", path, "", kvs[i].offset, 0, "kv " + detail::gguf_name(kvs[i].key),
-                                                  "each key once",
-                                                  "a second pair of that key (the first at offset " + std::to_string(kvs[i - 1].offset) + ")"));
+      out.problems.push_back(structure_problem(Code::corrupt, "layout", path, "", -1, kvs[i].offset, 0, ProblemMessage::at_offset,
+                                               "kv " + detail::gguf_name(kvs[i].key), "each key once",
+                                               "a second pair of that key (the first at offset " + std::to_string(kvs[i - 1].offset) + ")"));
     out.metadata.emplace_back(std::move(kvs[i].key), std::move(kvs[i].text));
   }
 

@@ -12,6 +12,7 @@
 #include "../coding.hpp"
 #include "../hash.hpp"
 #include "../io/atomic_file.hpp"
+#include "../problem.hpp"
 #include "../safetensors.hpp"
 
 namespace ckpt {
@@ -436,15 +437,6 @@ namespace detail {
   return path;
 }
 
-[[nodiscard]] CKPT_INLINE Problem foreign_problem(const Status& s, const char* region, const std::string& file) {
-  Problem p;
-  p.code = s.code();
-  p.region = region;
-  p.file = file;
-  p.message = s.message();
-  return p;
-}
-
 // Every byte of every file the sidecar lists, against its digests; problems named as a .ckpt file's.
 CKPT_INLINE Status check_against_sidecar(FsRef fs, const std::string& dir, const std::string& primary, Sidecar& s,
                                          ForeignVerifyReport& report, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
@@ -459,11 +451,9 @@ CKPT_INLINE Status check_against_sidecar(FsRef fs, const std::string& dir, const
     auto file = fs.open(path, OpenMode::read);
     if (!file.ok()) {
       if (file.status().code() != Code::not_found) return file.status();
-      Problem p = foreign_problem(make_error(Code::corrupt, path + ": missing; the sidecar records it as " + std::to_string(sf.size) + " bytes"),
-                                  "missing", path);
-      p.expected = std::to_string(sf.size) + " bytes";
-      p.found = "no file";
-      report.problems.push_back(std::move(p));
+      report.problems.push_back(structure_problem(Code::corrupt, "missing", path, "", -1, 0, 0, ProblemMessage::given,
+                                                  path + ": missing; the sidecar records it as " + std::to_string(sf.size) + " bytes",
+                                                  std::to_string(sf.size) + " bytes", "no file"));
       continue;
     }
     auto size = fs.file_size(*file);
@@ -473,15 +463,12 @@ CKPT_INLINE Status check_against_sidecar(FsRef fs, const std::string& dir, const
     }
     if (*size != sf.size) {
       const bool shorter = *size < sf.size;
-      Problem p = foreign_problem(make_error(shorter ? Code::incomplete : Code::corrupt,
-                                             path + (shorter ? ": truncated to " : ": grown to ") + std::to_string(*size) +
-                                                 " bytes; the sidecar records " + std::to_string(sf.size)),
-                                  "file", path);
-      p.offset = std::min(*size, sf.size);
-      p.length = shorter ? sf.size - *size : *size - sf.size;
-      p.expected = std::to_string(sf.size) + " bytes";
-      p.found = std::to_string(*size) + " bytes";
-      report.problems.push_back(std::move(p));
+      report.problems.push_back(structure_problem(shorter ? Code::incomplete : Code::corrupt, "file", path, "", -1,
+                                                  std::min(*size, sf.size), shorter ? sf.size - *size : *size - sf.size,
+                                                  ProblemMessage::given,
+                                                  path + (shorter ? ": truncated to " : ": grown to ") + std::to_string(*size) +
+                                                      " bytes; the sidecar records " + std::to_string(sf.size),
+                                                  std::to_string(sf.size) + " bytes", std::to_string(*size) + " bytes"));
     }
     buffer.resize(static_cast<std::size_t>(chunk));
     for (const auto& r : sidecar_ranges(s, fi)) {
@@ -543,7 +530,8 @@ CKPT_INLINE Result<ForeignVerifyReport> verify_foreign(FsRef fs, const std::stri
     dir = checkpoint->dir;
     report.checkpoint = std::move(checkpoint).value();
   } else if (checkpoint.status().code() == Code::corrupt || checkpoint.status().code() == Code::incomplete) {
-    report.problems.push_back(detail::foreign_problem(checkpoint.status(), "header", *primary));
+    report.problems.push_back(structure_problem(checkpoint.status().code(), "header", *primary, "", -1, 0, 0, ProblemMessage::given,
+                                                checkpoint.status().message(), "", ""));
   } else {
     return checkpoint.status();
   }
@@ -553,15 +541,16 @@ CKPT_INLINE Result<ForeignVerifyReport> verify_foreign(FsRef fs, const std::stri
     if (s.status().code() == Code::not_found) return report;
     if (s.status().code() == Code::io) return s.status();
     report.sidecar = side;
-    report.problems.push_back(detail::foreign_problem(s.status(), "sidecar", side));
+    report.problems.push_back(
+        structure_problem(s.status().code(), "sidecar", side, "", -1, 0, 0, ProblemMessage::given, s.status().message(), "", ""));
     return report;
   }
   report.sidecar = side;
   if (s->format != **format)
-    report.problems.push_back(detail::foreign_problem(
-        make_error(Code::corrupt, side + ": records a " + std::string(foreign_format_name(s->format)) + " checkpoint, " + path + " is " +
-                                      foreign_format_name(**format)),
-        "sidecar", side));
+    report.problems.push_back(structure_problem(Code::corrupt, "sidecar", side, "", -1, 0, 0, ProblemMessage::given,
+                                                side + ": records a " + std::string(foreign_format_name(s->format)) + " checkpoint, " +
+                                                    path + " is " + foreign_format_name(**format),
+                                                "", ""));
   CKPT_TRY(detail::check_against_sidecar(fs, dir, *primary, *s, report, progress));
   report.data_checked = true;
   report.root = s->content.root;
