@@ -20,3 +20,13 @@ if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
     TIMEOUT 600
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()
+# Round trips through ckpt-convert, ckpt-reshard and ckpt-merge give back tensors and __metadata__ (issue 22).
+if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
+  add_test(NAME interop_round_trip
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/interop/test_round_trip_interop.py ${PROJECT_BINARY_DIR})
+  set_tests_properties(interop_round_trip PROPERTIES
+    LABELS interop
+    SKIP_RETURN_CODE 77
+    TIMEOUT 600
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endif()

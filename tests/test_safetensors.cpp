@@ -1186,7 +1186,31 @@ TEST_CASE("safetensors to ckpt and back adds no training state key", "[safetenso
   REQUIRE(safetensors_to_ckpt(fs, dir.file("in.safetensors"), dir.file("in.ckpt")).ok());
   const auto original = load_safetensors(dir.file("in.safetensors")).metadata;
 
-  SECTION("through a two-rank store and back to a merged file: only ckpt.step is added, no stringify needed") {
+  SECTION("through a store and a merge without a step number: nothing is added (issue 22)") {
+    auto file = Checkpoint::open(fs, dir.file("in.ckpt"));
+    REQUIRE(file.ok());
+    ReshardOptions ro;
+    ro.world_size = 2;
+    ro.store = ckpt_test::small_store_options();
+    auto resharded = reshard_to_store(fs, *file, dir.file("store"), ro);
+    INFO(resharded.status().to_string());
+    REQUIRE(resharded.ok());
+    auto from_store = ckpt_to_safetensors(fs, dir.file("store"), dir.file("store.safetensors"));
+    INFO(from_store.status().to_string());
+    REQUIRE(from_store.ok());
+    CHECK(from_store->warnings.empty());
+    const Loaded store_loaded = load_safetensors(dir.file("store.safetensors"));
+    CHECK(store_loaded.metadata == original);
+    auto step = Checkpoint::open(fs, dir.file("store"));
+    REQUIRE(step.ok());
+    REQUIRE(merge_to_file(fs, {&*step}, {SourceSelection{}}, dir.file("merged.ckpt"), MergeOptions{}).ok());
+    REQUIRE(ckpt_to_safetensors(fs, dir.file("merged.ckpt"), dir.file("merged.safetensors")).ok());
+    const Loaded merged_loaded = load_safetensors(dir.file("merged.safetensors"));
+    CHECK(merged_loaded.metadata == original);
+    CHECK(merged_loaded.tensors == store_loaded.tensors);
+    CHECK(merged_loaded.tensors == load_safetensors(dir.file("in.safetensors")).tensors);
+  }
+  SECTION("through a two-rank store numbered by --step and back to a merged file: only ckpt.step is added, no stringify needed") {
     auto file = Checkpoint::open(fs, dir.file("in.ckpt"));
     REQUIRE(file.ok());
     ReshardOptions ro;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <ckpt/testing/fault_fs.hpp>
+#include <ckpt/identity.hpp>
 #include <ckpt/sharded.hpp>
 #include <ckpt/thread_comm.hpp>
 #include <nlohmann/json.hpp>
@@ -464,6 +465,96 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   CHECK(shard1.pieces[attn->piece_first].shape == Shape{5, 7, 1});
   CHECK(shard1.find_tensor("tiny") == nullptr);
   CHECK(b_reader->shard(0).index().find_tensor("tiny") != nullptr);
+}
+
+TEST_CASE("a source without training state stays without one through reshard and merge", "[sharded][state]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string file = dir.file("weights.ckpt");
+  {
+    auto w = ShardWriter::create(fs, file);
+    REQUIRE(w.ok());
+    const std::vector<unsigned char> bytes = {1, 2, 3, 4, 5, 6};
+    REQUIRE(w->add_tensor("w", DType::U8, {6}, bytes.data(), bytes.size()).ok());
+    REQUIRE(w->set_metadata("format", Value("pt")).ok());
+    REQUIRE(w->finish().ok());
+  }
+  using Pairs = std::vector<std::pair<std::string, Value>>;
+  const auto pairs = [](const Result<std::vector<MetaEntry>>& entries) {
+    Pairs out;
+    for (const auto& m : *entries) out.emplace_back(m.key, m.value);
+    return out;
+  };
+  const Pairs metadata = {{"format", Value("pt")}};
+  auto source = Checkpoint::open(fs, file);
+  REQUIRE(source.ok());
+  REQUIRE_FALSE(source->state());
+  ReshardOptions options;
+  options.world_size = 2;
+  options.store = small_options();
+  auto resharded = reshard_to_store(fs, *source, dir.file("store"), options);
+  INFO(resharded.status().to_string());
+  REQUIRE(resharded.ok());
+  CHECK(resharded->step.step == 0);  // a store step needs a number: 0, not a training step
+  auto step = Checkpoint::open(fs, dir.file("store"));
+  REQUIRE(step.ok());
+  CHECK(step->step() == std::optional<std::uint64_t>(0));
+  CHECK_FALSE(step->state());
+  CHECK(pairs(step->metadata(ConflictPolicy::error)) == metadata);  // the source's, nothing added
+  {
+    auto store = Store::open(fs, dir.file("store"), Access::read_only);
+    REQUIRE(store.ok());
+    auto reader = (*store)->open_latest();
+    REQUIRE(reader.ok());
+    CHECK(reader->state() == no_training_state(0));
+  }
+  // Again through a step, then merged: still none, and no ckpt.training_state in the file.
+  options.world_size = 1;
+  auto again = reshard_to_store(fs, *step, dir.file("again"), options);
+  REQUIRE(again.ok());
+  auto again_step = Checkpoint::open(fs, dir.file("again"));
+  REQUIRE(again_step.ok());
+  CHECK_FALSE(again_step->state());
+  auto merged = merge_to_file(fs, {&*again_step}, {}, dir.file("merged.ckpt"), MergeOptions{});
+  INFO(merged.status().to_string());
+  REQUIRE(merged.ok());
+  auto merged_file = Checkpoint::open(fs, dir.file("merged.ckpt"));
+  REQUIRE(merged_file.ok());
+  CHECK_FALSE(merged_file->state());
+  CHECK(pairs(merged_file->metadata(ConflictPolicy::error)) == metadata);
+  auto merged_reader = ShardReader::open(fs, dir.file("merged.ckpt"));
+  REQUIRE(merged_reader.ok());
+  CHECK(merged_reader->index().find_metadata(kTrainingStateKey) == nullptr);
+  // The step and the file merged from it have the same metadata identity: no state on either side.
+  auto step_content = content_of_path(fs, dir.file("store"));
+  auto file_content = content_of_path(fs, dir.file("merged.ckpt"));
+  REQUIRE(step_content.ok());
+  REQUIRE(file_content.ok());
+  CHECK(step_content->metadata_digest == file_content->metadata_digest);
+
+  SECTION("--step gives it a training state of that step, and nothing else") {
+    options.step = 5;
+    auto numbered = reshard_to_store(fs, *source, dir.file("numbered"), options);
+    REQUIRE(numbered.ok());
+    auto numbered_step = Checkpoint::open(fs, dir.file("numbered"));
+    REQUIRE(numbered_step.ok());
+    TrainingState five;
+    five.step = 5;
+    REQUIRE(numbered_step->state());
+    CHECK(*numbered_step->state() == five);
+  }
+  SECTION("the marker counts only alone: with anything else it is a value of a real state") {
+    CHECK_FALSE(step_training_state(no_training_state(3)));
+    TrainingState bare;
+    bare.step = 3;
+    CHECK(step_training_state(bare) == std::optional<TrainingState>(bare));
+    TrainingState with_rng = no_training_state(3);
+    with_rng.rng = "seed";
+    CHECK(step_training_state(with_rng) == std::optional<TrainingState>(with_rng));
+    TrainingState other_value = no_training_state(3);
+    other_value.values[std::string(kNoTrainingStateKey)] = Value(false);
+    CHECK(step_training_state(other_value) == std::optional<TrainingState>(other_value));
+  }
 }
 
 TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {

@@ -30,7 +30,9 @@ number. SRC is a standalone .ckpt file, a step directory (STORE/step-<step>-<txn
 along dimension 0 (uneven sizes when M does not divide it; scalars whole on rank 0) unless a
 --split rule matches its name first. M threads write the M shards through the store's
 multi-rank transaction, so the step commits whole or not at all; memory stays bounded (block
-reads). Every chunk read is verified. The training state and metadata are carried over.
+reads). Every chunk read is verified. The training state and metadata are carried over; a source
+without training state writes a step without one (numbered 0, or --step N, which gives it a state of
+step N), so exporting it adds no ckpt.step.
 
 Exit status: 0 written, 1 the source is damaged or incomplete, 2 bad arguments or an I/O error.)";
 
@@ -50,7 +52,7 @@ int main(int argc, char** argv) {
     app.add_option("--split", split_texts,
                    "PATTERN=DIM or PATTERN=replicate: tensors whose name matches the glob PATTERN ('*', '?') are split "
                    "along DIM, or written whole by rank 0; the first matching rule wins (repeatable)");
-    auto* step_option = app.add_option("--step", step, "step number of the new step (default: the source's; a file without training state: 0)");
+    auto* step_option = app.add_option("--step", step, "step number of the new step and of its training state (default: the source's; a source without training state: 0, and no state)");
     app.add_option("--on-conflict", on_conflict, "shard metadata keys with different values in the source: error, first or last (default error)");
     app.add_option("--parallel", parallel, "ranks writing at once (default: min(M, CPU threads)); memory ~ parallel x (block + 1 MiB)");
     ckpt::cli::add_layout_options(app, layout, "new shards: ");

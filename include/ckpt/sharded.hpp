@@ -76,6 +76,15 @@ inline constexpr std::string_view kTrainingStateKey = "ckpt.training_state";
 [[nodiscard]] std::string encode_state_metadata(const TrainingState& state);
 [[nodiscard]] Result<TrainingState> decode_state_metadata(const std::string& bytes, const std::string& where);
 
+// A store step always has a number and a manifest state, so a step written from a source without
+// training state (reshard without --step) holds this value, true, and nothing else in its state; it
+// reads back as no state, and so stays stateless through merge and export (spec/SHARDING.md 6.1).
+inline constexpr std::string_view kNoTrainingStateKey = "ckpt.no_training_state";
+// The manifest state of such a step.
+[[nodiscard]] TrainingState no_training_state(std::uint64_t step);
+// A step's training state from its manifest's: none for the state no_training_state writes.
+[[nodiscard]] std::optional<TrainingState> step_training_state(const TrainingState& manifest_state);
+
 enum class ConflictPolicy : std::uint8_t { error, first, last };
 [[nodiscard]] Result<ConflictPolicy> parse_conflict_policy(std::string_view text);
 
@@ -118,7 +127,7 @@ class Checkpoint {
   [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
   [[nodiscard]] const TensorInfo* find(std::string_view name) const;
   [[nodiscard]] std::uint64_t data_bytes() const noexcept { return data_bytes_; }
-  // A step's manifest state, or a file's kTrainingStateKey metadata.
+  // A step's manifest state (none when it says so: step_training_state), or a file's kTrainingStateKey metadata.
   [[nodiscard]] const std::optional<TrainingState>& state() const noexcept { return state_; }
   // Metadata of every shard file, kTrainingStateKey left out. The same key with different values in two
   // shards of a step is a conflict that `policy` resolves (error: Code::conflict naming the key).
@@ -154,7 +163,9 @@ class Checkpoint {
 struct ReshardOptions {
   std::uint32_t world_size = 1;
   std::vector<SplitRule> rules;         // first match wins; default: even split along dimension 0
-  std::optional<std::uint64_t> step;    // default: the source's step (a file without training state: 0)
+  // The new step's number, also its training state's step: given, a source without training state gets
+  // a state of this step. Default: the source's step; for a source without training state, 0 and no state.
+  std::optional<std::uint64_t> step;
   ConflictPolicy on_conflict = ConflictPolicy::error;  // shard metadata keys with different values
   unsigned parallelism = 0;             // ranks writing at once; 0: min(world size, hardware threads)
   std::size_t block_size = std::size_t{8} << 20;       // bytes per read; memory ~ parallelism x (block + buffer)
@@ -171,8 +182,9 @@ struct ReshardSummary {
 // Writes the source as a new committed step of `options.world_size` shard files in the store at
 // store_path (created when missing): M threads, one per rank, each writing its pieces through the
 // store's multi-rank transaction (ThreadComm), so the step commits whole or not at all. The training
-// state is the source's; shard metadata goes to rank 0's shard. Fs must be safe to use from several
-// threads (PosixFs is).
+// state is the source's (with options.step as its step when given); a source without one writes a step
+// without one (no_training_state) unless options.step gives it a number. Shard metadata goes to rank
+// 0's shard as it was. Fs must be safe to use from several threads (PosixFs is).
 [[nodiscard]] Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source, const std::string& store_path,
                                                       const ReshardOptions& options);
 

@@ -213,7 +213,9 @@ namespace detail {
     }
     for (auto& m : part.metadata) c.metadata.push_back(std::move(m));
   }
-  c.metadata.push_back(MetaEntry{std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(state)})});
+  // A step that says it has no training state counts none, as the file merged from it (spec/SHARDING.md 6.1).
+  if (const auto training = step_training_state(state))
+    c.metadata.push_back(MetaEntry{std::string(kTrainingStateKey), Value(Bytes{encode_state_metadata(*training)})});
   CKPT_TRY(seal_content(c));
   return c;
 }

@@ -157,6 +157,18 @@ CKPT_INLINE Result<TrainingState> decode_state_metadata(const std::string& bytes
   return state;
 }
 
+CKPT_INLINE TrainingState no_training_state(std::uint64_t step) {
+  TrainingState state;
+  state.step = step;
+  state.values.emplace(std::string(kNoTrainingStateKey), Value(true));
+  return state;
+}
+
+CKPT_INLINE std::optional<TrainingState> step_training_state(const TrainingState& manifest_state) {
+  if (manifest_state == no_training_state(manifest_state.step)) return std::nullopt;
+  return manifest_state;
+}
+
 CKPT_INLINE Result<ConflictPolicy> parse_conflict_policy(std::string_view text) {
   if (text == "error") return ConflictPolicy::error;
   if (text == "first") return ConflictPolicy::first;
@@ -251,7 +263,7 @@ CKPT_INLINE Result<Checkpoint> Checkpoint::open(FsRef fs, const std::string& raw
                          std::to_string(chosen->txn) + ", " + std::to_string(chosen->world_size) + " shard" +
                          (chosen->world_size == 1 ? "" : "s") + ")";
   for (std::size_t i = 0; i < source.step_reader_->shard_count(); ++i) source.add_tensors(source.step_reader_->shard(i).index());
-  source.state_ = source.step_reader_->state();
+  source.state_ = step_training_state(source.step_reader_->state());
   return Result<Checkpoint>(std::move(source));
 }
 
@@ -364,8 +376,9 @@ CKPT_INLINE Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source
     choices.push_back(choice);
   }
   CKPT_ASSIGN_OR_RETURN(const std::vector<MetaEntry> metadata, source.metadata(options.on_conflict));
-  TrainingState state = source.state() ? *source.state() : TrainingState{};
   const std::uint64_t step = options.step ? *options.step : source.step().value_or(0);
+  // A source without training state stays without one: the step it needs is not a training step (issue 22).
+  TrainingState state = source.state() ? *source.state() : options.step ? TrainingState{} : no_training_state(step);
   state.step = step;
   CKPT_TRY(check_training_state(state));
   StoreOptions store_options = options.store;
