@@ -146,33 +146,6 @@ nb::dict step_dict(const ckpt::StepInfo& s) {
   return d;
 }
 
-nb::dict file_report_dict(const ckpt::VerifyReport& r) {
-  nb::dict d;
-  d["path"] = r.path;
-  d["file_size"] = r.file_size;
-  d["chunks_total"] = r.chunks_total;
-  d["chunks_checked"] = r.chunks_checked;
-  d["bytes_checked"] = r.bytes_checked;
-  nb::list problems;
-  for (const auto& p : r.problems) problems.append(problem_dict(p));
-  d["problems"] = problems;
-  return d;
-}
-
-nb::dict step_report_dict(const ckpt::StepVerifyReport& r) {
-  nb::dict d;
-  d["step"] = r.step.step;
-  d["dir"] = r.dir;
-  d["chunks_checked"] = r.chunks_checked;
-  d["bytes_checked"] = r.bytes_checked;
-  nb::list problems;
-  for (const auto& p : r.problems) problems.append(problem_dict(p));
-  for (const auto& f : r.shards)
-    for (const auto& p : f.problems) problems.append(problem_dict(p));
-  d["problems"] = problems;
-  return d;
-}
-
 // --- Reports: the library decides, Python presents (ckpt/report/, spec/REPORTS.md) ----------------
 // Each returns the document the tool's --json prints, as text for json.loads. Only input that cannot
 // be checked at all raises (a missing path, misuse, an I/O error); damage is the report's.
@@ -564,19 +537,6 @@ class PyStore {
     nb::list out;
     for (const auto& r : retired) out.append(r.step);
     return out;
-  }
-  nb::dict verify_step(std::uint64_t step, unsigned threads) {
-    ckpt::StepVerifyReport r;
-    {
-      ckpt::Store& s = live();
-      ckpt::VerifyOptions o;
-      o.threads = threads;
-      nb::gil_scoped_release released;
-      r = take(s.verify_step(step, o));
-    }
-    nb::dict d = step_report_dict(r);
-    d["ok"] = r.ok();
-    return d;
   }
   nb::dict recovery() {
     const auto& r = live().recovery_report();
@@ -1165,7 +1125,6 @@ NB_MODULE(_ckpt, m) {
       .def("join", &PyStore::join)
       .def("retire", &PyStore::retire)
       .def("apply_retention", &PyStore::apply_retention)
-      .def("verify_step", &PyStore::verify_step, "step"_a, "threads"_a = 1u)
       .def("recovery", &PyStore::recovery)
       .def("close", &PyStore::close);
 
