@@ -141,6 +141,12 @@ struct ConvertSummary {
 [[nodiscard]] Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::string& in, const std::string& out,
                                                          const ConvertOptions& options = {});
 
+namespace detail {
+// Text safe for one line of a message or a terminal: control bytes become \xNN, the rest as is, so a
+// hostile name cannot break a table (the readers' messages quote it; report/json.hpp prints it).
+[[nodiscard]] std::string escape_controls(std::string_view s);
+}  // namespace detail
+
 }  // namespace ckpt
 
 #if !CKPT_DECLARATIONS_ONLY

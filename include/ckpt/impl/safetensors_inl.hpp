@@ -30,9 +30,8 @@ namespace detail {
 // Thrown from the parser callback to stop at the first error; never escapes parse_safetensors_json.
 struct SafetensorsAbort {};
 
-// A name as it appears in a one-line message: control characters escaped, the rest as is.
-[[nodiscard]] CKPT_INLINE std::string printable(std::string_view s) {
-  std::string out = "'";
+CKPT_INLINE std::string escape_controls(std::string_view s) {
+  std::string out;
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7F) {
@@ -43,8 +42,11 @@ struct SafetensorsAbort {};
       out += ch;
     }
   }
-  return out + "'";
+  return out;
 }
+
+// A name as it appears in a one-line message: quoted, control characters escaped, the rest as is.
+[[nodiscard]] CKPT_INLINE std::string printable(std::string_view s) { return "'" + escape_controls(s) + "'"; }
 
 // "a string \"F4\"", "a negative integer -3": the found half of an error message.
 [[nodiscard]] CKPT_INLINE std::string describe_json(const nlohmann::json& j) {

@@ -18,6 +18,7 @@
 #include "../journal.hpp"
 #include "../manifest.hpp"
 #include "../path_kind.hpp"
+#include "../safetensors.hpp"
 #include "../shard_reader.hpp"
 #include "../store.hpp"
 #include "../tiers/memory_root.hpp"
@@ -43,20 +44,7 @@ using nlohmann::json;
 }
 
 // Text safe for one terminal line: control bytes become \xNN, so a hostile name cannot break a table.
-[[nodiscard]] inline std::string printable(std::string_view s) {
-  std::string out;
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
+[[nodiscard]] inline std::string printable(std::string_view s) { return detail::escape_controls(s); }
 
 // --- Shard index (ckpt-inspect) ----------------------------------------------------------------
 
