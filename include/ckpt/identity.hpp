@@ -101,8 +101,11 @@ struct ChunkChange {
   std::uint64_t offset = 0, length = 0;  // byte range within the piece
 };
 
+// What became of a tensor or a metadata key from one side to the other.
+enum class ChangeKind : std::uint8_t { added, removed, changed };
+
 struct TensorChange {
-  enum class Kind : std::uint8_t { added, removed, changed };
+  using Kind = ChangeKind;
   Kind kind = Kind::changed;
   std::string name;
   const ContentTensor* a = nullptr;  // nullptr when added
@@ -115,7 +118,7 @@ struct TensorChange {
 };
 
 struct MetadataChange {
-  enum class Kind : std::uint8_t { added, removed, changed };
+  using Kind = ChangeKind;
   Kind kind = Kind::changed;
   std::string key;
   std::optional<Value> a, b;
@@ -130,8 +133,7 @@ struct ContentDiff {
 
 // Compares two sealed contents by their digests alone. The result points into a and b.
 [[nodiscard]] ContentDiff diff_content(const Content& a, const Content& b);
-[[nodiscard]] const char* change_kind_name(TensorChange::Kind k) noexcept;
-[[nodiscard]] const char* change_kind_name(MetadataChange::Kind k) noexcept;
+[[nodiscard]] const char* change_kind_name(ChangeKind k) noexcept;
 
 }  // namespace ckpt
 

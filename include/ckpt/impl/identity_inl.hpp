@@ -291,19 +291,11 @@ CKPT_INLINE Result<Content> content_of_path(FsRef fs, const std::string& path, c
 
 // --- Diff ------------------------------------------------------------------------------------------
 
-CKPT_INLINE const char* change_kind_name(TensorChange::Kind k) noexcept {
+CKPT_INLINE const char* change_kind_name(ChangeKind k) noexcept {
   switch (k) {
-    case TensorChange::Kind::added: return "added";
-    case TensorChange::Kind::removed: return "removed";
-    case TensorChange::Kind::changed: return "changed";
-  }
-  return "unknown";
-}
-CKPT_INLINE const char* change_kind_name(MetadataChange::Kind k) noexcept {
-  switch (k) {
-    case MetadataChange::Kind::added: return "added";
-    case MetadataChange::Kind::removed: return "removed";
-    case MetadataChange::Kind::changed: return "changed";
+    case ChangeKind::added: return "added";
+    case ChangeKind::removed: return "removed";
+    case ChangeKind::changed: return "changed";
   }
   return "unknown";
 }
