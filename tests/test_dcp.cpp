@@ -259,3 +259,34 @@ TEST_CASE("a .metadata that is not DCP metadata is an error naming offset, expec
   REQUIRE(!none.ok());
   CHECK(none.status().code() == Code::not_found);
 }
+
+TEST_CASE("a .metadata naming one memoized long name again and again is refused at the decoder limit", "[dcp][corrupt]") {
+  // A Metadata that pickle.load reads: 150 storage_data entries, each naming one memoized 4000-byte fqn
+  // and relative_path for 2 bytes apiece. 11 KiB of .metadata would keep 1.8 MB; the reader keeps at
+  // most 16 bytes per byte plus 1 MiB (dcp::kDecodedPerByte, spec/FOREIGN.md 4.3).
+  PosixFs fs;
+  ckpt_test::TempDir dir;
+  ckpt_test::write_file(dir.file(".metadata"),
+                        ckpt_test::read_file(std::string(CKPT_SOURCE_DIR) + "/tests/regress/pickle-dcp-memoized-names.metadata"));
+  auto r = open_dcp(fs, dir.path());
+  REQUIRE(!r.ok());
+  INFO(r.status().to_string());
+  CHECK(r.status().code() == Code::corrupt);
+  CHECK(r.status().message().find(dir.file(".metadata") + ": offset ") == 0);
+  CHECK(r.status().message().find("(decoder limit: 16 per byte of metadata)") != std::string::npos);
+}
+
+TEST_CASE("a relative_path through a file is a missing file, not a failure to read", "[dcp][corrupt]") {
+  // The one-process .metadata of tests/fuzz/seeds/pickle with every relative_path '.metadata/__0_0.distcp':
+  // stat fails with ENOTDIR there, which once made open_dcp (and ckpt-verify) fail with an I/O error.
+  PosixFs fs;
+  ckpt_test::TempDir dir;
+  ckpt_test::write_file(dir.file(".metadata"),
+                        ckpt_test::read_file(std::string(CKPT_SOURCE_DIR) + "/tests/regress/pickle-dcp-path-through-file.metadata"));
+  auto r = open_dcp(fs, dir.path());
+  REQUIRE(r.ok());
+  INFO(problems_text(*r));
+  REQUIRE(r->problems.size() == 1);
+  CHECK(r->problems[0].region == "missing");
+  CHECK(r->problems[0].file == dir.file(".metadata/__0_0.distcp"));
+}

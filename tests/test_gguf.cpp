@@ -513,8 +513,9 @@ TEST_CASE("layout damage in a decodable GGUF file is reported as problems", "[gg
                     problem(Code::incomplete, {"the file ends at " + std::to_string(last + 5), "offset " + std::to_string(last)}, "layout",
                      "output.weight")});
     const std::uint64_t q4k = g.data_offset + g.offsets[4];
+    // Three tensors with data past the end, and blk.0.empty, whose offset is past it too.
     rows.push_back({"the data section cut in the middle: each tensor past the end", bytes.substr(0, q4k + 1),
-                    problem(Code::incomplete, {"the file ends at " + std::to_string(q4k + 1)}, "layout", "blk.0.q4k", 3)});
+                    problem(Code::incomplete, {"the file ends at " + std::to_string(q4k + 1)}, "layout", "blk.0.q4k", 4)});
     rows.push_back({"trailing bytes after the last tensor's padding", bytes + std::string(32, '\0'),
                     problem(Code::corrupt, {"32 bytes that belong to no tensor", "offset " + std::to_string(bytes.size())}, "layout", "")});
     rows.push_back({"one trailing garbage byte", bytes + "x",

@@ -20,10 +20,10 @@ struct Decoder {
   const char* name;  // file-name prefix in tests/regress/, folder in tests/fuzz/seeds/
   Harness harness;
 };
-const Decoder kDecoders[] = {{"index", ckpt_fuzz::shard_file},
-                             {"manifest", ckpt_fuzz::manifest},
-                             {"journal", ckpt_fuzz::journal},
-                             {"safetensors", ckpt_fuzz::safetensors}};
+const Decoder kDecoders[] = {{"index", ckpt_fuzz::shard_file},   {"manifest", ckpt_fuzz::manifest},
+                             {"journal", ckpt_fuzz::journal},      {"safetensors", ckpt_fuzz::safetensors},
+                             {"pickle", ckpt_fuzz::pickle},        {"gguf", ckpt_fuzz::gguf},
+                             {"sidecar", ckpt_fuzz::sidecar},      {"hf_index", ckpt_fuzz::hf_index}};
 
 std::vector<std::string> files_in(const std::string& dir) {
   std::vector<std::string> names;
@@ -75,6 +75,10 @@ TEST_CASE("every fuzz seed passes its harness", "[regress][fuzz]") {
   const std::string golden = std::string(CKPT_SOURCE_DIR) + "/spec/golden";
   for (const auto& name : files_in(golden))
     if (name.size() > 5 && name.substr(name.size() - 5) == ".ckpt") replay(ckpt_fuzz::shard_file, golden + "/" + name);
+  // The DCP fixtures of test_dcp.cpp (torch's own .metadata, and damaged copies) seed the pickle target too.
+  const std::string dcp = std::string(CKPT_SOURCE_DIR) + "/tests/data/dcp";
+  for (const auto& name : files_in(dcp))
+    if (name.size() > 9 && name.substr(name.size() - 9) == ".metadata") replay(ckpt_fuzz::pickle, dcp + "/" + name);
 }
 
 TEST_CASE("the harnesses take empty and tiny inputs", "[regress][fuzz]") {

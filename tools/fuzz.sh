@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz in build-fuzz and runs each one (issue 9).
-#   tools/fuzz.sh [SECONDS | -runs=N] [TARGET...]   default: 60 seconds each, all four targets
-#   tools/fuzz.sh --make-seeds                       rewrites tests/fuzz/seeds/ from the library's encoders
+# Builds the libFuzzer targets of tests/fuzz in build-fuzz and runs each one (issue 9; the foreign
+# decoders pickle, gguf, sidecar, hf_index: issue 22 part 6).
+#   tools/fuzz.sh [SECONDS | -runs=N] [TARGET...]   default: 60 seconds each, all eight targets
+#   tools/fuzz.sh --make-seeds                       rewrites tests/fuzz/seeds/: the library's encoders, and
+#                                                    tests/fuzz/make_foreign_seeds.py (torch, gguf, safetensors)
 # Environment: CKPT_FUZZ_SEED (libFuzzer -seed), CKPT_FUZZ_JOBS (build parallelism), CKPT_FUZZ_BUILD (folder).
 # Corpora live in build-fuzz/corpus/<target>/, seeded from tests/fuzz/seeds/<target>/, spec/golden/*.ckpt
-# (index) and tests/regress/<target>-*. Every crasher is copied to tests/regress/<target>-crash-<sha1>.bin,
+# (index), tests/data/dcp/*.metadata (pickle) and tests/regress/<target>-*. Every crasher is copied to tests/regress/<target>-crash-<sha1>.bin,
 # where tests/test_regress.cpp replays it in the normal suite; the script then exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,8 @@ if [ "${1:-}" = "--make-seeds" ]; then
   c++ -std=c++17 -O1 -Iinclude tests/fuzz/make_seeds.cpp -o "$build-make-seeds" -lpthread
   mkdir -p tests/fuzz/seeds/{index,manifest,journal,safetensors}
   "./$build-make-seeds" tests/fuzz/seeds
+  # Foreign formats from their real writers; sidecars through make_seeds --write-sidecar (build_sidecar).
+  python3 tests/fuzz/make_foreign_seeds.py tests/fuzz/seeds "./$build-make-seeds" --write-sidecar
   rm -f "$build-make-seeds"
   exit 0
 fi
@@ -26,7 +30,8 @@ case "${1:-}" in
   *) limit="-max_total_time=$1"; shift ;;
 esac
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(index manifest journal safetensors)
+all_targets=(index manifest journal safetensors pickle gguf sidecar hf_index)
+[ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 jobs=${CKPT_FUZZ_JOBS:-$(nproc)}
 # CKPT_FUZZ_SEED fixes libFuzzer's random seed, so a fixed -runs=N is the same run every time (CI).
 seed=()
@@ -34,7 +39,12 @@ seed=()
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_FUZZ=ON \
   -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_CUDA=OFF -DCKPT_MPI=OFF >/dev/null
-cmake --build "$build" -j"$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}")
+# Named targets build one after another (the generated Makefile is .NOTPARALLEL); all of them, in parallel.
+if [ "${targets[*]}" = "${all_targets[*]}" ]; then
+  cmake --build "$build" -j"$jobs"
+else
+  cmake --build "$build" -j"$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}")
+fi
 
 status=0
 for t in "${targets[@]}"; do
@@ -43,6 +53,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$crashes"
   cp -n tests/fuzz/seeds/"$t"/* "$corpus"/ 2>/dev/null || true
   [ "$t" = index ] && cp -n spec/golden/*.ckpt tests/regress/*.ckpt "$corpus"/ 2>/dev/null || true
+  [ "$t" = pickle ] && cp -n tests/data/dcp/*.metadata "$corpus"/ 2>/dev/null || true
   cp -n tests/regress/"$t"-* "$corpus"/ 2>/dev/null || true
   echo "== fuzz_$t ($limit) =="
   # malloc_limit_mb: the decoders must stay within a small multiple of their input (issue 9).

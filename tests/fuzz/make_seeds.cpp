@@ -1,5 +1,7 @@
 // Writes the seed corpora of tests/fuzz/seeds/<decoder>/ through the library's own encoders (run by
 // hand when a format changes: tools/fuzz.sh --make-seeds). The shard seeds add to spec/golden/*.ckpt.
+// `make_seeds --write-sidecar PATH...` writes PATH's sidecar as ckpt-verify --write-sidecar
+// --sidecar-chunk-size 4096 does, for tests/fuzz/make_foreign_seeds.py (the foreign seeds).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -8,6 +10,7 @@
 #include <ckpt/manifest.hpp>
 #include <ckpt/safetensors.hpp>
 #include <ckpt/shard_writer.hpp>
+#include <ckpt/sidecar.hpp>
 
 #include "../hostile_shard.hpp"
 
@@ -48,11 +51,26 @@ TrainingState state(std::uint64_t step) {
   return s;
 }
 
+// The library's sidecar writer, as ckpt-verify --write-sidecar calls it, at 4 KiB chunks (several per seed).
+int write_sidecars(int argc, char** argv) {
+  PosixFs fs;
+  for (int i = 2; i < argc; ++i) {
+    auto checkpoint = open_foreign(fs, argv[i]);
+    require(checkpoint.status());
+    auto built = build_sidecar(fs, *checkpoint, sidecar::kMinChunkSizeLog2);
+    require(built.status());
+    require(write_sidecar(fs, *built, sidecar_path(*checkpoint)));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--write-sidecar") return write_sidecars(argc, argv);
   if (argc != 2) {
-    std::fprintf(stderr, "usage: make_seeds DIR (writes DIR/{index,manifest,journal,safetensors}/)\n");
+    std::fprintf(stderr, "usage: make_seeds DIR (writes DIR/{index,manifest,journal,safetensors}/)\n"
+                         "       make_seeds --write-sidecar PATH... (writes PATH's sidecar, 4 KiB chunks)\n");
     return 2;
   }
   const std::string root = argv[1];

@@ -21,6 +21,10 @@ inline constexpr const char* kMetadataName = ".metadata";
 inline constexpr std::uint64_t kMaxMetadataBytes = std::uint64_t{256} << 20;
 // Problems kept per checkpoint; the last one says how many more were found.
 inline constexpr std::size_t kMaxProblems = 256;
+// What the reader keeps (names, paths, shapes, problems) is at most this many bytes per byte of
+// .metadata, plus kDecodedBase: a memoized string or object costs 2 bytes each time it is named again.
+inline constexpr std::uint64_t kDecodedPerByte = 16;
+inline constexpr std::uint64_t kDecodedBase = std::uint64_t{1} << 20;
 inline constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
 inline constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesystem";
 }  // namespace dcp
@@ -94,6 +98,7 @@ class DcpReader {
   [[nodiscard]] Result<ForeignCheckpoint> run() {
     std::string bytes;
     CKPT_TRY(read_metadata(bytes));
+    budget_ = dcp::kDecodedPerByte * bytes.size() + dcp::kDecodedBase;
     auto root = decode_pickle(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), out_.primary);
     if (!root.ok()) return root.status();
     bytes.clear();
@@ -174,6 +179,7 @@ class DcpReader {
       const std::string* fqn = key.as_string();
       if (fqn == nullptr) return corrupt_at(key, "a state_dict_metadata key", "a str", key);
       anchor_ = entry;
+      CKPT_TRY(charge(sizeof(DcpEntry) + fqn->size(), entry, "state_dict_metadata['" + *fqn + "']"));
       DcpEntry e;
       e.at = entry.offset();
       if (entry.is_object_of(dcp::kMetadataModule, "BytesStorageMetadata")) {
@@ -229,6 +235,7 @@ class DcpReader {
       c.at = chunk.offset();
       CKPT_TRY(shape_of(cf.get("offsets"), cwhere + " offsets", c.offsets));
       CKPT_TRY(shape_of(cf.get("sizes"), cwhere + " sizes", c.sizes));
+      CKPT_TRY(charge(sizeof(DcpChunk) + 16 * (c.offsets.size() + c.sizes.size()), chunk, cwhere));  // and the piece's copy
       e.chunks.push_back(std::move(c));
     }
     return Status();
@@ -274,6 +281,9 @@ class DcpReader {
         }
       }
       s.path_ok = safe_relative_name(s.relative_path);
+      std::uint64_t kept = sizeof(DcpStorage) + 2 * k.first.size() + s.relative_path.size();  // the fqn again where a chunk uses it
+      for (const auto& t : s.transforms) kept += t.size();
+      CKPT_TRY(charge(kept + 8 * (k.second ? k.second->size() : 0), info, "storage_data['" + k.first + "']"));
       storage_[std::move(k)] = std::move(s);  // a repeated key: the last, as Python's dict keeps it
     }
     return Status();
@@ -351,7 +361,7 @@ class DcpReader {
       auto info = fs_.stat(join_path(out_.dir, name));
       if (info.ok() && info->kind == EntryKind::file) {
         f.size = info->size;
-      } else if (info.ok() || info.status().code() == Code::not_found) {
+      } else if (info.ok() || info.status().code() == Code::not_found || through_file(name)) {
         f.present = false;
         if (info.ok()) not_regular_[name] = info->kind;
       } else {
@@ -363,8 +373,28 @@ class DcpReader {
     return Status();
   }
 
+  // A name one of whose folders is a file (".metadata/x"): stat fails with ENOTDIR, which an Fs reports
+  // as io, but it is a file the directory does not hold, not a failure to read one.
+  [[nodiscard]] bool through_file(const std::string& name) const {
+    for (std::size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+      auto folder = fs_.stat(join_path(out_.dir, name.substr(0, slash)));
+      if (folder.ok() && folder->kind != EntryKind::directory) return true;
+    }
+    return false;
+  }
+
+  // Charges bytes the reader keeps against budget_ (dcp::kDecodedPerByte).
+  [[nodiscard]] Status charge(std::uint64_t bytes, const PickleValue& at, const std::string& what) {
+    decoded_ += bytes;
+    if (decoded_ <= budget_) return Status();
+    return make_error(Code::corrupt, out_.primary + ": offset " + std::to_string(at.offset()) + ": " + what.substr(0, 200) +
+                                         ": expected at most " + std::to_string(budget_) + " bytes decoded (decoder limit: " +
+                                         std::to_string(dcp::kDecodedPerByte) + " per byte of metadata), found more");
+  }
+
   void add_problem(Problem p) {
-    if (out_.problems.size() >= dcp::kMaxProblems) {
+    decoded_ += p.message.size() + p.tensor.size() + p.file.size() + p.expected.size() + p.found.size();
+    if (out_.problems.size() >= dcp::kMaxProblems || decoded_ > budget_) {
       ++dropped_;
       return;
     }
@@ -568,6 +598,7 @@ class DcpReader {
   std::map<std::string, std::size_t> file_index_;
   std::map<std::string, EntryKind> not_regular_;
   std::size_t dropped_ = 0;
+  std::uint64_t budget_ = 0, decoded_ = 0;  // the most bytes kept, and those kept so far (charge)
 };
 
 }  // namespace detail

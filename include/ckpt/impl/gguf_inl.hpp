@@ -354,6 +354,8 @@ struct GgufTensorInfo {
                       "expected at most " + std::to_string(format::kMaxNameLength) + " bytes, found " + std::to_string(length));
     CKPT_TRY(in.check_count(length, 1, length_at, index + " name length"));
     CKPT_TRY(in.bytes(length, static_cast<std::size_t>(length), t.name, index + " name"));
+    if (!valid_utf8(t.name))  // gguf_string_t is UTF-8 (docs/gguf.md); gguf-py cannot read the file either
+      return in.error(Code::corrupt, length_at + 8, index + " name", "expected UTF-8 text, found invalid UTF-8");
     const std::string subject = "tensor " + gguf_name(t.name);
     const std::uint64_t dims_at = in.position();
     std::uint32_t n_dims = 0;
@@ -400,7 +402,8 @@ struct GgufTensorInfo {
                                            subject + " offset", "a multiple of the alignment " + std::to_string(alignment),
                                            "data offset " + std::to_string(t.offset) + " (" + std::to_string(t.offset % alignment) +
                                                " past a multiple)"));
-    if (t.bytes > 0 && (t.offset_overflows || !range_within(t.absolute, t.bytes, file_size)))  // an empty one misses nothing
+    // An empty tensor too: it holds no byte, but a piece past the end of the file is no place (a sidecar refuses it).
+    if (t.offset_overflows || !range_within(t.absolute, t.bytes, file_size))
       problems.push_back(structure_problem(Code::incomplete, "layout", path, t.name, -1, t.absolute, t.bytes, ProblemMessage::at_offset,
                                            subject + " data",
                                            std::to_string(t.bytes) + " bytes at data offset " + std::to_string(t.offset) +
@@ -534,6 +537,8 @@ CKPT_INLINE Result<ForeignCheckpoint> open_gguf(FsRef fs, const std::string& pat
                       "expected at most " + std::to_string(format::kMaxNameLength) + " bytes, found " + std::to_string(length));
     CKPT_TRY(in.check_count(length, 1, kv.offset, index + " key length"));
     CKPT_TRY(in.bytes(length, static_cast<std::size_t>(length), kv.key, index + " key"));
+    if (!valid_utf8(kv.key))  // as a tensor name: GGUF strings are UTF-8
+      return in.error(Code::corrupt, kv.offset + 8, index + " key", "expected UTF-8 text, found invalid UTF-8");
     const std::string subject = "kv " + detail::gguf_name(kv.key);
     const std::uint64_t type_at = in.position();
     std::uint32_t type = 0;

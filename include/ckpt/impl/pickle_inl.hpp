@@ -505,6 +505,12 @@ class PickleDecoder {
         CKPT_TRY(pop(module));
         CKPT_TRY(expect_kind(module, PickleKind::string, "the module"));
         CKPT_TRY(expect_kind(name, PickleKind::string, "the name"));
+        // Each copies its strings: charged to the input, or a memoized long string named again and
+        // again grows the tree thousands of times past its input (spec/FOREIGN.md 4.3).
+        global_text_ += nodes()[module].text.size() + nodes()[name].text.size();
+        if (global_text_ > size_)
+          return fail("globals whose module and name total at most the input's " + std::to_string(size_) + " bytes (decoder limit)",
+                      std::to_string(global_text_) + " bytes");
         std::uint32_t n = 0;
         CKPT_TRY(push_new(PickleKind::global, &n));
         nodes()[n].text = nodes()[module].text;
@@ -550,6 +556,7 @@ class PickleDecoder {
   std::vector<std::size_t> marks_;  // stack heights at each open MARK
   std::unordered_map<std::uint32_t, std::uint32_t> memo_;
   std::size_t pos_ = 0, op_at_ = 0;
+  std::uint64_t global_text_ = 0;  // bytes STACK_GLOBAL copied
   unsigned char op_ = 0;
   std::uint32_t result_ = 0;
 };

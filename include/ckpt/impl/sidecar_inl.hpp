@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 
 #include "../coding.hpp"
@@ -113,6 +114,11 @@ CKPT_INLINE Result<Sidecar> build_sidecar(FsRef fs, const ForeignCheckpoint& che
   if (s.files.empty() || s.files.front().name != primary_name)
     return make_error(Code::invalid_argument, checkpoint.path + ": its primary file " + checkpoint.primary + " is not among its files");
   for (const auto& t : checkpoint.tensors) {
+    // A sidecar holds names as non-empty UTF-8 (spec/IDENTITY.md 4.3): refused here, not written for decode_sidecar to refuse.
+    if (t.name.empty() || !valid_utf8(t.name))
+      return make_error(Code::unsupported, checkpoint.path + ": tensor " + detail::printable(t.name) +
+                                               ": expected a non-empty UTF-8 name, which a sidecar can record, found " +
+                                               (t.name.empty() ? "an empty one" : "invalid UTF-8"));
     ContentTensor ct;
     ct.name = t.name;
     ct.dtype = t.dtype;
@@ -129,7 +135,12 @@ CKPT_INLINE Result<Sidecar> build_sidecar(FsRef fs, const ForeignCheckpoint& che
     }
     s.content.tensors.push_back(std::move(ct));
   }
-  for (const auto& [key, text] : checkpoint.metadata) s.content.metadata.push_back(MetaEntry{key, detail::metadata_text_value(text)});
+  for (const auto& [key, text] : checkpoint.metadata) {
+    if (!valid_utf8(key))
+      return make_error(Code::unsupported, checkpoint.path + ": metadata key " + detail::printable(key) +
+                                               ": expected UTF-8, which a sidecar can record, found invalid UTF-8");
+    s.content.metadata.push_back(MetaEntry{key, detail::metadata_text_value(text)});
+  }
   // Every byte a piece does not hold is a region: headers, padding, DCP's .metadata (spec 4.2).
   for (std::size_t f = 0; f < s.files.size(); ++f) {
     auto pieces = detail::sidecar_ranges(s, f);
@@ -321,6 +332,7 @@ CKPT_INLINE Result<Sidecar> decode_sidecar(const unsigned char* bytes, std::size
   if (files > in.remaining() / 25 || tensors > in.remaining() / 33 || metas > in.remaining() / 25)
     return make_error(Code::corrupt, path + ": byte 24: counts exceed the sidecar's size");
   std::unordered_map<std::string, std::size_t> file_index;
+  std::unordered_set<std::string> tensor_names;
   for (std::uint64_t i = 0; i < files; ++i) {
     SidecarFile f;
     CKPT_TRY(in.text(f.name, "file name", true));
@@ -343,6 +355,7 @@ CKPT_INLINE Result<Sidecar> decode_sidecar(const unsigned char* bytes, std::size
     ContentTensor t;
     CKPT_TRY(in.text(t.name, "tensor name", true));
     if (t.name.empty()) return in.fail("empty tensor name");
+    if (!tensor_names.insert(t.name).second) return in.fail("tensor '" + t.name + "' listed twice");
     CKPT_TRY(in.text(t.dtype, "dtype", true));
     std::uint64_t ndim = 0, pieces = 0;
     CKPT_TRY(in.u64(ndim, "rank"));
@@ -391,7 +404,7 @@ CKPT_INLINE Result<Sidecar> decode_sidecar(const unsigned char* bytes, std::size
                                            std::to_string(s.files[f].size) + " bytes (a gap or overlap at byte " + std::to_string(at) + ")");
   }
   s.content.description = path;
-  CKPT_TRY(seal_content(s.content).with_context(path));
+  CKPT_TRY(seal_content(s.content));  // names are unique (checked above): it cannot fail
   if (s.content.root != root)
     return make_error(Code::corrupt, path + ": byte 48: root digest expected " + root.hex() + ", recomputed " + s.content.root.hex());
   return s;
