@@ -120,6 +120,24 @@ def fsync_file_and_dir(path: str) -> None:
     fsync_path(os.path.dirname(path) or ".")
 
 
+def timed_save(write, where, fsync=True):
+    """(blocked, durable) seconds of a synchronous save: write(), then, for a system that is not durable
+    by construction, fsync of the file and its directory."""
+    start = time.perf_counter()
+    write()
+    if fsync:
+        fsync_file_and_dir(where)
+    d = time.perf_counter() - start
+    return d, d
+
+
+def timed_load(read):
+    """Seconds of read() and of touching every page of the tensors it returns."""
+    start = time.perf_counter()
+    touch(read())
+    return time.perf_counter() - start
+
+
 # --- The systems --------------------------------------------------------------------------------------
 # Each: save(state, where) -> (blocked_s, durable_s); load(where) -> (seconds). `where` is a fresh path.
 
@@ -127,26 +145,25 @@ class Raw:
     name, verifies, kind = "raw write+fsync / read (limit)", False, "limit"
 
     def save(self, torch, state, where):
-        start = time.perf_counter()
-        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for t in state.values():
-                os.write(fd, memoryview(t.reshape(-1).view(torch.uint8).numpy()))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_file_and_dir(where)
-        d = time.perf_counter() - start
-        return d, d
+        def write():
+            fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                for t in state.values():
+                    os.write(fd, memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        return timed_save(write, where)
 
     def load(self, torch, state, where):
-        start = time.perf_counter()
-        size = os.path.getsize(where)
-        buf = np.empty(size, np.uint8)
-        with open(where, "rb", buffering=0) as f:
-            f.readinto(memoryview(buf))
-        touch({"all": buf})
-        return time.perf_counter() - start
+        def read():
+            buf = np.empty(os.path.getsize(where), np.uint8)
+            with open(where, "rb", buffering=0) as f:
+                f.readinto(memoryview(buf))
+            return {"all": buf}
+
+        return timed_load(read)
 
 
 class Safetensors:
@@ -155,34 +172,22 @@ class Safetensors:
     def save(self, torch, state, where):
         import safetensors.torch
 
-        start = time.perf_counter()
-        safetensors.torch.save_file(state, where)
-        fsync_file_and_dir(where)
-        d = time.perf_counter() - start
-        return d, d
+        return timed_save(lambda: safetensors.torch.save_file(state, where), where)
 
     def load(self, torch, state, where):
         import safetensors.torch
 
-        start = time.perf_counter()
-        touch(safetensors.torch.load_file(where))
-        return time.perf_counter() - start
+        return timed_load(lambda: safetensors.torch.load_file(where))
 
 
 class TorchSave:
     name, verifies, kind = "torch.save / torch.load", False, "peer"
 
     def save(self, torch, state, where):
-        start = time.perf_counter()
-        torch.save(state, where)
-        fsync_file_and_dir(where)
-        d = time.perf_counter() - start
-        return d, d
+        return timed_save(lambda: torch.save(state, where), where)
 
     def load(self, torch, state, where):
-        start = time.perf_counter()
-        touch(torch.load(where, weights_only=True))
-        return time.perf_counter() - start
+        return timed_load(lambda: torch.load(where, weights_only=True))
 
 
 def _dcp_save(dcp, state, writer, asynchronous):
@@ -198,8 +203,15 @@ def _dcp_save(dcp, state, writer, asynchronous):
     return durable, durable
 
 
-def _dcp_target(torch, state):
-    return {k: torch.empty_like(v) for k, v in state.items()}
+def _dcp_load(dcp, torch, state, reader):
+    """Seconds of dcp.load into fresh tensors of the state's shapes from the storage reader that reader() makes."""
+    target = {k: torch.empty_like(v) for k, v in state.items()}
+
+    def read():
+        dcp.load(target, storage_reader=reader())
+        return target
+
+    return timed_load(read)
 
 
 class DcpFs:
@@ -214,18 +226,21 @@ class DcpFs:
     def load(self, torch, state, where):
         import torch.distributed.checkpoint as dcp
 
-        target = _dcp_target(torch, state)
-        start = time.perf_counter()
-        dcp.load(target, storage_reader=dcp.FileSystemReader(where))
-        touch(target)
-        return time.perf_counter() - start
+        return _dcp_load(dcp, torch, state, lambda: dcp.FileSystemReader(where))
 
 
-class DcpFsAsync(DcpFs):
-    name, asynchronous = "DCP FileSystemWriter async_save", True
+class AsyncRow:
+    """A system's asynchronous row, put before the system among the bases: its saves are asynchronous,
+    and it loads nothing (the synchronous row loads the same files)."""
+
+    asynchronous = True
 
     def load(self, torch, state, where):
-        return None  # the same files as the synchronous row's
+        return None
+
+
+class DcpFsAsync(AsyncRow, DcpFs):
+    name = "DCP FileSystemWriter async_save"
 
 
 class DcpCkpt(DcpFs):
@@ -247,18 +262,11 @@ class DcpCkpt(DcpFs):
 
         from ckpt.torch.dcp import StorageReader
 
-        target = _dcp_target(torch, state)
-        start = time.perf_counter()
-        dcp.load(target, storage_reader=StorageReader(where))
-        touch(target)
-        return time.perf_counter() - start
+        return _dcp_load(dcp, torch, state, lambda: StorageReader(where))
 
 
-class DcpCkptAsync(DcpCkpt):
-    name, asynchronous = "DCP on the ckpt backend async_save", True
-
-    def load(self, torch, state, where):
-        return None  # the same step as the synchronous row's
+class DcpCkptAsync(AsyncRow, DcpCkpt):
+    name = "DCP on the ckpt backend async_save"
 
 
 class CkptFile:
@@ -267,17 +275,12 @@ class CkptFile:
     def save(self, torch, state, where):
         import ckpt.torch
 
-        start = time.perf_counter()
-        ckpt.torch.save_file(state, where)
-        d = time.perf_counter() - start
-        return d, d
+        return timed_save(lambda: ckpt.torch.save_file(state, where), where, fsync=False)  # durable by construction
 
     def load(self, torch, state, where):
         import ckpt.torch
 
-        start = time.perf_counter()
-        touch(ckpt.torch.load_file(where))
-        return time.perf_counter() - start
+        return timed_load(lambda: ckpt.torch.load_file(where))
 
 
 class CkptStore:
@@ -305,18 +308,15 @@ class CkptStore:
     def load(self, torch, state, where):
         import ckpt
 
-        start = time.perf_counter()
-        with ckpt.Store(where, read_only=True) as store:
-            tensors, _ = store.load(framework="torch")
-        touch(tensors)
-        return time.perf_counter() - start
+        def read():
+            with ckpt.Store(where, read_only=True) as store:
+                return store.load(framework="torch")[0]
+
+        return timed_load(read)
 
 
-class CkptStoreAsync(CkptStore):
-    name, asynchronous = "ckpt.Store save_async (Python)", True
-
-    def load(self, torch, state, where):
-        return None  # the same step as the synchronous row's
+class CkptStoreAsync(AsyncRow, CkptStore):
+    name = "ckpt.Store save_async (Python)"
 
 
 class CkptCpp:

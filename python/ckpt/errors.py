@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+_BY_CODE: dict = {}  # code name -> the class raised for it, filled as each class below is defined
+
 
 class CkptError(Exception):
     """An error reported by ckpt; ``code`` is the library's code name (``corrupt``, ``not_found``...)."""
 
     code = "error"
+
+    def __init_subclass__(cls, code: str = "", **kwargs):
+        """``class CorruptError(IntegrityError, code="corrupt")``: the class raised for that code."""
+        super().__init_subclass__(**kwargs)
+        if code:
+            cls.code = code
+            _BY_CODE[code] = cls
 
     def __init__(self, message: str, problem: Optional[dict] = None):
         super().__init__(message)
@@ -30,6 +39,9 @@ class CkptError(Exception):
         self.expected: Optional[str] = p.get("expected") or None
         self.found: Optional[str] = p.get("found") or None
 
+    def __str__(self) -> str:  # the message alone, also where KeyError would quote it and OSError format it
+        return self.message
+
     @property
     def byte_range(self) -> Optional[tuple]:
         """``(begin, end)`` of the damaged bytes in ``file``, when known."""
@@ -42,50 +54,40 @@ class IntegrityError(CkptError):
     """Bytes on disk do not match their digest or a structural rule, or end early."""
 
 
-class CorruptError(IntegrityError):
-    code = "corrupt"
+class CorruptError(IntegrityError, code="corrupt"):
+    """Bytes on disk do not match their digest or a structural rule."""
 
 
-class IncompleteError(IntegrityError):
-    code = "incomplete"
+class IncompleteError(IntegrityError, code="incomplete"):
+    """A file or log ends before it should: a torn write, a truncated copy."""
 
 
-class VersionError(CkptError):
-    code = "version"
+class VersionError(CkptError, code="version"):
+    """An unknown format version or an incompatible feature flag."""
 
 
-class NotFoundError(CkptError, KeyError):
-    code = "not_found"
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return self.message
+class NotFoundError(CkptError, KeyError, code="not_found"):
+    """A named tensor, step, key or file does not exist."""
 
 
-class InvalidArgumentError(CkptError, ValueError):
-    code = "invalid_argument"
+class InvalidArgumentError(CkptError, ValueError, code="invalid_argument"):
+    """The caller asked for something impossible."""
 
 
-class ConflictError(CkptError):
-    code = "conflict"
+class ConflictError(CkptError, code="conflict"):
+    """A lock is held or a name already exists: another writer, or a transaction already open."""
 
 
-class UnsupportedError(CkptError):
-    code = "unsupported"
+class UnsupportedError(CkptError, code="unsupported"):
+    """A valid request this build cannot serve."""
 
 
-class CancelledError(CkptError):
-    code = "cancelled"
+class CancelledError(CkptError, code="cancelled"):
+    """A save abandoned by a deadline-bounded flush, or not taken because one was requested."""
 
 
-class CkptIOError(CkptError, OSError):
-    code = "io"
-
-    def __str__(self) -> str:
-        return self.message
-
-
-_BY_CODE = {c.code: c for c in (CorruptError, IncompleteError, VersionError, NotFoundError, InvalidArgumentError,
-                                ConflictError, UnsupportedError, CancelledError, CkptIOError)}
+class CkptIOError(CkptError, OSError, code="io"):
+    """The operating system refused an operation (EIO, ENOSPC, EACCES...)."""
 
 
 def _from_status(code: str, message: str, problem: Any) -> CkptError:

@@ -53,6 +53,13 @@ T take(ckpt::Result<T>&& r) {
   return std::move(r).value();
 }
 
+// f() with the GIL released, for a call that does I/O or hashing and touches no Python object.
+template <class F>
+decltype(auto) without_gil(F&& f) {
+  nb::gil_scoped_release released;
+  return f();
+}
+
 nb::dict problem_dict(const ckpt::Problem& p) {
   nb::dict d;
   d["code"] = ckpt::code_name(p.code);
@@ -165,12 +172,7 @@ std::string verify_report(const std::string& path, std::optional<std::uint64_t> 
     for (auto& p : pins) options.pins.push_back(std::move(p));
     options.pin_file = *expect_file;
   }
-  ckpt::report::VerifyPathsReport r;
-  {
-    nb::gil_scoped_release released;
-    ckpt::PosixFs fs;
-    r = ckpt::report::verify_paths(fs, {path}, options);
-  }
+  const ckpt::report::VerifyPathsReport r = without_gil([&] { return ckpt::report::verify_paths(posix_fs(), {path}, options); });
   for (const auto& e : r.errors)
     if (ckpt::report::exit_for(e.status.code()) == ckpt::report::kUsage) check(e.status);
   for (const auto k : r.shard_files)
@@ -185,26 +187,14 @@ nb::tuple inspect_report(const std::string& path, std::optional<std::uint64_t> s
   options.selection.latest = latest;
   options.chunks = chunks;
   options.persistent = persistent;
-  ckpt::Result<ckpt::report::Inspection> r = ckpt::make_error(Code::unsupported, "not run");
-  {
-    nb::gil_scoped_release released;
-    ckpt::PosixFs fs;
-    r = ckpt::report::inspect_path(fs, path, options);
-  }
-  ckpt::report::Inspection inspection = take(std::move(r));
+  const ckpt::report::Inspection inspection = take(without_gil([&] { return ckpt::report::inspect_path(posix_fs(), path, options); }));
   return nb::make_tuple(inspection.kind, report_text(inspection.doc), inspection.exit_code);
 }
 
 std::string root_digest_of(const std::string& path, std::optional<std::uint64_t> step) {
   ckpt::report::InspectOptions options;
   options.selection.step = step;
-  ckpt::Result<ckpt::report::Inspection> r = ckpt::make_error(Code::unsupported, "not run");
-  {
-    nb::gil_scoped_release released;
-    ckpt::PosixFs fs;
-    r = ckpt::report::inspect_path(fs, path, options);
-  }
-  return take(ckpt::report::root_digest(take(std::move(r))));
+  return take(ckpt::report::root_digest(take(without_gil([&] { return ckpt::report::inspect_path(posix_fs(), path, options); }))));
 }
 
 std::string diff_report(const std::string& a, const std::string& b, std::optional<std::uint64_t> step_a,
@@ -213,13 +203,7 @@ std::string diff_report(const std::string& a, const std::string& b, std::optiona
   options.step_a = step_a;
   options.step_b = step_b;
   options.tensors = tensors;
-  ckpt::Result<ckpt::report::DiffReport> r = ckpt::make_error(Code::unsupported, "not run");
-  {
-    nb::gil_scoped_release released;
-    ckpt::PosixFs fs;
-    r = ckpt::report::diff_paths(fs, a, b, options);
-  }
-  return report_text(take(std::move(r)).doc);
+  return report_text(take(without_gil([&] { return ckpt::report::diff_paths(posix_fs(), a, b, options); })).doc);
 }
 
 std::string write_sidecar_report(const std::string& path, std::uint64_t chunk_size) {
@@ -227,13 +211,7 @@ std::string write_sidecar_report(const std::string& path, std::uint64_t chunk_si
   for (std::uint32_t k = ckpt::sidecar::kMinChunkSizeLog2; k <= ckpt::sidecar::kMaxChunkSizeLog2; ++k)
     if (chunk_size == (std::uint64_t{1} << k)) log2 = static_cast<int>(k);
   if (log2 < 0) throw StatusError{ckpt::make_error(Code::invalid_argument, "chunk_size: a power of two from 4 KiB to 1 GiB")};
-  ckpt::Result<nlohmann::json> r = ckpt::make_error(Code::unsupported, "not run");
-  {
-    nb::gil_scoped_release released;
-    ckpt::PosixFs fs;
-    r = ckpt::report::write_sidecar_for(fs, path, static_cast<std::uint32_t>(log2));
-  }
-  return report_text(take(std::move(r)));
+  return report_text(take(without_gil([&] { return ckpt::report::write_sidecar_for(posix_fs(), path, static_cast<std::uint32_t>(log2)); })));
 }
 
 // --- Writing a standalone file -----------------------------------------------------------------
@@ -248,21 +226,17 @@ class FileWriter {
     o.chunk_size_log2 = chunk_size_log2;
     o.atomic_rename = true;  // the file appears under its name whole, or not at all
     o.durable = true;
-    nb::gil_scoped_release released;
-    writer_.emplace(take(ckpt::ShardWriter::create(posix_fs(), path, o)));
+    writer_.emplace(take(without_gil([&] { return ckpt::ShardWriter::create(posix_fs(), path, o); })));
   }
   void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, Bytes1D data) {
     const ckpt::DType d = dtype_of(dtype);
-    nb::gil_scoped_release released;
-    check(live().add_tensor(name, d, shape, data.data(), data.size()));
+    ckpt::ShardWriter& w = live();
+    check(without_gil([&] { return w.add_tensor(name, d, shape, data.data(), data.size()); }));
   }
   void set_metadata(const std::string& key, const nb::handle& value) { check(live().set_metadata(key, to_value(value, key))); }
   nb::dict finish() {
-    ckpt::ShardSummary s;
-    {
-      nb::gil_scoped_release released;
-      s = take(live().finish());
-    }
+    ckpt::ShardWriter& w = live();
+    const ckpt::ShardSummary s = take(without_gil([&] { return w.finish(); }));
     writer_.reset();
     nb::dict d;
     d["path"] = s.path;
@@ -291,8 +265,7 @@ class Reader {
   Reader(const std::string& path, std::optional<std::uint64_t> step) {
     ckpt::StepSelector sel;
     sel.step = step;
-    nb::gil_scoped_release released;
-    cp_.emplace(take(ckpt::Checkpoint::open(posix_fs(), path, sel)));
+    cp_.emplace(take(without_gil([&] { return ckpt::Checkpoint::open(posix_fs(), path, sel); })));
   }
   nb::list tensors() const {
     nb::list out;
@@ -314,17 +287,14 @@ class Reader {
   std::uint32_t world_size() const { return cp().world_size(); }
   std::string description() const { return cp().description(); }
   void read_into(const std::string& name, const ckpt::Shape& offsets, const ckpt::Shape& shape, Out1D out) {
-    nb::gil_scoped_release released;
-    check(cp().read_slice(name, offsets, shape, out.data(), out.size()));
+    ckpt::Checkpoint& c = cp();
+    check(without_gil([&] { return c.read_slice(name, offsets, shape, out.data(), out.size()); }));
   }
   // A writable uint8 view of the whole tensor's bytes over a copy-on-write mapping (writes never reach
   // the file), every chunk verified, or None where it is stored in pieces.
   nb::object view(const std::string& name) {
-    ckpt::Result<ckpt::Mapping> m = ckpt::make_error(Code::unsupported, "");
-    {
-      nb::gil_scoped_release released;
-      m = cp().map_tensor(name, ckpt::MapMode::copy_on_write);
-    }
+    ckpt::Checkpoint& c = cp();
+    ckpt::Result<ckpt::Mapping> m = without_gil([&] { return c.map_tensor(name, ckpt::MapMode::copy_on_write); });
     if (!m.ok() && m.status().code() == Code::unsupported) return nb::none();
     auto* owner = new View{take(std::move(m))};
     nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<View*>(p); });
@@ -358,9 +328,10 @@ class PyTransaction {
   void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, Bytes1D data, bool optimizer) {
     const ckpt::DType d = dtype_of(dtype);
     ckpt::Transaction& tx = live();
-    nb::gil_scoped_release released;
-    check(optimizer ? tx.add_optimizer_tensor(name, d, shape, data.data(), data.size())
-                    : tx.add_tensor(name, d, shape, data.data(), data.size()));
+    check(without_gil([&] {
+      return optimizer ? tx.add_optimizer_tensor(name, d, shape, data.data(), data.size())
+                       : tx.add_tensor(name, d, shape, data.data(), data.size());
+    }));
   }
   void add_piece(const std::string& name, const std::string& dtype, const ckpt::Shape& global_shape, const ckpt::Shape& offsets,
                  const ckpt::Shape& shape, Bytes1D data) {
@@ -375,38 +346,23 @@ class PyTransaction {
   void add_optimizer_name(const std::string& name) { live().state().optimizer_tensors.push_back(name); }
   nb::dict state() { return state_dict(live().state()); }
   nb::dict commit() {
-    ckpt::CommitResult r;
-    {
-      ckpt::Transaction& tx = live();
-      nb::gil_scoped_release released;
-      r = take(tx.commit());
-    }
-    return commit_dict(r);
+    ckpt::Transaction& tx = live();
+    return commit_dict(take(without_gil([&] { return tx.commit(); })));
   }
   void abort() {
     ckpt::Transaction& tx = live();
-    nb::gil_scoped_release released;
-    check(tx.abort());
+    check(without_gil([&] { return tx.abort(); }));
   }
   nb::bytes report() {
-    std::string r;
-    {
-      ckpt::Transaction& tx = live();
-      nb::gil_scoped_release released;
-      r = take(tx.report());
-    }
+    ckpt::Transaction& tx = live();
+    const std::string r = take(without_gil([&] { return tx.report(); }));
     return nb::bytes(r.data(), r.size());
   }
   nb::dict commit_reports(const std::vector<nb::bytes>& reports) {
     std::vector<std::string> rs;
     for (const auto& b : reports) rs.emplace_back(b.c_str(), b.size());
-    ckpt::CommitResult r;
-    {
-      ckpt::Transaction& tx = live();
-      nb::gil_scoped_release released;
-      r = take(tx.commit_reports(rs));
-    }
-    return commit_dict(r);
+    ckpt::Transaction& tx = live();
+    return commit_dict(take(without_gil([&] { return tx.commit_reports(rs); })));
   }
   // Drops an unfinished transaction as its destructor does (rank 0: ABORT, files removed).
   void close() {
@@ -453,21 +409,12 @@ class PyStore {
   static std::unique_ptr<PyStore> open(const std::string& path, bool read_only, bool create, std::uint64_t keep_last,
                                        std::uint64_t keep_every, std::uint32_t chunk_size_log2, bool verify_written) {
     ckpt::StoreOptions o = options(create, keep_last, keep_every, chunk_size_log2, verify_written);
-    std::unique_ptr<ckpt::Store> s;
-    {
-      nb::gil_scoped_release released;
-      s = take(ckpt::Store::open(posix_fs(), path, read_only ? ckpt::Access::read_only : ckpt::Access::read_write, o));
-    }
-    return std::unique_ptr<PyStore>(new PyStore(std::move(s)));
+    const ckpt::Access access = read_only ? ckpt::Access::read_only : ckpt::Access::read_write;
+    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::Store::open(posix_fs(), path, access, o); }))));
   }
   static std::unique_ptr<PyStore> open_rank(const std::string& path, int rank, int world, bool create, std::uint32_t chunk_size_log2) {
     ckpt::StoreOptions o = options(create, 0, 0, chunk_size_log2, false);
-    std::unique_ptr<ckpt::Store> s;
-    {
-      nb::gil_scoped_release released;
-      s = take(ckpt::Store::open_rank(posix_fs(), path, rank, world, o));
-    }
-    return std::unique_ptr<PyStore>(new PyStore(std::move(s)));
+    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::Store::open_rank(posix_fs(), path, rank, world, o); }))));
   }
   std::string path() { return live().path(); }
   nb::list steps() {
@@ -482,17 +429,11 @@ class PyStore {
   }
   void refresh() {
     ckpt::Store& s = live();
-    nb::gil_scoped_release released;
-    check(s.refresh());
+    check(without_gil([&] { return s.refresh(); }));
   }
   std::unique_ptr<PyTransaction> begin(std::uint64_t step) {
-    std::unique_ptr<ckpt::Transaction> tx;
-    {
-      ckpt::Store& s = live();
-      nb::gil_scoped_release released;
-      tx = take(s.begin(step));
-    }
-    return std::make_unique<PyTransaction>(store_, std::move(tx));
+    ckpt::Store& s = live();
+    return std::make_unique<PyTransaction>(store_, take(without_gil([&] { return s.begin(step); })));
   }
   nb::bytes begin_request(std::uint64_t step) {
     const std::string r = live().begin_request(step);
@@ -501,39 +442,24 @@ class PyStore {
   nb::bytes decide_begin(std::uint64_t step, const std::vector<nb::bytes>& requests) {
     std::vector<std::string> rs;
     for (const auto& b : requests) rs.emplace_back(b.c_str(), b.size());
-    std::string d;
-    {
-      ckpt::Store& s = live();
-      nb::gil_scoped_release released;
-      d = s.decide_begin(step, rs);
-    }
+    ckpt::Store& s = live();
+    const std::string d = without_gil([&] { return s.decide_begin(step, rs); });
     return nb::bytes(d.data(), d.size());
   }
   std::unique_ptr<PyTransaction> join(nb::bytes decision) {
     const std::string d(decision.c_str(), decision.size());
-    std::unique_ptr<ckpt::Transaction> tx;
-    {
-      ckpt::Store& s = live();
-      nb::gil_scoped_release released;
-      tx = take(s.join(d));
-    }
-    return std::make_unique<PyTransaction>(store_, std::move(tx));
+    ckpt::Store& s = live();
+    return std::make_unique<PyTransaction>(store_, take(without_gil([&] { return s.join(d); })));
   }
   nb::list retire(std::uint64_t step) {
     ckpt::Store& s = live();
-    {
-      nb::gil_scoped_release released;
-      check(s.retire(step));
-    }
+    check(without_gil([&] { return s.retire(step); }));
     return steps();
   }
   nb::list apply_retention(std::uint64_t keep_last, std::uint64_t keep_every) {
-    std::vector<ckpt::StepInfo> retired;
-    {
-      ckpt::Store& s = live();
-      nb::gil_scoped_release released;
-      retired = take(s.apply_retention(ckpt::RetentionPolicy{keep_last, keep_every}));
-    }
+    ckpt::Store& s = live();
+    const std::vector<ckpt::StepInfo> retired =
+        take(without_gil([&] { return s.apply_retention(ckpt::RetentionPolicy{keep_last, keep_every}); }));
     nb::list out;
     for (const auto& r : retired) out.append(r.step);
     return out;
@@ -585,17 +511,12 @@ class PyAsyncSaver {
     o.max_in_flight = max_in_flight;
     o.when_busy = skip_when_busy ? ckpt::WhenBusy::skip : ckpt::WhenBusy::wait;
     o.obey_flush_requests = false;  // Python owns its signal handlers
-    nb::gil_scoped_release released;
-    saver_ = take(ckpt::AsyncSaver::create(*store_, o));
+    saver_ = take(without_gil([&] { return ckpt::AsyncSaver::create(*store_, o); }));
   }
   // Blocks only while the tensors are copied into staging memory; the write and commit go on behind.
   nb::dict save(PySaveRequest& request) {
-    ckpt::SaveTicket t;
-    {
-      ckpt::AsyncSaver& s = live();
-      nb::gil_scoped_release released;
-      t = take(s.save(std::move(request.request_)));
-    }
+    ckpt::AsyncSaver& s = live();
+    const ckpt::SaveTicket t = take(without_gil([&] { return s.save(std::move(request.request_)); }));
     request.keep_.clear();  // staged: the caller's tensors may change now
     nb::dict d;
     d["step"] = t.step;
@@ -605,8 +526,7 @@ class PyAsyncSaver {
   }
   void wait() {
     ckpt::AsyncSaver& s = live();
-    nb::gil_scoped_release released;
-    check(s.wait());
+    check(without_gil([&] { return s.wait(); }));
   }
   std::size_t in_flight() { return live().in_flight(); }
   nb::object last_committed() {
@@ -778,13 +698,11 @@ class PyTierView {
   }
   void read_tensor(const std::string& name, Out1D out) {
     ckpt::tiers::TierView& v = live();
-    nb::gil_scoped_release released;
-    check(v.read_tensor(name, out.data(), out.size()));
+    check(without_gil([&] { return v.read_tensor(name, out.data(), out.size()); }));
   }
   void read_slice(const std::string& name, const ckpt::Shape& offsets, const ckpt::Shape& shape, Out1D out) {
     ckpt::tiers::TierView& v = live();
-    nb::gil_scoped_release released;
-    check(v.read_slice(name, offsets, shape, out.data(), out.size()));
+    check(without_gil([&] { return v.read_slice(name, offsets, shape, out.data(), out.size()); }));
   }
   void invalidate() { view_ = nullptr; }
 
@@ -835,8 +753,7 @@ class PyTiers {
         }
       };
     }
-    nb::gil_scoped_release released;
-    tiers_ = take(ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, std::move(o)));
+    tiers_ = take(without_gil([&] { return ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, std::move(o)); }));
   }
   ~PyTiers() { close(); }
 
@@ -873,14 +790,12 @@ class PyTiers {
     }
     ckpt::TrainingState training;
     ::set_state(training, state);
-    ckpt::tiers::StepOutcome outcome;
-    {
-      nb::gil_scoped_release released;
-      outcome = take(t.step(step, [&](ckpt::SaveRequest& r) {
+    const ckpt::tiers::StepOutcome outcome = take(without_gil([&] {
+      return t.step(step, [&](ckpt::SaveRequest& r) {
         for (auto& s : tensors) r.add(std::move(s));
         r.state() = std::move(training);
-      }));
-    }
+      });
+    }));
     nb::dict d;
     d["action"] = ckpt::tiers::tier_action_name(outcome.action);
     d["stall_seconds"] = std::chrono::duration<double>(outcome.stall).count();
@@ -889,25 +804,22 @@ class PyTiers {
 
   void wait() {
     ckpt::tiers::TieredCheckpointer& t = live();
-    nb::gil_scoped_release released;
-    check(t.wait());
+    check(without_gil([&] { return t.wait(); }));
   }
 
   // Collective. load(view) is called on this thread for each step the job tries, until one loads on every rank.
   nb::dict resume(nb::object load) {
     ckpt::tiers::TieredCheckpointer& t = live();
-    ckpt::tiers::Resumed r;
-    {
-      nb::gil_scoped_release released;
-      r = take(t.resume([&](ckpt::tiers::TierView& view) -> Status {
+    const ckpt::tiers::Resumed r = take(without_gil([&] {
+      return t.resume([&](ckpt::tiers::TierView& view) -> Status {
         nb::gil_scoped_acquire held;
         auto* wrapper = new PyTierView(&view);
         nb::object handle = nb::cast(wrapper, nb::rv_policy::take_ownership);
         Status s = with_python("load callback", [&] { load(handle); });
         wrapper->invalidate();
         return s;
-      }));
-    }
+      });
+    }));
     nb::dict d;
     d["fresh"] = r.fresh;
     d["step"] = r.step;
@@ -999,24 +911,14 @@ nb::dict plan_tiered(double capture_stall, double replicate_seconds, double pers
   if (simulate < 0) check(ckpt::make_error(Code::invalid_argument, "simulate must be 0 or more histories, got " + std::to_string(simulate)));
   if (seed < 0) check(ckpt::make_error(Code::invalid_argument, "seed must be 0 or more, got " + std::to_string(seed)));
   const ckpt::plan::TierCost cost{capture_stall, replicate_seconds, persist_stall, persist_seconds};
-  ckpt::plan::TierFailures failures;
-  failures.mtbf_seconds = mtbf;
-  failures.crash_share = crash_share;
-  failures.node_loss_share = node_loss_share;
-  failures.power_loss_share = power_loss_share;
-  failures.memory_restart_seconds = memory_restart;
-  failures.persistent_restart_seconds = persistent_restart;
-  failures.replicated = replicated;
+  const ckpt::plan::TierFailures failures{mtbf, crash_share, node_loss_share, power_loss_share, memory_restart, persistent_restart, replicated};
   std::optional<std::uint64_t> k;
   if (persist_every) k = static_cast<std::uint64_t>(*persist_every);
   const ckpt::plan::TierPlan p = take(ckpt::plan::plan_tiers(cost, failures, memory_interval, k));
   std::optional<ckpt::plan::TierSimulationResult> sim;
   if (simulate > 0) {
-    ckpt::plan::TierSimulationOptions o;
-    o.histories = static_cast<std::uint64_t>(simulate);
-    o.seed = static_cast<std::uint64_t>(seed);
-    nb::gil_scoped_release released;
-    sim = take(ckpt::plan::simulate_tiers(cost, failures, p.policy, o));
+    const ckpt::plan::TierSimulationOptions o{static_cast<std::uint64_t>(simulate), 0, static_cast<std::uint64_t>(seed)};
+    sim = take(without_gil([&] { return ckpt::plan::simulate_tiers(cost, failures, p.policy, o); }));
   }
   nb::dict d;
   d["memory_interval_seconds"] = p.policy.memory_interval_seconds;
@@ -1059,10 +961,7 @@ NB_MODULE(_ckpt, m) {
   m.def("diff_report", &diff_report, "a"_a, "b"_a, "step_a"_a = nb::none(), "step_b"_a = nb::none(),
         "tensors"_a = std::vector<std::string>{});
   m.def("write_sidecar_report", &write_sidecar_report, "path"_a, "chunk_size"_a = std::uint64_t{1} << 20);
-  m.def("xxh3_64", [](Bytes1D data) {
-    nb::gil_scoped_release released;
-    return ckpt::xxh3_64(data.data(), data.size());
-  });
+  m.def("xxh3_64", [](Bytes1D data) { return without_gil([&] { return ckpt::xxh3_64(data.data(), data.size()); }); });
   m.def("plan_single", &plan_single, "stall"_a, "background"_a, "mtbf"_a, "restart"_a, "interval"_a = nb::none());
   m.def("plan_job_seconds", &plan_job_seconds, "stall"_a, "background"_a, "mtbf"_a, "restart"_a, "interval"_a, "intervals"_a);
   m.def("plan_tiered", &plan_tiered, "capture_stall"_a, "replicate_seconds"_a, "persist_stall"_a, "persist_seconds"_a, "mtbf"_a,
