@@ -21,6 +21,7 @@
 
 #include "heap_counter.hpp"  // replaces operator new in this program
 #include "hostile_shard.hpp"
+#include "shard_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -66,33 +67,21 @@ struct Good {
   Good() {
     PosixFs fs;
     const std::string path = dir.file("good.ckpt");
-    WriterOptions o;
-    o.chunk_size_log2 = 12;
-    o.alignment_log2 = 6;
-    auto w = ShardWriter::create(fs, path, o);
+    auto w = ShardWriter::create(fs, path, ckpt_test::small_writer_options(6));
     REQUIRE(w.ok());
     const auto rnd = ckpt_test::random_bytes(16000, 1);
-    REQUIRE(w->begin_piece("b", DType::I16, {6, 8}, {3, 0}, {3, 8}).ok());
-    REQUIRE(w->write(rnd.data(), 48).ok());
-    REQUIRE(w->end_piece().ok());
+    ckpt_test::write_piece(*w, "b", DType::I16, {6, 8}, {3, 0}, {3, 8}, rnd.data(), 48);
     REQUIRE(w->add_tensor("a", DType::F32, {4, 1000}, rnd.data(), 16000).ok());
     REQUIRE(w->add_tensor("c", DType::U8, {}, rnd.data(), 1).ok());
-    REQUIRE(w->begin_piece("b", DType::I16, {6, 8}, {0, 0}, {3, 8}).ok());
-    REQUIRE(w->write(rnd.data() + 100, 48).ok());
-    REQUIRE(w->end_piece().ok());
+    ckpt_test::write_piece(*w, "b", DType::I16, {6, 8}, {0, 0}, {3, 8}, rnd.data() + 100, 48);
     REQUIRE(w->add_tensor("z", DType::BF16, {0, 3}, nullptr, 0).ok());
-    REQUIRE(w->set_metadata("i", Value(std::int64_t{-5})).ok());
-    REQUIRE(w->set_metadata("f", Value(1.5)).ok());
-    REQUIRE(w->set_metadata("t", Value(true)).ok());
-    REQUIRE(w->set_metadata("s", Value("hello")).ok());
-    REQUIRE(w->set_metadata("y", Value(Bytes{std::string("\0\1\2", 3)})).ok());
-    REQUIRE(w->finish().ok());
+    ckpt_test::set_metadata(*w, {{"i", Value(std::int64_t{-5})}, {"f", Value(1.5)}, {"t", Value(true)}, {"s", Value("hello")},
+                                 {"y", Value(Bytes{std::string("\0\1\2", 3)})}});
+    const ShardReader r = ckpt_test::finish_and_open(fs, *w, path);
     file = ckpt_test::read_file(path);
-    auto r = ShardReader::open(fs, path);
-    REQUIRE(r.ok());
-    sb = r->superblock();
-    footer = r->footer();
-    parsed = r->index();
+    sb = r.superblock();
+    footer = r.footer();
+    parsed = r.index();
     index = file.substr(footer.index_offset, footer.index_length);
     REQUIRE(parsed.tensors.size() == 4);
     REQUIRE(parsed.tensors[0].name == "b");

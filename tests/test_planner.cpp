@@ -21,33 +21,17 @@ FailureModel failures(double mtbf, double restart) { return FailureModel{mtbf, r
 
 // A seeded Monte Carlo of `histories` histories (intervals 0: enough for ~50 failures each).
 SimulationOptions histories_of(std::uint64_t histories, std::uint64_t seed, std::uint64_t intervals = 0) {
-  SimulationOptions o;
-  o.histories = histories;
-  o.intervals = intervals;
-  o.seed = seed;
-  return o;
+  return SimulationOptions{histories, intervals, seed};
 }
 
 // A tiered job's failures: shares of crash, node loss and power loss, restarts from memory and from persistent storage.
 TierFailures tier_failures(double mtbf, double crash, double node, double power, double memory_restart, double persistent_restart,
                            bool replicated = true) {
-  TierFailures f;
-  f.mtbf_seconds = mtbf;
-  f.crash_share = crash;
-  f.node_loss_share = node;
-  f.power_loss_share = power;
-  f.memory_restart_seconds = memory_restart;
-  f.persistent_restart_seconds = persistent_restart;
-  f.replicated = replicated;
-  return f;
+  return TierFailures{mtbf, crash, node, power, memory_restart, persistent_restart, replicated};
 }
 
 TierSimulationOptions tier_histories(std::uint64_t histories, std::uint64_t seed, std::uint64_t captures = 0) {
-  TierSimulationOptions o;
-  o.histories = histories;
-  o.captures = captures;
-  o.seed = seed;
-  return o;
+  return TierSimulationOptions{histories, captures, seed};
 }
 
 // a and b simulated from one seed, c from another: the same seed gives the same figures, another differs.

@@ -13,6 +13,7 @@
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
 
+#include "shard_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -127,10 +128,7 @@ std::vector<TensorSpec> make_tensors() {
 // each piece in several write() calls of odd sizes.
 void write_shard(const std::string& path, const std::vector<TensorSpec>& ts) {
   PosixFs fs;
-  WriterOptions o;
-  o.chunk_size_log2 = 12;
-  o.alignment_log2 = 6;
-  auto w = ShardWriter::create(fs, path, o);
+  auto w = ShardWriter::create(fs, path, ckpt_test::small_writer_options(6));
   REQUIRE(w.ok());
   std::vector<std::pair<std::size_t, std::size_t>> order;
   for (std::size_t i = 0; i < ts.size(); ++i)
@@ -365,39 +363,29 @@ TEST_CASE("a region the file's pieces do not cover is not_found", "[shard_reader
   const std::string path = dir.file("partial.ckpt");
   // Rows [0, 4) and [6, 10) of a 10 x 8 tensor: rows 4 and 5 live in another rank's file.
   const auto data = ckpt_test::random_bytes(10 * 8 * 4, 3);
-  {
-    WriterOptions o;
-    o.chunk_size_log2 = 12;
-    auto w = ShardWriter::create(fs, path, o);
-    REQUIRE(w.ok());
-    REQUIRE(w->begin_piece("w", DType::I32, {10, 8}, {0, 0}, {4, 8}).ok());
-    REQUIRE(w->write(data.data(), 4 * 8 * 4).ok());
-    REQUIRE(w->end_piece().ok());
-    REQUIRE(w->begin_piece("w", DType::I32, {10, 8}, {6, 0}, {4, 8}).ok());
-    REQUIRE(w->write(data.data() + 6 * 8 * 4, 4 * 8 * 4).ok());
-    REQUIRE(w->end_piece().ok());
-    REQUIRE(w->finish().ok());
-  }
-  auto r = ShardReader::open(fs, path);
-  REQUIRE(r.ok());
+  auto w = ShardWriter::create(fs, path, ckpt_test::small_writer_options());
+  REQUIRE(w.ok());
+  ckpt_test::write_piece(*w, "w", DType::I32, {10, 8}, {0, 0}, {4, 8}, data.data(), 4 * 8 * 4);
+  ckpt_test::write_piece(*w, "w", DType::I32, {10, 8}, {6, 0}, {4, 8}, data.data() + 6 * 8 * 4, 4 * 8 * 4);
+  ShardReader r = ckpt_test::finish_and_open(fs, *w, path);
   Bytes8 whole(data.size());
-  Status st = r->read_tensor("w", whole.data(), whole.size());
+  Status st = r.read_tensor("w", whole.data(), whole.size());
   CHECK(st.code() == Code::not_found);
   CHECK(st.message().find("'w'") != std::string::npos);
   Bytes8 part(3 * 8 * 4);
-  REQUIRE(r->read_slice("w", {1, 0}, {3, 8}, part.data(), part.size()).ok());
+  REQUIRE(r.read_slice("w", {1, 0}, {3, 8}, part.data(), part.size()).ok());
   CHECK(std::equal(part.begin(), part.end(), data.begin() + 8 * 4));
-  REQUIRE(r->read_slice("w", {6, 2}, {3, 5}, nullptr, 0).code() == Code::invalid_argument);
+  REQUIRE(r.read_slice("w", {6, 2}, {3, 5}, nullptr, 0).code() == Code::invalid_argument);
   Bytes8 cross(4 * 8 * 4);
-  CHECK(r->read_slice("w", {3, 0}, {4, 8}, cross.data(), cross.size()).code() == Code::not_found);
-  CHECK(r->read_slice("w", {4, 0}, {2, 8}, cross.data(), 2 * 8 * 4).code() == Code::not_found);
+  CHECK(r.read_slice("w", {3, 0}, {4, 8}, cross.data(), cross.size()).code() == Code::not_found);
+  CHECK(r.read_slice("w", {4, 0}, {2, 8}, cross.data(), 2 * 8 * 4).code() == Code::not_found);
   // The partial read reports how much this file holds: rows 3 and 6 of [3, 7).
-  auto copied = r->read_slice_partial(*r->index().find_tensor("w"), {3, 0}, {4, 8}, cross.data(), ReadCheck::touched);
+  auto copied = r.read_slice_partial(*r.index().find_tensor("w"), {3, 0}, {4, 8}, cross.data(), ReadCheck::touched);
   REQUIRE(copied.ok());
   CHECK(*copied == 2 * 8);
   CHECK(std::equal(cross.begin(), cross.begin() + 8 * 4, data.begin() + 3 * 8 * 4));
   CHECK(std::equal(cross.begin() + 3 * 8 * 4, cross.end(), data.begin() + 6 * 8 * 4));
-  CHECK(r->read_tensor("nope", whole.data(), whole.size()).code() == Code::not_found);
+  CHECK(r.read_tensor("nope", whole.data(), whole.size()).code() == Code::not_found);
 }
 
 TEST_CASE("scalars and zero-size tensors read like any other", "[shard_reader]") {

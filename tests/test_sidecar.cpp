@@ -94,18 +94,11 @@ TEST_CASE("every flipped byte and every truncation of a sidecar is refused", "[s
   PosixFs fs;
   write_model(dir.file("m.safetensors"));
   const std::string bytes = encode_sidecar(make_sidecar(fs, dir.file("m.safetensors")));
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    std::string b = bytes;
-    b[i] = static_cast<char>(b[i] ^ 0x01);
-    auto r = decode(b);
-    INFO("byte " << i);
+  for (const auto& d : ckpt_test::flips_and_cuts(bytes, 0x01)) {
+    INFO(d.what);
+    auto r = decode(d.bytes);
     REQUIRE_FALSE(r.ok());
-    CHECK((r.status().code() == Code::corrupt || r.status().code() == Code::incomplete));
-  }
-  for (std::size_t n = 0; n < bytes.size(); ++n) {
-    auto r = decode(bytes.substr(0, n));
-    INFO("length " << n);
-    REQUIRE_FALSE(r.ok());
+    if (!d.cut) CHECK((r.status().code() == Code::corrupt || r.status().code() == Code::incomplete));
   }
 }
 
@@ -115,20 +108,16 @@ TEST_CASE("a sidecar whose digest matches but whose records lie is refused, nami
   write_model(dir.file("m.safetensors"));
   const Sidecar good = make_sidecar(fs, dir.file("m.safetensors"));
   const std::string bytes = encode_sidecar(good);
-  auto patch_u32 = [&](std::size_t at, std::uint32_t v) {
-    std::string b = bytes;
-    unsigned char f[4];
-    put_u32(f, v);
-    b.replace(at, 4, reinterpret_cast<const char*>(f), 4);
-    return reseal(b);
-  };
-  auto patch_u64 = [&](std::size_t at, std::uint64_t v) {
+  // The sidecar with its little-endian field of `width` bytes at `at` set to v, resealed.
+  auto patch = [&](std::size_t at, std::size_t width, std::uint64_t v) {
     std::string b = bytes;
     unsigned char f[8];
     put_u64(f, v);
-    b.replace(at, 8, reinterpret_cast<const char*>(f), 8);
+    b.replace(at, width, reinterpret_cast<const char*>(f), width);
     return reseal(b);
   };
+  auto patch_u32 = [&](std::size_t at, std::uint32_t v) { return patch(at, 4, v); };
+  auto patch_u64 = [&](std::size_t at, std::uint64_t v) { return patch(at, 8, v); };
   auto edited = [&](const std::function<void(Sidecar&)>& edit) {
     Sidecar s = good;
     edit(s);
@@ -272,31 +261,21 @@ TEST_CASE("foreign formats are recognised by content and name, ckpt's own never"
   StoreOptions create;
   create.create_if_missing = true;
   REQUIRE(Store::open(fs, dir.file("store"), Access::read_write, create).ok());
-  struct Case {
-    std::string path;
-    std::optional<ForeignFormat> format;
+  // Each format with the paths recognised as it; nullopt: not a foreign checkpoint.
+  const std::vector<std::pair<std::optional<ForeignFormat>, std::vector<std::string>>> formats = {
+      {ForeignFormat::safetensors, {"m.safetensors", "renamed.bin"}},
+      {ForeignFormat::gguf, {"model.gguf"}},
+      {ForeignFormat::dcp, {"dcp", "dcp/.metadata"}},
+      {ForeignFormat::safetensors_index, {"hf", "hf/model.safetensors.index.json"}},
+      {std::nullopt, {"tiny", "long-header", "text.txt", "empty", "store", "store/JOURNAL"}},
   };
-  const std::vector<Case> cases = {
-      {dir.file("m.safetensors"), ForeignFormat::safetensors},
-      {dir.file("renamed.bin"), ForeignFormat::safetensors},
-      {dir.file("model.gguf"), ForeignFormat::gguf},
-      {dir.file("tiny"), std::nullopt},
-      {dir.file("long-header"), std::nullopt},
-      {dir.file("text.txt"), std::nullopt},
-      {dir.file("dcp"), ForeignFormat::dcp},
-      {dir.file("dcp/.metadata"), ForeignFormat::dcp},
-      {dir.file("hf"), ForeignFormat::safetensors_index},
-      {dir.file("hf/model.safetensors.index.json"), ForeignFormat::safetensors_index},
-      {dir.file("empty"), std::nullopt},
-      {dir.file("store"), std::nullopt},
-      {dir.file("store/JOURNAL"), std::nullopt},
-  };
-  for (const auto& c : cases) {
-    INFO(c.path);
-    auto f = detect_foreign(fs, c.path);
-    REQUIRE(f.ok());
-    CHECK(*f == c.format);
-  }
+  for (const auto& [format, names] : formats)
+    for (const auto& name : names) {
+      INFO(name);
+      auto f = detect_foreign(fs, dir.file(name));
+      REQUIRE(f.ok());
+      CHECK(*f == format);
+    }
   CHECK(detect_foreign(fs, dir.file("absent")).status().code() == Code::not_found);
 }
 

@@ -9,34 +9,33 @@
 #include <ckpt/comm.hpp>
 #include <ckpt/thread_comm.hpp>
 
+#include "thread_ranks.hpp"
+
 using namespace ckpt;
 
 TEST_CASE("thread ranks gather in rank order and receive broadcasts, round after round", "[thread_comm]") {
   constexpr int kWorld = 4;
   constexpr int kRounds = 200;
-  ThreadGroup group(kWorld);
   std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      ThreadComm comm(group, r);
-      CommRef ref(comm);  // through the type-erased reference, as the store uses it
-      for (int round = 0; round < kRounds; ++round) {
-        const int root = round % kWorld;
-        auto all = ref.gather(std::to_string(round) + ":" + std::to_string(r), root);
-        if (!all.ok()) ++failures;
-        else if (r == root) {
-          for (int k = 0; k < kWorld; ++k)
-            if ((*all)[static_cast<std::size_t>(k)] != std::to_string(round) + ":" + std::to_string(k)) ++failures;
-        } else if (!all->empty()) {
-          ++failures;
-        }
-        std::string b = r == root ? "from " + std::to_string(root) + " in " + std::to_string(round) : "stale";
-        if (!ref.broadcast(b, root).ok() || b != "from " + std::to_string(root) + " in " + std::to_string(round)) ++failures;
-        if (!ref.barrier().ok()) ++failures;
+  ckpt_test::run_ranks(kWorld, [&](std::uint32_t rank, ThreadComm& comm) {
+    const int r = static_cast<int>(rank);
+    CommRef ref(comm);  // through the type-erased reference, as the store uses it
+    for (int round = 0; round < kRounds; ++round) {
+      const int root = round % kWorld;
+      auto all = ref.gather(std::to_string(round) + ":" + std::to_string(r), root);
+      if (!all.ok()) ++failures;
+      else if (r == root) {
+        for (int k = 0; k < kWorld; ++k)
+          if ((*all)[static_cast<std::size_t>(k)] != std::to_string(round) + ":" + std::to_string(k)) ++failures;
+      } else if (!all->empty()) {
+        ++failures;
       }
-    });
-  for (auto& t : threads) t.join();
+      std::string b = r == root ? "from " + std::to_string(root) + " in " + std::to_string(round) : "stale";
+      if (!ref.broadcast(b, root).ok() || b != "from " + std::to_string(root) + " in " + std::to_string(round)) ++failures;
+      if (!ref.barrier().ok()) ++failures;
+    }
+    return Status();
+  });
   CHECK(failures == 0);
 }
 
@@ -76,23 +75,20 @@ TEST_CASE("thread collectives refuse roots outside the group", "[thread_comm]") 
 
 TEST_CASE("thread ranks send point to point in order per source and tag, both ways at once", "[thread_comm]") {
   constexpr int kWorld = 3;
-  ThreadGroup group(kWorld);
   std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      ThreadComm comm(group, r);
-      CommRef ref(comm);
-      const int next = (r + 1) % kWorld, prev = (r + kWorld - 1) % kWorld;
-      for (int i = 0; i < 50; ++i)
-        if (!ref.send(std::to_string(r) + ":" + std::to_string(i), next, 7).ok()) ++failures;
-      if (!ref.send("other tag", next, 8).ok()) ++failures;
-      std::string got;
-      if (!ref.recv(got, prev, 8).ok() || got != "other tag") ++failures;
-      for (int i = 0; i < 50; ++i)
-        if (!ref.recv(got, prev, 7).ok() || got != std::to_string(prev) + ":" + std::to_string(i)) ++failures;
-    });
-  for (auto& t : threads) t.join();
+  ckpt_test::run_ranks(kWorld, [&](std::uint32_t rank, ThreadComm& comm) {
+    const int r = static_cast<int>(rank);
+    CommRef ref(comm);
+    const int next = (r + 1) % kWorld, prev = (r + kWorld - 1) % kWorld;
+    for (int i = 0; i < 50; ++i)
+      if (!ref.send(std::to_string(r) + ":" + std::to_string(i), next, 7).ok()) ++failures;
+    if (!ref.send("other tag", next, 8).ok()) ++failures;
+    std::string got;
+    if (!ref.recv(got, prev, 8).ok() || got != "other tag") ++failures;
+    for (int i = 0; i < 50; ++i)
+      if (!ref.recv(got, prev, 7).ok() || got != std::to_string(prev) + ":" + std::to_string(i)) ++failures;
+    return Status();
+  });
   CHECK(failures == 0);
 }
 

@@ -30,6 +30,13 @@ TierRecord captured(std::uint64_t step, std::vector<Digest128> shards) {
   return r;
 }
 
+// Opens the tier log in dir, appends a CAPTURED record of two shards for each step, one group each, and closes it.
+void append_captures(PosixFs& fs, const fsys::path& dir, std::initializer_list<std::uint64_t> steps) {
+  auto log = TierLog::open(fs, dir.string());
+  REQUIRE(log.ok());
+  for (const std::uint64_t s : steps) REQUIRE(log->append({captured(s, {{1, 1}, {2, 2}})}).ok());
+}
+
 }  // namespace
 
 TEST_CASE("tier records survive reopening, payloads and digests intact", "[tier_log]") {
@@ -69,18 +76,10 @@ TEST_CASE("a missing tier log reads as empty; a torn tail is end of log", "[tier
   auto none = read_tier_log(fs, dir.string());
   REQUIRE(none.ok());
   CHECK(none->empty());
-  {
-    auto log = TierLog::open(fs, dir.string());
-    REQUIRE(log.ok());
-    REQUIRE(log->append({captured(2, {{1, 1}, {2, 2}})}).ok());
-  }
+  append_captures(fs, dir, {2});
   const auto path = dir / "TIERS";
   const auto size = fsys::file_size(path);
-  {
-    auto log = TierLog::open(fs, dir.string());
-    REQUIRE(log.ok());
-    REQUIRE(log->append({captured(4, {{1, 1}, {2, 2}})}).ok());
-  }
+  append_captures(fs, dir, {4});
   // Cut the second group in half: an interrupted append.
   fsys::resize_file(path, size + 100);
   auto read = read_tier_log(fs, dir.string());
@@ -99,11 +98,7 @@ TEST_CASE("a missing tier log reads as empty; a torn tail is end of log", "[tier
 TEST_CASE("damage before valid tier records is reported, never skipped", "[tier_log]") {
   PosixFs fs;
   const auto dir = fresh_dir("corrupt");
-  {
-    auto log = TierLog::open(fs, dir.string());
-    REQUIRE(log.ok());
-    for (std::uint64_t s = 1; s <= 3; ++s) REQUIRE(log->append({captured(s, {{1, 1}, {2, 2}})}).ok());
-  }
+  append_captures(fs, dir, {1, 2, 3});
   const auto path = dir / "TIERS";
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(4096 + 20);  // inside the first CAPTURED record's payload

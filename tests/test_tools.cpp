@@ -14,6 +14,7 @@
 #include <ckpt/shard_reader.hpp>
 #include <ckpt/shard_writer.hpp>
 
+#include "shard_test_util.hpp"
 #include "test_util.hpp"
 #include "tool_run.hpp"
 
@@ -37,29 +38,18 @@ struct Files {
   Files() {
     PosixFs fs;
     good = dir.file("good.ckpt");
-    WriterOptions o;
-    o.chunk_size_log2 = 12;
-    auto w = ShardWriter::create(fs, good, o);
+    auto w = ShardWriter::create(fs, good, ckpt_test::small_writer_options());
     REQUIRE(w.ok());
     const auto data = ckpt_test::random_bytes(5 * 3000 * 4, 1);
     REQUIRE(w->add_tensor("layer/w", DType::F32, {5, 3000}, data.data(), data.size()).ok());
-    REQUIRE(w->begin_piece("emb", DType::BF16, {10, 4}, {5, 0}, {5, 4}).ok());
-    REQUIRE(w->write(data.data(), 40).ok());
-    REQUIRE(w->end_piece().ok());
-    REQUIRE(w->begin_piece("emb", DType::BF16, {10, 4}, {0, 0}, {5, 4}).ok());
-    REQUIRE(w->write(data.data() + 40, 40).ok());
-    REQUIRE(w->end_piece().ok());
+    ckpt_test::write_piece(*w, "emb", DType::BF16, {10, 4}, {5, 0}, {5, 4}, data.data(), 40);
+    ckpt_test::write_piece(*w, "emb", DType::BF16, {10, 4}, {0, 0}, {5, 4}, data.data() + 40, 40);
     REQUIRE(w->add_tensor("step", DType::I64, {}, data.data(), 8).ok());
     REQUIRE(w->add_tensor("none", DType::U8, {0}, nullptr, 0).ok());
-    REQUIRE(w->set_metadata("step", Value(std::int64_t{-77})).ok());
-    REQUIRE(w->set_metadata("lr", Value(0.125)).ok());
-    REQUIRE(w->set_metadata("final", Value(false)).ok());
-    REQUIRE(w->set_metadata("note", Value("tab\there")).ok());
-    REQUIRE(w->set_metadata("rng", Value(Bytes{std::string("\x00\xff\x10", 3)})).ok());
-    REQUIRE(w->finish().ok());
-    auto r = ShardReader::open(fs, good);
-    REQUIRE(r.ok());
-    index = r->index();
+    ckpt_test::set_metadata(*w, {{"step", Value(std::int64_t{-77})}, {"lr", Value(0.125)}, {"final", Value(false)},
+                                 {"note", Value("tab\there")}, {"rng", Value(Bytes{std::string("\x00\xff\x10", 3)})}});
+    const ShardReader r = ckpt_test::finish_and_open(fs, *w, good);
+    index = r.index();
     const std::string bytes = ckpt_test::read_file(good);
 
     damaged_data = dir.file("damaged-data.ckpt");
@@ -70,7 +60,7 @@ struct Files {
 
     damaged_index = dir.file("damaged-index.ckpt");
     b = bytes;
-    b[r->footer().index_offset + 70] ^= 0x01;
+    b[r.footer().index_offset + 70] ^= 0x01;
     ckpt_test::write_file(damaged_index, b);
 
     truncated = dir.file("truncated.ckpt");

@@ -73,12 +73,38 @@ inline void write_file(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// XORs the byte at `offset` of the file at path with mask: damage in place.
+inline void xor_byte(const std::string& path, std::uint64_t offset, unsigned char mask) {
+  std::string bytes = read_file(path);
+  bytes.at(static_cast<std::size_t>(offset)) = static_cast<char>(bytes[static_cast<std::size_t>(offset)] ^ mask);
+  write_file(path, bytes);
+}
+
 // A scratch directory holding one file, `name`, with the given bytes.
 struct ScratchFile {
   ScratchFile(const std::string& name, const std::string& bytes) : path(dir.file(name)) { write_file(path, bytes); }
   TempDir dir;
   std::string path;
 };
+
+// A damaged copy of an encoding, and what was done to it.
+struct Damaged {
+  std::string bytes;
+  std::string what;  // "flip at 12", "cut at 7"
+  bool cut = false;
+};
+
+// Every one-byte flip of bytes (xor with mask), then every proper prefix: the damage a decoder must refuse.
+[[nodiscard]] inline std::vector<Damaged> flips_and_cuts(const std::string& bytes, unsigned char mask) {
+  std::vector<Damaged> out;
+  for (std::size_t at = 0; at < bytes.size(); ++at) {
+    std::string flipped = bytes;
+    flipped[at] = static_cast<char>(flipped[at] ^ mask);
+    out.push_back({std::move(flipped), "flip at " + std::to_string(at), false});
+  }
+  for (std::size_t n = 0; n < bytes.size(); ++n) out.push_back({bytes.substr(0, n), "cut at " + std::to_string(n), true});
+  return out;
+}
 
 // Runs a shell command and returns its exit status (not the raw wait status).
 [[nodiscard]] inline int run_command(const std::string& cmd) {
