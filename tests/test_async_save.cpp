@@ -39,6 +39,20 @@ AsyncSaveOptions small_saver(std::size_t staging = 64 << 10, std::size_t slab = 
   return o;
 }
 
+// A writable store at kStore on fs with the tests' small settings.
+template <class Fs>
+std::unique_ptr<Store> open_store(Fs& fs, bool create = true) {
+  auto store = Store::open(fs, kStore, Access::read_write, small_store(create));
+  REQUIRE(store.ok());
+  return std::move(store).value();
+}
+
+std::unique_ptr<AsyncSaver> start_saver(Store& store, const AsyncSaveOptions& o = small_saver()) {
+  auto saver = AsyncSaver::create(store, o);
+  REQUIRE(saver.ok());
+  return std::move(saver).value();
+}
+
 // The tensors of a step: a function of the step number, so any step can be checked bit for bit.
 struct StepData {
   std::vector<unsigned char> weights, moments, tiny;
@@ -77,6 +91,15 @@ std::string check_step(Store& store, std::uint64_t step, std::size_t weight_byte
   if (!verified.ok()) return verified.status().to_string();
   if (!verified->ok()) return "verify_step found damage";
   return "";
+}
+
+// Saves StepData(step) for each step through saver, then waits for every save to commit.
+void save_and_wait(AsyncSaver& saver, std::initializer_list<std::uint64_t> steps) {
+  for (const std::uint64_t step : steps) {
+    const StepData d(step);
+    REQUIRE(saver.save(d.request(step)).ok());
+  }
+  REQUIRE(saver.wait().ok());
 }
 
 std::vector<std::uint64_t> live_steps(const std::vector<StepInfo>& steps) {
@@ -183,23 +206,21 @@ TEST_CASE("a synchronous commit records a save whose stall is the whole save", "
 
 TEST_CASE("a state larger than the staging pool streams through it", "[async]") {
   SimFs sim;
-  auto store = Store::open(sim, kStore, Access::read_write, small_store());
-  REQUIRE(store.ok());
+  auto store = open_store(sim);
   constexpr std::size_t kBig = 300000;  // 37 slabs of 8 KiB through a pool of 4
   {
-    auto saver = AsyncSaver::create(**store, small_saver(32 << 10, 8 << 10));
-    REQUIRE(saver.ok());
-    CHECK((*saver)->pool().slab_count() == 4);
+    auto saver = start_saver(*store, small_saver(32 << 10, 8 << 10));
+    CHECK(saver->pool().slab_count() == 4);
     for (std::uint64_t step : {1, 2}) {
       const StepData data(step, kBig);
-      auto ticket = (*saver)->save(data.request(step));
+      auto ticket = saver->save(data.request(step));
       REQUIRE(ticket.ok());
     }
-    REQUIRE((*saver)->wait().ok());
-    CHECK((*saver)->pool().free_slabs() == 4);  // every slab came back
+    REQUIRE(saver->wait().ok());
+    CHECK(saver->pool().free_slabs() == 4);  // every slab came back
   }
-  CHECK(check_step(**store, 1, kBig) == "");
-  CHECK(check_step(**store, 2, kBig) == "");
+  CHECK(check_step(*store, 1, kBig) == "");
+  CHECK(check_step(*store, 2, kBig) == "");
 }
 
 TEST_CASE("the staging pool is cut into page-aligned slabs and rejects impossible sizes", "[async][staging]") {
@@ -229,47 +250,44 @@ TEST_CASE("with one save in flight the next one waits or is skipped, as the call
     INFO((policy == WhenBusy::wait ? "wait" : "skip"));
     SimFs sim;
     Gate gate;
-    auto store = Store::open(sim, kStore, Access::read_write, small_store());
-    REQUIRE(store.ok());
+    auto store = open_store(sim);
     sim.set_persistence_hook([&](const SimFs&, const PersistencePoint&) { gate.hold(); });
     AsyncSaveOptions o = small_saver();
     o.when_busy = policy;
-    auto saver = AsyncSaver::create(**store, o);
-    REQUIRE(saver.ok());
+    auto saver = start_saver(*store, o);
     gate.close();
     const StepData one(1), two(2);
-    REQUIRE((*saver)->save(one.request(1)).ok());
+    REQUIRE(saver->save(one.request(1)).ok());
     gate.until_held();  // step 1 is persisting and cannot finish
-    CHECK((*saver)->in_flight() == 1);
+    CHECK(saver->in_flight() == 1);
     if (policy == WhenBusy::skip) {
-      auto ticket = (*saver)->save(two.request(2));
+      auto ticket = saver->save(two.request(2));
       REQUIRE(ticket.ok());
       CHECK(ticket->skipped);
-      CHECK((*saver)->saves_skipped() == 1);
+      CHECK(saver->saves_skipped() == 1);
       gate.open();
     } else {
       std::thread opener([&] {
         std::this_thread::sleep_for(30ms);
         gate.open();
       });
-      auto ticket = (*saver)->save(two.request(2));  // blocks until step 1 committed
+      auto ticket = saver->save(two.request(2));  // blocks until step 1 committed
       opener.join();
       REQUIRE(ticket.ok());
       CHECK_FALSE(ticket->skipped);
       CHECK(ticket->stall >= 20ms);
     }
-    REQUIRE((*saver)->wait().ok());
+    REQUIRE(saver->wait().ok());
     sim.set_persistence_hook(nullptr);
     const auto want = policy == WhenBusy::skip ? std::vector<std::uint64_t>{1} : std::vector<std::uint64_t>{1, 2};
-    CHECK(live_steps((*store)->steps()) == want);
+    CHECK(live_steps(store->steps()) == want);
   }
 }
 
 TEST_CASE("with two saves in flight the next is staged while the first persists, and commits after it", "[async]") {
   SimFs sim;
   Gate gate;
-  auto store = Store::open(sim, kStore, Access::read_write, small_store());
-  REQUIRE(store.ok());
+  auto store = open_store(sim);
   sim.set_persistence_hook([&](const SimFs&, const PersistencePoint&) { gate.hold(); });
   AsyncSaveOptions o = small_saver(256 << 10);
   o.max_in_flight = 2;
@@ -279,26 +297,25 @@ TEST_CASE("with two saves in flight the next is staged while the first persists,
     CHECK(out.status.ok());
     completed.push_back(out.step);
   };
-  auto saver = AsyncSaver::create(**store, o);
-  REQUIRE(saver.ok());
+  auto saver = start_saver(*store, o);
   gate.close();
   const StepData a(1), b(2), c(3);
-  REQUIRE((*saver)->save(a.request(1)).ok());
+  REQUIRE(saver->save(a.request(1)).ok());
   gate.until_held();
-  auto second = (*saver)->save(b.request(2));  // staged, not blocked
+  auto second = saver->save(b.request(2));  // staged, not blocked
   REQUIRE(second.ok());
   CHECK_FALSE(second->skipped);
-  CHECK((*saver)->in_flight() == 2);
-  auto third = (*saver)->save(c.request(3));  // over the limit: skipped
+  CHECK(saver->in_flight() == 2);
+  auto third = saver->save(c.request(3));  // over the limit: skipped
   REQUIRE(third.ok());
   CHECK(third->skipped);
   gate.open();
-  REQUIRE((*saver)->wait().ok());
+  REQUIRE(saver->wait().ok());
   sim.set_persistence_hook(nullptr);
   CHECK(completed == std::vector<std::uint64_t>{1, 2});
-  CHECK(live_steps((*store)->steps()) == std::vector<std::uint64_t>{1, 2});
-  CHECK(check_step(**store, 1) == "");
-  CHECK(check_step(**store, 2) == "");
+  CHECK(live_steps(store->steps()) == std::vector<std::uint64_t>{1, 2});
+  CHECK(check_step(*store, 1) == "");
+  CHECK(check_step(*store, 2) == "");
 }
 
 TEST_CASE("retention runs after each async commit, in the background, and steps commit in order", "[async]") {
@@ -335,28 +352,17 @@ TEST_CASE("a background failure at any operation is reported by the next call an
   // Count the operations of one async save of step 30 over a store with steps 10 and 20.
   SimFs base;
   {
-    auto store = Store::open(base, kStore, Access::read_write, small_store());
-    REQUIRE(store.ok());
-    auto saver = AsyncSaver::create(**store, small_saver());
-    REQUIRE(saver.ok());
-    for (std::uint64_t step : {10, 20}) {
-      const StepData d(step);
-      REQUIRE((*saver)->save(d.request(step)).ok());
-    }
-    REQUIRE((*saver)->wait().ok());
+    auto store = open_store(base);
+    save_and_wait(*start_saver(*store), {10, 20});
   }
   std::uint64_t ops = 0;
   {
     SimFs sim(base);
     FaultFs<SimFs> counting(sim);
-    auto store = Store::open(counting, kStore, Access::read_write, small_store(false));
-    REQUIRE(store.ok());
-    auto saver = AsyncSaver::create(**store, small_saver());
-    REQUIRE(saver.ok());
+    auto store = open_store(counting, false);
+    auto saver = start_saver(*store);
     counting.set_plan({});
-    const StepData d(30);
-    REQUIRE((*saver)->save(d.request(30)).ok());
-    REQUIRE((*saver)->wait().ok());
+    save_and_wait(*saver, {30});
     ops = counting.count();
   }
   REQUIRE(ops >= 12);
@@ -366,22 +372,20 @@ TEST_CASE("a background failure at any operation is reported by the next call an
       INFO(fault_name(fault) << " at operation " << n << " of " << ops);
       SimFs sim(base);
       FaultFs<SimFs> faulty(sim);
-      auto opened = Store::open(faulty, kStore, Access::read_write, small_store(false));
-      REQUIRE(opened.ok());
-      auto& store = **opened;
-      auto saver = AsyncSaver::create(store, small_saver());
-      REQUIRE(saver.ok());
+      auto opened = open_store(faulty, false);
+      Store& store = *opened;
+      auto saver = start_saver(store);
       faulty.set_plan(FaultPlan::nth(n, fault));
       const StepData d30(30), d40(40);
-      REQUIRE((*saver)->save(d30.request(30)).ok());
+      REQUIRE(saver->save(d30.request(30)).ok());
       Status reported;
       if (n % 2 == 0) {
-        reported = (*saver)->wait();
+        reported = saver->wait();
         ++reported_by_wait;
       } else {
         // Not waited for: the next save() reports it and is not taken.
-        while ((*saver)->in_flight() != 0) std::this_thread::sleep_for(1ms);
-        auto next = (*saver)->save(d40.request(40));
+        while (saver->in_flight() != 0) std::this_thread::sleep_for(1ms);
+        auto next = saver->save(d40.request(40));
         REQUIRE_FALSE(next.ok());
         reported = next.status();
         CHECK(reported.message().find("step 40 not taken") != std::string::npos);
@@ -393,7 +397,7 @@ TEST_CASE("a background failure at any operation is reported by the next call an
       CHECK(reported.code() == Code::io);
       CHECK(reported.message().find("step 30") != std::string::npos);
       CHECK(reported.message().find("injected fault") != std::string::npos);
-      CHECK((*saver)->wait().ok());  // reported once, not twice
+      CHECK(saver->wait().ok());  // reported once, not twice
       if (store.failed()) {
         ++in_doubt;  // the COMMIT's durability is unknown until a reopen decides (spec/JOURNAL.md 5.4)
         continue;
@@ -401,8 +405,8 @@ TEST_CASE("a background failure at any operation is reported by the next call an
       REQUIRE(store.latest());
       CHECK(store.latest()->step == 20);
       // The saver goes on: the next save works.
-      REQUIRE((*saver)->save(d40.request(40)).ok());
-      REQUIRE((*saver)->wait().ok());
+      REQUIRE(saver->save(d40.request(40)).ok());
+      REQUIRE(saver->wait().ok());
       CHECK(store.latest()->step == 40);
       CHECK(check_step(store, 40) == "");
       CHECK(check_step(store, 20) == "");
@@ -416,57 +420,47 @@ TEST_CASE("a background failure at any operation is reported by the next call an
 TEST_CASE("a flush that cannot finish the save in flight before its deadline abandons it cleanly", "[async][flush]") {
   SimFs sim;
   Gate gate;
-  auto store = Store::open(sim, kStore, Access::read_write, small_store());
-  REQUIRE(store.ok());
-  {
-    auto saver = AsyncSaver::create(**store, small_saver());
-    REQUIRE(saver.ok());
-    const StepData d(1);
-    REQUIRE((*saver)->save(d.request(1)).ok());
-    REQUIRE((*saver)->wait().ok());
-  }
+  auto store = open_store(sim);
+  save_and_wait(*start_saver(*store), {1});
   sim.set_persistence_hook([&](const SimFs&, const PersistencePoint&) { gate.hold(); });
-  auto saver = AsyncSaver::create(**store, small_saver());
-  REQUIRE(saver.ok());
+  auto saver = start_saver(*store);
   gate.close();
   const StepData d2(2);
-  REQUIRE((*saver)->save(d2.request(2)).ok());
+  REQUIRE(saver->save(d2.request(2)).ok());
   gate.until_held();
   std::thread opener([&] {
     std::this_thread::sleep_for(60ms);  // the stuck operation returns after the deadline
     gate.open();
   });
   const auto t0 = std::chrono::steady_clock::now();
-  Status flushed = (*saver)->flush(t0 + 40ms);
+  Status flushed = saver->flush(t0 + 40ms);
   opener.join();
   CHECK(flushed.code() == Code::cancelled);
   CHECK(flushed.message().find("step 2") != std::string::npos);
   // No more saves are taken.
-  auto after = (*saver)->save(d2.request(3));
+  auto after = saver->save(d2.request(3));
   CHECK(after.status().code() == Code::cancelled);
   sim.set_persistence_hook(nullptr);
-  REQUIRE((*store)->latest());
-  CHECK((*store)->latest()->step == 1);
-  CHECK(check_step(**store, 1) == "");
+  REQUIRE(store->latest());
+  CHECK(store->latest()->step == 1);
+  CHECK(check_step(*store, 1) == "");
   // The abandoned step left nothing: ABORT written, its directory removed.
   auto entries = sim.list_dir(kStore);
   REQUIRE(entries.ok());
   std::sort(entries->begin(), entries->end());
-  CHECK(*entries == std::vector<std::string>{"JOURNAL", "LOCK", (*store)->latest()->dir});
+  CHECK(*entries == std::vector<std::string>{"JOURNAL", "LOCK", store->latest()->dir});
 }
 
 TEST_CASE("a flush with time to spare commits the save in flight", "[async][flush]") {
   SimFs sim;
-  auto store = Store::open(sim, kStore, Access::read_write, small_store());
-  REQUIRE(store.ok());
-  auto saver = AsyncSaver::create(**store, small_saver());
-  REQUIRE(saver.ok());
+  auto store = open_store(sim);
+  auto saver = start_saver(*store);
   const StepData d(7);
-  REQUIRE((*saver)->save(d.request(7)).ok());
-  CHECK((*saver)->flush(std::chrono::steady_clock::now() + 60s).ok());
-  REQUIRE((*store)->latest());
-  CHECK((*store)->latest()->step == 7);
-  CHECK(check_step(**store, 7) == "");
+  REQUIRE(saver->save(d.request(7)).ok());
+  CHECK(saver->flush(std::chrono::steady_clock::now() + 60s).ok());
+  REQUIRE(store->latest());
+  CHECK(store->latest()->step == 7);
+  CHECK(check_step(*store, 7) == "");
 }
 
 TEST_CASE("a signal handler's flush request is seen by the saver and keeps the earliest deadline", "[async][flush]") {
@@ -485,15 +479,13 @@ TEST_CASE("a signal handler's flush request is seen by the saver and keeps the e
   CHECK(*flush_requested() <= *requested + 1ms);
   // A saver obeys it without a flush() call: no new save is taken.
   SimFs sim;
-  auto store = Store::open(sim, kStore, Access::read_write, small_store());
-  REQUIRE(store.ok());
-  auto saver = AsyncSaver::create(**store, small_saver());
-  REQUIRE(saver.ok());
+  auto store = open_store(sim);
+  auto saver = start_saver(*store);
   const StepData d(1);
-  CHECK((*saver)->save(d.request(1)).status().code() == Code::cancelled);
+  CHECK(saver->save(d.request(1)).status().code() == Code::cancelled);
   clear_flush_request();
-  CHECK((*saver)->save(d.request(1)).ok());
-  CHECK((*saver)->wait().ok());
+  CHECK(saver->save(d.request(1)).ok());
+  CHECK(saver->wait().ok());
   std::signal(SIGUSR1, SIG_DFL);
 }
 

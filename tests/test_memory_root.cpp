@@ -58,6 +58,26 @@ void leave_open_transaction(PosixFs& fs, const std::string& store, std::uint64_t
   ckpt_test::write_file(dir + "/" + shard_file_name(0, 1), "partial shard");
 }
 
+// Options naming the fixture's persistent store in dir, so that it is compared with the memory tier.
+MemoryRootOptions with_persistent(const fsys::path& dir) {
+  MemoryRootOptions o;
+  o.persistent = (dir / "persistent").string();
+  return o;
+}
+
+// What examine (describe_memory_root or verify_memory_root) makes of the pristine fixture's root with
+// its persistent store: REQUIREd to succeed and CHECKed to find nothing wrong.
+template <class Report>
+Report examine_pristine(Result<Report> (*examine)(FsRef, const std::string&, const MemoryRootOptions&)) {
+  const auto dir = fixture::pristine();
+  PosixFs fs;
+  auto r = examine(fs, (dir / "mem").string(), with_persistent(dir));
+  REQUIRE(r.ok());
+  INFO((r->problems.empty() ? std::string() : r->problems.front().message));
+  CHECK(r->ok());
+  return std::move(r).value();
+}
+
 std::vector<TierRecord> log_of(const fsys::path& rank_dir) {
   PosixFs fs;
   auto records = read_tier_log(fs, rank_dir.string());
@@ -80,35 +100,28 @@ TEST_CASE("a memory root and a rank directory are told apart from stores and oth
 }
 
 TEST_CASE("each step is described: where every shard is held, its copies, replicated and persisted", "[memory_root]") {
-  const auto dir = fixture::pristine();
-  PosixFs fs;
-  MemoryRootOptions o;
-  o.persistent = (dir / "persistent").string();
-  auto root = describe_memory_root(fs, (dir / "mem").string(), o);
-  REQUIRE(root.ok());
-  INFO((root->problems.empty() ? std::string() : root->problems.front().message));
-  CHECK(root->ok());
-  CHECK(root->kind == PathKind::memory_root);
-  REQUIRE(root->rank_dirs.size() == 4);
-  for (const auto& d : root->rank_dirs) {
+  const MemoryRoot root = examine_pristine(&describe_memory_root);
+  CHECK(root.kind == PathKind::memory_root);
+  REQUIRE(root.rank_dirs.size() == 4);
+  for (const auto& d : root.rank_dirs) {
     CHECK(d.stores.size() == 2);  // own and one held-<s>
     CHECK(d.log_present);
     CHECK(d.log_error.ok());
   }
-  CHECK(root->copies.size() == 16);  // 4 ranks x (own + held) x steps 4 and 6
+  CHECK(root.copies.size() == 16);  // 4 ranks x (own + held) x steps 4 and 6
   // Step 2 was evicted everywhere: it is recorded, but no copy of it is left.
-  REQUIRE(root->steps.size() == 3);
+  REQUIRE(root.steps.size() == 3);
   for (const std::uint64_t n : {4, 6}) {
     INFO("step " << n);
-    const MemoryStep* s = find_step(*root, n);
+    const MemoryStep* s = find_step(root, n);
     REQUIRE(s != nullptr);
     CHECK(s->world == 4);
     REQUIRE(s->shards.size() == 4);
     for (const auto& sh : s->shards) {
       CHECK(sh.matching == 2);  // its rank's own copy and one replica
       REQUIRE(sh.copies.size() == 2);
-      const ShardCopy& own = root->copies[sh.copies[0]].own ? root->copies[sh.copies[0]] : root->copies[sh.copies[1]];
-      const ShardCopy& held = root->copies[sh.copies[0]].own ? root->copies[sh.copies[1]] : root->copies[sh.copies[0]];
+      const ShardCopy& own = root.copies[sh.copies[0]].own ? root.copies[sh.copies[0]] : root.copies[sh.copies[1]];
+      const ShardCopy& held = root.copies[sh.copies[0]].own ? root.copies[sh.copies[1]] : root.copies[sh.copies[0]];
       CHECK(own.where == "rank-" + std::to_string(sh.shard) + "/own");
       CHECK(held.where == "rank-" + std::to_string((sh.shard + 1) % 4) + "/held-" + std::to_string(sh.shard));
       CHECK(own.recorded);
@@ -126,11 +139,11 @@ TEST_CASE("each step is described: where every shard is held, its copies, replic
     CHECK_FALSE(s->load_failed);
     CHECK(s->set_aside == 0);
   }
-  CHECK(find_step(*root, 4)->persisted);
-  CHECK(find_step(*root, 4)->persistent == PersistentState::same);
-  CHECK_FALSE(find_step(*root, 6)->persisted);
-  CHECK(find_step(*root, 6)->persistent == PersistentState::absent);
-  const MemoryStep* evicted = find_step(*root, 2);
+  CHECK(find_step(root, 4)->persisted);
+  CHECK(find_step(root, 4)->persistent == PersistentState::same);
+  CHECK_FALSE(find_step(root, 6)->persisted);
+  CHECK(find_step(root, 6)->persistent == PersistentState::absent);
+  const MemoryStep* evicted = find_step(root, 2);
   REQUIRE(evicted != nullptr);
   CHECK(evicted->fewest_copies() == 0);
   CHECK(count_events(*evicted, TierEvent::evicted) == 8);  // own and held copies, one record each
@@ -157,19 +170,12 @@ TEST_CASE("one rank directory is described on its own: the shards it holds", "[m
 }
 
 TEST_CASE("every copy verifies in an intact root, the persistent store's step too", "[memory_root]") {
-  const auto dir = fixture::pristine();
-  PosixFs fs;
-  MemoryRootOptions o;
-  o.persistent = (dir / "persistent").string();
-  auto v = verify_memory_root(fs, (dir / "mem").string(), o);
-  REQUIRE(v.ok());
-  INFO((v->problems.empty() ? std::string() : v->problems.front().message));
-  CHECK(v->ok());
-  CHECK(v->copies_checked == 16);
-  CHECK(v->chunks_checked > 16);
-  for (const auto& c : v->root.copies) CHECK(c.verified == std::optional<bool>(true));
+  const MemoryRootVerification v = examine_pristine(&verify_memory_root);
+  CHECK(v.copies_checked == 16);
+  CHECK(v.chunks_checked > 16);
+  for (const auto& c : v.root.copies) CHECK(c.verified == std::optional<bool>(true));
   for (const std::uint64_t n : {4, 6})
-    for (const auto& sh : find_step(v->root, n)->shards) CHECK(sh.verified == 2);
+    for (const auto& sh : find_step(v.root, n)->shards) CHECK(sh.verified == 2);
 }
 
 TEST_CASE("damage in a copy, a shard file or a tier log is named down to rank directory, store, step and shard", "[memory_root]") {
@@ -250,8 +256,7 @@ TEST_CASE("a persistent step that is not the content recorded as persisted is na
     REQUIRE((*tx)->add_tensor("w", DType::F32, {64}, other.data(), other.size() * 4).ok());
     REQUIRE((*tx)->commit().ok());
   }
-  MemoryRootOptions o;
-  o.persistent = (dir / "persistent").string();
+  MemoryRootOptions o = with_persistent(dir);
   auto root = describe_memory_root(fs, (dir / "mem").string(), o);
   REQUIRE(root.ok());
   CHECK(find_step(*root, 4)->persistent == PersistentState::different);

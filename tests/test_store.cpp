@@ -31,6 +31,22 @@ constexpr FsOpSet kWrites = fs_op_bit(FsOp::pwrite) | fs_op_bit(FsOp::truncate) 
 
 StoreOptions writable_options(bool create = true) { return ckpt_test::small_store_options(create); }
 
+// The store at path, writable, created unless create is false; REQUIREd to open.
+std::unique_ptr<Store> open_store(PosixFs& fs, const std::string& path, bool create = true) {
+  auto store = Store::open(fs, path, Access::read_write, writable_options(create));
+  REQUIRE(store.ok());
+  return std::move(store).value();
+}
+
+// Most tests' setting: a scratch directory, the file system it is on, and the store's path in it.
+struct StoreDir {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("store");
+
+  std::unique_ptr<Store> open_writable(bool create = true) { return open_store(fs, path, create); }
+};
+
 std::vector<float> weights(std::uint64_t step) {
   std::vector<float> w(kElems);
   for (std::size_t i = 0; i < kElems; ++i) w[i] = static_cast<float>(step) + static_cast<float>(i) / 1000.0f;
@@ -49,6 +65,12 @@ Result<CommitResult> save(Store& store, std::uint64_t step) {
   tx->state().values["lr"] = 1.0 / static_cast<double>(step + 1);
   tx->state().values["tag"] = "step " + std::to_string(step);
   return tx->commit();
+}
+
+// Creates the store at path with each step saved, and closes it.
+void create_with_steps(PosixFs& fs, const std::string& path, std::initializer_list<std::uint64_t> steps) {
+  auto store = open_store(fs, path);
+  for (const std::uint64_t step : steps) REQUIRE(save(*store, step).ok());
 }
 
 // Opens a committed step and checks every byte and field save() wrote.
@@ -114,48 +136,43 @@ void crash_mid_save(PosixFs& fs, const std::string& store, std::uint64_t txn, st
 
 }  // namespace
 
-TEST_CASE("commit makes a step that steps, latest, find and open_step see", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
-  auto store = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  CHECK_FALSE((*store)->latest());
-  CHECK((*store)->recovery_report().clean());
+TEST_CASE_METHOD(StoreDir, "commit makes a step that steps, latest, find and open_step see", "[store]") {
+  auto store = open_writable();
+  CHECK_FALSE(store->latest());
+  CHECK(store->recovery_report().clean());
   for (const std::uint64_t step : {100, 200, 300}) {
-    auto r = save(**store, step);
+    auto r = save(*store, step);
     REQUIRE(r.ok());
     CHECK(r->step.step == step);
     CHECK(r->step.dir == step_dir_name(step, r->step.txn));
     CHECK(r->retired.empty());
   }
-  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{100, 200, 300});
-  REQUIRE((*store)->latest());
-  CHECK((*store)->latest()->step == 300);
-  CHECK((*store)->find(200)->txn == 2);
-  CHECK((*store)->find(250).status().code() == Code::not_found);
-  for (const std::uint64_t step : {100, 200, 300}) check_step(**store, step);
-  auto latest = (*store)->open_latest();
+  CHECK(step_numbers(*store) == std::vector<std::uint64_t>{100, 200, 300});
+  REQUIRE(store->latest());
+  CHECK(store->latest()->step == 300);
+  CHECK(store->find(200)->txn == 2);
+  CHECK(store->find(250).status().code() == Code::not_found);
+  for (const std::uint64_t step : {100, 200, 300}) check_step(*store, step);
+  auto latest = store->open_latest();
   REQUIRE(latest.ok());
   CHECK(latest->tensor_names() == std::vector<std::string>{"adam.m/w", "w"});
   CHECK(latest->manifest().world_size == 1);
-  auto verified = (*store)->verify_step(300);
+  auto verified = store->verify_step(300);
   REQUIRE(verified.ok());
   CHECK(verified->ok());
   CHECK(verified->shards.size() == 1);
   // The layout of spec/JOURNAL.md 2: JOURNAL, LOCK, one directory per transaction.
   CHECK(entries(fs, path) == std::vector<std::string>{"JOURNAL", "LOCK", "step-100-1", "step-200-2", "step-300-3"});
   CHECK(entries(fs, path + "/step-100-1") == std::vector<std::string>{"MANIFEST", "shard-00000-of-00001.ckpt"});
-  store->reset();
+  store.reset();
   // Reopened, read-only and writable, the same steps.
   auto ro = Store::open(fs, path, Access::read_only);
   REQUIRE(ro.ok());
   CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{100, 200, 300});
   check_step(**ro, 200);
-  auto rw = Store::open(fs, path, Access::read_write, writable_options(false));
-  REQUIRE(rw.ok());
-  CHECK((*rw)->recovery_report().clean());
-  CHECK((*rw)->next_txn() == 4);
+  auto rw = open_writable(false);
+  CHECK(rw->recovery_report().clean());
+  CHECK(rw->next_txn() == 4);
 }
 
 TEST_CASE("a store is created only when asked and never over other files", "[store]") {
@@ -174,13 +191,9 @@ TEST_CASE("a store is created only when asked and never over other files", "[sto
   CHECK(Store::open(fs, dir.file("empty"), Access::read_write, writable_options()).ok());
 }
 
-TEST_CASE("a second writer gets a conflict and readers are never blocked", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
-  auto first = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(first.ok());
-  REQUIRE(save(**first, 1).ok());
+TEST_CASE_METHOD(StoreDir, "a second writer gets a conflict and readers are never blocked", "[store]") {
+  auto first = open_writable();
+  REQUIRE(save(*first, 1).ok());
   auto second = Store::open(fs, path, Access::read_write, writable_options());
   REQUIRE_FALSE(second.ok());
   CHECK(second.status().code() == Code::conflict);
@@ -189,14 +202,11 @@ TEST_CASE("a second writer gets a conflict and readers are never blocked", "[sto
   auto reader = Store::open(fs, path, Access::read_only);
   REQUIRE(reader.ok());
   CHECK(step_numbers(**reader) == std::vector<std::uint64_t>{1});
-  first->reset();  // the lock goes with the store
+  first.reset();  // the lock goes with the store
   CHECK(Store::open(fs, path, Access::read_write, writable_options()).ok());
 }
 
-TEST_CASE("a read-only store refuses to write", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "a read-only store refuses to write", "[store]") {
   REQUIRE(Store::open(fs, path, Access::read_write, writable_options()).ok());
   auto ro = Store::open(fs, path, Access::read_only);
   REQUIRE(ro.ok());
@@ -205,55 +215,46 @@ TEST_CASE("a read-only store refuses to write", "[store]") {
   CHECK((*ro)->apply_retention(RetentionPolicy{1, 0}).status().code() == Code::invalid_argument);
 }
 
-TEST_CASE("abort removes the transaction's files and its id and names are never reused", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
-  auto store = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  REQUIRE(save(**store, 10).ok());
+TEST_CASE_METHOD(StoreDir, "abort removes the transaction's files and its id and names are never reused", "[store]") {
+  auto store = open_writable();
+  REQUIRE(save(*store, 10).ok());
   {
-    auto tx = (*store)->begin(20);
+    auto tx = store->begin(20);
     REQUIRE(tx.ok());
     CHECK((*tx)->txn() == 2);
     CHECK(fsys::exists((*tx)->directory()));
     const auto w = weights(20);
     REQUIRE((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
-    CHECK((*store)->begin(21).status().code() == Code::conflict);  // one transaction at a time
+    CHECK(store->begin(21).status().code() == Code::conflict);  // one transaction at a time
     REQUIRE((*tx)->abort().ok());
     CHECK_FALSE(fsys::exists((*tx)->directory()));
     CHECK((*tx)->commit().status().code() == Code::invalid_argument);
   }
   {
-    auto tx = (*store)->begin(20);  // destroyed without commit: aborted
+    auto tx = store->begin(20);  // destroyed without commit: aborted
     REQUIRE(tx.ok());
     CHECK((*tx)->txn() == 3);
   }
-  auto r = save(**store, 20);
+  auto r = save(*store, 20);
   REQUIRE(r.ok());
   CHECK(r->step.txn == 4);
   CHECK(r->step.dir == "step-20-4");
   CHECK(entries(fs, path) == std::vector<std::string>{"JOURNAL", "LOCK", "step-10-1", "step-20-4"});
   std::vector<std::string> states;
-  for (const auto& t : (*store)->transactions())
+  for (const auto& t : store->transactions())
     states.push_back(std::to_string(t.txn) + ":" + txn_state_name(t.state));
   CHECK(states == std::vector<std::string>{"1:committed", "2:aborted", "3:aborted", "4:committed"});
-  CHECK((*store)->transactions()[1].abort_reason == AbortReason::user);
-  store->reset();
-  auto again = Store::open(fs, path, Access::read_write, writable_options(false));
-  REQUIRE(again.ok());
-  CHECK((*again)->recovery_report().clean());
-  CHECK((*again)->next_txn() == 5);
+  CHECK(store->transactions()[1].abort_reason == AbortReason::user);
+  store.reset();
+  auto again = open_writable(false);
+  CHECK(again->recovery_report().clean());
+  CHECK(again->next_txn() == 5);
 }
 
-TEST_CASE("a reader sees only committed steps while a transaction is open", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
-  auto writer = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(writer.ok());
-  REQUIRE(save(**writer, 1).ok());
-  auto tx = (*writer)->begin(2);
+TEST_CASE_METHOD(StoreDir, "a reader sees only committed steps while a transaction is open", "[store]") {
+  auto writer = open_writable();
+  REQUIRE(save(*writer, 1).ok());
+  auto tx = writer->begin(2);
   REQUIRE(tx.ok());
   const auto w = weights(2);
   REQUIRE((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
@@ -273,14 +274,10 @@ TEST_CASE("a reader sees only committed steps while a transaction is open", "[st
   CHECK(back == w);
 }
 
-TEST_CASE("a read-only open never writes, even with a torn tail and an open transaction", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "a read-only open never writes, even with a torn tail and an open transaction", "[store]") {
   {
-    auto store = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 1).ok());
+    auto store = open_writable();
+    REQUIRE(save(*store, 1).ok());
   }
   crash_mid_save(fs, path, 2, 2, false);
   const auto before = ckpt_test::directory_tree(path);
@@ -301,15 +298,11 @@ TEST_CASE("a read-only open never writes, even with a torn tail and an open tran
   CHECK(ckpt_test::directory_tree(path) == before);
 }
 
-TEST_CASE("a writable open truncates a torn tail and aborts an open transaction, removing only the files its BEGIN named",
+TEST_CASE_METHOD(StoreDir, "a writable open truncates a torn tail and aborts an open transaction, removing only the files its BEGIN named",
           "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
   {
-    auto store = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 1).ok());
+    auto store = open_writable();
+    REQUIRE(save(*store, 1).ok());
   }
   for (const bool foreign : {true, false}) {
     INFO("foreign file " << foreign);
@@ -317,9 +310,8 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
     crash_mid_save(fs, path, txn, 7, foreign);
     const std::string step_dir = path + "/" + step_dir_name(7, txn);
     const std::uint64_t journal_end = fsys::file_size(path + "/JOURNAL") - 100;
-    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
-    REQUIRE(store.ok());
-    const RecoveryReport& report = (*store)->recovery_report();
+    auto store = open_writable(false);
+    const RecoveryReport& report = store->recovery_report();
     CHECK(report.applied);
     CHECK_FALSE(report.corrupt());
     std::vector<std::string> actions;
@@ -341,7 +333,7 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
     CHECK_FALSE(rescan->torn_tail);
     CHECK_FALSE(rescan->corrupt());
     CHECK(rescan->end == rescan->file_size);
-    const TxnInfo& t = (*store)->transactions().back();
+    const TxnInfo& t = store->transactions().back();
     CHECK(t.txn == txn);
     CHECK(t.state == TxnState::aborted);
     CHECK(t.abort_reason == AbortReason::recovery);
@@ -352,25 +344,20 @@ TEST_CASE("a writable open truncates a torn tail and aborts an open transaction,
     } else {
       CHECK_FALSE(fsys::exists(step_dir));
     }
-    CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
-    CHECK((*store)->next_txn() == txn + 1);
-    check_step(**store, 1);
+    CHECK(step_numbers(*store) == std::vector<std::uint64_t>{1});
+    CHECK(store->next_txn() == txn + 1);
+    check_step(*store, 1);
   }
   // Recovery is idempotent: a clean store needs nothing more.
-  auto again = Store::open(fs, path, Access::read_write, writable_options(false));
-  REQUIRE(again.ok());
-  CHECK((*again)->recovery_report().clean());
-  CHECK((*again)->recovery_report().unknown_entries.empty());
+  auto again = open_writable(false);
+  CHECK(again->recovery_report().clean());
+  CHECK(again->recovery_report().unknown_entries.empty());
 }
 
-TEST_CASE("check_store and a dry-run recovery plan without changing anything", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "check_store and a dry-run recovery plan without changing anything", "[store]") {
   {
-    auto store = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 1).ok());
+    auto store = open_writable();
+    REQUIRE(save(*store, 1).ok());
   }
   crash_mid_save(fs, path, 2, 2, false);
   const auto before = ckpt_test::directory_tree(path);
@@ -401,14 +388,10 @@ TEST_CASE("check_store and a dry-run recovery plan without changing anything", "
   CHECK(after->clean());
 }
 
-TEST_CASE("mid-log corruption refuses a writable open and is reported read-only", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "mid-log corruption refuses a writable open and is reported read-only", "[store]") {
   {
-    auto store = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(store.ok());
-    for (const std::uint64_t step : {1, 2, 3}) REQUIRE(save(**store, step).ok());
+    auto store = open_writable();
+    for (const std::uint64_t step : {1, 2, 3}) REQUIRE(save(*store, step).ok());
   }
   // Pages: 0 header, 1 BEGIN 1, 2 COMMIT 1, 3 BEGIN 2, 4 COMMIT 2, 5 BEGIN 3, 6 COMMIT 3.
   const std::string journal_path = path + "/JOURNAL";
@@ -452,10 +435,7 @@ TEST_CASE("mid-log corruption refuses a writable open and is reported read-only"
   CHECK(ckpt_test::directory_tree(path) == expected);  // nothing was changed by any of it
 }
 
-TEST_CASE("retention keeps the last N and every K-th step, writing RETIRE before deleting", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "retention keeps the last N and every K-th step, writing RETIRE before deleting", "[store]") {
   StoreOptions o = writable_options();
   o.retention = RetentionPolicy{2, 10};
   auto store = Store::open(fs, path, Access::read_write, o);
@@ -492,10 +472,7 @@ TEST_CASE("retention keeps the last N and every K-th step, writing RETIRE before
   CHECK((*again)->recovery_report().clean());
 }
 
-TEST_CASE("a retired step whose files could not be removed is finished by the next writable open", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "a retired step whose files could not be removed is finished by the next writable open", "[store]") {
   FaultFs<PosixFs> faulty(fs);
   StoreOptions o = writable_options();
   o.retention = RetentionPolicy{1, 0};
@@ -518,28 +495,21 @@ TEST_CASE("a retired step whose files could not be removed is finished by the ne
   check_step(**store, 2);
 }
 
-TEST_CASE("a step saved again after a rollback shadows the older commit", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  auto store = Store::open(fs, dir.file("store"), Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  REQUIRE(save(**store, 10).ok());
-  REQUIRE(save(**store, 20).ok());
-  REQUIRE(save(**store, 10).ok());
-  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{10, 20, 10});
-  CHECK((*store)->find(10)->txn == 3);
-  CHECK((*store)->latest()->txn == 3);
-  check_step(**store, 10);
+TEST_CASE_METHOD(StoreDir, "a step saved again after a rollback shadows the older commit", "[store]") {
+  auto store = open_writable();
+  REQUIRE(save(*store, 10).ok());
+  REQUIRE(save(*store, 20).ok());
+  REQUIRE(save(*store, 10).ok());
+  CHECK(step_numbers(*store) == std::vector<std::uint64_t>{10, 20, 10});
+  CHECK(store->find(10)->txn == 3);
+  CHECK(store->latest()->txn == 3);
+  check_step(*store, 10);
 }
 
-TEST_CASE("opening a step checks the manifest and shards it names; verify_step checks every chunk", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
-  auto store = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  REQUIRE(save(**store, 1).ok());
-  REQUIRE(save(**store, 2).ok());
+TEST_CASE_METHOD(StoreDir, "opening a step checks the manifest and shards it names; verify_step checks every chunk", "[store]") {
+  auto store = open_writable();
+  REQUIRE(save(*store, 1).ok());
+  REQUIRE(save(*store, 2).ok());
   const std::string shard1 = path + "/step-1-1/" + shard_file_name(0, 1);
   const std::string manifest1 = path + "/step-1-1/MANIFEST";
   const std::string good_shard = ckpt_test::read_file(shard1);
@@ -549,11 +519,11 @@ TEST_CASE("opening a step checks the manifest and shards it names; verify_step c
   std::string damaged = good_shard;
   damaged[128 + 10] = static_cast<char>(damaged[128 + 10] ^ 1);  // inside the first piece: data starts at 128
   ckpt_test::write_file(shard1, damaged);
-  auto reader = (*store)->open_step(1);
+  auto reader = store->open_step(1);
   REQUIRE(reader.ok());
   std::vector<float> w(kElems);
   CHECK(reader->read_tensor("w", w.data(), w.size() * 4).code() == Code::corrupt);
-  auto v = (*store)->verify_step(1);
+  auto v = store->verify_step(1);
   REQUIRE(v.ok());
   CHECK_FALSE(v->ok());
   REQUIRE(v->shards.size() == 1);
@@ -562,45 +532,40 @@ TEST_CASE("opening a step checks the manifest and shards it names; verify_step c
 
   // Another step's manifest in its place: the COMMIT digest catches it.
   ckpt_test::write_file(manifest1, ckpt_test::read_file(path + "/step-2-2/MANIFEST"));
-  auto swapped = (*store)->open_step(1);
+  auto swapped = store->open_step(1);
   REQUIRE_FALSE(swapped.ok());
   CHECK((swapped.status().code() == Code::corrupt || swapped.status().code() == Code::incomplete));
-  auto v2 = (*store)->verify_step(1);
+  auto v2 = store->verify_step(1);
   REQUIRE(v2.ok());
   CHECK_FALSE(v2->ok());
   ckpt_test::write_file(manifest1, good_manifest);
 
   // Another step's shard in its place: the manifest's size, uuid and index digest catch it.
   ckpt_test::write_file(shard1, ckpt_test::read_file(path + "/step-2-2/" + shard_file_name(0, 1)));
-  auto other = (*store)->open_step(1);
+  auto other = store->open_step(1);
   REQUIRE_FALSE(other.ok());
   CHECK(other.status().code() == Code::corrupt);
   ckpt_test::write_file(shard1, good_shard);
 
   // A missing shard.
   fsys::remove(shard1);
-  CHECK((*store)->open_step(1).status().code() == Code::not_found);
+  CHECK(store->open_step(1).status().code() == Code::not_found);
   ckpt_test::write_file(shard1, good_shard);
-  check_step(**store, 1);
+  check_step(*store, 1);
 }
 
-TEST_CASE("unknown entries are reported and left alone, and txn ids stay above any step directory", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "unknown entries are reported and left alone, and txn ids stay above any step directory", "[store]") {
   {
-    auto store = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 1).ok());
+    auto store = open_writable();
+    REQUIRE(save(*store, 1).ok());
   }
   REQUIRE(fs.mkdir(path + "/step-5-99").ok());
   ckpt_test::write_file(path + "/step-5-99/x.ckpt", "x");
   ckpt_test::write_file(path + "/README", "hello");
-  auto store = Store::open(fs, path, Access::read_write, writable_options(false));
-  REQUIRE(store.ok());
-  CHECK((*store)->recovery_report().unknown_entries == std::vector<std::string>{"README", "step-5-99"});
-  CHECK((*store)->next_txn() == 100);
-  auto r = save(**store, 5);
+  auto store = open_writable(false);
+  CHECK(store->recovery_report().unknown_entries == std::vector<std::string>{"README", "step-5-99"});
+  CHECK(store->next_txn() == 100);
+  auto r = save(*store, 5);
   REQUIRE(r.ok());
   CHECK(r->step.dir == "step-5-100");
   CHECK(fsys::exists(path + "/step-5-99/x.ckpt"));
@@ -663,14 +628,13 @@ TEST_CASE("a rank that drops its open transaction fails the others' commit, and 
       CHECK_FALSE(results[static_cast<std::size_t>(r)].ok());
       if (r != dropping) CHECK(results[static_cast<std::size_t>(r)].message().find("rank " + std::to_string(dropping) + " dropped step 2 (txn 2)") != std::string::npos);
     }
-    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
-    REQUIRE(store.ok());
-    REQUIRE((*store)->latest());
-    CHECK((*store)->latest()->step == 1);  // the previous step is untouched
-    REQUIRE((*store)->transactions().size() == 2);
-    CHECK((*store)->transactions()[1].state == TxnState::aborted);
-    CHECK_FALSE(fsys::exists(path + "/" + (*store)->transactions()[1].dir()));
-    CHECK((*store)->recovery_report().problems.empty());
+    auto store = open_store(fs, path, false);
+    REQUIRE(store->latest());
+    CHECK(store->latest()->step == 1);  // the previous step is untouched
+    REQUIRE(store->transactions().size() == 2);
+    CHECK(store->transactions()[1].state == TxnState::aborted);
+    CHECK_FALSE(fsys::exists(path + "/" + store->transactions()[1].dir()));
+    CHECK(store->recovery_report().problems.empty());
   }
 }
 
@@ -842,12 +806,9 @@ TEST_CASE("the store recovers the durable state at every persistence point of a 
   CHECK(saw_two);
 }
 
-TEST_CASE("a commit refused for bad training state leaves the transaction open to fix", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  auto store = Store::open(fs, dir.file("store"), Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  auto tx = (*store)->begin(5);
+TEST_CASE_METHOD(StoreDir, "a commit refused for bad training state leaves the transaction open to fix", "[store]") {
+  auto store = open_writable();
+  auto tx = store->begin(5);
   REQUIRE(tx.ok());
   const auto w = weights(5);
   REQUIRE((*tx)->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4).ok());
@@ -864,39 +825,30 @@ TEST_CASE("a commit refused for bad training state leaves the transaction open t
   (*tx)->state().step = 999;  // the transaction's step wins
   auto r = (*tx)->commit();
   REQUIRE(r.ok());
-  auto reader = (*store)->open_step(5);
+  auto reader = store->open_step(5);
   REQUIRE(reader.ok());
   CHECK(reader->state().step == 5);
 }
 
-TEST_CASE("closing a store aborts the transaction still open in it", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
-  auto store = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  auto tx = (*store)->begin(5);
+TEST_CASE_METHOD(StoreDir, "closing a store aborts the transaction still open in it", "[store]") {
+  auto store = open_writable();
+  auto tx = store->begin(5);
   REQUIRE(tx.ok());
   const std::string step_dir = (*tx)->directory();
-  store->reset();
+  store.reset();
   CHECK_FALSE((*tx)->active());
   CHECK((*tx)->commit().status().code() == Code::invalid_argument);
   tx->reset();
   CHECK_FALSE(fsys::exists(step_dir));
-  auto again = Store::open(fs, path, Access::read_write, writable_options(false));
-  REQUIRE(again.ok());
-  CHECK((*again)->recovery_report().clean());
-  CHECK((*again)->transactions().back().state == TxnState::aborted);
+  auto again = open_writable(false);
+  CHECK(again->recovery_report().clean());
+  CHECK(again->transactions().back().state == TxnState::aborted);
 }
 
-TEST_CASE("a committed step whose directory vanished is noted by recovery", "[store]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "a committed step whose directory vanished is noted by recovery", "[store]") {
   {
-    auto store = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 1).ok());
+    auto store = open_writable();
+    REQUIRE(save(*store, 1).ok());
   }
   fsys::remove_all(path + "/step-1-1");
   auto report = check_store(fs, path);
@@ -951,12 +903,7 @@ TEST_CASE("damage to the journal's last page never loses the newest committed st
     ckpt_test::TempDir dir;
     PosixFs fs;
     const std::string path = dir.file("store");
-    {
-      auto store = Store::open(fs, path, Access::read_write, writable_options());
-      REQUIRE(store.ok());
-      REQUIRE(save(**store, 1).ok());
-      REQUIRE(save(**store, 2).ok());
-    }
+    create_with_steps(fs, path, {1, 2});
     const std::uint64_t commit = last_record(fs, path, RecordType::commit);
     std::uint64_t target = commit;
     if (row.record == RecordType::save_stats) target = commit + 48;
@@ -968,11 +915,10 @@ TEST_CASE("damage to the journal's last page never loses the newest committed st
     CHECK_FALSE(check->corrupt());
     REQUIRE(check->journal.torn_tail);
     CHECK(check->tail_damaged());  // every byte is there: bit rot, not a torn append, and it is reported
-    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
-    REQUIRE(store.ok());
-    const RecoveryReport& report = (*store)->recovery_report();
-    CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1, 2});
-    check_step(**store, 2);
+    auto store = open_store(fs, path, false);
+    const RecoveryReport& report = store->recovery_report();
+    CHECK(step_numbers(*store) == std::vector<std::uint64_t>{1, 2});
+    check_step(*store, 2);
     const bool rolled = std::any_of(report.actions.begin(), report.actions.end(),
                                     [](const RecoveryAction& a) { return a.kind == RecoveryActionKind::append_commit; });
     CHECK(rolled == !row.salvaged);
@@ -981,17 +927,14 @@ TEST_CASE("damage to the journal's last page never loses the newest committed st
     auto again = check_store(fs, path);
     REQUIRE(again.ok());
     CHECK(again->clean());
-    store->reset();
+    store.reset();
     auto ro = Store::open(fs, path, Access::read_only);
     REQUIRE(ro.ok());
     CHECK(step_numbers(**ro) == std::vector<std::uint64_t>{1, 2});
   }
 }
 
-TEST_CASE("damage to the page of a RETIRE applies the RETIRE, so retired steps stay retired", "[store][evidence]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "damage to the page of a RETIRE applies the RETIRE, so retired steps stay retired", "[store][evidence]") {
   StoreOptions o = writable_options();
   o.retention = RetentionPolicy{1, 0};
   {
@@ -1002,11 +945,10 @@ TEST_CASE("damage to the page of a RETIRE applies the RETIRE, so retired steps s
   }
   const std::uint64_t retire = last_record(fs, path, journal::RecordType::retire);
   flip_bit(path + "/JOURNAL", retire + 32 + 100, 1);  // inside the PAD that follows it
-  auto store = Store::open(fs, path, Access::read_write, writable_options(false));
-  REQUIRE(store.ok());
-  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{2});
-  CHECK((*store)->recovery_report().salvaged.size() == 1);
-  check_step(**store, 2);
+  auto store = open_writable(false);
+  CHECK(step_numbers(*store) == std::vector<std::uint64_t>{2});
+  CHECK(store->recovery_report().salvaged.size() == 1);
+  check_step(*store, 2);
 }
 
 TEST_CASE("a crash inside the MANIFEST write aborts, a damaged tail with a MANIFEST quarantines", "[store][evidence]") {
@@ -1015,40 +957,31 @@ TEST_CASE("a crash inside the MANIFEST write aborts, a damaged tail with a MANIF
     ckpt_test::TempDir dir;
     PosixFs fs;
     const std::string path = dir.file("store");
-    {
-      auto store = Store::open(fs, path, Access::read_write, writable_options());
-      REQUIRE(store.ok());
-      REQUIRE(save(**store, 1).ok());
-    }
+    create_with_steps(fs, path, {1});
     crash_mid_save(fs, path, 2, 7, false);  // a partial MANIFEST, a clean tear
     if (damaged) {
       std::string j = ckpt_test::read_file(path + "/JOURNAL");
       j.resize(j.size() - 100);
       ckpt_test::write_file(path + "/JOURNAL", j + std::string(100, 'T'));  // written, yet no record: not a tear
     }
-    auto store = Store::open(fs, path, Access::read_write, writable_options(false));
-    REQUIRE(store.ok());
-    const RecoveryReport& report = (*store)->recovery_report();
+    auto store = open_store(fs, path, false);
+    const RecoveryReport& report = store->recovery_report();
     CHECK(report.tail_damaged() == damaged);
-    CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
+    CHECK(step_numbers(*store) == std::vector<std::uint64_t>{1});
     const std::string q = path + "/quarantine/" + step_dir_name(7, 2);
     CHECK(fsys::exists(q) == damaged);
     CHECK_FALSE(fsys::exists(path + "/" + step_dir_name(7, 2)));
     if (damaged) CHECK(entries(fs, q) == std::vector<std::string>{"MANIFEST", "shard-00000-of-00001.ckpt"});
-    CHECK((*store)->recovery_report().unknown_entries.empty());
-    check_step(**store, 1);
+    CHECK(store->recovery_report().unknown_entries.empty());
+    check_step(*store, 1);
   }
 }
 
-TEST_CASE("recovery never follows a symlinked step directory out of the store", "[store][evidence]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "recovery never follows a symlinked step directory out of the store", "[store][evidence]") {
   const std::string outside = dir.file("outside");
   {
-    auto store = Store::open(fs, path, Access::read_write, writable_options());
-    REQUIRE(store.ok());
-    REQUIRE(save(**store, 1).ok());
+    auto store = open_writable();
+    REQUIRE(save(*store, 1).ok());
   }
   crash_mid_save(fs, path, 2, 7, false);
   // Swap the open transaction's directory for a symlink to a folder with the same file names.
@@ -1068,19 +1001,14 @@ TEST_CASE("recovery never follows a symlinked step directory out of the store", 
   }
   CHECK(entries(fs, outside) == kept);  // not one file outside the store was touched
   CHECK(fsys::is_symlink(step_dir));
-  auto store = Store::open(fs, path, Access::read_write, writable_options(false));
-  REQUIRE(store.ok());
-  CHECK(step_numbers(**store) == std::vector<std::uint64_t>{1});
+  auto store = open_writable(false);
+  CHECK(step_numbers(*store) == std::vector<std::uint64_t>{1});
   CHECK(entries(fs, outside) == kept);
 }
 
-TEST_CASE("a writer fails closed when the journal changes under it", "[store][evidence]") {
-  ckpt_test::TempDir dir;
-  PosixFs fs;
-  const std::string path = dir.file("store");
-  auto store = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(store.ok());
-  REQUIRE(save(**store, 1).ok());
+TEST_CASE_METHOD(StoreDir, "a writer fails closed when the journal changes under it", "[store][evidence]") {
+  auto store = open_writable();
+  REQUIRE(save(*store, 1).ok());
   // A second writer that bypassed the lock appends a group behind this one's back.
   {
     auto scan = scan_journal(fs, path + "/JOURNAL");
@@ -1089,11 +1017,11 @@ TEST_CASE("a writer fails closed when the journal changes under it", "[store][ev
     REQUIRE(other.ok());
     REQUIRE(other->append_group({abort_record(AbortRecord{99, 9, AbortReason::user})}).ok());
   }
-  auto r = save(**store, 2);
+  auto r = save(*store, 2);
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == Code::conflict);
   CHECK(r.status().message().find("another writer") != std::string::npos);
-  CHECK((*store)->failed());
+  CHECK(store->failed());
 }
 
 namespace {
@@ -1108,9 +1036,8 @@ struct CallerSave {
 
 // A store at path whose latest step is save()'s step 1.
 void save_first_step(PosixFs& fs, const std::string& path) {
-  auto first = Store::open(fs, path, Access::read_write, writable_options());
-  REQUIRE(first.ok());
-  REQUIRE(save(**first, 1).ok());
+  auto first = open_store(fs, path);
+  REQUIRE(save(*first, 1).ok());
 }
 
 CallerSave caller_begin(PosixFs& fs, const std::string& path, int world, std::uint64_t step) {
@@ -1143,10 +1070,7 @@ CallerSave caller_begin(PosixFs& fs, const std::string& path, int world, std::ui
 
 }  // namespace
 
-TEST_CASE("a caller-coordinated save commits only with every rank's report, as one step", "[store][ranks]") {
-  PosixFs fs;
-  ckpt_test::TempDir dir;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "a caller-coordinated save commits only with every rank's report, as one step", "[store][ranks]") {
   save_first_step(fs, path);
   CallerSave s = caller_begin(fs, path, 3, 2);
   for (std::uint32_t r = 0; r < 3; ++r) REQUIRE(add_row(*s.txns[r], r, 2).ok());
@@ -1232,10 +1156,7 @@ TEST_CASE("a caller-coordinated save that loses a rank keeps the previous step l
   }
 }
 
-TEST_CASE("a caller-coordinated begin names the rank that cannot take part and writes nothing", "[store][ranks]") {
-  PosixFs fs;
-  ckpt_test::TempDir dir;
-  const std::string path = dir.file("store");
+TEST_CASE_METHOD(StoreDir, "a caller-coordinated begin names the rank that cannot take part and writes nothing", "[store][ranks]") {
   auto coordinator = Store::open_rank(fs, path, 0, 2, writable_options());
   REQUIRE(coordinator.ok());
   auto other = Store::open_rank(fs, path, 1, 2, writable_options());
