@@ -30,11 +30,12 @@
 #include <ckpt/sharded.hpp>
 #include <ckpt/store.hpp>
 
-#include "bench_util.hpp"
+#include "bench_mpi.hpp"
 
 namespace {
 
 constexpr const char* kTool = "ckpt-bench-ranks";
+using ckpt::bench::quiet_barrier;
 constexpr std::uint64_t kRow = 4096;
 
 struct Settings {
@@ -53,18 +54,6 @@ struct Row {
 
 void check(const ckpt::Status& s, const std::string& what) {
   if (!s.ok()) throw ckpt::bench::BenchError(what + ": " + s.to_string());
-}
-
-// A barrier that sleeps while it waits: MPI's blocking barrier polls, and on a machine with fewer
-// cores than ranks the waiting ranks would take CPU from the ones being measured.
-void quiet_barrier(MPI_Comm comm) {
-  MPI_Request request;
-  if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) throw ckpt::bench::BenchError("MPI_Ibarrier failed");
-  for (int done = 0;;) {
-    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw ckpt::bench::BenchError("MPI_Test failed");
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
 }
 
 double mib_per_s(std::uint64_t bytes, double seconds) {
@@ -239,16 +228,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", s.repeat, "rounds per rank count; the median is reported (default 3)")->check(CLI::Range(1, 100));
   app.add_flag("--warm", s.warm, "load from the page cache instead of dropping the files' cached pages first");
   app.add_flag("--json", s.json, "print a JSON document instead of the table");
-  // Only rank 0 prints help and usage errors; every rank exits alike.
-  int rc = -1;
-  if (rank == 0) rc = ckpt::cli::parse(app, argc, argv);
-  else {
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::Error& e) {
-      rc = e.get_exit_code() == 0 ? 0 : ckpt::cli::kUsage;
-    }
-  }
+  int rc = ckpt::bench::parse_on_every_rank(app, rank, argc, argv);
   if (rc < 0) {
     const auto size = ckpt::bench::parse_size(size_text);
     if (!size) {
@@ -271,19 +251,7 @@ int main(int argc, char** argv) {
       at = comma + 1;
     }
   }
-  if (rc < 0) {
-    try {
-      rc = run(s);
-    } catch (const std::exception& e) {
-      // The other ranks may be waiting in a collective for this one: end the whole job.
-      std::fprintf(stderr, "%s: rank %d: %s\n", kTool, rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, ckpt::cli::kUsage);
-    }
-  }
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return ckpt::bench::finish_job(kTool, rank, rc, [&] { return run(s); }, [](const std::exception&) { return ckpt::cli::kUsage; });
 }
 
 #else  // no MPI in this build
@@ -292,9 +260,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Save and load throughput of one step written by several MPI ranks. This build of ckpt has no MPI\n"
                "(CMake did not find it), so this program only says so.",
                "ckpt-bench-ranks"};
-  if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
-  std::fprintf(stderr, "ckpt-bench-ranks: this build has no MPI\n");
-  return ckpt::cli::kUsage;
+  return ckpt::cli::main_without("MPI", app, argc, argv);
 }
 
 #endif

@@ -55,11 +55,12 @@
 #include <ckpt/mpi_comm.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
-#include "bench_util.hpp"
+#include "bench_mpi.hpp"
 
 namespace {
 
 constexpr const char* kTool = "ckpt-bench-tiers";
+using ckpt::bench::quiet_barrier;
 constexpr int kRawTag = 7;  // the raw point-to-point exchange, on the benchmark's own communicator
 
 struct Settings {
@@ -84,18 +85,6 @@ std::int64_t now_ns() {
   return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 double seconds_between(std::int64_t from, std::int64_t to) { return static_cast<double>(to - from) * 1e-9; }
-
-// A barrier that sleeps while it waits (as ckpt-bench-ranks): with more ranks than cores a polling
-// barrier takes CPU from the ranks being measured.
-void quiet_barrier(MPI_Comm comm) {
-  MPI_Request request;
-  if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) throw ckpt::bench::BenchError("MPI_Ibarrier failed");
-  for (int done = 0;;) {
-    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw ckpt::bench::BenchError("MPI_Test failed");
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-}
 
 // Resident and peak resident bytes of this process (/proc/self/status VmRSS, VmHWM).
 std::pair<std::uint64_t, std::uint64_t> resident_bytes() {
@@ -811,15 +800,7 @@ int main(int argc, char** argv) {
           ->check(CLI::Range(0.0, 1e6));
     }
   }
-  int rc = -1;
-  if (rank == 0) rc = ckpt::cli::parse(app, argc, argv);
-  else {
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::Error& e) {
-      rc = e.get_exit_code() == 0 ? 0 : ckpt::cli::kUsage;
-    }
-  }
+  int rc = ckpt::bench::parse_on_every_rank(app, rank, argc, argv);
   if (rc < 0) {
     s.mode = app.got_subcommand("capture") ? "capture" : "resume";
     const auto size = ckpt::bench::parse_size(size_text), tensor = ckpt::bench::parse_size(tensor_text),
@@ -840,20 +821,9 @@ int main(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "%s: this MPI does not offer MPI_THREAD_MULTIPLE, which the tiers need\n", kTool);
     rc = ckpt::cli::kUsage;
   }
-  if (rc < 0) {
-    try {
-      rc = run(s, main_ns, init_start_ns, init_end_ns);
-    } catch (const std::exception& e) {
-      // The other ranks may be waiting in a collective for this one: end the whole job.
-      std::fprintf(stderr, "%s: rank %d: %s\n", kTool, rank, e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, std::strstr(e.what(), "differs") != nullptr ? ckpt::cli::kIntegrity : ckpt::cli::kUsage);
-    }
-  }
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return ckpt::bench::finish_job(kTool, rank, rc, [&] { return run(s, main_ns, init_start_ns, init_end_ns); }, [](const std::exception& e) {
+    return std::strstr(e.what(), "differs") != nullptr ? ckpt::cli::kIntegrity : ckpt::cli::kUsage;
+  });
 }
 
 #else  // no MPI in this build
@@ -863,9 +833,7 @@ int main(int argc, char** argv) {
                "MPI (CMake did not find it), so this program only says so.",
                "ckpt-bench-tiers"};
   app.allow_extras();
-  if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
-  std::fprintf(stderr, "ckpt-bench-tiers: this build has no MPI\n");
-  return ckpt::cli::kUsage;
+  return ckpt::cli::main_without("MPI", app, argc, argv);
 }
 
 #endif

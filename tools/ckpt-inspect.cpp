@@ -15,30 +15,9 @@
 
 namespace {
 
+using ckpt::cli::print_table;
 using ckpt::tools::json;
 constexpr const char* kTool = "ckpt-inspect";
-
-// Prints rows as columns separated by two spaces; columns listed in right_aligned hold numbers.
-void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right_aligned,
-                 const char* indent = "") {
-  std::vector<std::size_t> width;
-  for (const auto& r : rows)
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      if (width.size() <= i) width.resize(i + 1, 0);
-      width[i] = std::max(width[i], r[i].size());
-    }
-  for (const auto& r : rows) {
-    std::string line = indent;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      const std::string pad(width[i] - r[i].size(), ' ');
-      const bool right = i < right_aligned.size() && right_aligned[i];
-      const bool last = i + 1 == r.size();
-      line += right ? pad + r[i] : (last ? r[i] : r[i] + pad);
-      if (!last) line += "  ";
-    }
-    std::printf("%s\n", line.c_str());
-  }
-}
 
 [[nodiscard]] std::string shape_text(const json& shape) {
   std::string s = "[";

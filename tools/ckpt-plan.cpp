@@ -19,6 +19,7 @@
 namespace {
 
 using ckpt::Code;
+using ckpt::cli::print_table;
 using nlohmann::json;
 namespace plan = ckpt::plan;
 constexpr const char* kTool = "ckpt-plan";
@@ -63,27 +64,6 @@ struct Setting {
 [[nodiscard]] std::string percent_text(double fraction) { return printf_text("%.4f%%", 100 * fraction); }
 
 [[nodiscard]] std::string gpu_hours_text(double h) { return h >= 100 ? printf_text("%.0f", h) : printf_text("%.3g", h); }
-
-// Prints rows as columns separated by two spaces; right_aligned columns hold numbers (ckpt-inspect's layout).
-void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right_aligned) {
-  std::vector<std::size_t> width;
-  for (const auto& r : rows)
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      if (width.size() <= i) width.resize(i + 1, 0);
-      width[i] = std::max(width[i], r[i].size());
-    }
-  for (const auto& r : rows) {
-    std::string line;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      const std::string pad(width[i] - r[i].size(), ' ');
-      const bool right = i < right_aligned.size() && right_aligned[i];
-      const bool last = i + 1 == r.size();
-      line += right ? pad + r[i] : (last ? r[i] : r[i] + pad);
-      if (!last) line += "  ";
-    }
-    std::printf("%s\n", line.c_str());
-  }
-}
 
 // --- JSON ------------------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <new>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -101,6 +103,14 @@ class Progress {
     return kUsage;
   }
   return -1;
+}
+
+// The main of a tool this build leaves out (an MPI benchmark where CMake found no MPI): --help works,
+// anything else says "tool: this build has no <feature>" and exits 2.
+[[nodiscard]] inline int main_without(const char* feature, CLI::App& app, int argc, char** argv) {
+  if (const int rc = parse(app, argc, argv); rc >= 0) return rc;
+  std::fprintf(stderr, "%s: this build has no %s\n", app.get_name().c_str(), feature);
+  return kUsage;
 }
 
 // Runs a tool body; nothing escapes as a crash: out-of-memory and stray exceptions exit 2.
@@ -210,6 +220,29 @@ inline int usage_error(const char* tool, const std::string& message) {
   CKPT_TRY(fs.truncate(scoped.get(), 0).with_context(path));
   CKPT_TRY(fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0).with_context(path));
   return scoped.close().with_context(path);
+}
+
+// Prints rows as columns separated by two spaces, each line after indent; columns listed in
+// right_aligned hold numbers.
+inline void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right_aligned,
+                        const char* indent = "") {
+  std::vector<std::size_t> width;
+  for (const auto& r : rows)
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.resize(i + 1, 0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  for (const auto& r : rows) {
+    std::string line = indent;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const std::string pad(width[i] - r[i].size(), ' ');
+      const bool right = i < right_aligned.size() && right_aligned[i];
+      const bool last = i + 1 == r.size();
+      line += right ? pad + r[i] : (last ? r[i] : r[i] + pad);
+      if (!last) line += "  ";
+    }
+    std::printf("%s\n", line.c_str());
+  }
 }
 
 // JSON goes to stdout, one document, pretty-printed with a trailing newline. Invalid UTF-8 (a path
