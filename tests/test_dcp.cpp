@@ -32,6 +32,14 @@ struct DcpDir {
   ckpt_test::TempDir dir;
 };
 
+// A directory holding only a .metadata: tests/regress/<name>, an input a decoder once crashed on or misread.
+struct RegressDir {
+  explicit RegressDir(const std::string& name) {
+    ckpt_test::write_file(dir.file(".metadata"), ckpt_test::read_file(std::string(CKPT_SOURCE_DIR) + "/tests/regress/" + name));
+  }
+  ckpt_test::TempDir dir;
+};
+
 const std::vector<std::pair<std::string, std::size_t>> kWorld2Files = {{"__0_0.distcp", 3154}, {"__1_0.distcp", 5992}};
 
 const ForeignTensor& tensor(const ForeignCheckpoint& c, const std::string& name) {
@@ -265,14 +273,12 @@ TEST_CASE("a .metadata naming one memoized long name again and again is refused 
   // and relative_path for 2 bytes apiece. 11 KiB of .metadata would keep 1.8 MB; the reader keeps at
   // most 16 bytes per byte plus 1 MiB (dcp::kDecodedPerByte, spec/FOREIGN.md 4.3).
   PosixFs fs;
-  ckpt_test::TempDir dir;
-  ckpt_test::write_file(dir.file(".metadata"),
-                        ckpt_test::read_file(std::string(CKPT_SOURCE_DIR) + "/tests/regress/pickle-dcp-memoized-names.metadata"));
-  auto r = open_dcp(fs, dir.path());
+  const RegressDir d("pickle-dcp-memoized-names.metadata");
+  auto r = open_dcp(fs, d.dir.path());
   REQUIRE(!r.ok());
   INFO(r.status().to_string());
   CHECK(r.status().code() == Code::corrupt);
-  CHECK(r.status().message().find(dir.file(".metadata") + ": offset ") == 0);
+  CHECK(r.status().message().find(d.dir.file(".metadata") + ": offset ") == 0);
   CHECK(r.status().message().find("(decoder limit: 16 per byte of metadata)") != std::string::npos);
 }
 
@@ -280,13 +286,11 @@ TEST_CASE("a relative_path through a file is a missing file, not a failure to re
   // The one-process .metadata of tests/fuzz/seeds/pickle with every relative_path '.metadata/__0_0.distcp':
   // stat fails with ENOTDIR there, which once made open_dcp (and ckpt-verify) fail with an I/O error.
   PosixFs fs;
-  ckpt_test::TempDir dir;
-  ckpt_test::write_file(dir.file(".metadata"),
-                        ckpt_test::read_file(std::string(CKPT_SOURCE_DIR) + "/tests/regress/pickle-dcp-path-through-file.metadata"));
-  auto r = open_dcp(fs, dir.path());
+  const RegressDir d("pickle-dcp-path-through-file.metadata");
+  auto r = open_dcp(fs, d.dir.path());
   REQUIRE(r.ok());
   INFO(problems_text(*r));
   REQUIRE(r->problems.size() == 1);
   CHECK(r->problems[0].region == "missing");
-  CHECK(r->problems[0].file == dir.file(".metadata/__0_0.distcp"));
+  CHECK(r->problems[0].file == d.dir.file(".metadata/__0_0.distcp"));
 }

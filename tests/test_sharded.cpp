@@ -39,16 +39,22 @@ Status write_piece(Transaction& tx, const std::string& name, DType dtype, const 
 
 using ckpt_test::run_ranks;
 
-// Saves `step` with the fixture's tensors across `world` threads; each rank's commit Status.
+// Saves `step` with the fixture's tensors across `world` threads on fs; each rank's commit Status.
 template <class Fs>
-std::vector<Status> save_across(std::vector<Fs*> fs, const std::string& path, int world, std::uint64_t step) {
+std::vector<Status> save_across(Fs& fs, const std::string& path, int world, std::uint64_t step) {
   return run_ranks(world, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(*fs[rank], path, Access::read_write, small_options(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, path, Access::read_write, small_options(), comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
     Status s = save_rank(*tx, static_cast<std::uint32_t>(world), rank, step);
     if (!s.ok()) return s;  // the transaction's destructor aborts collectively
     return tx->commit().status();
   });
+}
+
+// save_across, each rank's commit REQUIREd to succeed.
+template <class Fs>
+void save_ok(Fs& fs, const std::string& path, int world, std::uint64_t step) {
+  for (const auto& s : save_across(fs, path, world, step)) REQUIRE(s.ok());
 }
 
 // Every tensor of a step, read as `world` ranks each loading an even split along dimension 0.
@@ -167,8 +173,7 @@ TEST_CASE("a save across 4 ranks reads back bit-identical at 1, 2, 3 and 4 ranks
   ckpt_test::TempDir dir;
   const std::string path = dir.file("store");
   PosixFs fs;
-  std::vector<PosixFs*> each(4, &fs);
-  for (const auto& s : save_across(each, path, 4, 7)) REQUIRE(s.ok());
+  save_ok(fs, path, 4, 7);
   auto store = Store::open(fs, path, Access::read_only);
   REQUIRE(store.ok());
   auto latest = (*store)->latest();
@@ -194,10 +199,7 @@ TEST_CASE("an I/O error on one rank abandons the step on every rank with that ra
   ckpt_test::TempDir dir;
   const std::string path = dir.file("store");
   PosixFs posix;
-  {
-    std::vector<PosixFs*> each(4, &posix);
-    for (const auto& s : save_across(each, path, 4, 1)) REQUIRE(s.ok());
-  }
+  save_ok(posix, path, 4, 1);
   // Rank 2 runs over a disk that fails; the others over a good one. A failed write is kept until commit.
   struct Row {
     const char* what;
@@ -406,10 +408,7 @@ TEST_CASE("reshard 4 to 3 to 4 and merge back are bit-identical, with the traini
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string a = dir.file("a"), b = dir.file("b"), c = dir.file("c");
-  {
-    std::vector<PosixFs*> each(4, &fs);
-    for (const auto& s : save_across(each, a, 4, 9)) REQUIRE(s.ok());
-  }
+  save_ok(fs, a, 4, 9);
   auto src = Checkpoint::open(fs, a);
   REQUIRE(src.ok());
   CHECK(src->kind() == Checkpoint::Kind::step);
@@ -593,10 +592,7 @@ TEST_CASE("reshard of a damaged source commits nothing", "[sharded]") {
 TEST_CASE("a source opens a file, a store or a step directory, and refuses anything else", "[sharded]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  {
-    std::vector<PosixFs*> each(2, &fs);
-    for (const auto& s : save_across(each, dir.file("s"), 2, 4)) REQUIRE(s.ok());
-  }
+  save_ok(fs, dir.file("s"), 2, 4);
   auto store = Checkpoint::open(fs, dir.file("s") + "/");
   REQUIRE(store.ok());
   CHECK(store->description().find("step 4 (txn 1, 2 shards)") != std::string::npos);
@@ -626,11 +622,8 @@ TEST_CASE("a source opens a file, a store or a step directory, and refuses anyth
 TEST_CASE("a checkpoint opens the step a selector names, and refuses a step its path does not hold", "[sharded]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  {
-    std::vector<PosixFs*> each(2, &fs);
-    for (const auto& s : save_across(each, dir.file("s"), 2, 4)) REQUIRE(s.ok());
-    for (const auto& s : save_across(each, dir.file("s"), 2, 6)) REQUIRE(s.ok());
-  }
+  save_ok(fs, dir.file("s"), 2, 4);
+  save_ok(fs, dir.file("s"), 2, 6);
   auto latest = Checkpoint::open(fs, dir.file("s"));
   REQUIRE(latest.ok());
   CHECK(latest->step() == std::optional<std::uint64_t>(6));
@@ -736,10 +729,7 @@ const std::string kMerge = std::string(CKPT_BINARY_DIR) + "/ckpt-merge";
 TEST_CASE("ckpt-reshard and ckpt-merge round trip a store through the command line", "[sharded][tools]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
-  {
-    std::vector<PosixFs*> each(4, &fs);
-    for (const auto& s : save_across(each, dir.file("a"), 4, 5)) REQUIRE(s.ok());
-  }
+  save_ok(fs, dir.file("a"), 4, 5);
   const std::string out = dir.file("out.json");
   REQUIRE(ckpt_test::run_command(kReshard + " " + dir.file("a") + " -o " + dir.file("b") +
                                  " --world-size 3 --split 'attn.*=1' --block-size 4096 --chunk-size 4096 --json > " + out) == 0);
