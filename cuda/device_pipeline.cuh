@@ -219,21 +219,33 @@ static_assert(sizeof(DeviceChunk) == 16, "the device reads the chunk table as th
 
 inline constexpr std::size_t kChunksPerBatch = std::size_t{1} << 22;
 
-// Digests of a chunk table in device memory (synchronous).
-template <class B>
-[[nodiscard]] Result<std::vector<std::uint64_t>> hash_chunks(B& backend, const DeviceChunk* chunks, std::size_t n,
-                                                             typename B::Stream stream) {
-  std::vector<std::uint64_t> digests(n);
-  if (n == 0) return digests;
+// Hashes a chunk table in device memory batch by batch (synchronous), against expected digests when
+// they are given; after each batch, done(first, count, hasher) takes that batch's results.
+template <class B, class Done>
+[[nodiscard]] Status hash_in_batches(B& backend, const DeviceChunk* chunks, const std::uint64_t* expected, std::size_t n,
+                                     typename B::Stream stream, Done&& done) {
+  if (n == 0) return Status();
   Arena<B> arena(backend);
   arena.borrow(stream);
   CKPT_ASSIGN_OR_RETURN(auto hasher, BatchHasher<B>::create(arena, std::min(n, kChunksPerBatch)));
   for (std::size_t first = 0; first < n; first += hasher.capacity()) {
     const std::size_t count = std::min(hasher.capacity(), n - first);
-    CKPT_TRY(hasher.enqueue(chunks + first, count, nullptr, stream));
+    CKPT_TRY(hasher.enqueue(chunks + first, count, expected == nullptr ? nullptr : expected + first, stream));
     CKPT_TRY(hasher.wait());
-    for (std::size_t i = 0; i < count; ++i) digests[first + i] = hasher.digest(i);
+    CKPT_TRY(done(first, count, hasher));
   }
+  return Status();
+}
+
+// Digests of a chunk table in device memory (synchronous).
+template <class B>
+[[nodiscard]] Result<std::vector<std::uint64_t>> hash_chunks(B& backend, const DeviceChunk* chunks, std::size_t n,
+                                                             typename B::Stream stream) {
+  std::vector<std::uint64_t> digests(n);
+  CKPT_TRY(hash_in_batches(backend, chunks, nullptr, n, stream, [&](std::size_t first, std::size_t count, const auto& hasher) {
+    for (std::size_t i = 0; i < count; ++i) digests[first + i] = hasher.digest(i);
+    return Status();
+  }));
   return digests;
 }
 
@@ -243,20 +255,14 @@ template <class B>
                                                                const std::uint64_t* expected, std::size_t n,
                                                                typename B::Stream stream) {
   std::vector<ChunkMismatch> out;
-  if (n == 0) return out;
-  Arena<B> arena(backend);
-  arena.borrow(stream);
-  CKPT_ASSIGN_OR_RETURN(auto hasher, BatchHasher<B>::create(arena, std::min(n, kChunksPerBatch)));
-  for (std::size_t first = 0; first < n; first += hasher.capacity()) {
-    const std::size_t count = std::min(hasher.capacity(), n - first);
-    CKPT_TRY(hasher.enqueue(chunks + first, count, expected + first, stream));
-    CKPT_TRY(hasher.wait());
+  CKPT_TRY(hash_in_batches(backend, chunks, expected, n, stream, [&](std::size_t first, std::size_t, auto& hasher) -> Status {
     CKPT_ASSIGN_OR_RETURN(auto found, hasher.mismatches(expected + first));
     for (auto& m : found) {
       m.index += first;
       out.push_back(m);
     }
-  }
+    return Status();
+  }));
   return out;
 }
 

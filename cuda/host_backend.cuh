@@ -65,24 +65,9 @@ class HostBackend {
   [[nodiscard]] Status pinned_alloc(void*& p, std::size_t n) { return alloc(pinned_, p, n); }
   [[nodiscard]] Status pinned_free(void* p) { return release(pinned_, p, "pinned"); }
 
-  [[nodiscard]] Status copy_to_device(void* dst, const void* src, std::size_t n, Stream) {
-    if (!within(device_, dst, n)) return misuse("copy_to_device: destination is not device memory");
-    if (!within(pinned_, src, n)) return misuse("copy_to_device: source is not pinned host memory");
-    queue([this, dst, src, n] {
-      std::memcpy(dst, src, n);
-      if (on_copy) on_copy(static_cast<unsigned char*>(dst), n, true);
-    });
-    ++copies_;
-    return Status();
-  }
+  [[nodiscard]] Status copy_to_device(void* dst, const void* src, std::size_t n, Stream) { return copy(dst, src, n, true); }
   [[nodiscard]] Status copy_to_host(void* dst, const void* src, std::size_t n, Stream) {
-    if (!within(pinned_, dst, n)) return misuse("copy_to_host: destination is not pinned host memory");
-    if (!within(device_, src, n)) return misuse("copy_to_host: source is not device memory");
-    queue([this, dst, src, n] {
-      std::memcpy(dst, src, n);
-      if (on_copy) on_copy(static_cast<unsigned char*>(dst), n, false);
-    });
-    ++copies_;
+    CKPT_TRY(copy(dst, src, n, false));
     if (eager_copies_to_host) return run_until(ops_.size());
     return Status();
   }
@@ -134,6 +119,20 @@ class HostBackend {
   using Allocations = std::map<const unsigned char*, std::size_t>;
 
   [[nodiscard]] static Status misuse(const std::string& what) { return make_error(Code::invalid_argument, "host backend: " + what); }
+  [[nodiscard]] static const char* memory_name(bool device) { return device ? "device memory" : "pinned host memory"; }
+  // Queues a copy of n bytes from pinned host memory to device memory (to_device) or back, once both
+  // ends are checked to be the memory that direction names.
+  [[nodiscard]] Status copy(void* dst, const void* src, std::size_t n, bool to_device) {
+    const std::string call = to_device ? "copy_to_device" : "copy_to_host";
+    if (!within(to_device ? device_ : pinned_, dst, n)) return misuse(call + ": destination is not " + memory_name(to_device));
+    if (!within(to_device ? pinned_ : device_, src, n)) return misuse(call + ": source is not " + memory_name(!to_device));
+    queue([this, dst, src, n, to_device] {
+      std::memcpy(dst, src, n);
+      if (on_copy) on_copy(static_cast<unsigned char*>(dst), n, to_device);
+    });
+    ++copies_;
+    return Status();
+  }
   void fault(std::string what) {
     if (fault_.empty()) fault_ = std::move(what);
   }

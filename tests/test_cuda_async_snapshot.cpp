@@ -35,6 +35,18 @@ unsigned char* on_device(HostBackend& backend, const std::vector<unsigned char>&
   return static_cast<unsigned char*>(p);
 }
 
+// A whole 1-D U8 tensor of size bytes at data in device memory.
+SaveTensor device_tensor(std::string name, const void* data, std::size_t size) {
+  SaveTensor t;
+  t.name = std::move(name);
+  t.global_shape = t.local_shape = {size};
+  t.offsets = {0};
+  t.data = data;
+  t.size = size;
+  t.on_device = true;
+  return t;
+}
+
 std::vector<unsigned char> read_back(Store& store, std::uint64_t step, const std::string& name, std::size_t n) {
   auto reader = store.open_step(step);
   REQUIRE(reader.ok());
@@ -71,20 +83,8 @@ TEST_CASE("device tensors are snapshot into pinned staging and saved exactly, ev
         REQUIRE(saver.ok());
         for (std::uint64_t step : {1, 2}) {
           SaveRequest r(step);
-          SaveTensor w;
-          w.name = "w";
-          w.dtype = DType::U8;
-          w.global_shape = w.local_shape = {weights.size()};
-          w.offsets = {0};
-          w.data = dw;
-          w.size = weights.size();
-          w.on_device = true;
-          r.add(w);
-          SaveTensor m = w;
-          m.name = "adam.m";
-          m.global_shape = m.local_shape = {moments.size()};
-          m.data = dm;
-          m.size = moments.size();
+          r.add(device_tensor("w", dw, weights.size()));
+          SaveTensor m = device_tensor("adam.m", dm, moments.size());
           m.optimizer = true;
           r.add(m);
           r.add_tensor("host", DType::U8, {host_part.size()}, host_part.data(), host_part.size());
@@ -134,14 +134,7 @@ TEST_CASE("a failed device copy abandons that save, reports it, and the next sav
     REQUIRE(saver.ok());
     auto request = [&](std::uint64_t step, const void* src) {
       SaveRequest r(step);
-      SaveTensor t;
-      t.name = "w";
-      t.global_shape = t.local_shape = {bytes.size()};
-      t.offsets = {0};
-      t.data = src;
-      t.size = bytes.size();
-      t.on_device = true;
-      r.add(t);
+      r.add(device_tensor("w", src, bytes.size()));
       return r;
     };
     // A host pointer marked as device memory: the backend refuses the copy.

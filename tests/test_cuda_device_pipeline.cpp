@@ -14,6 +14,7 @@
 
 #include "../cuda/device_pipeline.cuh"
 #include "../cuda/host_backend.cuh"
+#include "shard_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -27,6 +28,11 @@ unsigned char* device_copy(HostBackend& backend, const std::vector<unsigned char
   REQUIRE(backend.device_alloc(p, bytes.size()).ok());
   std::memcpy(p, bytes.data(), bytes.size());
   return static_cast<unsigned char*>(p);
+}
+
+// Frees device allocations (device_copy's, device_alloc's).
+void device_free(HostBackend& backend, std::initializer_list<void*> allocations) {
+  for (void* p : allocations) REQUIRE(backend.device_free(p).ok());
 }
 
 void require_clean(const HostBackend& backend, std::size_t allocations_before = 0) {
@@ -48,13 +54,9 @@ void write_sample(const std::string& path, std::uint64_t seed, std::uint32_t ali
   const auto a = ckpt_test::random_bytes(37 * 1000 * 4, seed);
   const auto b = ckpt_test::random_bytes(10 * 1000 * 2, seed + 1);
   REQUIRE(w->add_tensor("alpha", DType::F32, {37, 1000}, a.data(), a.size()).ok());
-  REQUIRE(w->begin_piece("beta", DType::BF16, {10, 1000}, {0, 0}, {6, 1000}).ok());
-  REQUIRE(w->write(b.data(), 6 * 2000).ok());
-  REQUIRE(w->end_piece().ok());
+  ckpt_test::write_piece(*w, "beta", DType::BF16, {10, 1000}, {0, 0}, {6, 1000}, b.data(), 6 * 2000);
   REQUIRE(w->add_tensor("empty", DType::U8, {0}, nullptr, 0).ok());
-  REQUIRE(w->begin_piece("beta", DType::BF16, {10, 1000}, {6, 0}, {4, 1000}).ok());
-  REQUIRE(w->write(b.data() + 6 * 2000, 4 * 2000).ok());
-  REQUIRE(w->end_piece().ok());
+  ckpt_test::write_piece(*w, "beta", DType::BF16, {10, 1000}, {6, 0}, {4, 1000}, b.data() + 6 * 2000, 4 * 2000);
   REQUIRE(w->set_metadata("step", Value(std::int64_t{7})).ok());
   REQUIRE(w->finish().ok());
 }
@@ -303,8 +305,7 @@ TEST_CASE("tensors saved from device memory read back bit for bit and carry thei
     REQUIRE(reader->index().find_metadata("step") != nullptr);
     require_clean(backend, 2);
   }
-  REQUIRE(backend.device_free(da).ok());
-  REQUIRE(backend.device_free(db).ok());
+  device_free(backend, {da, db});
 }
 
 TEST_CASE("a save whose bytes change on the way to the host fails and leaves no file", "[cuda_device_pipeline]") {
@@ -402,8 +403,7 @@ TEST_CASE("tensors loaded into device memory are verified there", "[cuda_device_
     CHECK(gpu::load_to_device(backend, fs, dir.file("missing.ckpt"), targets).code() == Code::not_found);
   }
   require_clean(backend, 2);
-  REQUIRE(backend.device_free(da).ok());
-  REQUIRE(backend.device_free(db).ok());
+  device_free(backend, {da, db});
 }
 
 TEST_CASE("a piece that is not contiguous in its tensor is refused, pieces that leave a gap too", "[cuda_device_pipeline]") {
@@ -416,12 +416,8 @@ TEST_CASE("a piece that is not contiguous in its tensor is refused, pieces that 
     auto w = ShardWriter::create(fs, path, o);
     REQUIRE(w.ok());
     const std::vector<unsigned char> half(4 * 2, 1);
-    REQUIRE(w->begin_piece("m", DType::U8, {4, 4}, {0, 0}, {4, 2}).ok());  // left columns only
-    REQUIRE(w->write(half.data(), half.size()).ok());
-    REQUIRE(w->end_piece().ok());
-    REQUIRE(w->begin_piece("rows", DType::U8, {4, 4}, {1, 0}, {2, 4}).ok());  // rows 1-2 of 4
-    REQUIRE(w->write(half.data(), half.size()).ok());
-    REQUIRE(w->end_piece().ok());
+    ckpt_test::write_piece(*w, "m", DType::U8, {4, 4}, {0, 0}, {4, 2}, half.data(), half.size());     // left columns only
+    ckpt_test::write_piece(*w, "rows", DType::U8, {4, 4}, {1, 0}, {2, 4}, half.data(), half.size());  // rows 1-2 of 4
     REQUIRE(w->finish().ok());
   }
   HostBackend backend;

@@ -19,13 +19,7 @@ namespace {
 
 ContentPiece piece(Shape offsets, Shape shape, std::uint64_t length, std::vector<std::uint64_t> digests,
                    std::uint64_t chunk_size = 4096) {
-  ContentPiece p;
-  p.offsets = std::move(offsets);
-  p.shape = std::move(shape);
-  p.length = length;
-  p.chunk_size = chunk_size;
-  p.chunk_digests = std::move(digests);
-  return p;
+  return ContentPiece{std::move(offsets), std::move(shape), length, chunk_size, std::move(digests), "", 0};  // in no file
 }
 
 // Two tensors (one split in two pieces) and two metadata entries.

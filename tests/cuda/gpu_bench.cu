@@ -21,8 +21,10 @@
 #include <ckpt/verify.hpp>
 
 #include "../../cuda/gpu_checkpoint.cuh"
+#include "gpu_test_util.hpp"
 
 using namespace ckpt;
+using gpu_test::cpu_digests;
 
 namespace {
 
@@ -107,19 +109,6 @@ void row(const std::string& name, double bytes, double seconds, const std::strin
   rows.push_back(Row{name, bytes / seconds / 1e9, note});
   std::printf("  %-52s %9.1f GB/s  %s\n", name.c_str(), bytes / seconds / 1e9, note.c_str());
   std::fflush(stdout);
-}
-
-std::vector<std::uint64_t> cpu_digests(const std::vector<unsigned char>& host, const unsigned char* base,
-                                       const std::vector<gpu::DeviceChunk>& table, unsigned threads) {
-  std::vector<std::uint64_t> out(table.size());
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t i = w; i < table.size(); i += threads)
-        out[i] = xxh3_64(host.data() + (table[i].data - base), static_cast<std::size_t>(table[i].length));
-    });
-  for (auto& t : pool) t.join();
-  return out;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <ckpt/verify.hpp>
 
 #include "../../cuda/gpu_checkpoint.cuh"
+#include "gpu_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -70,18 +71,10 @@ class DeviceBytes {
   std::size_t size_;
 };
 
+// The CPU's digests of a table, on up to 16 threads.
 std::vector<std::uint64_t> cpu_digests(const std::vector<unsigned char>& host, const unsigned char* device_base,
                                        const std::vector<gpu::DeviceChunk>& table) {
-  std::vector<std::uint64_t> out(table.size());
-  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t i = w; i < table.size(); i += threads)
-        out[i] = xxh3_64(host.data() + (table[i].data - device_base), static_cast<std::size_t>(table[i].length));
-    });
-  for (auto& t : pool) t.join();
-  return out;
+  return gpu_test::cpu_digests(host, device_base, table, std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
 }
 
 void check_table(const char* what, const std::vector<unsigned char>& host, const DeviceBytes& device,
