@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "../coding.hpp"
+#include "../enum_name.hpp"
 #include "../format.hpp"
 #include "../hash.hpp"
 #include "../path_kind.hpp"
@@ -291,14 +292,7 @@ CKPT_INLINE Result<Content> content_of_path(FsRef fs, const std::string& path, c
 
 // --- Diff ------------------------------------------------------------------------------------------
 
-CKPT_INLINE const char* change_kind_name(ChangeKind k) noexcept {
-  switch (k) {
-    case ChangeKind::added: return "added";
-    case ChangeKind::removed: return "removed";
-    case ChangeKind::changed: return "changed";
-  }
-  return "unknown";
-}
+CKPT_INLINE const char* change_kind_name(ChangeKind k) noexcept { return enum_name(k, {"added", "removed", "changed"}); }
 
 namespace detail {
 // Same pieces (offsets, shape, length) and chunk size on both sides: chunk i of piece k means the same bytes.

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "../../coding.hpp"
+#include "../../enum_name.hpp"
 #include "../../verify.hpp"
 #include "../tiered.hpp"
 
@@ -46,12 +47,7 @@ CKPT_INLINE Digest128 step_digest(std::uint64_t step, const std::vector<Digest12
 }
 
 CKPT_INLINE const char* tier_action_name(TierAction a) noexcept {
-  switch (a) {
-    case TierAction::none: return "none";
-    case TierAction::capture: return "capture";
-    case TierAction::capture_and_persist: return "capture_and_persist";
-  }
-  return "unknown";
+  return enum_name(a, {"none", "capture", "capture_and_persist"});
 }
 
 namespace detail {
