@@ -39,6 +39,13 @@ import torch.multiprocessing as mp
 from safetensors.torch import save_file
 import gguf
 
+# The writers the DCP fixtures and the GGUF interop test already use: one way to write each.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "data", "dcp"))
+sys.path.insert(0, os.path.join(HERE, "..", "interop"))
+from make_fixtures import save_single, world_rank  # noqa: E402
+from test_gguf_interop import write_gguf  # noqa: E402
+
 SCRATCH = "/tmp/ckpt-foreign-seeds"
 
 
@@ -54,28 +61,6 @@ def read(path):
 
 
 # --- pickle: DCP metadata and plain CPython pickles.
-
-def dcp_single(out):
-    sd = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.ones(3, dtype=torch.bfloat16),
-          "i": torch.tensor([1, 2, 3], dtype=torch.int64), "step": 7,
-          "extra": {"blob": io.BytesIO(b"hello"), "lst": [1, 2]}}
-    dcp.save(sd, checkpoint_id=out)
-
-
-def dcp_rank(rank, world, out, port):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, distribute_tensor
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (world,))
-    a = torch.arange(20, dtype=torch.float32).reshape(5, 4)
-    b = torch.arange(12, dtype=torch.float32).reshape(2, 6).to(torch.bfloat16)
-    sd = {"a": distribute_tensor(a, mesh, [Shard(0)]), "b": distribute_tensor(b, mesh, [Shard(1)]),
-          "r": torch.arange(4, dtype=torch.int64), "step": 3}
-    dcp.save(sd, checkpoint_id=out)
-    dist.destroy_process_group()
-
 
 def plain_values():
     shared = [1, 2]
@@ -102,11 +87,11 @@ def text_protocol_values():
 
 def pickle_seeds(seeds):
     single = os.path.join(SCRATCH, "dcp-single")
-    dcp_single(single)
+    save_single(single)
     meta = read(os.path.join(single, ".metadata"))
     save(seeds, "dcp-single.metadata", meta)
     world2 = os.path.join(SCRATCH, "dcp-world2")
-    mp.spawn(dcp_rank, args=(2, world2, 29547), nprocs=2)
+    mp.spawn(world_rank, args=(2, world2, 29547), nprocs=2)
     save(seeds, "dcp-world2.metadata", read(os.path.join(world2, ".metadata")))
     loaded = pickle.loads(meta)
     for protocol in (1, 2):
@@ -118,23 +103,6 @@ def pickle_seeds(seeds):
 
 
 # --- gguf: files of GGUFWriter.
-
-def write_gguf(path, tensors, metadata, alignment=None):
-    w = gguf.GGUFWriter(path, arch="llama")
-    if alignment is not None:
-        w.add_custom_alignment(alignment)
-    for kind, key, value in metadata:
-        getattr(w, "add_" + kind)(key, value)
-    for name, array, raw_dtype in tensors:
-        if raw_dtype is None:
-            w.add_tensor(name, array)
-        else:
-            w.add_tensor(name, array, raw_dtype=raw_dtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
 
 def gguf_seeds(seeds):
     rng = np.random.default_rng(7)
