@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 #include <string>
 #include <vector>
@@ -62,9 +61,7 @@ class AtomicFile {
     }
     while (size > 0) {
       const std::size_t n = std::min(capacity_ - buffer_.size(), size);
-      const std::size_t old = buffer_.size();
-      buffer_.resize(old + n);
-      std::memcpy(buffer_.data() + old, p, n);
+      buffer_.insert(buffer_.end(), p, p + n);
       p += n;
       size -= n;
       if (buffer_.size() == capacity_) CKPT_TRY(flush());
