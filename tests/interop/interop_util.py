@@ -91,3 +91,16 @@ def flip_byte(path, offset, mask):
 def file_sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def read_safetensors(path):
+    """What the reference implementation (PyPI safetensors) sees: {name: (dtype, shape, bytes)} and __metadata__."""
+    import safetensors
+    from safetensors import safe_open
+
+    with open(path, "rb") as f:
+        content = f.read()
+    tensors = {name: (v["dtype"], list(v["shape"]), bytes(v["data"])) for name, v in safetensors.deserialize(content)}
+    with safe_open(path, framework="numpy") as f:
+        metadata = f.metadata() or {}
+    return tensors, metadata

@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_util import built, check, finish, run, skip  # noqa: E402
+from interop_util import built, check, finish, run, skip, read_safetensors  # noqa: E402
 
 try:
     import safetensors
@@ -59,14 +59,7 @@ def tensors():
     }
 
 
-def load(path):
-    """What the package sees: {name: (dtype, shape, bytes)} and __metadata__."""
-    with open(path, "rb") as f:
-        content = f.read()
-    loaded = {name: (v["dtype"], list(v["shape"]), bytes(v["data"])) for name, v in safetensors.deserialize(content)}
-    with safe_open(path, framework="pt") as f:
-        metadata = f.metadata() or {}
-    return loaded, metadata
+load = read_safetensors  # what the reference implementation sees: tensors and __metadata__
 
 
 class Tools:

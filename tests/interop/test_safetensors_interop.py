@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_util import built, check, finish, flip_byte, run, skip  # noqa: E402
+from interop_util import built, check, finish, flip_byte, run, skip, read_safetensors  # noqa: E402
 
 try:
     import numpy as np  # noqa: F401 - the generator needs it
@@ -37,14 +37,7 @@ except ImportError as e:
 import gen_safetensors  # noqa: E402
 
 
-def load(path):
-    """What the reference implementation sees: {name: (dtype, shape, bytes)} and the metadata."""
-    with open(path, "rb") as f:
-        content = f.read()
-    tensors = {name: (v["dtype"], list(v["shape"]), bytes(v["data"])) for name, v in safetensors.deserialize(content)}
-    with safe_open(path, framework="numpy") as f:
-        metadata = f.metadata() or {}
-    return tensors, metadata
+load = read_safetensors  # what the reference implementation sees: tensors and __metadata__
 
 
 def check_numpy_reader(path, tensors, label):
