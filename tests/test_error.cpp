@@ -2,8 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <variant>
 
 #include <ckpt/error.hpp>
 
@@ -146,4 +148,78 @@ TEST_CASE("Result and Status test as booleans and give a fallback value", "[erro
   CHECK(static_cast<bool>(Status()));
   CHECK_FALSE(static_cast<bool>(make_error(Code::io, "x")));
   static_assert(!std::is_convertible_v<Result<int>, bool>, "explicit: a Result never turns into an int by accident");
+}
+
+namespace {
+struct NoMoveAssign {  // like ShardWriter: movable, never move-assigned (spec/LAYOUT.md 3.4)
+  NoMoveAssign() = default;
+  NoMoveAssign(NoMoveAssign&&) = default;
+  NoMoveAssign& operator=(NoMoveAssign&&) = delete;
+};
+}  // namespace
+
+TEST_CASE("a result copies, moves and assigns exactly where std::variant<T, Status> would", "[error]") {
+  using Owned = Result<std::unique_ptr<int>>;
+  using Variant = std::variant<std::unique_ptr<int>, Status>;
+  static_assert(!std::is_copy_constructible_v<Owned> && !std::is_copy_assignable_v<Owned>);
+  static_assert(std::is_move_constructible_v<Owned> && std::is_move_assignable_v<Owned>);
+  static_assert(std::is_nothrow_move_constructible_v<Owned> == std::is_nothrow_move_constructible_v<Variant>);
+  static_assert(std::is_copy_constructible_v<Result<std::string>> && std::is_copy_assignable_v<Result<std::string>>);
+  static_assert(std::is_move_constructible_v<Result<NoMoveAssign>> && !std::is_move_assignable_v<Result<NoMoveAssign>>);
+  static_assert(!std::is_default_constructible_v<Result<int>>);
+
+  // Every pair of states, by copy and by move: a value over an error, an error over a value, and alike.
+  const Result<std::string> value = std::string("v"), error = make_error(Code::io, "e");
+  for (const auto* from : {&value, &error}) {
+    for (const auto* to : {&value, &error}) {
+      Result<std::string> copied = *to;
+      copied = *from;
+      Result<std::string> moved = *to, source = *from;
+      moved = std::move(source);
+      for (const auto* r : {&copied, &moved}) {
+        REQUIRE(r->ok() == from->ok());
+        if (r->ok()) CHECK(r->value() == "v");
+        else CHECK(r->status().message() == "e");
+      }
+    }
+  }
+  Result<std::string> self = std::string("kept");
+  const Result<std::string>& alias = self;
+  self = alias;
+  CHECK(*self == "kept");
+  Result<std::unique_ptr<int>> owned = std::make_unique<int>(1);
+  owned = make_owned(true);
+  CHECK(**owned == 7);
+  owned = make_error(Code::conflict, "held");
+  CHECK(owned.status().code() == Code::conflict);
+}
+
+TEST_CASE("the value of an error result is a bug that throws", "[error]") {
+  Result<int> bad = make_error(Code::io, "x");
+  CHECK_THROWS_AS(bad.value(), std::bad_variant_access);
+  CHECK_THROWS_AS(*bad, std::bad_variant_access);
+  CHECK(bad.value_or(5) == 5);
+}
+
+namespace {
+struct MoveThrowsWhenArmed {
+  static inline bool armed = false;
+  MoveThrowsWhenArmed() = default;
+  MoveThrowsWhenArmed(const MoveThrowsWhenArmed&) = default;
+  MoveThrowsWhenArmed(MoveThrowsWhenArmed&&) {
+    if (armed) throw std::runtime_error("move");
+  }
+  MoveThrowsWhenArmed& operator=(const MoveThrowsWhenArmed&) = default;
+  MoveThrowsWhenArmed& operator=(MoveThrowsWhenArmed&&) = default;
+};
+}  // namespace
+
+TEST_CASE("a value whose move throws leaves an error result, never a destroyed one", "[error]") {
+  const Result<MoveThrowsWhenArmed> value = MoveThrowsWhenArmed();
+  Result<MoveThrowsWhenArmed> r = make_error(Code::io, "x");
+  MoveThrowsWhenArmed::armed = true;
+  CHECK_THROWS_AS(r = value, std::runtime_error);  // copied first, then moved in over the error
+  MoveThrowsWhenArmed::armed = false;
+  CHECK_FALSE(r.ok());
+  CHECK(r.status().code() == Code::invalid_argument);
 }

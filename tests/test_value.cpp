@@ -56,6 +56,8 @@ TEST_CASE("values compare by type and content", "[value]") {
   CHECK(Value(Bytes{"ab"}) == Value(Bytes{"ab"}));
   CHECK(Value("ab") == Value(std::string("ab")));
   CHECK(Value("ab") != Value("abc"));
+  CHECK(Value(0.0) == Value(-0.0));  // as the stored variant compares: == on the double
+  CHECK(Value(std::nan("")) != Value(std::nan("")));
 }
 
 TEST_CASE("type names are the spec's", "[value]") {

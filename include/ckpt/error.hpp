@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -88,31 +90,160 @@ class [[nodiscard]] Status {
   return Status(code, std::move(message));
 }
 
+namespace detail {
+
+// The copy and move operations of a Result<T> are those std::variant<T, Status> has: copy and move
+// construction where T has them, assignment where T is also assignable. Result's own are defaulted,
+// so a base that deletes one deletes it in Result (and a deleted move falls back to copy).
+template <bool Copy, bool Move>
+struct ResultConstruct {};
+template <>
+struct ResultConstruct<false, true> {
+  ResultConstruct() = default;
+  ResultConstruct(const ResultConstruct&) = delete;
+  ResultConstruct(ResultConstruct&&) = default;
+  ResultConstruct& operator=(const ResultConstruct&) = default;
+  ResultConstruct& operator=(ResultConstruct&&) = default;
+};
+template <>
+struct ResultConstruct<true, false> {
+  ResultConstruct() = default;
+  ResultConstruct(const ResultConstruct&) = default;
+  ResultConstruct(ResultConstruct&&) = delete;
+  ResultConstruct& operator=(const ResultConstruct&) = default;
+  ResultConstruct& operator=(ResultConstruct&&) = default;
+};
+template <>
+struct ResultConstruct<false, false> {
+  ResultConstruct() = default;
+  ResultConstruct(const ResultConstruct&) = delete;
+  ResultConstruct(ResultConstruct&&) = delete;
+  ResultConstruct& operator=(const ResultConstruct&) = default;
+  ResultConstruct& operator=(ResultConstruct&&) = default;
+};
+template <bool Copy, bool Move>
+struct ResultAssign {};
+template <>
+struct ResultAssign<false, true> {
+  ResultAssign() = default;
+  ResultAssign(const ResultAssign&) = default;
+  ResultAssign(ResultAssign&&) = default;
+  ResultAssign& operator=(const ResultAssign&) = delete;
+  ResultAssign& operator=(ResultAssign&&) = default;
+};
+template <>
+struct ResultAssign<true, false> {
+  ResultAssign() = default;
+  ResultAssign(const ResultAssign&) = default;
+  ResultAssign(ResultAssign&&) = default;
+  ResultAssign& operator=(const ResultAssign&) = default;
+  ResultAssign& operator=(ResultAssign&&) = delete;
+};
+template <>
+struct ResultAssign<false, false> {
+  ResultAssign() = default;
+  ResultAssign(const ResultAssign&) = default;
+  ResultAssign(ResultAssign&&) = default;
+  ResultAssign& operator=(const ResultAssign&) = delete;
+  ResultAssign& operator=(ResultAssign&&) = delete;
+};
+
+// A T or a Status in one union (no std::variant: its instantiation per T was a large part of the
+// header-only parse time, spec/LAYOUT.md 5). Copies and moves are instantiated only where used.
+template <class T>
+class ResultStorage {
+ public:
+  explicit ResultStorage(T&& value) : ok_(true) { ::new (static_cast<void*>(&value_)) T(std::move(value)); }
+  explicit ResultStorage(Status&& status) : ok_(false) { ::new (static_cast<void*>(&status_)) Status(std::move(status)); }
+  ResultStorage(const ResultStorage& other) : ok_(other.ok_) {
+    if (ok_) ::new (static_cast<void*>(&value_)) T(other.value_);
+    else ::new (static_cast<void*>(&status_)) Status(other.status_);
+  }
+  ResultStorage(ResultStorage&& other) noexcept(std::is_nothrow_move_constructible<T>::value) : ok_(other.ok_) {
+    if (ok_) ::new (static_cast<void*>(&value_)) T(std::move(other.value_));
+    else ::new (static_cast<void*>(&status_)) Status(std::move(other.status_));
+  }
+  ResultStorage& operator=(const ResultStorage& other) {
+    if (ok_ && other.ok_) value_ = other.value_;
+    else if (!ok_ && !other.ok_) status_ = other.status_;
+    else if (this != &other) replace(ResultStorage(other));
+    return *this;
+  }
+  ResultStorage& operator=(ResultStorage&& other) noexcept(std::is_nothrow_move_constructible<T>::value &&
+                                                          std::is_nothrow_move_assignable<T>::value) {
+    if (ok_ && other.ok_) value_ = std::move(other.value_);
+    else if (!ok_ && !other.ok_) status_ = std::move(other.status_);
+    else replace(std::move(other));
+    return *this;
+  }
+  ~ResultStorage() { destroy(); }
+
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+  [[nodiscard]] T& value() noexcept { return value_; }
+  [[nodiscard]] const T& value() const noexcept { return value_; }
+  [[nodiscard]] Status& status() noexcept { return status_; }
+  [[nodiscard]] const Status& status() const noexcept { return status_; }
+
+ private:
+  void destroy() noexcept {
+    if (ok_) value_.~T();
+    else status_.~Status();
+  }
+  // Holds what other holds, of the other kind than this holds now. A T whose move throws leaves an
+  // error (where std::variant was left valueless), never a destroyed member.
+  void replace(ResultStorage&& other) {
+    destroy();
+    ok_ = other.ok_;
+    if (!ok_) {
+      ::new (static_cast<void*>(&status_)) Status(std::move(other.status_));
+      return;
+    }
+    try {
+      ::new (static_cast<void*>(&value_)) T(std::move(other.value_));
+    } catch (...) {
+      ok_ = false;
+      ::new (static_cast<void*>(&status_)) Status(Code::invalid_argument, "a result's value threw while it was moved in");
+      throw;
+    }
+  }
+
+  union {
+    T value_;
+    Status status_;
+  };
+  bool ok_;
+};
+
+}  // namespace detail
+
 // Result<T>: a value or a non-ok Status.
 template <class T>
-class [[nodiscard]] Result {
+class [[nodiscard]] Result
+    : detail::ResultConstruct<std::is_copy_constructible<T>::value, std::is_move_constructible<T>::value>,
+      detail::ResultAssign<std::is_copy_constructible<T>::value && std::is_copy_assignable<T>::value,
+                           std::is_move_constructible<T>::value && std::is_move_assignable<T>::value> {
  public:
-  Result(T value) : state_(std::in_place_index<0>, std::move(value)) {}  // NOLINT implicit
-  Result(Status status) : state_(std::in_place_index<1>, std::move(status)) {}  // NOLINT implicit
+  Result(T value) : state_(std::move(value)) {}  // NOLINT implicit
+  Result(Status status) : state_(std::move(status)) {}  // NOLINT implicit
 
-  [[nodiscard]] bool ok() const noexcept { return state_.index() == 0; }
+  [[nodiscard]] bool ok() const noexcept { return state_.ok(); }
   [[nodiscard]] explicit operator bool() const noexcept { return ok(); }
   [[nodiscard]] const Status& status() const& {
     static const Status ok_value;
-    return ok() ? ok_value : std::get<1>(state_);
+    return ok() ? ok_value : state_.status();
   }
-  [[nodiscard]] Status take_status() && { return ok() ? Status() : std::move(std::get<1>(state_)); }
-  [[nodiscard]] T& value() & { return std::get<0>(state_); }
-  [[nodiscard]] const T& value() const& { return std::get<0>(state_); }
-  [[nodiscard]] T&& value() && { return std::get<0>(std::move(state_)); }
+  [[nodiscard]] Status take_status() && { return ok() ? Status() : std::move(state_.status()); }
+  [[nodiscard]] T& value() & { return checked(), state_.value(); }
+  [[nodiscard]] const T& value() const& { return checked(), state_.value(); }
+  [[nodiscard]] T&& value() && { return checked(), std::move(state_.value()); }
   // The value, or `fallback` when this holds an error.
   template <class U>
   [[nodiscard]] T value_or(U&& fallback) const& {
-    return ok() ? std::get<0>(state_) : static_cast<T>(std::forward<U>(fallback));
+    return ok() ? state_.value() : static_cast<T>(std::forward<U>(fallback));
   }
   template <class U>
   [[nodiscard]] T value_or(U&& fallback) && {
-    return ok() ? std::get<0>(std::move(state_)) : static_cast<T>(std::forward<U>(fallback));
+    return ok() ? std::move(state_.value()) : static_cast<T>(std::forward<U>(fallback));
   }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
@@ -120,7 +251,12 @@ class [[nodiscard]] Result {
   const T& operator*() const& { return value(); }
 
  private:
-  std::variant<T, Status> state_;
+  // The value of an error is a bug; std::get threw this when Result held a std::variant.
+  void checked() const {
+    if (!ok()) throw std::bad_variant_access();
+  }
+
+  detail::ResultStorage<T> state_;
 };
 
 }  // namespace ckpt

@@ -43,8 +43,20 @@ class Value {
   [[nodiscard]] bool as_bool() const { return std::get<2>(v_); }
   [[nodiscard]] const std::string& as_string() const { return std::get<3>(v_); }
   [[nodiscard]] const std::string& as_bytes() const { return std::get<4>(v_).data; }
-  bool operator==(const Value& o) const { return v_ == o.v_; }
-  bool operator!=(const Value& o) const { return !(v_ == o.v_); }
+  // What std::variant's == does (same alternative, then its ==), without instantiating it: header-only
+  // parse time (spec/LAYOUT.md 5).
+  bool operator==(const Value& o) const {
+    if (v_.index() != o.v_.index()) return false;
+    if (v_.valueless_by_exception()) return true;
+    switch (v_.index()) {
+      case 0: return as_int() == o.as_int();
+      case 1: return as_float() == o.as_float();
+      case 2: return as_bool() == o.as_bool();
+      case 3: return as_string() == o.as_string();
+      default: return as_bytes() == o.as_bytes();
+    }
+  }
+  bool operator!=(const Value& o) const { return !(*this == o); }
 
  private:
   Storage v_;

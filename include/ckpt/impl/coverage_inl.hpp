@@ -4,8 +4,8 @@
 #include "../coverage.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
 
 #include <algorithm>
-#include <map>
-#include <optional>
+#include <string_view>
+#include <utility>
 
 namespace ckpt {
 
@@ -39,11 +39,12 @@ namespace detail {
   return n;
 }
 
-// Finds a slice inside [lo, lo + len) that no piece touches, given that the pieces do not overlap.
+// Finds a slice inside [lo, lo + len) that no piece touches, given that the pieces do not overlap:
+// true with it in found_lo, found_len, false when the pieces cover [lo, lo + len).
 // Splits at the median piece boundary of the dimension with the most boundaries inside the slice and
 // descends only into a half whose covered volume falls short, so each level halves the boundaries.
-[[nodiscard]] CKPT_INLINE std::optional<std::pair<Shape, Shape>> find_uncovered_slice(const std::vector<const GlobalPiece*>& candidates,
-                                                                                 const Shape& lo, const Shape& len) {
+[[nodiscard]] CKPT_INLINE bool find_uncovered_slice(const std::vector<const GlobalPiece*>& candidates, const Shape& lo,
+                                                    const Shape& len, Shape& found_lo, Shape& found_len) {
   const std::size_t rank = lo.size();
   std::vector<const GlobalPiece*> inside;
   std::uint64_t covered = 0;
@@ -58,8 +59,8 @@ namespace detail {
     inside.push_back(p);
     covered += vol;  // no overlap, so at most the slice volume
   }
-  if (inside.empty()) return std::make_pair(lo, len);
-  if (covered == box_volume(len)) return std::nullopt;
+  if (inside.empty()) return found_lo = lo, found_len = len, true;
+  if (covered == box_volume(len)) return false;
   std::size_t split_dim = rank;
   std::vector<std::uint64_t> best;
   for (std::size_t d = 0; d < rank; ++d) {
@@ -75,19 +76,21 @@ namespace detail {
   }
   // No boundary inside: every piece spans the slice, so one piece would cover it all. Unreachable, but
   // report the slice rather than loop.
-  if (split_dim == rank) return std::make_pair(lo, len);
+  if (split_dim == rank) return found_lo = lo, found_len = len, true;
   const std::uint64_t cut = best[best.size() / 2];
   Shape left_len = len, right_lo = lo, right_len = len;
   left_len[split_dim] = cut - lo[split_dim];
   right_lo[split_dim] = cut;
   right_len[split_dim] = lo[split_dim] + len[split_dim] - cut;
-  if (auto found = find_uncovered_slice(inside, lo, left_len)) return found;
-  return find_uncovered_slice(inside, right_lo, right_len);
+  return find_uncovered_slice(inside, lo, left_len, found_lo, found_len) ||
+         find_uncovered_slice(inside, right_lo, right_len, found_lo, found_len);
 }
 
-[[nodiscard]] CKPT_INLINE std::optional<CoverageProblem> check_tensor_coverage(const std::vector<const GlobalPiece*>& pieces) {
+// True with the tensor's first problem in `problem` (spec/SHARDING.md 4), false when its pieces cover it
+// exactly once. (Out parameters rather than std::optional: header-only parse time, spec/LAYOUT.md 5.)
+[[nodiscard]] CKPT_INLINE bool check_tensor_coverage(const std::vector<const GlobalPiece*>& pieces, CoverageProblem& problem) {
   const GlobalPiece& first = *pieces.front();
-  CoverageProblem problem;
+  problem = CoverageProblem();
   problem.tensor = first.tensor;
   const std::string who = "tensor '" + first.tensor + "': ";
   auto piece_label = [](const GlobalPiece& p) {
@@ -106,7 +109,7 @@ namespace detail {
                                            dtype_label(first.dtype) + " on rank " + std::to_string(first.rank)
                                      : "global shape " + shape_string(p->global_shape) + " on rank " + std::to_string(p->rank) +
                                            ", " + shape_string(first.global_shape) + " on rank " + std::to_string(first.rank));
-      return problem;
+      return true;
     }
   }
   const Shape& global = first.global_shape;
@@ -124,7 +127,7 @@ namespace detail {
       problem.rank = p->rank;
       problem.message = who + piece_label(*p) + " does not fit in the global shape " + shape_string(global) +
                         (bounded ? "" : " (which overflows 64 bits or exceeds rank 64)");
-      return problem;
+      return true;
     }
   }
   std::vector<SliceRef> slices;
@@ -144,40 +147,74 @@ namespace detail {
     problem.other_rank = a.rank;
     problem.message = who + piece_label(a) + " and " + piece_label(b) + " overlap in " +
                       region_string(problem.offsets, problem.shape);
-    return problem;
+    return true;
   }
   // No overlap and every piece inside: the volumes add up to the element count exactly when nothing is missing.
   std::uint64_t covered = 0;
   for (const GlobalPiece* p : pieces) covered += box_volume(p->shape);
-  if (covered == total) return std::nullopt;
-  const auto slice = find_uncovered_slice(pieces, Shape(rank, 0), global);
+  if (covered == total) return false;
   problem.issue = CoverageIssue::gap;
-  if (slice) problem.offsets = slice->first, problem.shape = slice->second;
+  Shape gap_lo, gap_len;
+  if (find_uncovered_slice(pieces, Shape(rank, 0), global, gap_lo, gap_len))
+    problem.offsets = std::move(gap_lo), problem.shape = std::move(gap_len);
   problem.message = who + "its pieces hold " + std::to_string(covered) + " of " + std::to_string(total) +
                     " elements; no piece holds " + region_string(problem.offsets, problem.shape);
-  return problem;
+  return true;
+}
+
+// Pieces or declarations in tensor name order, each tensor's in rank order with ties in input order, so
+// "first" means the lowest rank and reports are deterministic: (name ordinal << 32 | rank, position).
+// Sorts of views and of pairs that other definitions instantiate too, rather than a map and a
+// stable_sort per element type: header-only parse time (spec/LAYOUT.md 5).
+template <class Decl>
+[[nodiscard]] std::vector<std::pair<std::uint64_t, std::uint64_t>> in_tensor_rank_order(const std::vector<Decl>& decls) {
+  std::vector<std::string_view> names;
+  names.reserve(decls.size());
+  for (const auto& d : decls) names.push_back(d.tensor);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> order;
+  order.reserve(decls.size());
+  for (std::size_t i = 0; i < decls.size(); ++i) {
+    const auto name = std::lower_bound(names.begin(), names.end(), std::string_view(decls[i].tensor)) - names.begin();
+    order.push_back({static_cast<std::uint64_t>(name) << 32 | decls[i].rank, i});
+  }
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+// The end of the group of order[first]: the entries of one tensor.
+[[nodiscard]] CKPT_INLINE std::size_t tensor_group_end(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& order,
+                                                       std::size_t first) noexcept {
+  std::size_t end = first + 1;
+  while (end < order.size() && order[end].first >> 32 == order[first].first >> 32) ++end;
+  return end;
 }
 
 }  // namespace detail
 
 CKPT_INLINE std::vector<CoverageProblem> check_coverage(const std::vector<GlobalPiece>& pieces) {
-  std::map<std::string_view, std::vector<const GlobalPiece*>> by_tensor;
-  for (const auto& p : pieces) by_tensor[p.tensor].push_back(&p);
   std::vector<CoverageProblem> problems;
-  for (auto& [name, list] : by_tensor) {
-    // Rank order, so "first" means the lowest rank and reports are deterministic.
-    std::stable_sort(list.begin(), list.end(), [](const GlobalPiece* a, const GlobalPiece* b) { return a->rank < b->rank; });
-    if (auto problem = detail::check_tensor_coverage(list)) problems.push_back(std::move(*problem));
+  std::vector<const GlobalPiece*> list;
+  CoverageProblem problem;
+  const auto order = detail::in_tensor_rank_order(pieces);
+  for (std::size_t i = 0, end = 0; i < order.size(); i = end) {
+    end = detail::tensor_group_end(order, i);
+    list.clear();
+    for (std::size_t k = i; k < end; ++k) list.push_back(&pieces[order[k].second]);
+    if (detail::check_tensor_coverage(list, problem)) problems.push_back(std::move(problem));
   }
   return problems;
 }
 
 CKPT_INLINE std::vector<CoverageProblem> check_replicas(const std::vector<ReplicaDecl>& declarations) {
-  std::map<std::string_view, std::vector<const ReplicaDecl*>> by_tensor;
-  for (const auto& d : declarations) by_tensor[d.tensor].push_back(&d);
   std::vector<CoverageProblem> problems;
-  for (auto& [name, list] : by_tensor) {
-    std::stable_sort(list.begin(), list.end(), [](const ReplicaDecl* a, const ReplicaDecl* b) { return a->rank < b->rank; });
+  std::vector<const ReplicaDecl*> list;
+  const auto order = detail::in_tensor_rank_order(declarations);
+  for (std::size_t i = 0, end = 0; i < order.size(); i = end) {
+    end = detail::tensor_group_end(order, i);
+    list.clear();
+    for (std::size_t k = i; k < end; ++k) list.push_back(&declarations[order[k].second]);
     const ReplicaDecl& first = *list.front();
     CoverageProblem problem;
     problem.issue = CoverageIssue::replica_mismatch;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "../hash.hpp"
 
@@ -489,9 +490,9 @@ CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t s
                         "tensor '" + t.name + "': pieces " + std::to_string(hit->first) + " and " + std::to_string(hit->second) + " overlap");
   }
 
-  std::unordered_map<std::string_view, int> names;
+  std::set<std::string_view> names;  // the type journal and manifest check names with: header-only parse time (spec/LAYOUT.md 5)
   for (const auto& t : index.tensors)
-    if (!names.emplace(t.name, 0).second) return corrupt_at(path, index_offset, "tensor name '" + t.name + "' appears twice");
+    if (!names.insert(t.name).second) return corrupt_at(path, index_offset, "tensor name '" + t.name + "' appears twice");
 
   index.metadata.resize(static_cast<std::size_t>(n_meta));
   names.clear();
@@ -529,7 +530,7 @@ CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t s
       }
       default: return corrupt_at(path, rec_at + 12, "metadata '" + m.key + "': unknown value type " + std::to_string(type));
     }
-    if (!names.emplace(m.key, 0).second) return corrupt_at(path, rec_at, "metadata key '" + m.key + "' appears twice");
+    if (!names.insert(m.key).second) return corrupt_at(path, rec_at, "metadata key '" + m.key + "' appears twice");
   }
   index.rebuild_lookup();
   return index;

@@ -242,6 +242,8 @@ CKPT_INLINE Status decode_payload(JournalRecord& rec, const unsigned char* p, st
       return corrupt("payload is " + std::to_string(n) + " bytes, expected " + std::to_string(expected));
     return Status();
   };
+  // rec.body.emplace<T>, not `rec.body = T{...}`: variant's converting assignment is an instantiation of
+  // its own per alternative (header-only parse time, spec/LAYOUT.md 5).
   switch (rec.type) {
     case static_cast<std::uint16_t>(RecordType::header): {
       CKPT_TRY(fixed_size(journal::kHeaderPayloadSize));
@@ -258,12 +260,12 @@ CKPT_INLINE Status decode_payload(JournalRecord& rec, const unsigned char* p, st
       std::memcpy(h.store_uuid.data(), p + 16, 16);
       if (version == 1 && !detail::all_zero(p + 32, 8)) return corrupt("reserved bytes [32, 40) are not zero");
       h.txn_floor = version == 1 ? 0 : get_u64(p + 32);
-      rec.body = h;
+      rec.body.emplace<JournalHeader>(h);
       return Status();
     }
     case static_cast<std::uint16_t>(RecordType::pad):
       if (!detail::all_zero(p, n)) return corrupt("padding holds non-zero bytes");
-      rec.body = std::monostate{};
+      rec.body.emplace<std::monostate>();
       return Status();
     case static_cast<std::uint16_t>(RecordType::begin): {
       Decoder d(p, n);
@@ -296,7 +298,7 @@ CKPT_INLINE Status decode_payload(JournalRecord& rec, const unsigned char* p, st
         b.files.push_back(std::move(f));
       }
       if (d.remaining() != 0) return corrupt(std::to_string(d.remaining()) + " trailing bytes after the file list");
-      rec.body = std::move(b);
+      rec.body.emplace<BeginRecord>(std::move(b));
       return Status();
     }
     case static_cast<std::uint16_t>(RecordType::begin_shards): {
@@ -310,12 +312,12 @@ CKPT_INLINE Status decode_payload(JournalRecord& rec, const unsigned char* p, st
       if (get_u32(p + 20) != journal::kShardPatternRanks)
         return corrupt("file pattern " + std::to_string(get_u32(p + 20)) + ", expected 1 (one standard shard per rank)");
       b.files = standard_shard_files(b.world_size);
-      rec.body = std::move(b);
+      rec.body.emplace<BeginRecord>(std::move(b));
       return Status();
     }
     case static_cast<std::uint16_t>(RecordType::commit): {
       CKPT_TRY(fixed_size(journal::kCommitPayloadSize));
-      rec.body = CommitRecord{get_u64(p), get_u64(p + 8), get_u64(p + 16), get_u64(p + 24)};
+      rec.body.emplace<CommitRecord>(CommitRecord{get_u64(p), get_u64(p + 8), get_u64(p + 16), get_u64(p + 24)});
       return Status();
     }
     case static_cast<std::uint16_t>(RecordType::abort): {
@@ -323,12 +325,12 @@ CKPT_INLINE Status decode_payload(JournalRecord& rec, const unsigned char* p, st
       const std::uint32_t reason = get_u32(p + 16);
       if (reason < 1 || reason > 3) return corrupt("abort reason " + std::to_string(reason) + " is not 1, 2 or 3");
       if (get_u32(p + 20) != 0) return corrupt("reserved field is not zero");
-      rec.body = AbortRecord{get_u64(p), get_u64(p + 8), static_cast<AbortReason>(reason)};
+      rec.body.emplace<AbortRecord>(AbortRecord{get_u64(p), get_u64(p + 8), static_cast<AbortReason>(reason)});
       return Status();
     }
     case static_cast<std::uint16_t>(RecordType::retire): {
       CKPT_TRY(fixed_size(journal::kRetirePayloadSize));
-      rec.body = RetireRecord{get_u64(p), get_u64(p + 8)};
+      rec.body.emplace<RetireRecord>(RetireRecord{get_u64(p), get_u64(p + 8)});
       return Status();
     }
     case static_cast<std::uint16_t>(RecordType::save_stats): {
@@ -338,13 +340,13 @@ CKPT_INLINE Status decode_payload(JournalRecord& rec, const unsigned char* p, st
       if (get_u32(p + 44) != 0) return corrupt("reserved field is not zero");
       if (get_u64(p + 24) > get_u64(p + 32))
         return corrupt("stall of " + std::to_string(get_u64(p + 24)) + " ns exceeds the save's " + std::to_string(get_u64(p + 32)) + " ns");
-      rec.body = SaveRecord{get_u64(p), get_u64(p + 8), get_u64(p + 16), get_u64(p + 24), get_u64(p + 32),
-                            (flags & journal::kSaveStatsAsync) != 0};
+      rec.body.emplace<SaveRecord>(SaveRecord{get_u64(p), get_u64(p + 8), get_u64(p + 16), get_u64(p + 24), get_u64(p + 32),
+                                              (flags & journal::kSaveStatsAsync) != 0});
       return Status();
     }
     default:
       if ((rec.type & journal::kIgnorableType) != 0) {
-        rec.body = std::monostate{};
+        rec.body.emplace<std::monostate>();
         return Status();
       }
       if (rec.type == 0) return corrupt("record type 0 is never written");
@@ -415,33 +417,27 @@ CKPT_INLINE std::string JournalScan::corruption_summary() const {
 
 namespace detail {
 
-// Journal bytes held in memory.
-class MemoryJournalSource {
+// Journal bytes held in memory, or read through an Fs in windows of 1 MiB (or one whole record when
+// larger). One type rather than a template parameter of the scan below, so that the scan is compiled
+// once: header-only parse time (spec/LAYOUT.md 5).
+class JournalSource {
  public:
-  explicit MemoryJournalSource(std::string_view bytes) noexcept : bytes_(bytes) {}
+  explicit JournalSource(std::string_view bytes) noexcept : bytes_(bytes), size_(bytes.size()) {}
+  JournalSource(const FsRef& fs, FileHandle file, const std::string& path, std::uint64_t size) noexcept
+      : fs_(&fs), file_(file), path_(&path), size_(size) {}
   [[nodiscard]] Status read(std::uint64_t off, std::size_t n, const unsigned char*& out) {
-    if (!range_within(off, n, bytes_.size())) return make_error(Code::incomplete, "read past the end of the journal");
-    out = reinterpret_cast<const unsigned char*>(bytes_.data()) + off;
-    return Status();
-  }
-
- private:
-  std::string_view bytes_;
-};
-
-// Journal bytes read through an Fs in windows of 1 MiB (or one whole record when larger).
-class FsJournalSource {
- public:
-  FsJournalSource(FsRef fs, FileHandle file, const std::string& path, std::uint64_t size) noexcept
-      : fs_(fs), file_(file), path_(path), size_(size) {}
-  [[nodiscard]] Status read(std::uint64_t off, std::size_t n, const unsigned char*& out) {
-    if (!range_within(off, n, size_)) return make_error(Code::incomplete, path_ + ": read past the end of the journal");
+    if (fs_ == nullptr) {
+      if (!range_within(off, n, bytes_.size())) return make_error(Code::incomplete, "read past the end of the journal");
+      out = reinterpret_cast<const unsigned char*>(bytes_.data()) + off;
+      return Status();
+    }
+    if (!range_within(off, n, size_)) return make_error(Code::incomplete, *path_ + ": read past the end of the journal");
     if (!(off >= window_off_ && range_within(off - window_off_, n, window_.size()))) {
       constexpr std::size_t kWindow = std::size_t{1} << 20;
       const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(std::max(n, kWindow), size_ - off));
       window_.resize(want);
       window_off_ = off;
-      Status s = read_exact(fs_, file_, path_, window_.data(), want, off);
+      Status s = read_exact(*fs_, file_, *path_, window_.data(), want, off);
       if (!s.ok()) {
         window_.clear();
         return s;
@@ -452,9 +448,10 @@ class FsJournalSource {
   }
 
  private:
-  FsRef fs_;
-  FileHandle file_;
-  const std::string& path_;
+  std::string_view bytes_;        // in memory: the bytes
+  const FsRef* fs_ = nullptr;     // through an Fs: null in memory
+  FileHandle file_{};
+  const std::string* path_ = nullptr;
   std::uint64_t size_;
   std::vector<unsigned char> window_;
   std::uint64_t window_off_ = 0;
@@ -462,8 +459,7 @@ class FsJournalSource {
 
 // Reads and checks one frame at off. Returns false with `why` set when the frame is not a valid record
 // (too short, length over the limit, digest mismatch): the caller decides whether that is a torn tail.
-template <class Source>
-[[nodiscard]] Result<bool> read_frame(Source& src, std::uint64_t size, std::uint64_t off, JournalRecord& rec,
+[[nodiscard]] CKPT_INLINE Result<bool> read_frame(JournalSource& src, std::uint64_t size, std::uint64_t off, JournalRecord& rec,
                                       const unsigned char*& payload, std::string& why) {
   using namespace journal;
   const std::uint64_t left = size - off;
@@ -505,7 +501,9 @@ template <class Source>
           hex64(expected) + ", found " + hex64(found);
     return false;
   }
-  rec = JournalRecord{};
+  // Every field of rec set anew (not `rec = JournalRecord{}`: the record's variant assignment would be
+  // instantiated for this line alone, header-only parse time, spec/LAYOUT.md 5).
+  rec.body.emplace<std::monostate>();
   rec.offset = off;
   rec.size = kFrameOverhead + length;
   rec.type = type;
@@ -538,8 +536,7 @@ struct GroupSearch {
 }
 
 // The first page boundary at or after `from` holding a valid record that starts a group, or size when none.
-template <class Source>
-[[nodiscard]] Result<std::uint64_t> next_group_start(Source& src, std::uint64_t size, std::uint64_t from, GroupSearch& search) {
+[[nodiscard]] CKPT_INLINE Result<std::uint64_t> next_group_start(JournalSource& src, std::uint64_t size, std::uint64_t from, GroupSearch& search) {
   for (std::uint64_t p = align_up(from, journal::kPageSize); p < size; p += journal::kPageSize) {
     if (size - p < journal::kFrameOverhead) break;
     const unsigned char* h = nullptr;
@@ -568,8 +565,7 @@ template <class Source>
 // record, or one of the 512-byte sectors it covers is all zeros (never written: the journal only ever
 // grows by appends, and bytes past an old end read as zeros). A PAD's bytes are known in advance, so a
 // PAD counts as torn only when each of its sectors is either what the writer wrote or zeros.
-template <class Source>
-[[nodiscard]] Result<bool> looks_torn(Source& src, std::uint64_t size, std::uint64_t off) {
+[[nodiscard]] CKPT_INLINE Result<bool> looks_torn(JournalSource& src, std::uint64_t size, std::uint64_t off) {
   using namespace journal;
   if (size - off < kFrameHeaderSize) return true;
   const unsigned char* h = nullptr;
@@ -612,8 +608,7 @@ template <class Source>
 
 // Digest-valid records after a failure at `bad` inside [bad, end): follows the frame lengths that
 // headers give, so a record damaged only in its payload or digest does not hide the ones after it.
-template <class Source>
-[[nodiscard]] Result<std::vector<JournalRecord>> records_after(Source& src, std::uint64_t size, std::uint64_t bad, std::uint64_t end,
+[[nodiscard]] CKPT_INLINE Result<std::vector<JournalRecord>> records_after(JournalSource& src, std::uint64_t size, std::uint64_t bad, std::uint64_t end,
                                                                const std::string& path) {
   using namespace journal;
   std::vector<JournalRecord> found;
@@ -663,8 +658,7 @@ template <class Source>
   return Status();
 }
 
-template <class Source>
-[[nodiscard]] Result<JournalScan> scan_core(Source& src, std::uint64_t size, const std::string& path) {
+[[nodiscard]] CKPT_INLINE Result<JournalScan> scan_core(JournalSource& src, std::uint64_t size, const std::string& path) {
   JournalScan scan;
   scan.path = path;
   scan.file_size = size;
@@ -759,7 +753,7 @@ CKPT_INLINE Result<JournalScan> scan_journal(FsRef fs, FileHandle file, const st
   // The size is read once: bytes appended while we scan belong to a later scan (spec 6.5).
   auto size = fs.file_size(file);
   if (!size.ok()) return size.status().with_context(path);
-  detail::FsJournalSource src(fs, file, path, *size);
+  detail::JournalSource src(fs, file, path, *size);
   return detail::scan_core(src, *size, path);
 }
 
@@ -771,7 +765,7 @@ CKPT_INLINE Result<JournalScan> scan_journal(FsRef fs, const std::string& path) 
 }
 
 CKPT_INLINE Result<JournalScan> scan_journal_bytes(std::string_view bytes, const std::string& path) {
-  detail::MemoryJournalSource src(bytes);
+  detail::JournalSource src(bytes);
   return detail::scan_core(src, bytes.size(), path);
 }
 

@@ -89,7 +89,7 @@ class TxnTable {
       t.world_size = b->world_size;
       t.files = b->files;
       t.begin_offset = rec.offset;
-      index_.emplace(t.txn, txns_.size());
+      index_.insert({t.txn, txns_.size()});
       txns_.push_back(std::move(t));
       has_open_ = true;
       open_ = b->txn;
@@ -199,11 +199,17 @@ struct ManifestEvidence {
   return Status();
 }
 
-// The kind of a store entry, without following a symlink; nullopt when it vanished.
-[[nodiscard]] CKPT_INLINE std::optional<EntryKind> entry_kind(FsRef fs, const std::string& path) {
+// The kind of a store entry, without following a symlink; `exists` is false when it vanished. (Not a
+// std::optional<EntryKind>: its instantiation for this one use costs header-only parse time, spec/LAYOUT.md 5.)
+struct EntryState {
+  bool exists = false;
+  EntryKind kind = EntryKind::other;
+  [[nodiscard]] bool is(EntryKind k) const noexcept { return exists && kind == k; }
+};
+[[nodiscard]] CKPT_INLINE EntryState entry_kind(FsRef fs, const std::string& path) {
   auto info = fs.stat(path);
-  if (!info.ok()) return std::nullopt;
-  return info->kind;
+  if (!info.ok()) return EntryState{};
+  return EntryState{true, info->kind};
 }
 
 // Plans the removal of what an aborted or retired transaction created: only the files its BEGIN named
@@ -224,7 +230,7 @@ CKPT_INLINE void plan_removal(FsRef fs, const std::string& store, const TxnInfo&
   std::vector<std::string> kept;
   for (const auto& name : names) {
     // Only a regular file is removed; a symlink or special file under a named name is kept and reported.
-    if (named.count(name) != 0 && entry_kind(fs, join_path(dir, name)) == EntryKind::file) {
+    if (named.count(name) != 0 && entry_kind(fs, join_path(dir, name)).is(EntryKind::file)) {
       RecoveryAction a;
       a.kind = RecoveryActionKind::remove_file;
       a.path = join_path(dir, name);
@@ -319,14 +325,14 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
   for (const auto& name : entries) {
     if (name == journal::kJournalName || name == journal::kLockName) continue;
     const auto kind = entry_kind(fs, join_path(store, name));
-    if (name == journal::kQuarantineName && kind == EntryKind::directory) continue;
-    if (name.rfind(std::string(journal::kJournalTempPrefix), 0) == 0 && kind == EntryKind::file) {
+    if (name == journal::kQuarantineName && kind.is(EntryKind::directory)) continue;
+    if (name.rfind(std::string(journal::kJournalTempPrefix), 0) == 0 && kind.is(EntryKind::file)) {
       temps.push_back(name);  // a rewrite that never reached its rename: a copy of records, never the journal
       continue;
     }
     std::uint64_t step = 0, txn = 0;
     if (parse_step_dir_name(name, step, txn)) max_txn = std::max(max_txn, txn);
-    if (known_dirs.count(name) != 0 && kind == EntryKind::directory) present.insert(name);
+    if (known_dirs.count(name) != 0 && kind.is(EntryKind::directory)) present.insert(name);
     else report.unknown_entries.push_back(name);  // never followed, never removed (spec 6.8)
   }
   report.next_txn = max_txn + 1;
@@ -346,7 +352,7 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
     a.length = report.journal.file_size - report.journal.end;
     report.actions.push_back(std::move(a));
   }
-  std::set<std::uint64_t> kept;  // rolled forward or quarantined: nothing of theirs is removed
+  std::vector<std::uint64_t> kept;  // rolled forward or quarantined: nothing of theirs is removed (few)
   std::vector<RecoveryAction> moves;
   for (const auto& t : report.transactions) {
     if (t.state != TxnState::open) continue;
@@ -355,8 +361,8 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
     a.txn = t.txn;
     const std::string dir = join_path(store, t.dir());
     const std::string manifest = join_path(dir, std::string(journal::kManifestName));
-    const auto kind = t.dir_present ? entry_kind(fs, manifest) : std::nullopt;
-    if (!kind) {
+    const EntryState kind = t.dir_present ? entry_kind(fs, manifest) : EntryState{};
+    if (!kind.exists) {
       // No MANIFEST: the transaction never reached step 4 of the commit protocol, so no COMMIT can
       // exist for it (R3): it is provably uncommitted (spec 6.4).
       a.kind = RecoveryActionKind::append_abort;
@@ -369,7 +375,7 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
     // uncommitted, unless the journal's tail is damaged too, which makes it ambiguous.
     Status why;
     bool ambiguous = false;
-    if (*kind == EntryKind::file) {
+    if (kind.kind == EntryKind::file) {
       auto e = read_manifest_evidence(fs, manifest, t);
       if (!e.ok()) {
         why = e.status();
@@ -380,7 +386,7 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
           a.kind = RecoveryActionKind::append_commit;
           a.commit = e->commit;
           report.actions.push_back(std::move(a));
-          kept.insert(t.txn);
+          kept.push_back(t.txn);
           continue;
         }
         ambiguous = true;
@@ -398,7 +404,7 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
     m.to = join_path(join_path(store, std::string(journal::kQuarantineName)), t.dir());
     m.txn = t.txn;
     moves.push_back(std::move(m));
-    kept.insert(t.txn);
+    kept.push_back(t.txn);
     report.notes.push_back("txn " + std::to_string(t.txn) + " (step " + std::to_string(t.step) +
                            ") has a MANIFEST but is not provably complete or provably uncommitted, so its directory "
                            "goes to quarantine/: " + why.message());
@@ -418,7 +424,7 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
     report.actions.push_back(std::move(a));
   }
   for (const auto& t : report.transactions)
-    if (t.state != TxnState::committed && t.dir_present && kept.count(t.txn) == 0)
+    if (t.state != TxnState::committed && t.dir_present && std::find(kept.begin(), kept.end(), t.txn) == kept.end())
       plan_removal(fs, store, t, report.actions, report.notes);
   if (report.actions.size() > before || !moves.empty()) {
     RecoveryAction a;

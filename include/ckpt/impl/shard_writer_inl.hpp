@@ -443,13 +443,23 @@ CKPT_INLINE Result<ShardSummary> ShardWriter::finish() {
       rec.tensor = t;
       rec.chunk_first = index.chunks.size();
       rec.chunk_count = pieces_[k].chunks.size();
-      index.chunks.insert(index.chunks.end(), pieces_[k].chunks.begin(), pieces_[k].chunks.end());
+      for (const auto& chunk : pieces_[k].chunks) index.chunks.push_back(chunk);
       data_end = std::max(data_end, rec.data_offset + rec.data_length);
       index.pieces.push_back(std::move(rec));
     }
   }
-  index.metadata = metadata_;
-  const std::string index_bytes = encode_index(index);
+  // The metadata is lent to the index for its encoding and taken back, even if encoding throws: a copy
+  // would be the only use of MetaEntry's copy operations in a header-only store.hpp (parse time,
+  // spec/LAYOUT.md 5).
+  index.metadata = std::move(metadata_);
+  std::string index_bytes;
+  try {
+    index_bytes = encode_index(index);
+  } catch (...) {
+    metadata_ = std::move(index.metadata);
+    throw;
+  }
+  metadata_ = std::move(index.metadata);
   if (index_bytes.size() > format::kMaxIndexLength)
     return fail(make_error(Code::invalid_argument, "index of " + std::to_string(index_bytes.size()) + " bytes exceeds the 4 GiB decoder limit"));
 

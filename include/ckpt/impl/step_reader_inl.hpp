@@ -18,7 +18,8 @@ struct StepParts {
     Status pin;                               // the file opened but is not the one the manifest names
   };
   Status manifest_status;  // ok, or why the manifest cannot be trusted
-  std::optional<Manifest> manifest;
+  bool has_manifest = false;  // manifest holds the decoded MANIFEST (a flag, not std::optional: parse time)
+  Manifest manifest;
   std::uint64_t manifest_size = 0, manifest_digest = 0;
   std::vector<Shard> shards;  // in manifest order (BEGIN's when the manifest cannot be trusted)
   Status coverage;            // checked only when every shard opened and matched
@@ -92,11 +93,13 @@ struct StepParts {
       if (!same_files) return make_error(Code::corrupt, manifest_path + ": its shard list differs from the files BEGIN named");
     }
     parts.manifest = std::move(m);
+    parts.has_manifest = true;
     return Status();
   };
   parts.manifest_status = read_manifest();
   if (!parts.manifest_status.ok()) {
-    parts.manifest.reset();
+    parts.has_manifest = false;
+    parts.manifest = Manifest();
     if (first_only || pin == nullptr) return parts;
     for (const auto& f : pin->files) {  // still look at the files BEGIN named, to localise the damage
       typename StepParts::Shard s;
@@ -110,7 +113,7 @@ struct StepParts {
     return parts;
   }
   bool all_match = true;
-  for (const auto& entry : parts.manifest->shards) {
+  for (const auto& entry : parts.manifest.shards) {
     typename StepParts::Shard s;
     s.path = join_path(dir, entry.name);
     s.rank = entry.rank;
@@ -131,7 +134,7 @@ struct StepParts {
     std::vector<GlobalPiece> pieces;
     for (const auto& s : parts.shards) append_index_pieces(s.reader->index(), s.rank, pieces);
     auto problems = check_coverage(pieces);
-    if (parts.manifest && parts.manifest->state.values.count(std::string(kPartialStepKey))) problems = without_gaps(std::move(problems));
+    if (parts.has_manifest && parts.manifest.state.values.count(std::string(kPartialStepKey))) problems = without_gaps(std::move(problems));
     parts.coverage = coverage_status(problems, Code::corrupt, where);
   }
   return parts;
@@ -156,7 +159,7 @@ struct StepParts {
   }
   for (auto& s : parts.shards) {
     if (s.head.code() == Code::not_found) {
-      report.problems.push_back(missing(s.path, parts.manifest ? "the step's manifest names it" : "its BEGIN record names it"));
+      report.problems.push_back(missing(s.path, parts.has_manifest ? "the step's manifest names it" : "its BEGIN record names it"));
       continue;
     }
     s.reader.reset();  // the verifier opens the file itself
@@ -193,7 +196,7 @@ CKPT_INLINE Result<StepReader> StepReader::open(FsRef fs, const std::string& sto
   CKPT_TRY(parts.first_problem());
   StepReader reader(info);
   for (auto& s : parts.shards) reader.shards_.push_back(std::move(*s.reader));
-  reader.manifest_ = std::move(*parts.manifest);
+  reader.manifest_ = std::move(parts.manifest);
   return Result<StepReader>(std::move(reader));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
@@ -246,7 +249,7 @@ CKPT_INLINE Result<StepDirectory> read_step_directory(FsRef fs, const std::strin
   if (!parts.manifest_status.ok()) return parts.manifest_status;
   StepDirectory out;
   out.path = dir;
-  out.manifest = std::move(*parts.manifest);
+  out.manifest = std::move(parts.manifest);
   out.manifest_size = parts.manifest_size;
   out.manifest_digest = parts.manifest_digest;
   for (const auto& s : parts.shards) {
@@ -298,10 +301,10 @@ CKPT_INLINE StepVerifyReport verify_step_directory(FsRef fs, const std::string& 
   auto parts = detail::open_step_parts(fs, dir, dir, nullptr, nullptr, false);
   StepVerifyReport report = detail::verify_parts(parts, dir, verify_one);
   report.step.dir = base_name(dir);
-  if (parts.manifest) {
-    report.step.step = parts.manifest->step;
-    report.step.txn = parts.manifest->txn;
-    report.step.world_size = parts.manifest->world_size;
+  if (parts.has_manifest) {
+    report.step.step = parts.manifest.step;
+    report.step.txn = parts.manifest.txn;
+    report.step.world_size = parts.manifest.world_size;
   }
   return report;
 }

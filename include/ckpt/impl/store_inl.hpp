@@ -116,7 +116,7 @@ CKPT_INLINE Store::~Store() {
 CKPT_INLINE void Store::adopt(RecoveryReport report) {
   txns_ = report.transactions;
   by_txn_.clear();
-  for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.emplace(txns_[i].txn, i);
+  for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.insert({txns_[i].txn, i});
   next_txn_ = std::max(next_txn_, report.next_txn);
   uuid_ = report.journal.header.store_uuid;
   report_ = std::move(report);
@@ -179,7 +179,7 @@ CKPT_INLINE Status Store::open_writable() {
 
 CKPT_INLINE void Store::reindex() {
   by_txn_.clear();
-  for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.emplace(txns_[i].txn, i);
+  for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.insert({txns_[i].txn, i});
 }
 
 CKPT_INLINE Status Store::compact_if_due() {

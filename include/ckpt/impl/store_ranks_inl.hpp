@@ -306,7 +306,7 @@ CKPT_INLINE void Store::mirror_txn(const TxnInfo& t) {
     txns_[it->second] = t;
     return;
   }
-  by_txn_.emplace(t.txn, txns_.size());
+  by_txn_.insert({t.txn, txns_.size()});
   txns_.push_back(t);
   next_txn_ = std::max(next_txn_, t.txn + 1);
 }
@@ -558,7 +558,7 @@ CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<
     auto problems = check_coverage(pieces);
     if (state_.values.count(std::string(kPartialStepKey))) problems = without_gaps(std::move(problems));
     auto replica_problems = check_replicas(replicas);
-    problems.insert(problems.end(), replica_problems.begin(), replica_problems.end());
+    for (auto& p : replica_problems) problems.push_back(std::move(p));
     decision = coverage_status(problems, Code::invalid_argument, where);
   }
   bool in_doubt = false;

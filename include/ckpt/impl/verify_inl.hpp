@@ -208,8 +208,16 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
   for (auto& th : pool) th.join();
   report.chunks_checked = chunks_done;
   report.bytes_checked = bytes_done;
-  std::sort(report.problems.begin(), report.problems.end(),
-            [](const Problem& a, const Problem& b) { return a.offset < b.offset; });
+  // In offset order, ties in the order found: a sort of (offset, position) pairs, which other definitions
+  // instantiate too, rather than one of Problems (header-only parse time, spec/LAYOUT.md 5).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> order;
+  order.reserve(report.problems.size());
+  for (std::size_t i = 0; i < report.problems.size(); ++i) order.push_back({report.problems[i].offset, i});
+  std::sort(order.begin(), order.end());
+  std::vector<Problem> sorted;
+  sorted.reserve(order.size());
+  for (const auto& o : order) sorted.push_back(std::move(report.problems[o.second]));
+  report.problems = std::move(sorted);
   return report;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <string>
 #include <vector>
@@ -61,7 +62,9 @@ class AtomicFile {
     }
     while (size > 0) {
       const std::size_t n = std::min(capacity_ - buffer_.size(), size);
-      buffer_.insert(buffer_.end(), p, p + n);
+      const std::size_t old = buffer_.size();
+      buffer_.resize(old + n);
+      std::memcpy(buffer_.data() + old, p, n);
       p += n;
       size -= n;
       if (buffer_.size() == capacity_) CKPT_TRY(flush());
