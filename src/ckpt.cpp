@@ -17,3 +17,5 @@
 #include "ckpt/report/verify.hpp"
 #include "ckpt/report/inspect.hpp"
 #include "ckpt/report/diff.hpp"
+#include "ckpt/object/object_fs.hpp"
+#include "ckpt/object/object_store.hpp"

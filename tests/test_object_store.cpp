@@ -1,0 +1,428 @@
+// The object-store protocol (spec/OBJECT.md 3-4) over MemoryObjects: uploads that appear only when
+// completed, commits by create-only objects, racing writers, retention, garbage collection, and a
+// crash oracle at every request boundary of a save and of retention.
+#include <catch2/catch.hpp>
+
+#include <ckpt/object/object_fs.hpp>
+#include <ckpt/object/object_store.hpp>
+#include <ckpt/testing/memory_objects.hpp>
+#include <ckpt/thread_comm.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+#include "thread_ranks.hpp"
+
+using namespace ckpt;
+using namespace ckpt::object;
+using ckpt::testing::MemoryObjects;
+using Fault = MemoryObjects::Fault;
+using Op = MemoryObjects::Op;
+
+namespace {
+
+ObjectStoreOptions small_parts() {
+  ObjectStoreOptions o;
+  o.create_if_missing = true;
+  o.io.part_size = 64 << 10;  // several parts per shard, so part uploads and completion are exercised
+  o.io.parallel_parts = 3;
+  o.chunk_size_log2 = 14;
+  return o;
+}
+
+std::vector<unsigned char> tensor_bytes(std::uint64_t step) { return ckpt_test::random_bytes(200000 + step, step); }
+
+// Saves step `step` with one tensor; returns the commit's status.
+Status save_step(ObjectStore& store, std::uint64_t step) {
+  const auto bytes = tensor_bytes(step);
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  CKPT_TRY(tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()));
+  tx->state().values["lr"] = Value(0.5);
+  return tx->commit().status();
+}
+
+// The oracle: the step reads back bit for bit, and every chunk of every shard verifies.
+void check_step(ObjectStore& store, std::uint64_t step) {
+  auto reader = store.open_step(step);
+  REQUIRE(reader.ok());
+  const auto expected = tensor_bytes(step);
+  std::vector<unsigned char> got(expected.size());
+  REQUIRE(reader->read_tensor("w", got.data(), got.size()).ok());
+  REQUIRE(got == expected);
+  for (const auto& shard : reader->info().files) {
+    auto report = verify_file(store.fs(), join_path(reader->info().dir, shard.name));
+    REQUIRE(report.ok());
+    REQUIRE(report->ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("an object upload appears only when synced, in parts sent in parallel", "[object_fs]") {
+  MemoryObjects objects;
+  ObjectFs fs(objects, ObjectFsOptions{64 << 10, 4});
+  const auto bytes = ckpt_test::random_bytes(300000, 1);
+  auto f = fs.open("a/b.bin", OpenMode::create_new);
+  REQUIRE(f.ok());
+  REQUIRE(fs.pwrite(*f, bytes.data(), 100000, 0).ok());
+  REQUIRE(fs.pwrite(*f, bytes.data() + 100000, 200000, 100000).ok());
+  CHECK(objects.objects().count("a/b.bin") == 0);  // parts uploaded, nothing visible
+  CHECK(objects.open_uploads() == 1);
+  REQUIRE(fs.sync(*f).ok());
+  REQUIRE(fs.close(*f).ok());
+  CHECK(objects.objects().at("a/b.bin") == std::string(bytes.begin(), bytes.end()));
+  CHECK(objects.open_uploads() == 0);
+  // Read back through ranged GETs.
+  auto r = fs.open("a/b.bin", OpenMode::read);
+  REQUIRE(r.ok());
+  std::vector<unsigned char> back(1000);
+  auto n = fs.pread(*r, back.data(), back.size(), 299500);
+  REQUIRE(n.ok());
+  CHECK(*n == 500);
+  CHECK(std::memcmp(back.data(), bytes.data() + 299500, 500) == 0);
+  REQUIRE(fs.close(*r).ok());
+  auto listed = fs.list_dir("a");
+  REQUIRE(listed.ok());
+  CHECK(*listed == std::vector<std::string>{"b.bin"});
+  auto st = fs.stat("a");
+  REQUIRE(st.ok());
+  CHECK(st->is_dir);
+}
+
+TEST_CASE("an upload closed before sync is aborted, never completed", "[object_fs]") {
+  MemoryObjects objects;
+  ObjectFs fs(objects, ObjectFsOptions{64 << 10, 2});
+  const auto bytes = ckpt_test::random_bytes(200000, 2);
+  auto f = fs.open("x", OpenMode::create_new);
+  REQUIRE(f.ok());
+  REQUIRE(fs.pwrite(*f, bytes.data(), bytes.size(), 0).ok());
+  REQUIRE(fs.close(*f).ok());
+  CHECK(objects.objects().empty());
+  CHECK(objects.open_uploads() == 0);
+}
+
+TEST_CASE("object writes must append, and objects are never replaced", "[object_fs]") {
+  MemoryObjects objects;
+  ObjectFs fs(objects);
+  objects.set_object("taken", "old");
+  auto f = fs.open("taken", OpenMode::create_new);
+  REQUIRE(f.ok());
+  CHECK(fs.pwrite(*f, "abc", 3, 5).code() == Code::unsupported);
+  REQUIRE(fs.pwrite(*f, "abc", 3, 0).ok());
+  CHECK(fs.sync(*f).code() == Code::conflict);
+  CHECK(objects.objects().at("taken") == "old");
+  REQUIRE(fs.close(*f).ok());
+  CHECK(fs.rename("taken", "other").code() == Code::unsupported);
+  CHECK(fs.open("taken", OpenMode::read_write).status().code() == Code::unsupported);
+}
+
+TEST_CASE("a failed part aborts the upload and fails the file", "[object_fs]") {
+  MemoryObjects objects;
+  objects.set_hook([](const MemoryObjects::Request& r) { return r.op == Op::upload_part && r.number >= 3 ? Fault::fail : Fault::none; });
+  ObjectFs fs(objects, ObjectFsOptions{64 << 10, 2});
+  const auto bytes = ckpt_test::random_bytes(400000, 3);
+  auto f = fs.open("y", OpenMode::create_new);
+  REQUIRE(f.ok());
+  Status s = fs.pwrite(*f, bytes.data(), bytes.size(), 0);
+  if (s.ok()) s = fs.sync(*f);
+  CHECK(s.code() == Code::io);
+  CHECK(fs.sync(*f).code() == Code::io);  // the first error, every time
+  REQUIRE(fs.close(*f).ok());
+  CHECK(objects.objects().empty());
+  CHECK(objects.open_uploads() == 0);
+}
+
+TEST_CASE("a store on objects saves, lists and reads back steps", "[object_store]") {
+  MemoryObjects objects;
+  {
+    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    REQUIRE(store.ok());
+    REQUIRE(save_step(**store, 10).ok());
+    REQUIRE(save_step(**store, 20).ok());
+    CHECK((*store)->latest()->step == 20);
+    CHECK(save_step(**store, 20).code() == Code::conflict);  // a step is committed once
+  }
+  MemoryObjects reader = objects.view();
+  auto store = ObjectStore::open(reader, Access::read_only);
+  REQUIRE(store.ok());
+  REQUIRE((*store)->steps().size() == 2);
+  CHECK((*store)->latest()->step == 20);
+  check_step(**store, 10);
+  check_step(**store, 20);
+  auto step = (*store)->open_step(20);
+  REQUIRE(step.ok());
+  CHECK(step->manifest().state.values.at("lr") == Value(0.5));
+  CHECK(objects.objects().count(commit_key(20)) == 1);
+  CHECK(objects.open_uploads() == 0);
+}
+
+TEST_CASE("opening a missing store read-only is not found and creates nothing", "[object_store]") {
+  MemoryObjects objects;
+  auto store = ObjectStore::open(objects, Access::read_only);
+  CHECK(store.status().code() == Code::not_found);
+  CHECK(objects.objects().empty());
+}
+
+TEST_CASE("a server that ignores conditional writes is refused at open", "[object_store]") {
+  MemoryObjects objects;
+  objects.ignore_conditions(true);
+  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.status().code() == Code::unsupported);
+  CHECK(store.status().message().find("If-None-Match") != std::string::npos);
+}
+
+TEST_CASE("two writers racing for one step: exactly one commits", "[object_store]") {
+  MemoryObjects objects;
+  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  MemoryObjects a_client = objects.view(), b_client = objects.view();
+  auto a = ObjectStore::open(a_client, Access::read_write, small_parts());
+  auto b = ObjectStore::open(b_client, Access::read_write, small_parts());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const auto wa = ckpt_test::random_bytes(100000, 7), wb = ckpt_test::random_bytes(100000, 8);
+  auto ta = (*a)->begin(5);
+  auto tb = (*b)->begin(5);
+  REQUIRE(ta.ok());
+  REQUIRE(tb.ok());
+  REQUIRE((*ta)->add_tensor("w", DType::U8, Shape{wa.size()}, wa.data(), wa.size()).ok());
+  REQUIRE((*tb)->add_tensor("w", DType::U8, Shape{wb.size()}, wb.data(), wb.size()).ok());
+  auto ca = (*ta)->commit();
+  auto cb = (*tb)->commit();
+  CHECK(ca.ok());
+  CHECK(cb.status().code() == Code::conflict);
+  MemoryObjects reader_client = objects.view();
+  auto reader = ObjectStore::open(reader_client, Access::read_only);
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->steps().size() == 1);
+  CHECK((*reader)->latest()->txn == (*ta)->txn());
+  auto step = (*reader)->open_step(5);
+  REQUIRE(step.ok());
+  std::vector<unsigned char> got(wa.size());
+  REQUIRE(step->read_tensor("w", got.data(), got.size()).ok());
+  CHECK(got == wa);
+  // The loser's objects are gone: its step's commit names another transaction.
+  for (const auto& [key, bytes] : objects.objects()) CHECK(key.find(step_dir_name(5, (*tb)->txn())) == std::string::npos);
+}
+
+TEST_CASE("a lost response to the commit PUT is resolved by reading the commit object", "[object_store]") {
+  MemoryObjects objects;
+  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  REQUIRE(store.ok());
+  objects.set_hook([](const MemoryObjects::Request& r) {
+    return r.op == Op::put && r.key.rfind("log/", 0) == 0 && r.key.find(".commit") != std::string::npos ? Fault::lose_response
+                                                                                                        : Fault::none;
+  });
+  REQUIRE(save_step(**store, 3).ok());
+  objects.set_hook({});
+  MemoryObjects reader_client = objects.view();
+  auto reader = ObjectStore::open(reader_client, Access::read_only);
+  REQUIRE(reader.ok());
+  check_step(**reader, 3);
+}
+
+TEST_CASE("a damaged commit object is reported and its step is not listed", "[object_store]") {
+  MemoryObjects objects;
+  {
+    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    REQUIRE(store.ok());
+    REQUIRE(save_step(**store, 1).ok());
+    REQUIRE(save_step(**store, 2).ok());
+  }
+  std::string bytes = objects.objects().at(commit_key(2));
+  bytes[4096 + 20] ^= 0x10;
+  objects.set_object(commit_key(2), bytes);
+  MemoryObjects reader_client = objects.view();
+  auto store = ObjectStore::open(reader_client, Access::read_only);
+  REQUIRE(store.ok());
+  CHECK((*store)->latest()->step == 1);
+  REQUIRE((*store)->log().problems.size() == 1);
+  CHECK((*store)->log().problems[0].find(commit_key(2)) != std::string::npos);
+}
+
+TEST_CASE("a flipped byte in a shard object is found by the chunk digests", "[object_store]") {
+  MemoryObjects objects;
+  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  REQUIRE(store.ok());
+  REQUIRE(save_step(**store, 1).ok());
+  const StepInfo info = *(*store)->latest();
+  const std::string key = info.dir + "/" + info.files[0].name;
+  std::string bytes = objects.objects().at(key);
+  bytes[4096 + 1000] ^= 1;
+  objects.set_object(key, bytes);
+  auto step = (*store)->open_step(info);
+  REQUIRE(step.ok());
+  std::vector<unsigned char> got(tensor_bytes(1).size());
+  CHECK(step->read_tensor("w", got.data(), got.size()).code() == Code::corrupt);
+  auto report = verify_file((*store)->fs(), key);
+  REQUIRE(report.ok());
+  CHECK_FALSE(report->ok());
+}
+
+TEST_CASE("a save killed at every request boundary leaves the last commit or the new one, bit for bit", "[object_store][crash]") {
+  // Count the requests of one whole save, then kill the writer before each of them in turn.
+  std::uint64_t total = 0;
+  {
+    MemoryObjects objects;
+    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    REQUIRE(store.ok());
+    REQUIRE(save_step(**store, 1).ok());
+    const std::uint64_t before = objects.requests();
+    REQUIRE(save_step(**store, 2).ok());
+    total = objects.requests() - before;
+  }
+  REQUIRE(total >= 8);
+  std::uint64_t saw_old = 0, saw_new = 0;
+  for (std::uint64_t kill = 0; kill <= total; ++kill) {
+    for (const Fault fault : {Fault::crash, Fault::lose_response}) {
+      MemoryObjects objects;
+      {
+        auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+        REQUIRE(store.ok());
+        REQUIRE(save_step(**store, 1).ok());
+        const std::uint64_t start = objects.requests();
+        objects.set_hook([&](const MemoryObjects::Request& r) { return r.number == start + kill ? fault : Fault::none; });
+        Status s = save_step(**store, 2);
+        (void)s;  // failed or not: the oracle judges what is stored
+      }
+      INFO("fault " << static_cast<int>(fault) << " at request " << kill << " of " << total);
+      MemoryObjects restarted = objects.view();  // a new process: no faults
+      auto store = ObjectStore::open(restarted, Access::read_write, small_parts());
+      REQUIRE(store.ok());
+      CHECK((*store)->log().problems.empty());
+      const auto latest = (*store)->latest();
+      REQUIRE(latest);
+      REQUIRE((latest->step == 1 || latest->step == 2));
+      (latest->step == 1 ? saw_old : saw_new) += 1;
+      for (const auto& s : (*store)->steps()) check_step(**store, s.step);
+      // Cleanup never removes a committed step, and the next save goes through.
+      auto cleanup = (*store)->collect_garbage(false);
+      REQUIRE(cleanup.ok());
+      for (const auto& s : (*store)->steps()) check_step(**store, s.step);
+      REQUIRE(save_step(**store, 3).ok());
+      check_step(**store, 3);
+      // A writer that lived aborted its uploads; a killed one's stay, reported and kept (no proof it is dead).
+      if (fault == Fault::lose_response) CHECK(restarted.open_uploads() == 0);
+      if (restarted.open_uploads() > 0) CHECK_FALSE(cleanup->kept.empty());
+    }
+  }
+  CHECK(saw_old > 0);
+  CHECK(saw_new > 0);
+}
+
+TEST_CASE("retention retires before it deletes, and a crash in it never loses a kept step", "[object_store][crash]") {
+  ObjectStoreOptions options = small_parts();
+  options.retention.keep_last = 2;
+  std::uint64_t total = 0;
+  {
+    MemoryObjects objects;
+    auto store = ObjectStore::open(objects, Access::read_write, options);
+    REQUIRE(store.ok());
+    REQUIRE(save_step(**store, 1).ok());
+    REQUIRE(save_step(**store, 2).ok());
+    const std::uint64_t before = objects.requests();
+    REQUIRE(save_step(**store, 3).ok());
+    total = objects.requests() - before;
+    CHECK((*store)->steps().size() == 2);
+    CHECK(objects.objects().count(retire_key(1, (*store)->log().retired.at(0).txn)) == 1);
+  }
+  for (std::uint64_t kill = 0; kill <= total; ++kill) {
+    MemoryObjects objects;
+    {
+      auto store = ObjectStore::open(objects, Access::read_write, options);
+      REQUIRE(store.ok());
+      REQUIRE(save_step(**store, 1).ok());
+      REQUIRE(save_step(**store, 2).ok());
+      const std::uint64_t start = objects.requests();
+      objects.set_hook([&](const MemoryObjects::Request& r) { return r.number == start + kill ? Fault::crash : Fault::none; });
+      (void)save_step(**store, 3);
+    }
+    INFO("killed at request " << kill << " of " << total);
+    MemoryObjects restarted = objects.view();
+    auto store = ObjectStore::open(restarted, Access::read_only);
+    REQUIRE(store.ok());
+    CHECK((*store)->log().problems.empty());
+    for (const auto& s : (*store)->steps()) check_step(**store, s.step);  // every listed step is whole
+    CHECK((*store)->latest()->step >= 2);
+  }
+}
+
+TEST_CASE("garbage collection deletes only transactions proven dead", "[object_store]") {
+  MemoryObjects objects;
+  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  REQUIRE(store.ok());
+  REQUIRE(save_step(**store, 1).ok());
+  // An abandoned save (abort object), and an in-progress one (objects, no commit or abort).
+  {
+    auto tx = (*store)->begin(2);
+    REQUIRE(tx.ok());
+    const auto w = tensor_bytes(2);
+    REQUIRE((*tx)->add_tensor("w", DType::U8, Shape{w.size()}, w.data(), w.size()).ok());
+    REQUIRE((*tx)->abort().ok());
+  }
+  objects.set_object(step_dir_name(7, 99) + "/shard-00000-of-00001.ckpt", "in flight");
+  auto dry = (*store)->collect_garbage(true);
+  REQUIRE(dry.ok());
+  CHECK(dry->removed.empty());  // the abort already removed its own objects
+  REQUIRE(dry->kept.size() == 1);
+  CHECK(dry->kept[0].find(step_dir_name(7, 99)) != std::string::npos);
+  CHECK(objects.objects().count(step_dir_name(7, 99) + "/shard-00000-of-00001.ckpt") == 1);
+  check_step(**store, 1);
+}
+
+TEST_CASE("ranks save one step into an object store together", "[object_store][ranks]") {
+  MemoryObjects objects;
+  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  const auto full = ckpt_test::random_bytes(4 * 50000, 11);
+  auto statuses = ckpt_test::run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
+    MemoryObjects mine = objects.view();
+    CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(mine, Access::read_write, small_parts(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
+    CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * 50000ULL}, Shape{50000}));
+    CKPT_TRY(tx->write(full.data() + rank * 50000, 50000));
+    CKPT_TRY(tx->end_piece());
+    CKPT_ASSIGN_OR_RETURN(auto done, tx->commit());
+    if (done.step.world_size != 4) return make_error(Code::corrupt, "world");
+    return Status();
+  });
+  for (const auto& s : statuses) {
+    INFO(s.message());
+    REQUIRE(s.ok());
+  }
+  MemoryObjects reader_client = objects.view();
+  auto store = ObjectStore::open(reader_client, Access::read_only);
+  REQUIRE(store.ok());
+  auto step = (*store)->open_step(1);
+  REQUIRE(step.ok());
+  std::vector<unsigned char> got(full.size());
+  REQUIRE(step->read_tensor("w", got.data(), got.size()).ok());
+  CHECK(got == full);
+}
+
+TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[object_store][ranks]") {
+  MemoryObjects objects;
+  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  const auto full = ckpt_test::random_bytes(2 * 100000, 12);
+  auto statuses = ckpt_test::run_ranks(2, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
+    MemoryObjects mine = objects.view();
+    CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(mine, Access::read_write, small_parts(), comm));
+    if (rank == 1) mine.set_hook([](const MemoryObjects::Request& r) { return r.op == Op::upload_part ? Fault::fail : Fault::none; });
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
+    CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * 100000ULL}, Shape{100000}));
+    Status w = tx->write(full.data() + rank * 100000, 100000);
+    if (w.ok()) w = tx->end_piece();
+    (void)w;  // kept for commit, which abandons the step on every rank
+    return tx->commit().status();
+  });
+  for (const auto& s : statuses) {
+    INFO(s.message());
+    CHECK(s.code() == Code::io);
+  }
+  MemoryObjects reader_client = objects.view();
+  auto store = ObjectStore::open(reader_client, Access::read_only);
+  REQUIRE(store.ok());
+  CHECK_FALSE((*store)->latest());
+  CHECK(objects.open_uploads() == 0);
+}
