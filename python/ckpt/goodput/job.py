@@ -9,7 +9,8 @@ job was restarted, and bit-identity would test DDP instead of the checkpoint.
 
 Rank 0 writes one JSON line per event to the run's event log with ``os.write`` on an ``O_APPEND``
 descriptor (a SIGKILL never leaves half a line): ``ready`` (process group and model built: the end of
-the restart), ``loaded`` (the resume: what from, how long), ``step`` (one per training step, as soon
+the restart), ``loaded`` (the resume: what from, how long; the tiers: also what memory and storage held
+just before it, ``tier_evidence``), ``step`` (one per training step, as soon
 as it is trained: its compute seconds), ``save`` (the seconds the save after it blocked; calibration:
 and the seconds until it was durable), ``trained`` and ``done`` (the final state's digest). The supervisor
 (``supervisor.py``) writes ``launch`` and ``failure`` to the same log. Times are ``time.monotonic()``,
@@ -153,6 +154,51 @@ def _numbered(directory: str, prefix: str, suffix: str = "") -> List[int]:
     return sorted(out)
 
 
+def tier_evidence(memory_roots: List[str], persistent: str) -> dict:
+    """What the tiers can resume from, read from outside the job with the library's inspection
+    (``ckpt.inspect``, the document of ``ckpt-inspect --json``): ``memory_steps``, every step that the
+    memory roots together hold whole, and ``storage_steps``, every step committed in the persistent store,
+    each ascending.
+
+    It follows the resume's rule (spec/TIERS.md 7.1). A step is a claim: a CAPTURED record of a memory
+    root's tier logs, or a committed persistent step, with the digest of each of its shards. Memory holds
+    it whole when every shard has a copy in some memory root (a rank's ``own`` store or a replica in a
+    ``held-<s>`` store, on either node: a peer sends what a rank lacks) that opens, is not set aside and
+    has the claimed shard digest; a step some log records as LOAD_FAILED is never one. A memory root that
+    a failure wiped holds nothing. A resume then loads the newest step either tier holds, and from memory
+    alone when memory holds it whole (nearest copy first)."""
+    from .. import inspect, root_digest
+
+    claims = {}     # (step, shard digests) -> failed to load
+    copies = set()  # (step, shard, shard digest) of every usable memory copy
+    for root in memory_roots:
+        if not os.path.isdir(root) or not any(n.startswith("rank-") for n in os.listdir(root)):
+            continue  # wiped (or nothing captured yet)
+        doc = inspect(root)
+        if doc.kind != "memory_root":
+            raise RuntimeError(f"{root}: ckpt-inspect calls it a {doc.kind}, not a memory root")
+        for st in doc.json["steps"]:
+            digests = [sh.get("digest") for sh in sorted(st["shards"], key=lambda sh: sh["shard"])]
+            if st.get("captured") and all(digests) and len(digests) == st["world"]:
+                key = (st["step"], tuple(digests))
+                claims[key] = claims.get(key, False) or bool(st.get("load_failed"))
+        for c in doc.json["copies"]:
+            if c.get("error") is None and not c.get("set_aside") and c.get("digest"):
+                copies.add((c["step"], c["shard"], c["digest"]))
+    storage = []
+    if os.path.exists(os.path.join(persistent, "JOURNAL")):
+        for st in inspect(persistent).json["steps"]:
+            if st.get("status") != "ok":
+                continue
+            storage.append(st["step"])
+            files = sorted(st["files"], key=lambda f: f["rank"])
+            key = (st["step"], tuple(root_digest(os.path.join(persistent, st["dir"], f["name"])) for f in files))
+            claims.setdefault(key, False)
+    memory = {step for (step, digests), failed in claims.items() if not failed and
+              all((step, s, d) in copies for s, d in enumerate(digests))}
+    return {"memory_steps": sorted(memory), "storage_steps": sorted(storage)}
+
+
 # --- The contenders -------------------------------------------------------------------------------------
 # Each: resume() -> (next step, what it loaded from); save(step) after training step `step` (blocking as
 # the system blocks); drain() waits for saves in flight; close().
@@ -161,6 +207,7 @@ def _numbered(directory: str, prefix: str, suffix: str = "") -> List[int]:
 class Contender:
     def __init__(self, cfg: JobConfig, rank: int, model, optimizer, scheduler):
         self.cfg, self.rank, self.model, self.optimizer, self.scheduler = cfg, rank, model, optimizer, scheduler
+        self.evidence: dict = {}  # fields for the `loaded` event beside what resume() returns
 
     def due(self, step: int) -> bool:
         return (step + 1) % self.cfg.interval == 0
@@ -331,6 +378,20 @@ class Tiered(Contender):
         return self.tiers.action(step) != "none"  # the tiers' own policy: multiples of memory_every
 
     def resume(self):
+        # What memory and storage hold before the resume decides, so the report can judge its choice. Every
+        # rank has opened its stores (the barrier), and none changes what a tier has committed before the
+        # resume's plan, which rank 0 makes after this: the inspection sees what the resume will. The
+        # supervisor reaped the previous launch and wiped what the failure wiped before this launch began.
+        # (A few milliseconds, in the measured load time.)
+        dist.barrier()
+        if self.rank == 0:
+            t = time.monotonic()
+            cfg = self.cfg
+            try:
+                self.evidence = tier_evidence([cfg.memory_root(n) for n in range(cfg.nodes)], os.path.join(cfg.workdir, "tiered"))
+            except Exception as e:  # the benchmark goes on; the report shows why the evidence is missing
+                self.evidence = {"evidence_error": f"{type(e).__name__}: {e}"}
+            self.evidence["evidence_s"] = time.monotonic() - t
         start = self.tiers.resume()
         r = self.tiers.resumed
         if r is None or r.fresh:
@@ -390,7 +451,7 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
     log("ready")
     t = time.monotonic()
     start, source = contender.resume()
-    log("loaded", next_step=start, source=source, seconds=time.monotonic() - t)
+    log("loaded", next_step=start, source=source, seconds=time.monotonic() - t, **contender.evidence)
     if cfg.resume_only:
         contender.close()
         dist.destroy_process_group()

@@ -39,6 +39,9 @@ def measure(events: List[dict], steps: int) -> dict:
             rec = open_recs[-1]
             rec["resumed_step"] = e["next_step"]
             rec["source"] = e.get("source")
+            for key in ("memory_steps", "storage_steps", "evidence_error"):  # the tiers: what each tier held just before the resume
+                if key in e:
+                    rec[key] = e[key]
             if "_ready" in rec:
                 rec["load_s"] = e["t"] - rec["_ready"]
             rec["lost_steps"] = rec.get("lost_steps", 0) + progress - e["next_step"]
