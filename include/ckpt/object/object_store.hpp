@@ -145,6 +145,7 @@ class ObjectStore {
   ~ObjectStore();
 
   [[nodiscard]] std::string url() const { return client_.url(""); }
+  [[nodiscard]] std::string path() const { return url(); }  // as Store::path(), for messages and reports
   [[nodiscard]] Access access() const noexcept { return access_; }
   [[nodiscard]] const Uuid& uuid() const noexcept { return uuid_; }
   [[nodiscard]] FsRef fs() noexcept { return FsRef(fs_); }

@@ -1,0 +1,106 @@
+// report/verify_objects.hpp: the verdict on a store on objects, judged by the same exit_code and JSON
+// as a directory's (spec/REPORTS.md 3, spec/OBJECT.md 4).
+#include <catch2/catch.hpp>
+
+#include <ckpt/object/object_store.hpp>
+#include <ckpt/report/verify_objects.hpp>
+#include <ckpt/testing/memory_objects.hpp>
+
+#include "test_util.hpp"
+
+using namespace ckpt;
+using ckpt::testing::MemoryObjects;
+
+namespace {
+
+// A store of steps 1 and 2, one tensor each, in memory.
+MemoryObjects two_steps() {
+  MemoryObjects objects;
+  object::ObjectStoreOptions o;
+  o.create_if_missing = true;
+  o.chunk_size_log2 = 14;
+  auto store = object::ObjectStore::open(objects, Access::read_write, o);
+  REQUIRE(store.ok());
+  for (std::uint64_t step : {1, 2}) {
+    const auto bytes = ckpt_test::random_bytes(100000, step);
+    auto tx = (*store)->begin(step);
+    REQUIRE(tx.ok());
+    REQUIRE((*tx)->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()).ok());
+    REQUIRE((*tx)->commit().ok());
+  }
+  return objects;
+}
+
+report::VerifyPathsReport verify(MemoryObjects& objects, report::StepSelection selection = {}) {
+  auto store = object::ObjectStore::open(objects, Access::read_only);
+  REQUIRE(store.ok());
+  report::VerifyPathsOptions options;
+  options.selection = selection;
+  report::VerifyPathsReport r;
+  REQUIRE(report::verify_object_store(**store, options, r).ok());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("an intact object store verifies every step with exit 0", "[verify_objects]") {
+  MemoryObjects objects = two_steps();
+  auto r = verify(objects);
+  CHECK(report::exit_code(r) == report::kOk);
+  REQUIRE(r.steps.size() == 2);
+  CHECK(r.files.size() == 2);
+  const auto doc = report::verify_json(r);
+  CHECK(doc["exit_code"] == 0);
+  report::StepSelection latest;
+  latest.latest = true;
+  auto only = verify(objects, latest);
+  REQUIRE(only.steps.size() == 1);
+  CHECK(only.steps[0].info->step == 2);
+}
+
+TEST_CASE("object store damage is named and exits 1", "[verify_objects]") {
+  struct Case {
+    const char* what;
+    std::function<void(MemoryObjects&)> damage;
+    const char* expect;  // in the JSON document
+  };
+  const std::vector<Case> cases = {
+      {"a flipped data byte",
+       [](MemoryObjects& o) {
+         for (const auto& [key, bytes] : o.objects())
+           if (key.find("step-2-") == 0 && key.find(".ckpt") != std::string::npos) {
+             std::string b = bytes;
+             b[4096 + 77] ^= 4;
+             o.set_object(key, b);
+           }
+       },
+       "chunk"},
+      {"a flipped MANIFEST byte",
+       [](MemoryObjects& o) {
+         for (const auto& [key, bytes] : o.objects())
+           if (key.find("step-2-") == 0 && key.find("MANIFEST") != std::string::npos) {
+             std::string b = bytes;
+             b[70] ^= 1;
+             o.set_object(key, b);
+           }
+       },
+       "MANIFEST"},
+      {"a missing shard",
+       [](MemoryObjects& o) {
+         for (const auto& [key, bytes] : o.objects())
+           if (key.find("step-1-") == 0 && key.find(".ckpt") != std::string::npos) o.erase_object(key);
+       },
+       "shard"},
+      {"a damaged retire object",
+       [](MemoryObjects& o) { o.set_object(object::retire_key(1, 5), std::string(8192, 'x')); },
+       "log/"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    MemoryObjects objects = two_steps();
+    c.damage(objects);
+    auto r = verify(objects);
+    CHECK(report::exit_code(r) == report::kIntegrity);
+    CHECK(report::verify_json(r).dump().find(c.expect) != std::string::npos);
+  }
+}
