@@ -19,4 +19,3 @@
 #include "ckpt/report/diff.hpp"
 #include "ckpt/object/object_fs.hpp"
 #include "ckpt/object/object_store.hpp"
-#include "ckpt/report/verify_objects.hpp"

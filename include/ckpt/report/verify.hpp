@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,7 +21,15 @@
 #include "pins.hpp"
 #include "steps.hpp"
 
+namespace ckpt::object {
+class ObjectClient;
+class ObjectStore;
+}  // namespace ckpt::object
+
 namespace ckpt::report {
+
+// Whether a path names a store on object storage ("s3://bucket/prefix", spec/OBJECT.md).
+[[nodiscard]] inline bool is_object_url(const std::string& path) noexcept { return path.rfind("s3://", 0) == 0; }
 
 // One step checked: its library report, each shard's outcome (indexes into VerifyPathsReport::files),
 // and whether a live writer retired it while it was read (spec/JOURNAL.md 10: not damage).
@@ -72,6 +81,9 @@ struct VerifyPathsOptions {
   std::function<FileOutcome(const std::string& path)> check_shard;
   // Progress of a foreign checkpoint's data against its sidecar.
   std::function<void(const std::string& path, std::uint64_t done, std::uint64_t total)> foreign_progress;
+  // Opens the object-store client an s3:// path names (object/s3_client.hpp's open_s3_url, set by the
+  // front ends built with it); empty: such a path is an error (Code::unsupported).
+  std::function<Result<std::unique_ptr<object::ObjectClient>>(const std::string& url)> open_objects;
 };
 
 struct VerifyPathsReport {
@@ -90,7 +102,11 @@ struct VerifyPathsReport {
 // (named with the path); engine is "cpu" or "gpu".
 [[nodiscard]] FileOutcome check_shard(FsRef fs, const std::string& path, const FileVerifier& verify_one, const char* engine = "cpu");
 
-// Verifies what `path` names and appends its outcomes to `into`.
+// A store on object storage, already open: its log objects (damage), then every selected step, each chunk
+// read by ranged GETs (spec/OBJECT.md 4). Fails only when steps cannot be selected (a missing --step).
+[[nodiscard]] Status verify_object_store(object::ObjectStore& store, const VerifyPathsOptions& options, VerifyPathsReport& into);
+
+// Verifies what `path` names (a file, directory or s3:// URL) and appends its outcomes to `into`.
 void verify_path(FsRef fs, const std::string& path, const VerifyPathsOptions& options, VerifyPathsReport& into);
 // After verify_path of every path: a --persistent that applied to no memory root is an error, and each
 // path's root digest is compared with its pin (options.pins), appending to into.pins.

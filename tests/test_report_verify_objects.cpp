@@ -1,9 +1,10 @@
-// report/verify_objects.hpp: the verdict on a store on objects, judged by the same exit_code and JSON
+// report/verify.hpp on object storage: the verdict on a store on objects, judged by the same exit_code and JSON
 // as a directory's (spec/REPORTS.md 3, spec/OBJECT.md 4).
 #include <catch2/catch.hpp>
 
 #include <ckpt/object/object_store.hpp>
-#include <ckpt/report/verify_objects.hpp>
+#include <ckpt/report/verify.hpp>
+#include <ckpt/io/posix_fs.hpp>
 #include <ckpt/testing/memory_objects.hpp>
 
 #include "test_util.hpp"
@@ -103,4 +104,25 @@ TEST_CASE("object store damage is named and exits 1", "[verify_objects]") {
     CHECK(report::exit_code(r) == report::kIntegrity);
     CHECK(report::verify_json(r).dump().find(c.expect) != std::string::npos);
   }
+}
+
+TEST_CASE("verify_path takes an s3:// URL through the front end's opener", "[verify_objects]") {
+  MemoryObjects objects = two_steps();
+  PosixFs posix;
+  report::VerifyPathsOptions options;
+  auto without = report::verify_paths(posix, {"s3://bucket/run"}, options);
+  REQUIRE(without.errors.size() == 1);
+  CHECK(without.errors[0].status.code() == Code::unsupported);
+  CHECK(report::exit_code(without) == report::kUsage);
+  std::string opened;
+  options.open_objects = [&](const std::string& url) -> Result<std::unique_ptr<object::ObjectClient>> {
+    opened = url;
+    return std::unique_ptr<object::ObjectClient>(std::make_unique<MemoryObjects>(objects.view()));
+  };
+  auto with = report::verify_paths(posix, {"s3://bucket/run"}, options);
+  CHECK(opened == "s3://bucket/run");
+  CHECK(with.errors.empty());
+  REQUIRE(with.stores.size() == 1);
+  CHECK(with.steps.size() == 2);
+  CHECK(report::exit_code(with) == report::kOk);
 }
