@@ -24,3 +24,15 @@ foreach(server moto seaweedfs)
   # A server that is not installed fails the test (tools/install-deps.sh installs both).
   set_tests_properties(s3_client_${server} PROPERTIES LABELS object TIMEOUT 300 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endforeach()
+
+# The store protocol on the same two servers (spec/OBJECT.md 4).
+add_executable(test_s3_store ${PROJECT_SOURCE_DIR}/tests/test_s3_store.cpp $<TARGET_OBJECTS:ckpt_test_main>)
+target_link_libraries(test_s3_store PRIVATE ckpt::s3 ${CKPT_LIB} Catch2::Catch2)
+target_include_directories(test_s3_store PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+target_compile_options(test_s3_store PRIVATE ${CKPT_WARNINGS})
+foreach(server moto seaweedfs)
+  add_test(NAME s3_store_${server}
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/s3-test-server.py --server ${server}
+                   run -- $<TARGET_FILE:test_s3_store>)
+  set_tests_properties(s3_store_${server} PROPERTIES LABELS object TIMEOUT 600 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endforeach()

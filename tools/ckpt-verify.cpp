@@ -378,6 +378,7 @@ int main(int argc, char** argv) {
     options.persistent = persistent;
     options.pins = std::move(pins);
     options.pin_file = expect_file;
+    options.open_objects = ckpt::cli::object_opener();  // s3://bucket/prefix (spec/OBJECT.md)
     ckpt::PosixFs fs;
     options.check_shard = [&](const std::string& path) { return verify_shard(fs, path, settings); };
     std::unique_ptr<ckpt::cli::Progress> foreign_bar;

@@ -22,6 +22,11 @@
 #include <ckpt/format.hpp>
 #include <ckpt/io/posix_fs.hpp>
 #include <ckpt/report/exit.hpp>
+#if CKPT_HAVE_S3
+#include <ckpt/object/s3_client.hpp>
+#else
+#include <ckpt/object/client.hpp>
+#endif
 
 namespace ckpt::cli {
 
@@ -249,6 +254,16 @@ inline void print_table(const std::vector<std::vector<std::string>>& rows, const
 // is any bytes) becomes U+FFFD instead of an exception.
 inline void print_json(const nlohmann::json& j) {
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+// How a tool opens an s3:// path (spec/OBJECT.md 2.6); empty in a build without the S3 client, where the
+// library then refuses such a path (exit 2).
+[[nodiscard]] inline std::function<Result<std::unique_ptr<object::ObjectClient>>(const std::string&)> object_opener() {
+#if CKPT_HAVE_S3
+  return [](const std::string& url) { return object::open_s3_url(url); };
+#else
+  return {};
+#endif
 }
 
 }  // namespace ckpt::cli

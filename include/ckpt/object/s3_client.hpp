@@ -101,6 +101,10 @@ class S3Client final : public ObjectClient {
   std::unique_ptr<Transport> transport_;
 };
 
+// The client an "s3://bucket/prefix" URL names, with endpoint and credentials from the environment
+// (S3Config::from_env): what every tool and the Python package open an s3:// path with.
+[[nodiscard]] Result<std::unique_ptr<ObjectClient>> open_s3_url(const std::string& url, S3Options options = {});
+
 }  // namespace ckpt::object
 
 #if !CKPT_DECLARATIONS_ONLY

@@ -762,4 +762,11 @@ CKPT_INLINE Result<std::vector<UploadInfo>> S3Client::list_uploads(const std::st
 
 #undef CKPT_S3_PERFORM
 
+CKPT_INLINE Result<std::unique_ptr<ObjectClient>> open_s3_url(const std::string& url, S3Options options) {
+  CKPT_ASSIGN_OR_RETURN(S3Location location, parse_s3_url(url));
+  CKPT_ASSIGN_OR_RETURN(S3Config config, S3Config::from_env());
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::open(location, std::move(config), options));
+  return std::unique_ptr<ObjectClient>(std::move(client));
+}
+
 }  // namespace ckpt::object

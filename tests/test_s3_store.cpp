@@ -1,0 +1,228 @@
+// The object-store protocol (spec/OBJECT.md 4) on real servers: cmake/tests-object.cmake runs this
+// program under moto and under SeaweedFS through tools/s3-test-server.py (which exports AWS_ENDPOINT_URL,
+// the credentials and CKPT_S3_TEST_URL). The protocol's crash oracle runs over MemoryObjects
+// (test_object_store); this proves the same saves, races, ranks, retention and verdicts against servers.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ckpt/io/posix_fs.hpp>
+#include <ckpt/object/object_store.hpp>
+#include <ckpt/object/s3_client.hpp>
+#include <ckpt/report/verify.hpp>
+#include <ckpt/thread_comm.hpp>
+
+#include "test_util.hpp"
+#include "thread_ranks.hpp"
+
+using namespace ckpt;
+using namespace ckpt::object;
+
+namespace {
+
+// The URL of a fresh prefix of the test bucket; fails the test when no server is configured.
+[[nodiscard]] std::string fresh_url() {
+  static std::atomic<int> counter{0};
+  const char* base = std::getenv("CKPT_S3_TEST_URL");
+  INFO("CKPT_S3_TEST_URL is not set: run under tools/s3-test-server.py (ctest -L object does)");
+  REQUIRE(base != nullptr);
+  std::random_device random;
+  return std::string(base) + "store" + std::to_string(random()) + "-" + std::to_string(counter++);
+}
+
+[[nodiscard]] std::unique_ptr<ObjectClient> client_for(const std::string& url) {
+  S3Options options;
+  options.base_delay = std::chrono::milliseconds(5);
+  options.max_delay = std::chrono::milliseconds(200);
+  auto client = open_s3_url(url, options);
+  INFO(client.status().to_string());
+  REQUIRE(client.ok());
+  return std::move(client).value();
+}
+
+[[nodiscard]] ObjectStoreOptions options() {
+  ObjectStoreOptions o;
+  o.create_if_missing = true;
+  o.io.part_size = limits::kMinPartSize;  // S3's smallest part: a 12 MiB shard is three parts
+  o.io.parallel_parts = 3;
+  return o;
+}
+
+[[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) {
+  return ckpt_test::random_bytes((std::size_t{12} << 20) + step * 4096, step);
+}
+
+[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) {
+  const auto bytes = tensor_bytes(step);
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  CKPT_TRY(tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()));
+  return tx->commit().status();
+}
+
+void check_step(ObjectStore& store, std::uint64_t step) {
+  auto reader = store.open_step(step);
+  INFO(reader.status().to_string());
+  REQUIRE(reader.ok());
+  const auto expected = tensor_bytes(step);
+  std::vector<unsigned char> got(expected.size());
+  REQUIRE(reader->read_tensor("w", got.data(), got.size()).ok());
+  REQUIRE(got == expected);
+}
+
+[[nodiscard]] report::VerifyPathsReport verify_url(const std::string& url) {
+  PosixFs posix;
+  report::VerifyPathsOptions o;
+  o.open_objects = [](const std::string& u) { return open_s3_url(u); };
+  return report::verify_paths(posix, {url}, o);
+}
+
+}  // namespace
+
+TEST_CASE("a store on a real server saves in parts, reads back and verifies", "[s3_store]") {
+  const std::string url = fresh_url();
+  {
+    auto client = client_for(url);
+    auto store = ObjectStore::open(*client, Access::read_write, options());
+    INFO(store.status().to_string());
+    REQUIRE(store.ok());  // the probe passed: the server refuses a second create-only PUT
+    REQUIRE(save_step(**store, 1).ok());
+    REQUIRE(save_step(**store, 2).ok());
+    auto uploads = client->list_uploads("");
+    REQUIRE(uploads.ok());
+    CHECK(uploads->empty());
+  }
+  auto client = client_for(url);
+  auto store = ObjectStore::open(*client, Access::read_only);
+  REQUIRE(store.ok());
+  REQUIRE((*store)->steps().size() == 2);
+  check_step(**store, 1);
+  check_step(**store, 2);
+  auto r = verify_url(url);
+  CHECK(report::exit_code(r) == report::kOk);
+  CHECK(r.steps.size() == 2);
+}
+
+TEST_CASE("a flipped byte in a shard on the server is found and exits 1", "[s3_store]") {
+  const std::string url = fresh_url();
+  auto client = client_for(url);
+  {
+    auto store = ObjectStore::open(*client, Access::read_write, options());
+    REQUIRE(store.ok());
+    REQUIRE(save_step(**store, 1).ok());
+  }
+  auto listed = client->list("step-");
+  REQUIRE(listed.ok());
+  std::string shard;
+  for (const auto& o : *listed)
+    if (o.key.find(".ckpt") != std::string::npos) shard = o.key;
+  REQUIRE(!shard.empty());
+  auto info = client->head(shard);
+  REQUIRE(info.ok());
+  std::string bytes(static_cast<std::size_t>(info->size), '\0');
+  auto got = client->get(shard, 0, bytes.data(), bytes.size());
+  REQUIRE(got.ok());
+  bytes[(std::size_t{6} << 20) + 5] ^= 0x20;  // inside the data region, in the second part
+  REQUIRE(client->remove(shard).ok());
+  REQUIRE(client->put(shard, bytes.data(), bytes.size(), Condition::none).ok());
+  auto r = verify_url(url);
+  CHECK(report::exit_code(r) == report::kIntegrity);
+  CHECK(report::verify_json(r).dump().find("chunk") != std::string::npos);
+}
+
+TEST_CASE("two writers racing for one step on a real server: exactly one commits", "[s3_store]") {
+  const std::string url = fresh_url();
+  { auto c = client_for(url); REQUIRE(ObjectStore::open(*c, Access::read_write, options()).ok()); }
+  auto ca = client_for(url), cb = client_for(url);
+  auto a = ObjectStore::open(*ca, Access::read_write, options());
+  auto b = ObjectStore::open(*cb, Access::read_write, options());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto ta = (*a)->begin(7);
+  auto tb = (*b)->begin(7);
+  REQUIRE(ta.ok());
+  REQUIRE(tb.ok());
+  const auto bytes = tensor_bytes(7);
+  REQUIRE((*ta)->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()).ok());
+  REQUIRE((*tb)->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()).ok());
+  Result<CommitResult> ra = make_error(Code::io, "not run"), rb = make_error(Code::io, "not run");
+  std::thread other([&] { rb = (*tb)->commit(); });
+  ra = (*ta)->commit();
+  other.join();
+  CHECK(ra.ok() != rb.ok());
+  CHECK((ra.ok() ? rb : ra).status().code() == Code::conflict);
+  auto reader_client = client_for(url);
+  auto reader = ObjectStore::open(*reader_client, Access::read_only);
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->steps().size() == 1);
+  check_step(**reader, 7);
+}
+
+TEST_CASE("four ranks with their own connections save one step on a real server", "[s3_store]") {
+  const std::string url = fresh_url();
+  { auto c = client_for(url); REQUIRE(ObjectStore::open(*c, Access::read_write, options()).ok()); }
+  const auto full = ckpt_test::random_bytes(4 * (std::size_t{6} << 20), 21);
+  const std::size_t part = full.size() / 4;
+  auto statuses = ckpt_test::run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
+    auto client = client_for(url);
+    CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(*client, Access::read_write, options(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
+    CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * part}, Shape{part}));
+    CKPT_TRY(tx->write(full.data() + rank * part, part));
+    CKPT_TRY(tx->end_piece());
+    return tx->commit().status();
+  });
+  for (const auto& s : statuses) {
+    INFO(s.to_string());
+    REQUIRE(s.ok());
+  }
+  auto client = client_for(url);
+  auto store = ObjectStore::open(*client, Access::read_only);
+  REQUIRE(store.ok());
+  auto step = (*store)->open_step(1);
+  REQUIRE(step.ok());
+  std::vector<unsigned char> got(full.size());
+  REQUIRE(step->read_tensor("w", got.data(), got.size()).ok());
+  CHECK(got == full);
+}
+
+TEST_CASE("retention on a real server retires, then deletes, and keeps the newest", "[s3_store]") {
+  const std::string url = fresh_url();
+  auto client = client_for(url);
+  ObjectStoreOptions o = options();
+  o.retention.keep_last = 1;
+  auto store = ObjectStore::open(*client, Access::read_write, o);
+  REQUIRE(store.ok());
+  for (std::uint64_t step : {1, 2, 3}) REQUIRE(save_step(**store, step).ok());
+  CHECK((*store)->steps().size() == 1);
+  auto listed = client->list("step-");
+  REQUIRE(listed.ok());
+  for (const auto& obj : *listed) CHECK(obj.key.rfind(step_dir_name(3, (*store)->latest()->txn), 0) == 0);
+  auto logs = client->list("log/");
+  REQUIRE(logs.ok());
+  CHECK(logs->size() == 5);  // three commits, two retires
+  check_step(**store, 3);
+}
+
+TEST_CASE("a transaction dropped mid-upload leaves no object and no upload", "[s3_store]") {
+  const std::string url = fresh_url();
+  auto client = client_for(url);
+  auto store = ObjectStore::open(*client, Access::read_write, options());
+  REQUIRE(store.ok());
+  {
+    auto tx = (*store)->begin(1);
+    REQUIRE(tx.ok());
+    const auto bytes = tensor_bytes(1);
+    REQUIRE((*tx)->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()).ok());
+  }  // destroyed without commit: the upload is aborted, never completed
+  auto uploads = client->list_uploads("");
+  REQUIRE(uploads.ok());
+  CHECK(uploads->empty());
+  auto listed = client->list("step-");
+  REQUIRE(listed.ok());
+  CHECK(listed->empty());
+}
