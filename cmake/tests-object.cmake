@@ -36,3 +36,15 @@ foreach(server moto seaweedfs)
                    run -- $<TARGET_FILE:test_s3_store>)
   set_tests_properties(s3_store_${server} PROPERTIES LABELS object TIMEOUT 600 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endforeach()
+
+# Multi-rank saves over MPI into the store (spec/OBJECT.md 4.7), 4 ranks under mpirun, on moto.
+if(CKPT_HAVE_MPI AND MPIEXEC_EXECUTABLE)
+  add_executable(test_mpi_objects ${PROJECT_SOURCE_DIR}/tests/mpi/test_mpi_objects.cpp)
+  target_link_libraries(test_mpi_objects PRIVATE ckpt::s3 ${CKPT_LIB} MPI::MPI_CXX)
+  target_compile_options(test_mpi_objects PRIVATE ${CKPT_WARNINGS})
+  add_test(NAME mpi_objects_moto
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/s3-test-server.py --server moto
+                   run -- ${MPIEXEC_EXECUTABLE} ${CKPT_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_mpi_objects>)
+  set_tests_properties(mpi_objects_moto PROPERTIES LABELS "object;mpi" TIMEOUT 300 ENVIRONMENT "${CKPT_MPI_TEST_ENV}"
+                       WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endif()

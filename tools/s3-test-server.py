@@ -10,6 +10,10 @@ starts, and has one empty bucket. CMD sees AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, 
 AWS_REGION, CKPT_S3_TEST_URL (s3://bucket/), CKPT_S3_TEST_BUCKET and CKPT_S3_TEST_SERVER (the server's
 name, for tests that write down its known gaps). The server is stopped when CMD ends, fails, or this
 script gets SIGINT/SIGTERM. A server that is not installed or does not start is exit status 2.
+
+With --proxy, tools/s3-fault-proxy.py runs in front of the server: AWS_ENDPOINT_URL names the proxy,
+CKPT_S3_PROXY_CONTROL its control API (rules, request log) and CKPT_S3_DIRECT_ENDPOINT the server
+itself, for a client that must bypass the faults (spec/OBJECT.md 6).
 """
 import argparse
 import json
@@ -33,6 +37,10 @@ class Interrupted(Exception):
     pass
 
 
+class ServerExited(RuntimeError):
+    """The server process ended before it answered (a port taken meanwhile, most often)."""
+
+
 def free_ports(count):
     """Distinct ports free on 127.0.0.1 now (all bound at once, so never the same twice)."""
     sockets = []
@@ -54,6 +62,29 @@ def find_program(name, module_fallback=None):
     if module_fallback:
         return [sys.executable, "-m", module_fallback]
     return None
+
+
+class Proxy:
+    """tools/s3-fault-proxy.py in front of an endpoint, in its own process group."""
+
+    def __init__(self, upstream):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3-fault-proxy.py")
+        self.process = subprocess.Popen([sys.executable, script, "--upstream", upstream], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, start_new_session=True, text=True)
+        line = self.process.stdout.readline().split()
+        if len(line) != 5 or line[1] != "listening":
+            self.stop()
+            raise RuntimeError(f"the fault proxy did not start (it said {' '.join(line)!r})")
+        self.endpoint, self.control = line[2], line[4]
+
+    def stop(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
 
 
 class Server:
@@ -124,7 +155,7 @@ class Server:
         created = False
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with status {self.process.returncode} while starting"
+                raise ServerExited(f"{self.kind} exited with status {self.process.returncode} while starting"
                                    + (f" (log: {self.log_path})" if self.log_path else ""))
             try:
                 if not created:
@@ -143,6 +174,7 @@ class Server:
 
     def environment(self):
         return {
+            "CKPT_S3_DIRECT_ENDPOINT": self.endpoint,
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
@@ -172,6 +204,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", choices=["moto", "seaweedfs"], default="moto")
     parser.add_argument("--log", help="write the server's output here (default: discarded)")
+    parser.add_argument("--proxy", action="store_true",
+                        help="put tools/s3-fault-proxy.py in front of the server (AWS_ENDPOINT_URL is the proxy)")
     sub = parser.add_subparsers(dest="mode", required=True)
     sub.add_parser("start", help="print the environment and serve until interrupted")
     run = sub.add_parser("run", help="run a command under the server and return its exit status")
@@ -189,13 +223,29 @@ def main():
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGINT, interrupted)
     server = Server(args.server, args.log)
+    proxy = None
     child = None
     try:
         started = time.monotonic()
-        server.start()
+        # A free port can be taken by another launcher between the probe and the server's bind (ctest -j
+        # runs several): a server that exits while starting is tried again on new ports.
+        for attempt in range(3):
+            try:
+                server.start()
+                break
+            except ServerExited:
+                server.stop()
+                if attempt == 2:
+                    raise
+                server = Server(args.server, args.log)
         env = server.environment()
+        if args.proxy:
+            proxy = Proxy(server.endpoint)
+            env["AWS_ENDPOINT_URL"] = proxy.endpoint
+            env["CKPT_S3_PROXY_CONTROL"] = proxy.control
         print(f"s3-test-server: {args.server} at {server.endpoint} (bucket {BUCKET}), ready in "
-              f"{time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+              f"{time.monotonic() - started:.1f} s" + (f"; fault proxy at {proxy.endpoint}, control {proxy.control}"
+                                                      if proxy else ""), file=sys.stderr, flush=True)
         if args.mode == "start":
             for name, value in env.items():
                 print(f"export {name}={value}", flush=True)
@@ -221,6 +271,8 @@ def main():
         print(f"s3-test-server: {exc}", file=sys.stderr)
         return 2
     finally:
+        if proxy is not None:
+            proxy.stop()
         server.stop()
 
 
