@@ -48,3 +48,19 @@ if(CKPT_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   set_tests_properties(mpi_objects_moto PROPERTIES LABELS "object;mpi" TIMEOUT 300 ENVIRONMENT "${CKPT_MPI_TEST_ENV}"
                        WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()
+
+# The tools on a store on objects (spec/OBJECT.md 7): demo-train, inspect, verify, repair, convert, diff,
+# merge and reshard run as programs against s3://. Under moto only: the tools' own code is the same on every
+# server, and the protocol's server differences are test_s3_store's.
+if(CKPT_BUILD_TOOLS)
+  add_executable(test_s3_tools ${PROJECT_SOURCE_DIR}/tests/test_s3_tools.cpp $<TARGET_OBJECTS:ckpt_test_main>)
+  target_link_libraries(test_s3_tools PRIVATE ckpt::s3 ${CKPT_LIB} Catch2::Catch2)
+  target_include_directories(test_s3_tools PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_compile_options(test_s3_tools PRIVATE ${CKPT_WARNINGS})
+  target_compile_definitions(test_s3_tools PRIVATE CKPT_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  add_dependencies(test_s3_tools ckpt-demo-train ckpt-inspect ckpt-verify ckpt-repair ckpt-convert ckpt-diff ckpt-merge ckpt-reshard)
+  add_test(NAME s3_tools_moto
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/s3-test-server.py --server moto
+                   run -- $<TARGET_FILE:test_s3_tools>)
+  set_tests_properties(s3_tools_moto PROPERTIES LABELS object TIMEOUT 600 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endif()

@@ -19,3 +19,4 @@
 #include "ckpt/report/diff.hpp"
 #include "ckpt/object/object_fs.hpp"
 #include "ckpt/object/object_store.hpp"
+#include "ckpt/object/object_checkpoint.hpp"

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include <ckpt/object/object_checkpoint.hpp>
 #include <ckpt/safetensors.hpp>
 
 #include "cli.hpp"
@@ -45,7 +46,7 @@ enum class Direction { to_ckpt, to_safetensors, unknown };
     return is_dir(fs, in) && ckpt::find_safetensors_index(fs, in).ok() ? Direction::to_ckpt : Direction::unknown;
   }
   if (!has_suffix(out, ".safetensors") && !ckpt::is_safetensors_index(out)) return Direction::unknown;
-  return has_suffix(in, ".ckpt") || is_dir(fs, in) ? Direction::to_safetensors : Direction::unknown;
+  return has_suffix(in, ".ckpt") || is_dir(fs, in) || ckpt::object::is_object_url(in) ? Direction::to_safetensors : Direction::unknown;
 }
 
 
@@ -61,7 +62,8 @@ with bounded memory. The direction follows the names:
                                           index): every file the weight_map names, checked against it
   IN OUT.safetensors                      IN: a standalone .ckpt file (every tensor whole in it), a
                                           step directory (STORE/step-<step>-<txn>) or a store (its
-                                          latest committed step, or --step N)
+                                          latest committed step, or --step N), also a store
+                                          on objects: s3://bucket/prefix (spec/OBJECT.md 7)
   IN OUTDIR/PREFIX.safetensors.index.json the same IN as a sharded set: PREFIX-00001-of-0000N.safetensors
                                           of at most --max-shard-size tensor bytes each, then the index
 Each tensor is gathered whole from every shard of the step; every chunk digest is verified as it is
@@ -98,6 +100,10 @@ int main(int argc, char** argv) {
     app.add_flag("--force", force, "replace OUT if it exists");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
+    // Outputs are files, written under a temporary name and renamed: a store on objects has no rename.
+    if (ckpt::object::is_object_url(out))
+      return usage_error("OUT " + out + ": ckpt-convert writes files; an s3:// store is an input here (to write a step into one, "
+                         "ckpt-reshard SRC -o s3://bucket/prefix)");
     ckpt::PosixFs fs;
     const Direction direction = direction_of(fs, in, out);
     if (direction == Direction::unknown)
@@ -129,7 +135,14 @@ int main(int argc, char** argv) {
     }
 
     auto [result, seconds] = ckpt::cli::timed_with_progress(in, as_json, options.progress, [&] {
-      return direction == Direction::to_ckpt ? ckpt::safetensors_to_ckpt(fs, in, out, options) : ckpt::ckpt_to_safetensors(fs, in, out, options);
+      if (direction == Direction::to_ckpt) return ckpt::safetensors_to_ckpt(fs, in, out, options);
+      if (!ckpt::object::is_object_url(in)) return ckpt::ckpt_to_safetensors(fs, in, out, options);
+      // A step of a store on objects: its latest, or --step N (spec/OBJECT.md 7).
+      ckpt::StepSelector selector;
+      selector.step = options.step;
+      auto source = ckpt::object::open_checkpoint(fs, in, selector, ckpt::cli::object_opener());
+      if (!source.ok()) return ckpt::Result<ckpt::ConvertSummary>(source.status());
+      return ckpt::ckpt_to_safetensors(fs, *source, out, options);
     });
     if (!result.ok()) {
       std::string message = result.status().message();

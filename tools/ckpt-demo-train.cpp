@@ -22,11 +22,13 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ckpt/async_save.hpp>
 #include <ckpt/flush.hpp>
 #include <ckpt/hash.hpp>
+#include <ckpt/object/object_store.hpp>
 #include <ckpt/store.hpp>
 
 #include "cli.hpp"
@@ -247,8 +249,9 @@ ckpt::SaveRequest save_request(Trainer& t, std::vector<unsigned char>& extra, st
   return r;
 }
 
-// The synchronous save: the same request through one transaction.
-ckpt::Status save(ckpt::Store& store, const ckpt::SaveRequest& request) {
+// The synchronous save: the same request through one transaction (StoreT: a Store or an ObjectStore).
+template <class StoreT>
+ckpt::Status save(StoreT& store, const ckpt::SaveRequest& request) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(request.step()));
   for (const auto& t : request.tensors()) {
     if (t.optimizer) CKPT_TRY(tx->add_optimizer_tensor(t.name, t.dtype, t.global_shape, t.data, t.size));
@@ -263,8 +266,11 @@ ckpt::Status save(ckpt::Store& store, const ckpt::SaveRequest& request) {
 }
 
 // Restores everything from the latest committed step; the model was initialised already (shapes).
-ckpt::Status resume(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
-  CKPT_ASSIGN_OR_RETURN(auto reader, store.open_latest());
+template <class StoreT>
+ckpt::Status resume(StoreT& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
+  const auto latest = store.latest();
+  if (!latest) return ckpt::make_error(ckpt::Code::not_found, store.path() + ": no committed step to resume from");
+  CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(*latest));
   const auto& st = reader.state();
   auto int_value = [&](const char* key) -> std::int64_t {
     const auto it = st.values.find(key);
@@ -303,6 +309,96 @@ ckpt::Status resume(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& 
   return ckpt::Status();
 }
 
+struct RunFlags {
+  std::string store_path;
+  std::uint64_t steps, save_every, extra_mib, staging_mib;
+  double flush_deadline;
+  bool quiet, async;
+};
+
+// Resumes from the latest step when there is one, then trains and saves every save_every steps.
+// StoreT: a directory Store, or an ObjectStore (s3://), saved and resumed through the same calls.
+template <class StoreT>
+int train(StoreT& store, Trainer& t, std::vector<unsigned char>& extra, const RunFlags& flags) {
+  const std::uint64_t steps = flags.steps, save_every = flags.save_every, extra_mib = flags.extra_mib;
+  const bool quiet = flags.quiet;
+  if (store.latest()) {
+    if (ckpt::Status s = resume(store, t, extra, extra_mib); !s.ok()) return ckpt::cli::report(kTool, s);
+    if (!quiet) std::printf("resumed from step %llu\n", static_cast<unsigned long long>(t.step));
+  } else if (!quiet) {
+    std::printf("starting a new run in %s\n", flags.store_path.c_str());
+  }
+  std::fflush(stdout);
+  std::unique_ptr<ckpt::AsyncSaver> saver;
+  if constexpr (std::is_same_v<StoreT, ckpt::Store>) {  // a store on objects takes neither (refused in main)
+    const double flush_deadline = flags.flush_deadline;
+    if (flush_deadline > 0) {
+      const auto hold_up = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(flush_deadline));
+      if (ckpt::Status s = ckpt::install_flush_handler({SIGTERM, SIGPWR, SIGUSR1}, hold_up); !s.ok())
+        return ckpt::cli::report(kTool, s);
+      if (const auto estimate = store.estimate_save(); estimate.known() && !quiet)
+        std::printf("a save of %llu bytes takes %.3f s at the slowest recorded rate: %s the %.3f s deadline\n",
+                    static_cast<unsigned long long>(estimate.bytes), estimate.seconds,
+                    estimate.seconds <= flush_deadline ? "fits" : "does NOT fit", flush_deadline);
+    }
+    if (flags.async) {
+      ckpt::AsyncSaveOptions o;
+      o.staging_bytes = static_cast<std::size_t>(flags.staging_mib) << 20;
+      auto created = ckpt::AsyncSaver::create(store, o);
+      if (!created.ok()) return ckpt::cli::report(kTool, created.status());
+      saver = std::move(created).value();
+    }
+  }
+  // A flush request (a signal) ends the run here: the save in flight is committed or abandoned in time.
+  auto stop_requested = [&]() -> std::optional<int> {
+    const auto deadline = ckpt::flush_requested();
+    if (!deadline) return std::nullopt;
+    ckpt::Status flushed = saver ? saver->flush(*deadline) : ckpt::Status();
+    const auto latest = store.latest();
+    const double left = std::chrono::duration<double>(*deadline - std::chrono::steady_clock::now()).count();
+    std::printf("stopped at step %llu by signal %d, latest step %s, %.3f s before the deadline: %s\n",
+                static_cast<unsigned long long>(t.step), ckpt::flush_signal(),
+                latest ? std::to_string(latest->step).c_str() : "none", left,
+                flushed.ok() ? "every save taken committed" : flushed.to_string().c_str());
+    std::fflush(stdout);
+    const bool clean = flushed.ok() || flushed.code() == ckpt::Code::cancelled;
+    return clean ? static_cast<int>(ckpt::cli::kOk) : ckpt::cli::report(kTool, flushed);
+  };
+  while (t.step < steps) {
+    if (auto rc = stop_requested()) return *rc;
+    t.train_step();
+    if (t.step % save_every == 0 || t.step == steps) {
+      if (!quiet) {
+        std::printf("step %llu loss %.6f: saving...\n", static_cast<unsigned long long>(t.step), static_cast<double>(t.last_loss));
+        std::fflush(stdout);
+      }
+      ckpt::SaveRequest request = save_request(t, extra, extra_mib);
+      if (saver) {
+        auto ticket = saver->save(std::move(request));
+        if (!ticket.ok() && ticket.status().code() == ckpt::Code::cancelled) {
+          if (auto rc = stop_requested()) return *rc;
+        }
+        if (!ticket.ok()) return ckpt::cli::report(kTool, ticket.status());
+      } else if (ckpt::Status s = save(store, request); !s.ok()) {
+        return ckpt::cli::report(kTool, s);
+      }
+      if (!quiet) {
+        std::printf(saver ? "step %llu staged\n" : "step %llu saved\n", static_cast<unsigned long long>(t.step));
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (saver) {
+    ckpt::Status waited = saver->wait();
+    if (auto rc = stop_requested()) return *rc;
+    if (!waited.ok()) return ckpt::cli::report(kTool, waited);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(t.weights_digest()));
+  std::printf("final step %llu weights xxh3 %s\n", static_cast<unsigned long long>(t.step), hex);
+  return static_cast<int>(ckpt::cli::kOk);
+}
+
 }  // namespace
 
 // --help: what the tool does and its exit status (README "Exit codes").
@@ -321,7 +417,7 @@ int main(int argc, char** argv) {
     bool quiet = false, async = false;
     double flush_deadline = 0;
     std::uint64_t staging_mib = 64;
-    app.add_option("--store", store_path, "store directory (created when missing)")->required();
+    app.add_option("--store", store_path, "store directory, or s3://bucket/prefix (created when missing)")->required();
     app.add_option("--steps", steps, "train until this step")->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
     app.add_option("--save-every", save_every, "save every K steps (and at the last step)")
         ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
@@ -347,6 +443,21 @@ int main(int argc, char** argv) {
     init_model(t.model, seed);
     std::vector<unsigned char> extra(static_cast<std::size_t>(extra_mib) << 20);
 
+    const RunFlags flags{store_path, steps, save_every, extra_mib, staging_mib, flush_deadline, quiet, async};
+    if (ckpt::object::is_object_url(store_path)) {
+      // A store on objects (spec/OBJECT.md 7): synchronous saves only; AsyncSaver and the flush deadline's
+      // save estimate work on a directory store's journal.
+      if (async) return ckpt::cli::usage_error(kTool, "--async applies to a store directory, not to " + store_path);
+      if (flush_deadline > 0) return ckpt::cli::usage_error(kTool, "--flush-deadline applies to a store directory, not to " + store_path);
+      ckpt::object::ObjectStoreOptions options;
+      options.create_if_missing = true;
+      options.retention.keep_last = keep;
+      auto opened = ckpt::object::open_store_url(ckpt::cli::object_opener(), store_path, ckpt::Access::read_write, options);
+      if (!opened.ok()) return ckpt::cli::report(kTool, opened.status());
+      if (!quiet)
+        for (const auto& p : opened->store->log().problems) std::printf("note: damaged log object: %s\n", p.c_str());
+      return train(*opened->store, t, extra, flags);
+    }
     ckpt::PosixFs fs;
     ckpt::StoreOptions options;
     options.create_if_missing = true;
@@ -358,77 +469,6 @@ int main(int argc, char** argv) {
       for (const auto& a : (*store)->recovery_report().actions) std::printf(" %s;", a.describe().c_str());
       std::printf("\n");
     }
-    if ((*store)->latest()) {
-      if (ckpt::Status s = resume(**store, t, extra, extra_mib); !s.ok()) return ckpt::cli::report(kTool, s);
-      if (!quiet) std::printf("resumed from step %llu\n", static_cast<unsigned long long>(t.step));
-    } else if (!quiet) {
-      std::printf("starting a new run in %s\n", store_path.c_str());
-    }
-    std::fflush(stdout);
-    if (flush_deadline > 0) {
-      const auto hold_up = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(flush_deadline));
-      if (ckpt::Status s = ckpt::install_flush_handler({SIGTERM, SIGPWR, SIGUSR1}, hold_up); !s.ok())
-        return ckpt::cli::report(kTool, s);
-      if (const auto estimate = (*store)->estimate_save(); estimate.known() && !quiet)
-        std::printf("a save of %llu bytes takes %.3f s at the slowest recorded rate: %s the %.3f s deadline\n",
-                    static_cast<unsigned long long>(estimate.bytes), estimate.seconds,
-                    estimate.seconds <= flush_deadline ? "fits" : "does NOT fit", flush_deadline);
-    }
-    std::unique_ptr<ckpt::AsyncSaver> saver;
-    if (async) {
-      ckpt::AsyncSaveOptions o;
-      o.staging_bytes = static_cast<std::size_t>(staging_mib) << 20;
-      auto created = ckpt::AsyncSaver::create(**store, o);
-      if (!created.ok()) return ckpt::cli::report(kTool, created.status());
-      saver = std::move(created).value();
-    }
-    // A flush request (a signal) ends the run here: the save in flight is committed or abandoned in time.
-    auto stop_requested = [&]() -> std::optional<int> {
-      const auto deadline = ckpt::flush_requested();
-      if (!deadline) return std::nullopt;
-      ckpt::Status flushed = saver ? saver->flush(*deadline) : ckpt::Status();
-      const auto latest = (*store)->latest();
-      const double left = std::chrono::duration<double>(*deadline - std::chrono::steady_clock::now()).count();
-      std::printf("stopped at step %llu by signal %d, latest step %s, %.3f s before the deadline: %s\n",
-                  static_cast<unsigned long long>(t.step), ckpt::flush_signal(),
-                  latest ? std::to_string(latest->step).c_str() : "none", left,
-                  flushed.ok() ? "every save taken committed" : flushed.to_string().c_str());
-      std::fflush(stdout);
-      const bool clean = flushed.ok() || flushed.code() == ckpt::Code::cancelled;
-      return clean ? static_cast<int>(ckpt::cli::kOk) : ckpt::cli::report(kTool, flushed);
-    };
-    while (t.step < steps) {
-      if (auto rc = stop_requested()) return *rc;
-      t.train_step();
-      if (t.step % save_every == 0 || t.step == steps) {
-        if (!quiet) {
-          std::printf("step %llu loss %.6f: saving...\n", static_cast<unsigned long long>(t.step), static_cast<double>(t.last_loss));
-          std::fflush(stdout);
-        }
-        ckpt::SaveRequest request = save_request(t, extra, extra_mib);
-        if (saver) {
-          auto ticket = saver->save(std::move(request));
-          if (!ticket.ok() && ticket.status().code() == ckpt::Code::cancelled) {
-            if (auto rc = stop_requested()) return *rc;
-          }
-          if (!ticket.ok()) return ckpt::cli::report(kTool, ticket.status());
-        } else if (ckpt::Status s = save(**store, request); !s.ok()) {
-          return ckpt::cli::report(kTool, s);
-        }
-        if (!quiet) {
-          std::printf(saver ? "step %llu staged\n" : "step %llu saved\n", static_cast<unsigned long long>(t.step));
-          std::fflush(stdout);
-        }
-      }
-    }
-    if (saver) {
-      ckpt::Status waited = saver->wait();
-      if (auto rc = stop_requested()) return *rc;
-      if (!waited.ok()) return ckpt::cli::report(kTool, waited);
-    }
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(t.weights_digest()));
-    std::printf("final step %llu weights xxh3 %s\n", static_cast<unsigned long long>(t.step), hex);
-    return static_cast<int>(ckpt::cli::kOk);
+    return train(**store, t, extra, flags);
   });
 }

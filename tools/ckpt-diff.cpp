@@ -74,7 +74,8 @@ void print_diff(const ckpt::Content& a, const ckpt::Content& b, const ckpt::Cont
 constexpr const char* kAbout = R"(Compares two checkpoints by their digests: which tensors were added, removed or changed
 (dtype, shape, bytes) and, for a changed tensor split the same way on both sides, exactly which
 chunks differ. Nothing but indexes and manifests is read when both sides record digests: a
-.ckpt file, a step directory, a store (its latest step, or --step-a/--step-b N), or a foreign
+.ckpt file, a step directory, a store (its latest step, or --step-a/--step-b N; also
+s3://bucket/prefix), or a foreign
 checkpoint (safetensors, Hugging Face set, DCP, GGUF) with a sidecar (ckpt-verify
 --write-sidecar). A foreign checkpoint without one is read and hashed (said on stderr).
 
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
     options.step_a = step_a;
     options.step_b = step_b;
     options.tensors = globs;
+    options.open_objects = ckpt::cli::object_opener();
     auto d = ckpt::report::diff_paths(fs, a_path, b_path, options);
     if (!d.ok()) return ckpt::cli::report(kTool, d.status());
     for (const auto& note : d->notes) std::fprintf(stderr, "%s: note: %s\n", kTool, ckpt::tools::printable(note).c_str());

@@ -1,6 +1,6 @@
 // ckpt-inspect: prints what a shard file holds (format, tensors, pieces, metadata, optionally every
 // chunk) from its superblock, footer and index. Data bytes are not read; ckpt-verify checks them.
-// A store directory lists its steps (or shows one: --step N, --latest); a step directory shows that step.
+// A store directory or s3:// store lists its steps (or shows one: --step N, --latest); a step directory shows that step.
 // A memory tier's root (or one rank directory) shows each step: where its shards are held, how many
 // copies match the recorded content, and what the tier logs recorded (ckpt/tiers/memory_root.hpp).
 #include <cstdio>
@@ -124,9 +124,15 @@ void print_store(const json& doc) {
     retired += state == "retired";
   }
   const json& j = doc["journal"];
-  std::string journal = num(j["file_size"]) + " bytes, " + num(j["groups"]) + " groups, " + num(j["records"]) + " records";
-  if (!j["torn_tail"].is_null()) journal += ", torn tail at " + num(j["torn_tail"]["offset"]);
-  if (!j["corruption"].empty()) journal += ", " + std::to_string(j["corruption"].size()) + " CORRUPT regions (run ckpt-repair)";
+  std::string journal;
+  if (j.is_null()) {  // a store on objects: log/ holds one object per commit, retire and abort (spec/OBJECT.md 4.2)
+    journal = "none (a store on objects: " + std::to_string(committed + retired) + " commit, " + std::to_string(retired) +
+              " retire and " + std::to_string(aborted) + " abort objects in log/)";
+  } else {
+    journal = num(j["file_size"]) + " bytes, " + num(j["groups"]) + " groups, " + num(j["records"]) + " records";
+    if (!j["torn_tail"].is_null()) journal += ", torn tail at " + num(j["torn_tail"]["offset"]);
+    if (!j["corruption"].empty()) journal += ", " + std::to_string(j["corruption"].size()) + " CORRUPT regions (run ckpt-repair)";
+  }
   print_table({{"store", ckpt::tools::printable(doc["store"].get<std::string>())},
                {"uuid", doc["uuid"].get<std::string>()},
                {"journal", journal},
@@ -277,6 +283,9 @@ check the data.
 
 A store directory lists its journal and committed steps; with --step N or --latest it shows
 that step: training state, manifest, and each shard. A step directory is shown the same way.
+A store on objects, s3://bucket/prefix (endpoint and credentials from AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION), is shown as a store directory is: its log
+objects take the journal's place (spec/OBJECT.md 7).
 
 A store may be read while its writer saves and retires steps. A listed step whose files go
 missing is checked again against the journal: if it was retired meanwhile it is shown as
@@ -311,7 +320,7 @@ int main(int argc, char** argv) {
     bool as_json = false, with_chunks = false;
     std::uint64_t step_number = 0;
     bool latest = false, pin = false;
-    app.add_option("PATH", path, "shard file (*.ckpt), store or step directory, memory root or rank directory, or a safetensors / "
+    app.add_option("PATH", path, "shard file (*.ckpt), store or step directory, s3://bucket/prefix store, memory root or rank directory, or a safetensors / "
                                  "Hugging Face / DCP / GGUF checkpoint")
         ->required();
     app.add_flag("--pin", pin, "print only the root digest and the path (a line of a pin file for ckpt-verify --expect-file)");
@@ -329,6 +338,7 @@ int main(int argc, char** argv) {
     options.selection.latest = latest;
     options.chunks = with_chunks;
     options.persistent = persistent;
+    options.open_objects = ckpt::cli::object_opener();
     auto inspection = ckpt::report::inspect_path(fs, path, options);
     if (!inspection.ok()) return ckpt::cli::report(kTool, inspection.status());
     const json& doc = inspection->doc;

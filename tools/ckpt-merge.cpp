@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/object/object_checkpoint.hpp>
 #include <ckpt/sharded.hpp>
 
 #include "cli.hpp"
@@ -26,7 +27,7 @@ constexpr const char* kTool = "ckpt-merge";
 // --help: what the tool does and its exit status (README "Exit codes").
 constexpr const char* kAbout = R"(Writes the tensors of one or more checkpoints into one standalone .ckpt file, each tensor whole.
 Each SRC is a .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store (its latest
-step): merging one step consolidates all of its shards. With several sources, a tensor name or
+step; also s3://bucket/prefix): merging one step consolidates all of its shards. With several sources, a tensor name or
 metadata key found in more than one is a conflict: --on-conflict error (the default) refuses,
 first or last picks. --take N=PATTERN limits source N (1-based) to matching tensors; the
 patterns @optimizer and @model select the tensors its training state lists as optimizer state,
@@ -74,10 +75,14 @@ int main(int argc, char** argv) {
       selections[n - 1].patterns.push_back(take.substr(eq + 1));
     }
 
+    // The output is one file, written under a temporary name and renamed: a store on objects has no rename.
+    if (ckpt::object::is_object_url(output))
+      return usage_error("--output " + output + ": ckpt-merge writes one .ckpt file; an s3:// store is a source here (to write a "
+                         "step into one, ckpt-reshard SRC -o s3://bucket/prefix)");
     ckpt::PosixFs fs;
     std::vector<ckpt::Checkpoint> sources;
     for (const auto& in : inputs) {
-      auto source = ckpt::Checkpoint::open(fs, in);
+      auto source = ckpt::object::open_checkpoint(fs, in, {}, ckpt::cli::object_opener());
       if (!source.ok()) return ckpt::cli::report(kTool, source.status());
       sources.push_back(std::move(source).value());
     }

@@ -26,6 +26,8 @@
 #include <vector>
 
 #include <ckpt/journal_rebuild.hpp>
+#include <ckpt/object/object_store.hpp>
+#include <ckpt/report/verify.hpp>
 #include <ckpt/store.hpp>
 
 #include "cli.hpp"
@@ -586,6 +588,67 @@ int repair_memory_root(ckpt::PosixFs& fs, const std::string& path, bool dry_run,
   return code;
 }
 
+// --- Stores on objects (spec/OBJECT.md 4.5, 7) ---------------------------------------------------
+
+// Repair of a store on objects is its garbage collection: the objects and unfinished uploads of transactions
+// proven dead (an abort object, a retire object, or a commit of the step naming another transaction) are
+// deleted; a transaction with neither commit nor abort is kept and listed (in progress, or in doubt). Log
+// objects are never touched. Then every committed step is verified as ckpt-verify does.
+int repair_object_store(const std::string& url, bool dry_run, bool as_json) {
+  Output out(as_json);
+  auto opened = ckpt::object::open_store_url(ckpt::cli::object_opener(), url, dry_run ? ckpt::Access::read_only : ckpt::Access::read_write);
+  if (!opened.ok()) return ckpt::cli::report(kTool, opened.status());
+  ckpt::object::ObjectStore& store = *opened->store;
+  out.doc["store"] = store.url();
+  out.doc["object_store"] = true;
+  out.doc["dry_run"] = dry_run;
+  out.line(std::string(kTool) + ": store " + store.url() + (dry_run ? " (dry run: nothing is changed)" : ""));
+  auto cleanup = store.collect_garbage(dry_run);
+  if (!cleanup.ok()) return ckpt::cli::report(kTool, cleanup.status());
+  out.heading(dry_run ? "would remove (transactions proven dead):" : "removed (transactions proven dead):");
+  if (cleanup->removed.empty() && cleanup->aborted_uploads.empty()) out.line("  nothing");
+  for (const auto& key : cleanup->removed) out.line("  object " + key);
+  for (const auto& u : cleanup->aborted_uploads) out.line("  unfinished upload " + u);
+  if (!cleanup->kept.empty()) {
+    out.heading("kept (no commit or abort object: in progress, or in doubt; never deleted):");
+    for (const auto& k : cleanup->kept) out.line("  " + k);
+  }
+  out.doc["removed"] = cleanup->removed;
+  out.doc["aborted_uploads"] = cleanup->aborted_uploads;
+  out.doc["kept"] = cleanup->kept;
+  // Every committed step, every chunk, as ckpt-verify s3://... judges it.
+  ckpt::report::VerifyPathsOptions verify_options;
+  ckpt::report::VerifyPathsReport verified;
+  if (ckpt::Status s = ckpt::report::verify_object_store(store, verify_options, verified); !s.ok()) return ckpt::cli::report(kTool, s);
+  out.heading(dry_run ? "every committed step, verified as it is:" : "every committed step, verified afterwards:");
+  std::vector<std::string> damaged;
+  for (const auto& step : verified.steps) {
+    out.line("  " + step.label + ": " + (step.ok ? "ok" : "DAMAGED"));
+    if (!step.ok) damaged.push_back(step.dir);
+  }
+  if (verified.steps.empty()) out.line("  no committed step");
+  for (const auto& st : verified.stores)
+    for (const auto& p : st.problems) out.line("  problem: " + p.message());
+  for (const auto& st : verified.stores)
+    for (const auto& n : st.notes) out.line("  note: " + n);
+  out.doc["verify"] = ckpt::report::verify_json(verified);
+  const bool pending = dry_run && (!cleanup->removed.empty() || !cleanup->aborted_uploads.empty());
+  const int verify_code = ckpt::report::exit_code(verified);
+  int code = std::max(verify_code, pending ? static_cast<int>(ckpt::cli::kIntegrity) : static_cast<int>(ckpt::cli::kOk));
+  std::string verdict;
+  if (verify_code == ckpt::cli::kUsage) verdict = "some steps could not be checked (see above)";
+  else if (verify_code == ckpt::cli::kIntegrity) verdict = "DAMAGE REMAINS: a log object or a committed step is damaged (repair deletes only dead transactions' objects)";
+  else if (pending) verdict = "repairs needed (dry run: nothing was changed)";
+  else verdict = dry_run ? "consistent: nothing to repair" : "consistent";
+  out.doc["damaged"] = damaged;
+  out.doc["consistent"] = code == ckpt::cli::kOk;
+  out.doc["result"] = verdict;
+  out.doc["exit"] = code;
+  out.heading("result: " + verdict);
+  if (as_json) ckpt::cli::print_json(out.doc);
+  return code;
+}
+
 }  // namespace
 
 // --help: what the tool does and its exit status (README "Exit codes").
@@ -607,20 +670,30 @@ that store to rebuild its journal. --purge applies to a single store.
 Exit status: 0 the store is consistent afterwards (with --dry-run: already consistent),
 1 damage remains that it could not repair, or quarantine/ is not empty (with --dry-run: repairs
 are needed),
-2 usage or I/O error.)";
+2 usage or I/O error.
+
+A store on objects, s3://bucket/prefix (spec/OBJECT.md 4.5): the objects and unfinished multipart
+uploads of transactions proven dead (an abort or retire object names them, or their step committed
+another transaction) are deleted (--dry-run: listed); a transaction with neither commit nor abort
+is listed as kept (in progress, or in doubt) and never deleted; then every committed step is
+verified. Exit 1 with --dry-run when something would be removed, or when damage remains.)";
 
 int main(int argc, char** argv) {
   return ckpt::cli::run_tool(kTool, kAbout, [&](CLI::App& app) {
     std::string path;
     bool dry_run = false, as_json = false, purge = false;
-    app.add_option("STORE", path, "store directory (holds JOURNAL and step-<step>-<txn>/ directories), or a memory root or rank "
-                                  "directory")->required();
+    app.add_option("STORE", path, "store directory (holds JOURNAL and step-<step>-<txn>/ directories), s3://bucket/prefix, or a "
+                                  "memory root or rank directory")->required();
     app.add_flag("--dry-run", dry_run, "report what would be done and change nothing (takes no lock)");
     app.add_flag("--json", as_json, "print one JSON document instead of text");
     app.add_flag("--purge", purge, "after repairing, delete everything in STORE/quarantine/ (files recovery could not prove "
                                    "committed or uncommitted); without it they are kept and the exit status is 1");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
     while (path.size() > 1 && path.back() == '/') path.pop_back();
+    if (ckpt::object::is_object_url(path)) {
+      if (purge) return ckpt::cli::usage_error(kTool, "--purge applies to a store directory's quarantine/; a store on objects has none");
+      return repair_object_store(path, dry_run, as_json);
+    }
 
     ckpt::PosixFs fs;
     auto kind = ckpt::classify_path(fs, path);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/object/object_checkpoint.hpp>
 #include <ckpt/sharded.hpp>
 
 #include "cli.hpp"
@@ -26,9 +27,10 @@ constexpr const char* kTool = "ckpt-reshard";
 // --help: what the tool does and its exit status (README "Exit codes").
 constexpr const char* kAbout = R"(Rewrites a checkpoint as a new committed step of M shard files in a store, with the same step
 number. SRC is a standalone .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store
-(its latest step). DST is a store directory, created when missing. Each tensor is split evenly
-along dimension 0 (uneven sizes when M does not divide it; scalars whole on rank 0) unless a
---split rule matches its name first. M threads write the M shards through the store's
+(its latest step). DST is a store directory, created when missing. Either may be a store on
+objects, s3://bucket/prefix (spec/OBJECT.md 7): there the step commits by its commit object.
+Each tensor is split evenly along dimension 0 (uneven sizes when M does not divide it; scalars
+whole on rank 0) unless a --split rule matches its name first. M threads write the M shards through the store's
 multi-rank transaction, so the step commits whole or not at all; memory stays bounded (block
 reads). Every chunk read is verified. The training state and metadata are carried over; a source
 without training state writes a step without one (numbered 0, or --step N, which gives it a state of
@@ -47,7 +49,7 @@ int main(int argc, char** argv) {
     std::string on_conflict = "error";
     bool as_json = false;
     app.add_option("SRC", source_path, "a .ckpt file, a step directory, or a store (its latest step)")->required();
-    app.add_option("-o,--output", output, "destination store directory (created when missing)")->required();
+    app.add_option("-o,--output", output, "destination store directory or s3://bucket/prefix (created when missing)")->required();
     app.add_option("--world-size", world, "number of shard files (ranks) of the new step, 1 to 1048576")->required();
     app.add_option("--split", split_texts,
                    "PATTERN=DIM or PATTERN=replicate: tensors whose name matches the glob PATTERN ('*', '?') are split "
@@ -79,10 +81,10 @@ int main(int argc, char** argv) {
     options.store.buffer_size = world > 16 ? std::size_t{256} << 10 : std::size_t{1} << 20;
 
     ckpt::PosixFs fs;
-    auto source = ckpt::Checkpoint::open(fs, source_path);
+    auto source = ckpt::object::open_checkpoint(fs, source_path, {}, ckpt::cli::object_opener());
     if (!source.ok()) return ckpt::cli::report(kTool, source.status());
     auto [result, seconds] = ckpt::cli::timed_with_progress(source_path, as_json, options.progress,
-                                                            [&] { return ckpt::reshard_to_store(fs, *source, output, options); });
+                                                            [&] { return ckpt::object::reshard_to_path(fs, *source, output, options, ckpt::cli::object_opener()); });
     if (!result.ok()) return ckpt::cli::report(kTool, result.status());
     if (as_json) {
       nlohmann::json j;

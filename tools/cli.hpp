@@ -258,7 +258,7 @@ inline void print_json(const nlohmann::json& j) {
 
 // How a tool opens an s3:// path (spec/OBJECT.md 2.6); empty in a build without the S3 client, where the
 // library then refuses such a path (exit 2).
-[[nodiscard]] inline std::function<Result<std::unique_ptr<object::ObjectClient>>(const std::string&)> object_opener() {
+[[nodiscard]] inline object::ObjectOpener object_opener() {
 #if CKPT_HAVE_S3
   return [](const std::string& url) { return object::open_s3_url(url); };
 #else

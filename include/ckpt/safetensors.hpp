@@ -25,6 +25,8 @@
 
 namespace ckpt {
 
+class Checkpoint;  // sharded.hpp
+
 namespace safetensors {
 inline constexpr std::size_t kLengthFieldSize = 8;
 // The reference loader refuses larger headers; so do we, before allocating anything.
@@ -139,6 +141,10 @@ struct ConvertSummary {
 // next would take a file past options.max_shard_size, each file atomic and durable as above, all with
 // the same __metadata__, the index last (spec/SHARDING.md 6.5).
 [[nodiscard]] Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::string& in, const std::string& out,
+                                                         const ConvertOptions& options = {});
+// The same from a source already open (a step of a store on objects: object/object_checkpoint.hpp);
+// options.step is the caller's to have applied. Output goes through fs.
+[[nodiscard]] Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, Checkpoint& source, const std::string& out,
                                                          const ConvertOptions& options = {});
 
 namespace detail {

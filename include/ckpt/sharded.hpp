@@ -22,6 +22,7 @@
 #include "shard_reader.hpp"
 #include "shard_writer.hpp"
 #include "store.hpp"
+#include "thread_comm.hpp"
 #include "training_state.hpp"
 
 namespace ckpt {
@@ -113,6 +114,11 @@ class Checkpoint {
   // file or a step directory it must be that file's or directory's step (else invalid_argument).
   [[nodiscard]] static Result<Checkpoint> open(FsRef fs, const std::string& path,
                                                                 const StepSelector& selector = {});
+  // A committed step already opened by its store (`reader`), named `store_name` in messages; `owner` keeps
+  // that store, and whatever it reads through, alive as long as the Checkpoint: how a step of a store on
+  // objects is read (object/object_checkpoint.hpp).
+  [[nodiscard]] static Checkpoint from_step(StepReader reader, const StepInfo& info, const std::string& store_name,
+                                            std::shared_ptr<void> owner);
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
   Checkpoint(Checkpoint&&) = default;  // a value: the open file, step or store moves with it
@@ -155,6 +161,7 @@ class Checkpoint {
   std::optional<TrainingState> state_;
   std::optional<ShardReader> file_;    // Kind::file
   std::unique_ptr<Store> store_;       // Kind::step: the store stays open (and locked for nobody: read-only)
+  std::shared_ptr<void> owner_;        // Kind::step from_step: what the reader's store needs (outlives the reader)
   std::optional<StepReader> step_reader_;
 };
 
@@ -178,6 +185,55 @@ struct ReshardSummary {
   std::uint32_t world_size = 0;
   std::uint64_t tensors = 0, bytes = 0;
 };
+
+// One rank's part of a multi-rank save, as reshard writes it: a directory store's Transaction or an object
+// store's ObjectTransaction (object/object_checkpoint.hpp), each holding its open store.
+class RankSave {
+ public:
+  virtual ~RankSave() = default;
+  [[nodiscard]] virtual TrainingState& state() = 0;
+  [[nodiscard]] virtual ShardWriter& shard_writer() = 0;
+  [[nodiscard]] virtual Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
+                                           const Shape& local_shape) = 0;
+  [[nodiscard]] virtual Status write(const void* data, std::size_t size) = 0;
+  [[nodiscard]] virtual Status end_piece() = 0;
+  // Collective, as the transaction's: this rank's failure abandons the step on every rank.
+  [[nodiscard]] virtual Status abort(const Status& reason) = 0;
+  [[nodiscard]] virtual Result<CommitResult> commit() = 0;
+};
+
+// RankSave over a store type and its transaction type; the store stays open as long as the transaction.
+template <class StoreT, class TransactionT>
+class RankSaveOf final : public RankSave {
+ public:
+  RankSaveOf(std::unique_ptr<StoreT> store, std::unique_ptr<TransactionT> tx) : store_(std::move(store)), tx_(std::move(tx)) {}
+  TrainingState& state() override { return tx_->state(); }
+  ShardWriter& shard_writer() override { return tx_->shard_writer(); }
+  Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
+                     const Shape& local_shape) override {
+    return tx_->begin_piece(name, dtype, global_shape, offsets, local_shape);
+  }
+  Status write(const void* data, std::size_t size) override { return tx_->write(data, size); }
+  Status end_piece() override { return tx_->end_piece(); }
+  Status abort(const Status& reason) override { return abort_with(*tx_, reason, 0); }
+  Result<CommitResult> commit() override { return tx_->commit(); }
+
+ private:
+  // A Transaction takes the reason; an ObjectTransaction's abort is already collective without one.
+  template <class T>
+  static auto abort_with(T& tx, const Status& reason, int) -> decltype(tx.abort(reason)) { return tx.abort(reason); }
+  template <class T>
+  static Status abort_with(T& tx, const Status&, long) { return tx.abort(); }
+  std::unique_ptr<StoreT> store_;
+  std::unique_ptr<TransactionT> tx_;  // destroyed before its store
+};
+
+// Opens the destination store on one rank (collective over comm) and begins the step there.
+using BeginRankSave = std::function<Result<std::unique_ptr<RankSave>>(ThreadComm& comm, std::uint64_t step)>;
+
+// reshard_to_store's work with the destination given as begin_rank_save (options.store is the caller's).
+[[nodiscard]] Result<ReshardSummary> reshard_with(Checkpoint& source, const ReshardOptions& options,
+                                                  const BeginRankSave& begin_rank_save);
 
 // Writes the source as a new committed step of `options.world_size` shard files in the store at
 // store_path (created when missing): M threads, one per rank, each writing its pieces through the

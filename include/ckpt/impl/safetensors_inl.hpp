@@ -798,17 +798,25 @@ namespace detail {
 
 CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, const std::string& in, const std::string& out,
                                            const ConvertOptions& options) {
+  if (is_safetensors_index(out) && options.max_shard_size == 0)
+    return make_error(Code::invalid_argument, out + ": max_shard_size 0: expected at least one byte per file");
+  CKPT_TRY(detail::check_output(fs, out, options.overwrite));  // before the input is opened: refused at once
+  // One reader for a file, a step directory and a store (spec/SHARDING.md 6, 6.4): no second copy here.
+  StepSelector selector;
+  selector.step = options.step;
+  CKPT_ASSIGN_OR_RETURN(Checkpoint source, Checkpoint::open(fs, in, selector));
+  return ckpt_to_safetensors(fs, source, out, options);
+}
+
+CKPT_INLINE Result<ConvertSummary> ckpt_to_safetensors(FsRef fs, Checkpoint& source, const std::string& out,
+                                                     const ConvertOptions& options) {
   const bool sharded = is_safetensors_index(out);
   const std::string dir = parent_path(out);
   const std::string prefix = base_name(out).substr(0, base_name(out).size() - (sharded ? safetensors::kIndexSuffix.size() : 0));
   if (sharded && options.max_shard_size == 0)
     return make_error(Code::invalid_argument, out + ": max_shard_size 0: expected at least one byte per file");
   CKPT_TRY(detail::check_output(fs, out, options.overwrite));
-  // One reader for a file, a step directory and a store (spec/SHARDING.md 6, 6.4): no second copy here.
-  StepSelector selector;
-  selector.step = options.step;
-  CKPT_ASSIGN_OR_RETURN(Checkpoint source, Checkpoint::open(fs, in, selector));
-  const std::string where = source.kind() == Checkpoint::Kind::step ? source.description() : in;
+  const std::string where = source.kind() == Checkpoint::Kind::step ? source.description() : source.path();
   ConvertSummary summary;
   summary.output = out;
 

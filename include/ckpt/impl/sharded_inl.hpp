@@ -255,16 +255,27 @@ CKPT_INLINE Result<Checkpoint> Checkpoint::open(FsRef fs, const std::string& raw
     chosen = source.store_->latest();
     if (!chosen) return make_error(Code::not_found, store_path + ": the store has no committed step");
   }
-  CKPT_ASSIGN_OR_RETURN(source.step_reader_, source.store_->open_step(*chosen));
+  CKPT_ASSIGN_OR_RETURN(StepReader reader, source.store_->open_step(*chosen));
+  Checkpoint step = from_step(std::move(reader), *chosen, store_path, nullptr);
+  step.path_ = path;
+  step.store_ = std::move(source.store_);
+  return Result<Checkpoint>(std::move(step));
+}
+
+CKPT_INLINE Checkpoint Checkpoint::from_step(StepReader reader, const StepInfo& info, const std::string& store_name,
+                                             std::shared_ptr<void> owner) {
+  Checkpoint source;
+  source.path_ = store_name;
+  source.owner_ = std::move(owner);
+  source.step_reader_ = std::move(reader);
   source.kind_ = Kind::step;
-  source.step_ = chosen->step;
-  source.world_ = chosen->world_size;
-  source.description_ = "store " + store_path + " step " + std::to_string(chosen->step) + " (txn " +
-                         std::to_string(chosen->txn) + ", " + std::to_string(chosen->world_size) + " shard" +
-                         (chosen->world_size == 1 ? "" : "s") + ")";
+  source.step_ = info.step;
+  source.world_ = info.world_size;
+  source.description_ = "store " + store_name + " step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ", " +
+                        std::to_string(info.world_size) + " shard" + (info.world_size == 1 ? "" : "s") + ")";
   for (std::size_t i = 0; i < source.step_reader_->shard_count(); ++i) source.add_tensors(source.step_reader_->shard(i).index());
   source.state_ = step_training_state(source.step_reader_->state());
-  return Result<Checkpoint>(std::move(source));
+  return source;
 }
 
 CKPT_INLINE Result<std::vector<MetaEntry>> Checkpoint::metadata(ConflictPolicy policy) const {
@@ -366,6 +377,16 @@ class WriteSlots {
 
 CKPT_INLINE Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source, const std::string& store_path,
                                         const ReshardOptions& options) {
+  StoreOptions store_options = options.store;
+  store_options.create_if_missing = true;
+  return reshard_with(source, options, [&](ThreadComm& comm, std::uint64_t step) -> Result<std::unique_ptr<RankSave>> {
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, store_path, Access::read_write, store_options, comm));
+    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
+    return std::unique_ptr<RankSave>(std::make_unique<RankSaveOf<Store, Transaction>>(std::move(store), std::move(tx)));
+  });
+}
+
+CKPT_INLINE Result<ReshardSummary> reshard_with(Checkpoint& source, const ReshardOptions& options, const BeginRankSave& begin_rank_save) {
   const std::uint32_t world = options.world_size;
   if (world == 0 || world > journal::kMaxWorldSize)
     return make_error(Code::invalid_argument, "world size " + std::to_string(world) + " is outside [1, 2^20]");
@@ -381,8 +402,6 @@ CKPT_INLINE Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source
   TrainingState state = source.state() ? *source.state() : options.step ? TrainingState{} : no_training_state(step);
   state.step = step;
   CKPT_TRY(check_training_state(state));
-  StoreOptions store_options = options.store;
-  store_options.create_if_missing = true;
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const unsigned parallel = options.parallelism != 0 ? options.parallelism : std::min<unsigned>(world, hardware);
   const std::uint64_t block_size = std::max<std::uint64_t>(options.block_size, 4096);
@@ -402,8 +421,7 @@ CKPT_INLINE Result<ReshardSummary> reshard_to_store(FsRef fs, Checkpoint& source
 
   auto run_rank = [&](std::uint32_t rank) -> Status {
     ThreadComm comm(group, static_cast<int>(rank));
-    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs, store_path, Access::read_write, store_options, comm));
-    CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<RankSave> tx, begin_rank_save(comm, step));
     Status s;
     if (rank == 0) {
       tx->state() = state;

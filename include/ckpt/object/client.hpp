@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,5 +66,13 @@ class ObjectClient {
   // Uploads begun and neither completed nor aborted, under prefix.
   [[nodiscard]] virtual Result<std::vector<UploadInfo>> list_uploads(const std::string& prefix) = 0;
 };
+
+// Opens the client an "s3://bucket/prefix" URL names (open_s3_url in a build with the S3 client): how the
+// report functions and the tools reach object stores. Empty where the build has no client: such a URL is
+// then Code::unsupported.
+// Whether a path names a store on object storage ("s3://bucket/prefix") rather than a file or directory.
+[[nodiscard]] inline bool is_object_url(const std::string& path) noexcept { return path.rfind("s3://", 0) == 0; }
+
+using ObjectOpener = std::function<Result<std::unique_ptr<ObjectClient>>(const std::string& url)>;
 
 }  // namespace ckpt::object

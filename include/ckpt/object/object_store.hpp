@@ -192,6 +192,17 @@ class ObjectStore {
   ObjectTransaction* open_txn_ = nullptr;
 };
 
+// A store an s3:// path names, with the client it reads through (the store refers to it; destroyed first).
+struct OpenedObjectStore {
+  std::unique_ptr<ObjectClient> client;
+  std::unique_ptr<ObjectStore> store;
+};
+
+// Opens the client `url` names through open_objects, then the store at its root (read_only writes nothing).
+// An empty open_objects is Code::unsupported: this build has no object-store client.
+[[nodiscard]] Result<OpenedObjectStore> open_store_url(const ObjectOpener& open_objects, const std::string& url, Access access,
+                                                       ObjectStoreOptions options = {});
+
 }  // namespace ckpt::object
 
 #if !CKPT_DECLARATIONS_ONLY

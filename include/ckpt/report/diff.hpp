@@ -10,6 +10,7 @@
 
 #include "../identity.hpp"
 #include "../io/fs.hpp"
+#include "../object/client.hpp"
 #include "json.hpp"
 
 namespace ckpt::report {
@@ -17,6 +18,7 @@ namespace ckpt::report {
 struct DiffOptions {
   std::optional<std::uint64_t> step_a, step_b;  // a store's step (default: its latest)
   std::vector<std::string> tensors;             // globs: compare only the tensors they match, and no metadata
+  object::ObjectOpener open_objects;            // an s3:// side: a store on objects (empty: Code::unsupported)
 };
 
 struct DiffReport {

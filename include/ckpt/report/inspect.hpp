@@ -1,5 +1,5 @@
 // ckpt: the description of whatever a path names (spec/REPORTS.md 4): a shard file's index, a step
-// (training state, manifest, shards), a store's journal and steps, a foreign checkpoint's own header,
+// (training state, manifest, shards), a store's journal (or log objects, on s3://) and steps, a foreign checkpoint's own header,
 // a memory tier's root; each with its root digest (spec/IDENTITY.md) where one is known. ckpt-inspect
 // and the Python package both call inspect_path and present its document.
 #pragma once
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../io/fs.hpp"
+#include "../object/client.hpp"
 #include "../tiers/memory_root.hpp"
 #include "json.hpp"
 #include "steps.hpp"
@@ -18,6 +19,9 @@ struct InspectOptions {
   StepSelection selection;  // for a store: list every step (all), or describe one
   bool chunks = false;      // also list every chunk of every shard
   std::string persistent;   // for a memory root: compare each step with this persistent store
+  // Opens the client of an s3:// path (a store on objects, described as a store directory is); empty:
+  // such a path is Code::unsupported (VerifyPathsOptions::open_objects).
+  object::ObjectOpener open_objects;
 };
 
 struct Inspection {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../io/fs.hpp"
+#include "../object/client.hpp"
 #include "../sidecar.hpp"
 #include "../step_reader.hpp"
 #include "../tiers/memory_root.hpp"
@@ -22,14 +23,13 @@
 #include "steps.hpp"
 
 namespace ckpt::object {
-class ObjectClient;
 class ObjectStore;
 }  // namespace ckpt::object
 
 namespace ckpt::report {
 
 // Whether a path names a store on object storage ("s3://bucket/prefix", spec/OBJECT.md).
-[[nodiscard]] inline bool is_object_url(const std::string& path) noexcept { return path.rfind("s3://", 0) == 0; }
+using object::is_object_url;
 
 // One step checked: its library report, each shard's outcome (indexes into VerifyPathsReport::files),
 // and whether a live writer retired it while it was read (spec/JOURNAL.md 10: not damage).
@@ -83,7 +83,7 @@ struct VerifyPathsOptions {
   std::function<void(const std::string& path, std::uint64_t done, std::uint64_t total)> foreign_progress;
   // Opens the object-store client an s3:// path names (object/s3_client.hpp's open_s3_url, set by the
   // front ends built with it); empty: such a path is an error (Code::unsupported).
-  std::function<Result<std::unique_ptr<object::ObjectClient>>(const std::string& url)> open_objects;
+  object::ObjectOpener open_objects;
 };
 
 struct VerifyPathsReport {

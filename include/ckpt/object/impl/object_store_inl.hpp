@@ -716,4 +716,14 @@ CKPT_INLINE Status ObjectTransaction::abort() {
   return outcome.decision;
 }
 
+CKPT_INLINE Result<OpenedObjectStore> open_store_url(const ObjectOpener& open_objects, const std::string& url, Access access,
+                                                   ObjectStoreOptions options) {
+  if (!open_objects)
+    return make_error(Code::unsupported, url + ": this build has no object-store client (ckpt::s3: libcurl, pugixml)");
+  OpenedObjectStore out;
+  CKPT_ASSIGN_OR_RETURN(out.client, open_objects(url));
+  CKPT_ASSIGN_OR_RETURN(out.store, ObjectStore::open(*out.client, access, std::move(options)));
+  return Result<OpenedObjectStore>(std::move(out));
+}
+
 }  // namespace ckpt::object

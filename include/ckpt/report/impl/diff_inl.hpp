@@ -3,7 +3,9 @@
 
 #include <utility>
 
+#include "../../object/object_store.hpp"
 #include "../../sharded.hpp"
+#include "../steps.hpp"
 #include "../diff.hpp"
 
 namespace ckpt::report {
@@ -72,6 +74,16 @@ inline void select_tensors(Content& c, const std::vector<std::string>& globs) {
 CKPT_INLINE Result<DiffReport> diff_paths(FsRef fs, const std::string& a_path, const std::string& b_path, const DiffOptions& options) {
   DiffReport out;
   auto load = [&](const std::string& path, const std::optional<std::uint64_t>& step) -> Result<Content> {
+    if (object::is_object_url(path)) {
+      // A store on objects: its step's manifest and shard indexes, through the commit object (spec/OBJECT.md 4).
+      CKPT_ASSIGN_OR_RETURN(object::OpenedObjectStore opened, object::open_store_url(options.open_objects, path, Access::read_only));
+      StepSelection selection;
+      selection.step = step;
+      selection.latest = !step;
+      CKPT_ASSIGN_OR_RETURN(auto selected, select_steps(*opened.store, selection));
+      CKPT_ASSIGN_OR_RETURN(StepReader reader, opened.store->open_step(selected.front()));
+      return content_of_step(reader, "step " + std::to_string(selected.front().step) + " of " + path);
+    }
     ContentOptions content_options;
     content_options.step = step;
     auto c = content_of_path(fs, path, content_options);

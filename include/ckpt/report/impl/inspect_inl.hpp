@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "../../object/object_store.hpp"
 #include "../../sidecar.hpp"
 #include "../inspect.hpp"
 
@@ -34,8 +35,9 @@ namespace detail {
 
 // A committed step of a store: opened through its COMMIT record, so the manifest and every shard's
 // size, UUID and index digest are checked on the way (spec/JOURNAL.md 7.5).
-[[nodiscard]] inline Result<json> inspect_committed_step(Store& store, const StepInfo& info,
-                                                        bool with_chunks) {
+// StoreT: a Store, or an object::ObjectStore (the same open_step and path).
+template <class StoreT>
+[[nodiscard]] Result<json> inspect_committed_step(StoreT& store, const StepInfo& info, bool with_chunks) {
   CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(info));
   json shards = json::array();
   for (std::size_t i = 0; i < reader.shard_count(); ++i) shards.push_back(shard_json(reader.shard(i), with_chunks));
@@ -84,17 +86,23 @@ namespace detail {
   return true;
 }
 
+// The same on objects: retire objects come before any delete (spec/OBJECT.md 4.5), so a step whose objects
+// went missing and that log/ no longer lists was retired meanwhile.
+[[nodiscard]] inline bool retired_meanwhile(object::ObjectStore& store, const StepInfo& info, const Status& failure,
+                                            std::string& state) {
+  if (failure.code() != Code::not_found || !store.refresh().ok()) return false;
+  for (const auto& s : store.steps())
+    if (s.step == info.step && s.txn == info.txn) return false;  // still a step: the missing object is damage
+  state = "not in the log";
+  for (const auto& s : store.log().retired)
+    if (s.step == info.step && s.txn == info.txn) state = "retired";
+  return true;
+}
+
 // Every committed step of a store, one row each; a step that cannot be opened is shown with its error,
 // or as retired when the writer retired it while it was being read.
-[[nodiscard]] inline Result<json> inspect_store(Store& store, bool& damaged) {
-  const RecoveryReport& report = store.recovery_report();
-  json doc = {{"store", store.path()},
-              {"uuid", uuid_string(store.uuid())},
-              {"journal", journal_json(report.journal)},
-              {"transactions", transactions_json(report.transactions)},
-              {"unknown_entries", report.unknown_entries},
-              {"problems", report.problems}};
-  damaged = report.corrupt() || report.tail_damaged();
+template <class StoreT>
+[[nodiscard]] json store_steps(StoreT& store, bool& damaged) {
   json steps = json::array();
   const std::vector<StepInfo> listed = store.steps();  // a copy: a recheck refreshes the store
   for (const auto& info : listed) {
@@ -128,8 +136,82 @@ namespace detail {
     }
     steps.push_back(std::move(row));
   }
-  doc["steps"] = std::move(steps);
+  return steps;
+}
+
+// A directory store: its journal, transactions and what recovery found, then its steps.
+[[nodiscard]] inline json store_doc(Store& store, bool& damaged) {
+  const RecoveryReport& report = store.recovery_report();
+  json doc = {{"store", store.path()},
+              {"uuid", uuid_string(store.uuid())},
+              {"journal", journal_json(report.journal)},
+              {"transactions", transactions_json(report.transactions)},
+              {"unknown_entries", report.unknown_entries},
+              {"problems", report.problems}};
+  damaged = report.corrupt() || report.tail_damaged();
   return doc;
+}
+
+// A store on objects: no journal ("journal" null); its transactions from the commit, retire and abort
+// objects of log/ (spec/OBJECT.md 4.2); log objects that do not decode are its problems (damage), and keys
+// under log/ no rule names its unknown entries.
+[[nodiscard]] inline json store_doc(object::ObjectStore& store, bool& damaged) {
+  const object::ObjectLog& log = store.log();
+  json transactions = json::array();
+  auto add = [&](std::uint64_t step, std::uint64_t txn, const char* state) {
+    transactions.push_back({{"txn", txn}, {"step", step}, {"state", state}, {"dir", step_dir_name(step, txn)}});
+  };
+  for (const auto& s : log.steps) add(s.step, s.txn, "committed");
+  for (const auto& s : log.retired) add(s.step, s.txn, "retired");
+  for (const auto& [step, txn] : log.aborted) add(step, txn, "aborted");
+  json doc = {{"store", store.url()},
+              {"uuid", uuid_string(store.uuid())},
+              {"object_store", true},
+              {"journal", nullptr},
+              {"transactions", std::move(transactions)},
+              {"unknown_entries", log.unknown},
+              {"problems", log.problems}};
+  damaged = !log.problems.empty();
+  return doc;
+}
+
+// Every committed step of a store, one row each; a step that cannot be opened is shown with its error,
+// or as retired when the writer retired it while it was being read.
+template <class StoreT>
+[[nodiscard]] json inspect_store(StoreT& store, bool& damaged) {
+  json doc = store_doc(store, damaged);
+  bool steps_damaged = false;
+  doc["steps"] = store_steps(store, steps_damaged);
+  damaged = damaged || steps_damaged;
+  return doc;
+}
+
+// A store's listing, or the step options.selection picks (kind "store" or "step").
+template <class StoreT>
+[[nodiscard]] Status inspect_store_or_step(StoreT& store, const InspectOptions& options, Inspection& out) {
+  if (options.selection.all()) {
+    bool damaged = false;
+    out.doc = inspect_store(store, damaged);
+    out.kind = "store";
+    out.exit_code = damaged ? kIntegrity : kOk;
+    return Status();
+  }
+  CKPT_ASSIGN_OR_RETURN(auto selected, select_steps(store, options.selection));
+  auto doc = inspect_committed_step(store, selected.front(), options.chunks);
+  // Retired while being read: the latest follows the writer to its new latest step (a few times at most).
+  std::string retired_state;
+  for (int attempt = 0; attempt < 8 && !doc.ok() && retired_meanwhile(store, selected.front(), doc.status(), retired_state);
+       ++attempt) {
+    if (!options.selection.latest)
+      return make_error(Code::not_found, "step " + std::to_string(selected.front().step) + " (txn " +
+                                             std::to_string(selected.front().txn) + ") was retired while being read (" +
+                                             retired_state + " in the journal): no longer a step, not damage");
+    CKPT_ASSIGN_OR_RETURN(selected, select_steps(store, options.selection));
+    doc = inspect_committed_step(store, selected.front(), options.chunks);
+  }
+  CKPT_ASSIGN_OR_RETURN(out.doc, std::move(doc));
+  out.kind = "step";
+  return Status();
 }
 
 // A safetensors file or set, a DCP directory or a GGUF file: its tensors from its own header, and
@@ -154,6 +236,13 @@ CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, c
   Inspection out;
   const bool selecting = !options.selection.all();
   auto misuse = [&](const std::string& what) { return make_error(Code::invalid_argument, path + ": " + what); };
+  // A store on objects (spec/OBJECT.md 4) is described as a directory store is, read-only.
+  if (object::is_object_url(path)) {
+    if (!options.persistent.empty()) return misuse("--persistent applies to a memory root or rank directory");
+    CKPT_ASSIGN_OR_RETURN(object::OpenedObjectStore opened, object::open_store_url(options.open_objects, path, Access::read_only));
+    CKPT_TRY(detail::inspect_store_or_step(*opened.store, options, out));
+    return out;
+  }
   // Formats ckpt did not write are told apart first; ckpt's own files and directories never match.
   CKPT_ASSIGN_OR_RETURN(auto foreign, detect_foreign(fs, path));
   if (foreign) {
@@ -189,28 +278,7 @@ CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, c
   }
   if (kind == PathKind::store) {
     CKPT_ASSIGN_OR_RETURN(auto store, open_store_for_reading(fs, path));
-    if (options.selection.all()) {
-      bool damaged = false;
-      CKPT_ASSIGN_OR_RETURN(out.doc, detail::inspect_store(*store, damaged));
-      out.kind = "store";
-      out.exit_code = damaged ? kIntegrity : kOk;
-      return out;
-    }
-    CKPT_ASSIGN_OR_RETURN(auto selected, select_steps(*store, options.selection));
-    auto doc = detail::inspect_committed_step(*store, selected.front(), options.chunks);
-    // Retired while being read: the latest follows the writer to its new latest step (a few times at most).
-    std::string retired_state;
-    for (int attempt = 0; attempt < 8 && !doc.ok() && detail::retired_meanwhile(*store, selected.front(), doc.status(), retired_state);
-         ++attempt) {
-      if (!options.selection.latest)
-        return make_error(Code::not_found, "step " + std::to_string(selected.front().step) + " (txn " +
-                                               std::to_string(selected.front().txn) + ") was retired while being read (" +
-                                               retired_state + " in the journal): no longer a step, not damage");
-      CKPT_ASSIGN_OR_RETURN(selected, select_steps(*store, options.selection));
-      doc = detail::inspect_committed_step(*store, selected.front(), options.chunks);
-    }
-    CKPT_ASSIGN_OR_RETURN(out.doc, std::move(doc));
-    out.kind = "step";
+    CKPT_TRY(detail::inspect_store_or_step(*store, options, out));
     return out;
   }
   if (kind != PathKind::file && kind != PathKind::other_dir) return not_a_store_error(path, kind);

@@ -188,13 +188,9 @@ CKPT_INLINE Status verify_object_store(object::ObjectStore& store, const VerifyP
 CKPT_INLINE void verify_path(FsRef fs, const std::string& path, const VerifyPathsOptions& options, VerifyPathsReport& into) {
   auto fail = [&](Status s) { into.errors.push_back({path, std::move(s)}); };
   if (is_object_url(path)) {
-    if (!options.open_objects)
-      return fail(make_error(Code::unsupported, path + ": this build has no object-store client (ckpt::s3: libcurl, pugixml)"));
-    auto client = options.open_objects(path);
-    if (!client.ok()) return fail(client.status());
-    auto store = object::ObjectStore::open(**client, Access::read_only);
-    if (!store.ok()) return fail(store.status());
-    Status s = verify_object_store(**store, options, into);
+    auto opened = object::open_store_url(options.open_objects, path, Access::read_only);
+    if (!opened.ok()) return fail(opened.status());
+    Status s = verify_object_store(*opened->store, options, into);
     if (!s.ok()) fail(s);
     return;
   }
