@@ -8,6 +8,7 @@
 #include <ckpt/testing/memory_objects.hpp>
 #include <ckpt/thread_comm.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -89,6 +90,62 @@ TEST_CASE("an object upload appears only when synced, in parts sent in parallel"
   auto st = fs.stat("a");
   REQUIRE(st.ok());
   CHECK(st->is_dir);
+}
+
+TEST_CASE("a large read is split into parallel ranged GETs, and reads in order are fetched ahead", "[object_fs]") {
+  MemoryObjects objects;
+  const auto bytes = ckpt_test::random_bytes(1000000, 7);
+  objects.set_object("big", std::string(bytes.begin(), bytes.end()));
+  std::atomic<int> gets{0};
+  objects.set_hook([&](const MemoryObjects::Request& r) {
+    if (r.op == Op::get) ++gets;
+    return Fault::none;
+  });
+  ObjectFs fs(objects, ObjectFsOptions{64 << 10, 4});
+  auto f = fs.open("big", OpenMode::read);
+  REQUIRE(f.ok());
+  SECTION("one large read: several GETs of at least a part each, the right bytes") {
+    std::vector<unsigned char> back(bytes.size() - 1000);
+    auto n = fs.pread(*f, back.data(), back.size(), 1000);
+    REQUIRE(n.ok());
+    CHECK(*n == back.size());
+    CHECK(std::memcmp(back.data(), bytes.data() + 1000, back.size()) == 0);
+    CHECK(gets.load() == 4);  // 999000 bytes in 4 ranges of 249750 (>= 64 KiB), 4 at once
+    // Past the end: the read stops at the object's end.
+    std::vector<unsigned char> tail(300000);
+    auto t = fs.pread(*f, tail.data(), tail.size(), bytes.size() - 200000);
+    REQUIRE(t.ok());
+    CHECK(*t == 200000);
+    CHECK(std::memcmp(tail.data(), bytes.data() + bytes.size() - 200000, 200000) == 0);
+  }
+  SECTION("small reads in order: parts fetched ahead, the right bytes, fewer GETs than reads") {
+    std::vector<unsigned char> back(bytes.size());
+    const std::size_t step = 10000;  // 100 reads of 10000 bytes; parts are 65536
+    for (std::size_t off = 0; off < bytes.size(); off += step) {
+      auto n = fs.pread(*f, back.data() + off, std::min(step, bytes.size() - off), off);
+      REQUIRE(n.ok());
+      REQUIRE(*n == std::min(step, bytes.size() - off));
+    }
+    CHECK(back == bytes);
+    CHECK(gets.load() < 25);  // 1 + the ~16 parts of the object, not 100
+    // A read elsewhere ends the read-ahead and still returns the right bytes.
+    std::vector<unsigned char> some(5000);
+    auto n = fs.pread(*f, some.data(), some.size(), 12345);
+    REQUIRE(n.ok());
+    CHECK(std::memcmp(some.data(), bytes.data() + 12345, some.size()) == 0);
+  }
+  SECTION("a GET fetched ahead that fails fails the read that needs it") {
+    std::vector<unsigned char> back(10000);
+    REQUIRE(fs.pread(*f, back.data(), back.size(), 0).ok());
+    objects.set_hook([](const MemoryObjects::Request& r) { return r.op == Op::get ? Fault::fail : Fault::none; });
+    auto n = fs.pread(*f, back.data(), back.size(), 10000);
+    CHECK(n.status().code() == Code::io);
+    objects.set_hook(nullptr);
+    n = fs.pread(*f, back.data(), back.size(), 20000);  // the next read asks again
+    REQUIRE(n.ok());
+    CHECK(std::memcmp(back.data(), bytes.data() + 20000, back.size()) == 0);
+  }
+  REQUIRE(fs.close(*f).ok());
 }
 
 TEST_CASE("an upload closed before sync is aborted, never completed", "[object_fs]") {
@@ -425,4 +482,23 @@ TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[obje
   REQUIRE(store.ok());
   CHECK_FALSE((*store)->latest());
   CHECK(objects.open_uploads() == 0);
+}
+
+TEST_CASE("a transaction dropped by rank 0 is proven dead by its abort object", "[object_store]") {
+  MemoryObjects objects;
+  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  REQUIRE(store.ok());
+  std::uint64_t txn = 0;
+  {
+    auto tx = (*store)->begin(4);
+    REQUIRE(tx.ok());
+    txn = (*tx)->txn();
+    const auto w = tensor_bytes(4);
+    REQUIRE((*tx)->add_tensor("w", DType::U8, Shape{w.size()}, w.data(), w.size()).ok());
+  }  // dropped: no commit was or will be sent
+  CHECK(objects.objects().count(abort_key(4, txn)) == 1);
+  CHECK(objects.open_uploads() == 0);
+  for (const auto& [key, bytes] : objects.objects()) CHECK(key.rfind(step_dir_name(4, txn), 0) != 0);
+  REQUIRE((*store)->refresh().ok());
+  REQUIRE((*store)->log().aborted.size() == 1);
 }

@@ -8,7 +8,10 @@
 //   `If-None-Match: *`, so an existing key is never replaced (Code::conflict). Anything that fails
 //   aborts the upload explicitly; close() before sync() aborts it too. Nothing ever completes an upload
 //   because a handle was closed or dropped (spec/OBJECT.md 3.2: the DCP/fsspec truncated-shard failure).
-// - open(key, read): ranged GETs of exactly the bytes asked for.
+// - open(key, read): ranged GETs. A small read asks for exactly its bytes, until reads go on in order:
+//   then the next parts are fetched ahead, up to `parallel_parts` GETs of `part_size` in flight (a verified
+//   load reads 1 MiB chunk after chunk; one GET at a time would leave the connections idle). A large read
+//   (2 parts or more) is split into ranged GETs of at least `part_size`, up to `parallel_parts` at once.
 // - unlink: DELETE; list_dir: LIST of "dir/"; stat: HEAD, or a non-empty prefix for a directory.
 // - mkdir, rmdir and sync_dir succeed and do nothing (prefixes are implicit; every object is durable once
 //   its PUT or completion returned). rename, truncate and lock are refused: no protocol step needs them.
@@ -34,8 +37,12 @@ struct ObjectFsOptions {
   // Multipart part size (spec/OBJECT.md 3.2): S3 allows 5 MiB..5 GiB and at most 10,000 parts, so 8 MiB
   // parts bound an object at 78 GiB; a larger shard needs a larger part size.
   std::size_t part_size = std::size_t{8} << 20;
-  // Parts uploading at once across every file of this Fs (memory: parallel_parts x part_size).
+  // Parts uploading at once across every file of this Fs (memory: parallel_parts x part_size), and
+  // ranged GETs in flight for one read or one file's read-ahead (memory: parallel_parts x part_size per
+  // file read in order).
   std::size_t parallel_parts = 8;
+  // Fetch ahead when a file is read in order (spec/OBJECT.md 3.1); false: every read is its own GETs.
+  bool read_ahead = true;
 };
 
 namespace limits {
@@ -77,6 +84,10 @@ class ObjectFs {
  private:
   struct Upload;
   struct Part;
+  struct Reader;
+  struct Window;
+  [[nodiscard]] Result<std::size_t> read_split(const std::string& key, unsigned char* buf, std::size_t n, std::uint64_t off);
+  [[nodiscard]] Result<std::size_t> read_in_order(Reader& r, unsigned char* buf, std::size_t n, std::uint64_t off);
   [[nodiscard]] Result<Upload*> upload_of(FileHandle f);
   [[nodiscard]] Status send_part(Upload& u);  // hands the filled buffer to a thread, waiting for a slot
   [[nodiscard]] Status finish_upload(Upload& u);
@@ -89,12 +100,8 @@ class ObjectFs {
   std::condition_variable slots_;
   std::size_t in_flight_ = 0;
   std::int64_t next_id_ = 1;
-  struct Reader {
-    std::string key;
-    std::uint64_t size = 0;
-  };
   std::map<std::int64_t, std::unique_ptr<Upload>> uploads_;
-  std::map<std::int64_t, Reader> readers_;
+  std::map<std::int64_t, std::shared_ptr<Reader>> readers_;  // shared: a pread holds its reader past a close
 };
 
 }  // namespace ckpt::object

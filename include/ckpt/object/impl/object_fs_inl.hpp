@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -29,6 +30,35 @@ struct ObjectFs::Upload {
   Status failure;  // the first error: every later call returns it
   std::atomic<bool> part_failed{false};  // set by a part's thread after it stored its error
   bool finished = false;
+};
+
+// One part of a file fetched ahead of its reader (spec/OBJECT.md 3.1): a ranged GET on its own thread.
+struct ObjectFs::Window {
+  std::uint64_t offset = 0;
+  std::size_t length = 0;  // asked for
+  std::unique_ptr<unsigned char[]> data;  // part_size bytes, recycled from window to window
+  std::size_t got = 0;   // bytes the GET returned (fewer only where the object ends)
+  Status status;
+  bool done = false;     // under the reader's mutex
+  std::thread thread;
+  [[nodiscard]] std::uint64_t end() const noexcept { return offset + length; }
+  ~Window() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+// A file open for reading, and its read-ahead: the windows fetched ahead, contiguous and in order.
+struct ObjectFs::Reader {
+  std::string key;
+  std::uint64_t size = 0;
+  std::mutex mutex;
+  std::condition_variable fetched;
+  std::uint64_t next = ~std::uint64_t{0};  // where the last read ended: a read starting there is in order
+  unsigned streak = 0;                      // reads in order in a row
+  std::deque<std::shared_ptr<Window>> windows;  // shared: a read waiting on one holds it
+  // Buffers of windows already read, for the next ones: memory already faulted in is not faulted again.
+  std::vector<std::unique_ptr<unsigned char[]>> spare;
+  ~Reader() { windows.clear(); }  // joins every GET still in flight
 };
 
 CKPT_INLINE ObjectFs::ObjectFs(ObjectClient& client, ObjectFsOptions options) : client_(client), options_(options) {
@@ -70,9 +100,12 @@ CKPT_INLINE Result<FileHandle> ObjectFs::open(const std::string& path, OpenMode 
     return FileHandle{id};
   }
   CKPT_ASSIGN_OR_RETURN(ObjectInfo info, client_.head(key));
+  auto reader = std::make_shared<Reader>();
+  reader->key = key;
+  reader->size = info.size;
   std::lock_guard<std::mutex> lock(mutex_);
   const std::int64_t id = next_id_++;
-  readers_.emplace(id, Reader{key, info.size});
+  readers_.emplace(id, std::move(reader));
   return FileHandle{id};
 }
 
@@ -85,9 +118,14 @@ CKPT_INLINE Result<ObjectFs::Upload*> ObjectFs::upload_of(FileHandle f) {
 
 CKPT_INLINE Status ObjectFs::close(FileHandle f) {
   std::unique_ptr<Upload> upload;
+  std::shared_ptr<Reader> reader;  // released after the lock: its read-ahead GETs are joined then
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (readers_.erase(f.id) > 0) return Status();
+    if (auto it = readers_.find(f.id); it != readers_.end()) {
+      reader = std::move(it->second);
+      readers_.erase(it);
+      return Status();
+    }
     auto it = uploads_.find(f.id);
     if (it == uploads_.end()) return make_error(Code::invalid_argument, "object file handle " + std::to_string(f.id) + " is not open");
     upload = std::move(it->second);
@@ -99,16 +137,160 @@ CKPT_INLINE Status ObjectFs::close(FileHandle f) {
 }
 
 CKPT_INLINE Result<std::size_t> ObjectFs::pread(FileHandle f, void* buf, std::size_t n, std::uint64_t off) {
-  std::string key;
+  std::shared_ptr<Reader> reader;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = readers_.find(f.id);
     if (it == readers_.end()) return make_error(Code::invalid_argument, "object file handle " + std::to_string(f.id) + " is not open for reading");
-    if (off >= it->second.size || n == 0) return std::size_t{0};
-    n = static_cast<std::size_t>(std::min<std::uint64_t>(n, it->second.size - off));
-    key = it->second.key;
+    reader = it->second;
   }
-  return client_.get(key, off, buf, n);
+  if (off >= reader->size || n == 0) return std::size_t{0};
+  n = static_cast<std::size_t>(std::min<std::uint64_t>(n, reader->size - off));
+  auto* out = static_cast<unsigned char*>(buf);
+  // A large read: ranged GETs of at least a part each, several at once (spec 3.1).
+  if (options_.parallel_parts > 1 && n >= 2 * options_.part_size) return read_split(reader->key, out, n, off);
+  if (!options_.read_ahead || options_.parallel_parts <= 1) return client_.get(reader->key, off, out, n);
+  return read_in_order(*reader, out, n, off);
+}
+
+CKPT_INLINE Result<std::size_t> ObjectFs::read_split(const std::string& key, unsigned char* buf, std::size_t n, std::uint64_t off) {
+  // Ranges of whole parts (a multiple of part_size, at least one part) with their ends on part boundaries:
+  // the object was uploaded in parts of part_size, and a GET that straddles two of them costs a server
+  // that keeps each part apart (SeaweedFS) two reads.
+  const std::size_t part = options_.part_size, parallel = options_.parallel_parts;
+  const std::uint64_t stride = std::uint64_t{part} * std::max<std::size_t>(1, (n + parallel * part - 1) / (parallel * part));
+  std::vector<std::pair<std::uint64_t, std::size_t>> ranges;  // (object offset, length)
+  for (std::uint64_t at = off; at < off + n;) {
+    const std::uint64_t end = std::min<std::uint64_t>(off + n, (at / stride + 1) * stride);
+    ranges.emplace_back(at, static_cast<std::size_t>(end - at));
+    at = end;
+  }
+  std::vector<Result<std::size_t>> got(ranges.size(), std::size_t{0});
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < ranges.size(); i = next++)
+      got[i] = client_.get(key, ranges[i].first, buf + (ranges[i].first - off), ranges[i].second);
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < std::min(parallel, ranges.size()); ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // fewer threads to be had: the others take more ranges each
+    }
+  }
+  work();
+  for (auto& t : threads) t.join();
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (!got[i].ok()) return got[i].status();
+    total += *got[i];
+    if (*got[i] < ranges[i].second) break;  // the object ended here (it changed since open): a short read
+  }
+  return total;
+}
+
+CKPT_INLINE Result<std::size_t> ObjectFs::read_in_order(Reader& r, unsigned char* buf, std::size_t n, std::uint64_t off) {
+  std::vector<std::shared_ptr<Window>> dropped;  // joined after the lock is released (a GET's thread takes it)
+  std::size_t done = 0;
+  Status failure;
+  {
+    std::unique_lock<std::mutex> lock(r.mutex);
+    // In order: where the last read ended, or a little further on inside what is fetched already (the
+    // padding between two tensors' data is skipped, not read).
+    const bool in_order = off == r.next || (!r.windows.empty() && r.next < off && off < r.windows.back()->end() &&
+                                            r.next >= r.windows.front()->offset);
+    r.streak = in_order ? r.streak + 1 : 0;
+    r.next = off + n;
+    auto drop_before = [&](std::uint64_t at) {
+      while (!r.windows.empty() && r.windows.front()->end() <= at) {
+        dropped.push_back(std::move(r.windows.front()));
+        r.windows.pop_front();
+      }
+    };
+    // A read outside what was fetched ahead ends the read-ahead; one inside it consumes what lies before.
+    if (!r.windows.empty() && (off < r.windows.front()->offset || off >= r.windows.back()->end())) {
+      for (auto& w : r.windows) dropped.push_back(std::move(w));
+      r.windows.clear();
+    }
+    drop_before(off);
+    // Fetch ahead from the second read in order on, doubling the windows with each such read up to
+    // parallel_parts, so a reader that only reads a little in order is not sent much it never asked for.
+    if (r.streak >= 1) {
+      const std::size_t want = std::min<std::size_t>(options_.parallel_parts, std::size_t{1} << std::min(r.streak, 16u));
+      std::uint64_t start = r.windows.empty() ? off : r.windows.back()->end();
+      while (r.windows.size() < want && start < r.size) {
+        auto w = std::make_shared<Window>();
+        w->offset = start;
+        // Whole parts, as the object was uploaded (see read_split); the first from `off` to its part's end.
+        w->length = static_cast<std::size_t>(std::min<std::uint64_t>(options_.part_size - start % options_.part_size, r.size - start));
+        if (!r.spare.empty()) {
+          w->data = std::move(r.spare.back());
+          r.spare.pop_back();
+        } else {
+          w->data.reset(new unsigned char[options_.part_size]);
+        }
+        Window* wp = w.get();
+        const std::string key = r.key;
+        auto fetch = [this, &r, wp, key] {
+          auto got = client_.get(key, wp->offset, wp->data.get(), wp->length);
+          std::lock_guard<std::mutex> guard(r.mutex);
+          if (got.ok()) {
+            wp->got = *got;
+          } else {
+            wp->status = got.status();
+          }
+          wp->done = true;
+          r.fetched.notify_all();
+        };
+        try {
+          w->thread = std::thread(fetch);
+        } catch (const std::system_error&) {
+          break;  // no thread to be had: read without fetching ahead
+        }
+        start = w->end();
+        r.windows.push_back(std::move(w));
+      }
+    }
+    // Serve what the windows hold, in order; the rest is a GET of its own.
+    while (done < n && failure.ok()) {
+      const std::uint64_t at = off + done;
+      auto it = std::find_if(r.windows.begin(), r.windows.end(), [&](const auto& w) { return w->offset <= at && at < w->end(); });
+      if (it == r.windows.end()) break;
+      const std::shared_ptr<Window> held = *it;  // another reader of this handle may drop it meanwhile
+      Window& w = *held;
+      r.fetched.wait(lock, [&] { return w.done; });
+      if (!w.status.ok()) {
+        failure = w.status;
+        break;
+      }
+      const std::uint64_t in = at - w.offset;
+      if (in >= w.got) break;  // the object ended before this window's end
+      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(n - done, w.got - in));
+      std::memcpy(buf + done, w.data.get() + in, take);
+      done += take;
+      if (w.got < w.length) break;
+    }
+    if (!failure.ok()) {  // a failed fetch ends the read-ahead; the read fails as its own GET would have
+      for (auto& w : r.windows) dropped.push_back(std::move(w));
+      r.windows.clear();
+      r.streak = 0;
+    } else {
+      drop_before(off + done);
+    }
+  }
+  if (!dropped.empty()) {
+    for (auto& w : dropped)
+      if (w->thread.joinable()) w->thread.join();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (auto& w : dropped)  // a window another read of this handle still holds keeps its buffer
+      if (w.use_count() == 1 && w->data && r.spare.size() < options_.parallel_parts) r.spare.push_back(std::move(w->data));
+  }
+  dropped.clear();
+  if (!failure.ok()) return failure;
+  if (done == n) return done;
+  CKPT_ASSIGN_OR_RETURN(std::size_t rest, client_.get(r.key, off + done, buf + done, n - done));
+  return done + rest;
 }
 
 CKPT_INLINE Status ObjectFs::pwrite(FileHandle f, const void* buf, std::size_t n, std::uint64_t off) {
@@ -245,7 +427,7 @@ CKPT_INLINE Status ObjectFs::sync(FileHandle f) {
 
 CKPT_INLINE Result<std::uint64_t> ObjectFs::file_size(FileHandle f) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = readers_.find(f.id); it != readers_.end()) return it->second.size;
+  if (auto it = readers_.find(f.id); it != readers_.end()) return it->second->size;
   if (auto it = uploads_.find(f.id); it != uploads_.end()) return it->second->written;
   return make_error(Code::invalid_argument, "object file handle " + std::to_string(f.id) + " is not open");
 }
