@@ -56,6 +56,23 @@ Everything is written under a fresh prefix below --url and removed at the end.
 Exit status: 0 measured, 1 the bytes loaded differ from those saved, 2 bad arguments, no server, or a
 request that failed.)";
 
+struct Config {
+  std::string url;
+  std::uint64_t size = std::uint64_t{1} << 30;
+  unsigned connections = 8;
+  std::uint64_t part_size = std::uint64_t{8} << 20;
+  std::uint64_t tensor_size = std::uint64_t{32} << 20;
+  unsigned repeat = 3;
+  bool json = false;
+};
+
+}  // namespace
+
+#if CKPT_HAVE_S3
+namespace {
+
+using namespace ckpt::object;
+
 // The CPU model and whether it has AVX2 / AVX-512 (as ckpt-bench reports it).
 struct CpuInfo {
   std::string model;
@@ -96,23 +113,6 @@ struct CpuInfo {
     default: return "other";
   }
 }
-
-struct Config {
-  std::string url;
-  std::uint64_t size = std::uint64_t{1} << 30;
-  unsigned connections = 8;
-  std::uint64_t part_size = std::uint64_t{8} << 20;
-  std::uint64_t tensor_size = std::uint64_t{32} << 20;
-  unsigned repeat = 3;
-  bool json = false;
-};
-
-}  // namespace
-
-#if CKPT_HAVE_S3
-namespace {
-
-using namespace ckpt::object;
 
 // Wrong bytes read back: exit 1, like every other tool.
 struct IntegrityError : std::runtime_error {
