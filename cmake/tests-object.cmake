@@ -37,6 +37,20 @@ foreach(server moto seaweedfs)
   set_tests_properties(s3_store_${server} PROPERTIES LABELS object TIMEOUT 600 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endforeach()
 
+# The store through tools/s3-fault-proxy.py (spec/OBJECT.md 6): SlowDown, resets, a 200 <Error>, lost
+# responses and a hang, each judged through a client that bypasses the proxy. curl too: the test drives
+# the proxy's control API.
+add_executable(test_s3_faults ${PROJECT_SOURCE_DIR}/tests/test_s3_faults.cpp $<TARGET_OBJECTS:ckpt_test_main>)
+target_link_libraries(test_s3_faults PRIVATE ckpt::s3 ${CKPT_LIB} CURL::libcurl Catch2::Catch2)
+target_include_directories(test_s3_faults PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+target_compile_options(test_s3_faults PRIVATE ${CKPT_WARNINGS})
+foreach(server moto seaweedfs)
+  add_test(NAME s3_faults_${server}
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/s3-test-server.py --server ${server} --proxy
+                   run -- $<TARGET_FILE:test_s3_faults>)
+  set_tests_properties(s3_faults_${server} PROPERTIES LABELS object TIMEOUT 300 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endforeach()
+
 # Multi-rank saves over MPI into the store (spec/OBJECT.md 4.7), 4 ranks under mpirun, on moto.
 if(CKPT_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   add_executable(test_mpi_objects ${PROJECT_SOURCE_DIR}/tests/mpi/test_mpi_objects.cpp)

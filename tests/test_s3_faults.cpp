@@ -1,0 +1,416 @@
+// The store on real servers through a fault proxy (spec/OBJECT.md 6): cmake/tests-object.cmake runs this
+// program under moto and SeaweedFS with `tools/s3-test-server.py --proxy`, which puts
+// tools/s3-fault-proxy.py between the client and the server and exports AWS_ENDPOINT_URL (the proxy),
+// CKPT_S3_PROXY_CONTROL (its rules and request log) and CKPT_S3_DIRECT_ENDPOINT (the server itself).
+//
+// Each case saves step 1 cleanly, sets one fault, saves step 2 through the proxy, and then judges the
+// store through a client WITHOUT the proxy: the latest step is 2 when the save reported success and 1
+// when it failed, every committed step reads back bit for bit, verify_paths exits 0, no committed step
+// holds anything but its MANIFEST and complete shards, and no multipart upload is left behind where the
+// save ended cleanly. The request log proves the fault was hit and what the client did next.
+#include <catch2/catch.hpp>
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ckpt/io/posix_fs.hpp>
+#include <ckpt/object/object_store.hpp>
+#include <ckpt/object/s3_client.hpp>
+#include <ckpt/report/verify.hpp>
+
+#include "test_util.hpp"
+
+using namespace ckpt;
+using namespace ckpt::object;
+
+namespace {
+
+[[nodiscard]] std::string env_or_fail(const char* name) {
+  const char* value = std::getenv(name);
+  INFO(name << " is not set: run under tools/s3-test-server.py --proxy (ctest -L object does)");
+  REQUIRE(value != nullptr);
+  return value;
+}
+
+// --- the proxy's control API ------------------------------------------------------------------------
+
+std::size_t collect(char* data, std::size_t size, std::size_t count, void* out) {
+  static_cast<std::string*>(out)->append(data, size * count);
+  return size * count;
+}
+
+std::string control(const char* method, const std::string& path, const std::string& body = "") {
+  CURL* curl = ::curl_easy_init();
+  REQUIRE(curl != nullptr);
+  const std::string url = env_or_fail("CKPT_S3_PROXY_CONTROL") + path;
+  std::string answer;
+  ::curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  ::curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  ::curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  ::curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
+  if (!body.empty()) {
+    ::curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+    ::curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  }
+  ::curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &collect);
+  ::curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
+  const CURLcode code = ::curl_easy_perform(curl);
+  long http = 0;
+  ::curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
+  ::curl_easy_cleanup(curl);
+  INFO(method << " " << url << ": " << ::curl_easy_strerror(code) << ", HTTP " << http << ": " << answer);
+  REQUIRE(code == CURLE_OK);
+  REQUIRE(http == 200);
+  return answer;
+}
+
+void set_rules(const std::string& json) {
+  control("PUT", "/rules", json);
+  control("DELETE", "/log");
+}
+
+struct LogEntry {
+  std::string method, path, query, action;
+  long status = 0;
+};
+
+[[nodiscard]] std::vector<LogEntry> request_log() {
+  std::vector<LogEntry> entries;
+  std::istringstream lines(control("GET", "/log"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> fields;
+    std::size_t begin = 0;
+    while (true) {
+      const std::size_t tab = line.find('\t', begin);
+      fields.push_back(line.substr(begin, tab - begin));
+      if (tab == std::string::npos) break;
+      begin = tab + 1;
+    }
+    REQUIRE(fields.size() == 6);
+    entries.push_back(LogEntry{fields[1], fields[2], fields[3], fields[5], std::strtol(fields[4].c_str(), nullptr, 10)});
+  }
+  return entries;
+}
+
+[[nodiscard]] std::string dump(const std::vector<LogEntry>& log) {
+  std::string out;
+  for (const auto& e : log) out += e.method + " " + e.path + "?" + e.query + " -> " + std::to_string(e.status) + " " + e.action + "\n";
+  return out;
+}
+
+bool has_param(const std::string& query, const std::string& name) {
+  return ("&" + query).find("&" + name + "=") != std::string::npos;
+}
+bool is_upload_part(const LogEntry& e) { return e.method == "PUT" && has_param(e.query, "uploadId") && has_param(e.query, "partNumber"); }
+bool is_complete(const LogEntry& e) { return e.method == "POST" && has_param(e.query, "uploadId"); }
+bool is_commit_put(const LogEntry& e) {
+  return e.method == "PUT" && e.query.empty() && e.path.find("/log/") != std::string::npos &&
+         e.path.size() > 7 && e.path.compare(e.path.size() - 7, 7, ".commit") == 0;
+}
+
+template <class Pred>
+[[nodiscard]] std::size_t count(const std::vector<LogEntry>& log, Pred pred) {
+  std::size_t n = 0;
+  for (const auto& e : log) n += pred(e) ? 1 : 0;
+  return n;
+}
+
+// Matches of the rules below, as the proxy reads them (tools/s3-fault-proxy.py).
+constexpr const char* kUploadPart = R"("method": "PUT", "query": ["uploadId", "partNumber"])";
+constexpr const char* kComplete = R"("method": "POST", "query": ["uploadId"])";
+constexpr const char* kCommitPut = R"("method": "PUT", "no_query": true, "path": "/log/[0-9]+\\.commit$")";
+
+// --- clients, store, data ---------------------------------------------------------------------------
+
+[[nodiscard]] std::string fresh_url() {
+  static std::atomic<int> counter{0};
+  std::random_device random;
+  return env_or_fail("CKPT_S3_TEST_URL") + "faults" + std::to_string(random()) + "-" + std::to_string(counter++);
+}
+
+// Small delays so every retry costs milliseconds; a stalled transfer fails after one second.
+[[nodiscard]] S3Options fast_options(std::chrono::milliseconds deadline = std::chrono::milliseconds(5000)) {
+  S3Options o;
+  o.base_delay = std::chrono::milliseconds(5);
+  o.max_delay = std::chrono::milliseconds(50);
+  o.max_attempts = 5;
+  o.request_deadline = deadline;
+  o.connect_timeout = std::chrono::milliseconds(2000);
+  o.low_speed_time = std::chrono::seconds(1);
+  return o;
+}
+
+// Through the proxy (AWS_ENDPOINT_URL).
+[[nodiscard]] std::unique_ptr<ObjectClient> proxied_client(const std::string& url, const S3Options& options) {
+  auto client = open_s3_url(url, options);
+  INFO(client.status().to_string());
+  REQUIRE(client.ok());
+  return std::move(client).value();
+}
+
+// Straight to the server: what judges the store after a fault.
+[[nodiscard]] Result<std::unique_ptr<ObjectClient>> open_direct(const std::string& url) {
+  CKPT_ASSIGN_OR_RETURN(S3Location location, parse_s3_url(url));
+  CKPT_ASSIGN_OR_RETURN(S3Config config, S3Config::from_env());
+  const char* direct = std::getenv("CKPT_S3_DIRECT_ENDPOINT");
+  if (direct == nullptr) return make_error(Code::invalid_argument, "CKPT_S3_DIRECT_ENDPOINT is not set");
+  config.endpoint = direct;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::open(location, std::move(config), fast_options()));
+  return std::unique_ptr<ObjectClient>(std::move(client));
+}
+
+[[nodiscard]] std::unique_ptr<ObjectClient> direct_client(const std::string& url) {
+  auto client = open_direct(url);
+  INFO(client.status().to_string());
+  REQUIRE(client.ok());
+  return std::move(client).value();
+}
+
+[[nodiscard]] ObjectStoreOptions store_options() {
+  ObjectStoreOptions o;
+  o.create_if_missing = true;
+  o.io.part_size = limits::kMinPartSize;  // a 12 MiB shard is three parts: 5, 5 and 2 MiB
+  o.io.parallel_parts = 3;
+  return o;
+}
+
+[[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) {
+  return ckpt_test::random_bytes((std::size_t{12} << 20) + step * 4096, step);
+}
+
+// A save as a training loop does it: a write error is kept and commit() abandons the step.
+[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) {
+  const auto bytes = tensor_bytes(step);
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  const Status added = tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size());
+  const Status committed = tx->commit().status();
+  return added.ok() ? committed : added;
+}
+
+// A store at a fresh prefix, step 1 saved through the proxy with no faults.
+struct Fixture {
+  std::string url = fresh_url();
+  std::unique_ptr<ObjectClient> client;
+  std::unique_ptr<ObjectStore> store;
+
+  explicit Fixture(const S3Options& options = fast_options()) {
+    set_rules("[]");
+    client = proxied_client(url, options);
+    auto opened = ObjectStore::open(*client, Access::read_write, store_options());
+    INFO(opened.status().to_string());
+    REQUIRE(opened.ok());
+    store = std::move(opened).value();
+    const Status first = save_step(*store, 1);
+    INFO(first.to_string());
+    REQUIRE(first.ok());
+  }
+  ~Fixture() {
+    control("POST", "/release");  // no request stays hung past its case
+    control("DELETE", "/rules");
+  }
+};
+
+// The verdict through a client that bypasses the proxy: latest step `expected`, every committed step
+// bit for bit, verify exit 0, committed prefixes hold only their MANIFEST and shards.
+void judge(const std::string& url, std::uint64_t expected, bool uploads_must_be_gone) {
+  control("DELETE", "/rules");
+  auto client = direct_client(url);
+  auto opened = ObjectStore::open(*client, Access::read_only);
+  INFO(opened.status().to_string());
+  REQUIRE(opened.ok());
+  ObjectStore& store = **opened;
+  CHECK(store.log().problems.empty());
+  REQUIRE(store.latest().has_value());
+  CHECK(store.latest()->step == expected);
+  for (const StepInfo& info : store.steps()) {
+    auto reader = store.open_step(info);
+    INFO("step " << info.step << ": " << reader.status().to_string());
+    REQUIRE(reader.ok());
+    const auto want = tensor_bytes(info.step);
+    std::vector<unsigned char> got(want.size());
+    REQUIRE(reader->read_tensor("w", got.data(), got.size()).ok());
+    CHECK(got == want);
+    // Nothing but the MANIFEST and the shards the commit names, each whole (verify checks sizes and digests).
+    auto listed = client->list(info.dir + "/");
+    REQUIRE(listed.ok());
+    for (const auto& object : *listed) {
+      const std::string name = object.key.substr(info.dir.size() + 1);
+      INFO("object " << object.key);
+      bool named = name == "MANIFEST";
+      for (const TxnFile& file : info.files) named = named || file.name == name;
+      CHECK(named);
+    }
+  }
+  PosixFs posix;
+  report::VerifyPathsOptions o;
+  o.open_objects = [](const std::string& u) { return open_direct(u); };
+  auto verdict = report::verify_paths(posix, {url}, o);
+  INFO(report::verify_json(verdict).dump());
+  CHECK(report::exit_code(verdict) == report::kOk);
+  CHECK(verdict.steps.size() == store.steps().size());
+  if (uploads_must_be_gone) {
+    auto uploads = client->list_uploads("");
+    REQUIRE(uploads.ok());
+    for (const auto& u : *uploads) INFO("left behind: " << u.key << " " << u.upload_id);
+    CHECK(uploads->empty());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SlowDown on two parts: retried with backoff, committed", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kUploadPart + R"(, "action": "slowdown", "times": 2}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return e.action == "slowdown" && e.status == 503; }) == 2);
+  CHECK(count(log, [](const LogEntry& e) { return is_upload_part(e) && e.status == 200; }) == 3);
+  judge(f.url, 2, true);
+}
+
+TEST_CASE("SlowDown on the commit PUT: retried, committed once", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kCommitPut + R"(, "action": "slowdown", "times": 3}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return is_commit_put(e) && e.status == 503; }) == 3);
+  CHECK(count(log, [](const LogEntry& e) { return is_commit_put(e) && e.status == 200; }) == 1);
+  judge(f.url, 2, true);
+}
+
+TEST_CASE("SlowDown on every request: fails promptly, step 1 stays latest", "[s3_faults]") {
+  Fixture f;
+  set_rules(R"([{"action": "slowdown", "times": null}])");
+  const auto start = std::chrono::steady_clock::now();
+  const Status saved = save_step(*f.store, 2);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(saved.to_string());
+  CHECK(!saved.ok());
+  CHECK(saved.to_string().find("SlowDown") != std::string::npos);
+  // Each request gives up after 5 attempts and at most 5 + 10 + 20 + 40 ms of backoff.
+  CHECK(seconds < 5.0);
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return e.action != "slowdown"; }) == 0);
+  // Nothing was acted on, so the abandoned transaction is "in progress, or in doubt": kept, not listed.
+  judge(f.url, 1, true);
+}
+
+TEST_CASE("a reset in the middle of a part: retried, committed", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kUploadPart + R"(, "action": "reset", "reset_after": 1048576, "skip": 1, "times": 1}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return e.action == "reset"; }) == 1);
+  CHECK(count(log, [](const LogEntry& e) { return is_upload_part(e) && e.status == 200; }) == 3);
+  judge(f.url, 2, true);
+}
+
+TEST_CASE("an Error body in a 200 to Complete, not acted on: retried, committed", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kComplete + R"(, "action": "error200", "forward": false, "times": 1}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());
+  const auto log = request_log();
+  INFO(dump(log));
+  // The 200 was not taken for a completion: the client sent the completion again.
+  CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.action == "error200"; }) == 1);
+  CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.status == 200 && e.action == "forward"; }) == 1);
+  judge(f.url, 2, true);
+}
+
+TEST_CASE("an Error body in a 200 to Complete after the server acted: not done", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kComplete + R"(, "action": "error200", "forward": true, "times": 1}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.action == "error200"; }) == 1);
+  // Treated as an error: retried (the retry finds the upload completed), never a completion by itself.
+  CHECK(count(log, is_complete) >= 2);
+  WARN("on " << env_or_fail("CKPT_S3_TEST_SERVER") << " the save ended: " << (saved.ok() ? "committed" : saved.to_string()));
+  judge(f.url, saved.ok() ? 2 : 1, true);
+}
+
+TEST_CASE("a lost Complete response: committed whole, or failed, step 1 intact", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kComplete + R"(, "action": "lose_response", "times": 1}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.action == "lose_response"; }) == 1);
+  CHECK(count(log, is_complete) >= 2);  // the retry
+  WARN("on " << env_or_fail("CKPT_S3_TEST_SERVER") << " the save ended: " << (saved.ok() ? "committed" : saved.to_string()));
+  judge(f.url, saved.ok() ? 2 : 1, true);
+}
+
+TEST_CASE("a lost commit PUT response: the commit object read back, committed", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kCommitPut + R"(, "action": "lose_response", "times": 1}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return is_commit_put(e) && e.action == "lose_response"; }) == 1);
+  // The retried PUT found the object (412), and the GET of the commit object proved it ours.
+  CHECK(count(log, [](const LogEntry& e) { return is_commit_put(e) && e.status == 412; }) == 1);
+  CHECK(count(log, [](const LogEntry& e) {
+          return e.method == "GET" && e.path.size() > 7 && e.path.compare(e.path.size() - 7, 7, ".commit") == 0;
+        }) >= 1);
+  judge(f.url, 2, true);
+}
+
+// curl judges the low-speed limit on its speed over the last 5 s: a part whose first megabytes went into
+// the socket buffers at once fails some seconds after low_speed_time, so this client has a longer deadline.
+TEST_CASE("a part hanging past the low-speed limit: retried, committed", "[s3_faults]") {
+  Fixture f(fast_options(std::chrono::milliseconds(20000)));
+  set_rules(std::string("[{") + kUploadPart + R"(, "action": "hang", "times": 1}])");
+  const auto start = std::chrono::steady_clock::now();
+  const Status saved = save_step(*f.store, 2);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());
+  CHECK(seconds < 15.0);  // low_speed_time (1 s) plus curl's 5 s window and a retry, not the proxy's 60 s
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return is_upload_part(e) && e.status == 200; }) == 3);
+  judge(f.url, 2, true);
+}
+
+TEST_CASE("a Complete never answered: timed out, retried, committed", "[s3_faults]") {
+  Fixture f;
+  set_rules(std::string("[{") + kComplete + R"(, "action": "hang", "times": 1}])");
+  const auto start = std::chrono::steady_clock::now();
+  const Status saved = save_step(*f.store, 2);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());  // the proxy forwarded nothing, so the retry completes the upload
+  CHECK(seconds < 5.0);
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.status == 200; }) == 1);
+  judge(f.url, 2, true);
+}
