@@ -349,11 +349,13 @@ TEST_CASE("an Error body in a 200 to Complete after the server acted: not done",
   CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.action == "error200"; }) == 1);
   // Treated as an error: retried (the retry finds the upload completed), never a completion by itself.
   CHECK(count(log, is_complete) >= 2);
-  WARN("on " << env_or_fail("CKPT_S3_TEST_SERVER") << " the save ended: " << (saved.ok() ? "committed" : saved.to_string()));
+  // The retry is refused (moto completes it again; SeaweedFS answers 412): the object of exactly the bytes
+  // written at this transaction's key is the upload's own, so the save commits (spec/OBJECT.md 3.3).
+  CHECK(saved.ok());
   judge(f.url, saved.ok() ? 2 : 1, true);
 }
 
-TEST_CASE("a lost Complete response: committed whole, or failed, step 1 intact", "[s3_faults]") {
+TEST_CASE("a lost Complete response: the object is found, committed whole", "[s3_faults]") {
   Fixture f;
   set_rules(std::string("[{") + kComplete + R"(, "action": "lose_response", "times": 1}])");
   const Status saved = save_step(*f.store, 2);
@@ -361,8 +363,8 @@ TEST_CASE("a lost Complete response: committed whole, or failed, step 1 intact",
   const auto log = request_log();
   INFO(dump(log));
   CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.action == "lose_response"; }) == 1);
-  CHECK(count(log, is_complete) >= 2);  // the retry
-  WARN("on " << env_or_fail("CKPT_S3_TEST_SERVER") << " the save ended: " << (saved.ok() ? "committed" : saved.to_string()));
+  CHECK(count(log, is_complete) >= 2);  // the retry (the client's, or curl's own resend on a reused connection)
+  CHECK(saved.ok());  // as above: the completed object is found and taken as this upload's
   judge(f.url, saved.ok() ? 2 : 1, true);
 }
 

@@ -217,13 +217,14 @@ class ProxyHandler(BaseHTTPRequestHandler):
                     conn.putheader("Content-Length", str(len(body)))
                 conn.endheaders(body if body else None)
                 response = conn.getresponse()
-                data = response.read() if self.command != "HEAD" else b""
+                data = response.read()  # b"" for HEAD; always read, or the connection takes no next request
                 headers = [(k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP]
                 if response.will_close:
                     conn.close()
                     self.upstream = None
                 return response.status, response.reason, headers, data
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                # Nothing was answered: safe to resend only on a connection we reused.
                 # A kept-alive upstream connection the server closed meanwhile: once more on a fresh one.
                 self.upstream.close()
                 self.upstream = None

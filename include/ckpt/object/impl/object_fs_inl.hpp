@@ -403,6 +403,18 @@ CKPT_INLINE Status ObjectFs::finish_upload(Upload& u) {
     parts.push_back(p->uploaded);
   }
   auto done = client_.complete_upload(u.key, u.upload_id, parts, Condition::create_only);
+  if (!done.ok() && (done.status().code() == Code::conflict || done.status().code() == Code::not_found)) {
+    // 412 or NoSuchUpload: an earlier attempt whose answer was lost may have completed it (a retry of the
+    // client's, or curl's own resend on a reused connection, which the client cannot see). The key is this
+    // writer's alone (the store names it by transaction, spec/OBJECT.md 3.3): an object there of exactly the
+    // bytes written is this upload, completed.
+    auto head = client_.head(u.key);
+    if (head.ok() && head->size == u.written) {
+      u.upload_id.clear();
+      u.parts.clear();
+      return Status();
+    }
+  }
   if (!done.ok()) {
     abandon(u);
     return done.status();
