@@ -483,22 +483,3 @@ TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[obje
   CHECK_FALSE((*store)->latest());
   CHECK(objects.open_uploads() == 0);
 }
-
-TEST_CASE("a transaction dropped by rank 0 is proven dead by its abort object", "[object_store]") {
-  MemoryObjects objects;
-  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
-  REQUIRE(store.ok());
-  std::uint64_t txn = 0;
-  {
-    auto tx = (*store)->begin(4);
-    REQUIRE(tx.ok());
-    txn = (*tx)->txn();
-    const auto w = tensor_bytes(4);
-    REQUIRE((*tx)->add_tensor("w", DType::U8, Shape{w.size()}, w.data(), w.size()).ok());
-  }  // dropped: no commit was or will be sent
-  CHECK(objects.objects().count(abort_key(4, txn)) == 1);
-  CHECK(objects.open_uploads() == 0);
-  for (const auto& [key, bytes] : objects.objects()) CHECK(key.rfind(step_dir_name(4, txn), 0) != 0);
-  REQUIRE((*store)->refresh().ok());
-  REQUIRE((*store)->log().aborted.size() == 1);
-}
