@@ -264,20 +264,24 @@ TEST_CASE("two writers racing for one step: exactly one commits", "[object_store
   for (const auto& [key, bytes] : objects.objects()) CHECK(key.find(step_dir_name(5, (*tb)->txn())) == std::string::npos);
 }
 
-TEST_CASE("a lost response to the commit PUT is resolved by reading the commit object", "[object_store]") {
-  MemoryObjects objects;
-  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
-  REQUIRE(store.ok());
-  objects.set_hook([](const MemoryObjects::Request& r) {
-    return r.op == Op::put && r.key.rfind("log/", 0) == 0 && r.key.find(".commit") != std::string::npos ? Fault::lose_response
-                                                                                                        : Fault::none;
-  });
-  REQUIRE(save_step(**store, 3).ok());
-  objects.set_hook({});
-  MemoryObjects reader_client = objects.view();
-  auto reader = ObjectStore::open(reader_client, Access::read_only);
-  REQUIRE(reader.ok());
-  check_step(**reader, 3);
+TEST_CASE("a lost response to the MANIFEST or commit PUT is resolved by reading the object back", "[object_store]") {
+  for (const char* suffix : {".commit", "/MANIFEST"}) {
+    INFO(suffix);
+    MemoryObjects objects;
+    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    REQUIRE(store.ok());
+    const std::string end(suffix);
+    objects.set_hook([&](const MemoryObjects::Request& r) {
+      const bool match = r.op == Op::put && r.key.size() >= end.size() && r.key.compare(r.key.size() - end.size(), end.size(), end) == 0;
+      return match ? Fault::lose_response : Fault::none;
+    });
+    REQUIRE(save_step(**store, 3).ok());
+    objects.set_hook({});
+    MemoryObjects reader_client = objects.view();
+    auto reader = ObjectStore::open(reader_client, Access::read_only);
+    REQUIRE(reader.ok());
+    check_step(**reader, 3);
+  }
 }
 
 TEST_CASE("a damaged commit object is reported and its step is not listed", "[object_store]") {
@@ -482,4 +486,23 @@ TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[obje
   REQUIRE(store.ok());
   CHECK_FALSE((*store)->latest());
   CHECK(objects.open_uploads() == 0);
+}
+
+TEST_CASE("a transaction dropped by rank 0 is proven dead by its abort object", "[object_store]") {
+  MemoryObjects objects;
+  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  REQUIRE(store.ok());
+  std::uint64_t txn = 0;
+  {
+    auto tx = (*store)->begin(4);
+    REQUIRE(tx.ok());
+    txn = (*tx)->txn();
+    const auto w = tensor_bytes(4);
+    REQUIRE((*tx)->add_tensor("w", DType::U8, Shape{w.size()}, w.data(), w.size()).ok());
+  }  // dropped: no commit was or will be sent
+  CHECK(objects.objects().count(abort_key(4, txn)) == 1);
+  CHECK(objects.open_uploads() == 0);
+  for (const auto& [key, bytes] : objects.objects()) CHECK(key.rfind(step_dir_name(4, txn), 0) != 0);
+  REQUIRE((*store)->refresh().ok());
+  REQUIRE((*store)->log().aborted.size() == 1);
 }

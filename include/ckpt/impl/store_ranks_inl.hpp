@@ -200,6 +200,24 @@ CKPT_INLINE void encode_report_body(Encoder& out, const ManifestShard& entry, co
   return Status();
 }
 
+// Rank 0's MANIFEST of a transaction from its gathered shard entries (already in m.shards): rank 0's state,
+// with the optimizer tensors every rank listed, each once, in rank order (spec/SHARDING.md 3.3); checked
+// as a reader will check it. The one manifest builder of the directory and object stores.
+[[nodiscard]] CKPT_INLINE Status complete_manifest(Manifest& m, std::uint64_t txn, std::uint64_t step, int world, const Uuid& store_uuid,
+                                                   const TrainingState& state, std::vector<std::string>& optimizer) {
+  m.txn = txn;
+  m.step = step;
+  m.world_size = static_cast<std::uint32_t>(world);
+  m.store_uuid = store_uuid;
+  m.state = state;
+  m.state.step = step;
+  std::set<std::string> seen(m.state.optimizer_tensors.begin(), m.state.optimizer_tensors.end());
+  for (auto& name : optimizer)
+    if (seen.insert(name).second) m.state.optimizer_tensors.push_back(std::move(name));
+  CKPT_TRY(check_training_state(m.state));
+  return check_manifest(m);
+}
+
 // What rank 0 decided at commit or abort, as every rank receives it.
 struct RankOutcome {
   Status decision;  // what commit() returns on every rank (ok: committed)
@@ -562,20 +580,7 @@ CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<
     decision = coverage_status(problems, Code::invalid_argument, where);
   }
   bool in_doubt = false;
-  if (decision.ok()) {
-    m.txn = txn_;
-    m.step = step_;
-    m.world_size = static_cast<std::uint32_t>(world_);
-    m.store_uuid = store.uuid_;
-    m.state = state_;
-    m.state.step = step_;
-    // Rank 0's state, with the optimizer tensors every rank listed, each once, in rank order (spec/SHARDING.md 3.3).
-    std::set<std::string> seen(m.state.optimizer_tensors.begin(), m.state.optimizer_tensors.end());
-    for (auto& name : optimizer)
-      if (seen.insert(name).second) m.state.optimizer_tensors.push_back(std::move(name));
-    decision = check_training_state(m.state);
-    if (decision.ok()) decision = check_manifest(m);
-  }
+  if (decision.ok()) decision = detail::complete_manifest(m, txn_, step_, world_, store.uuid_, state_, optimizer);
   if (decision.ok()) {
     // Step 4 of spec/JOURNAL.md 5.3: every shard is durable (each rank synced file and directory before it
     // reported), so the MANIFEST may now refer to them: under its final name (the journal implies it), fsynced.

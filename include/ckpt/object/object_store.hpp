@@ -77,6 +77,9 @@ struct ObjectCleanup {
 };
 
 class ObjectStore;
+namespace detail {
+struct ObjectOutcome;  // what rank 0 decided at commit or abort (impl/object_store_inl.hpp)
+}  // namespace detail
 
 // One save in progress over the store's communicator (every rank calls commit or abort, in the same order).
 class ObjectTransaction {
@@ -116,6 +119,8 @@ class ObjectTransaction {
   [[nodiscard]] Status keep(Status s);  // records the first error for commit(); returns s
   [[nodiscard]] std::string make_report(bool commit);
   [[nodiscard]] std::string coordinate(bool commit, Result<std::vector<std::string>> reports);
+  // Commit or abort, collectively: this rank's report, rank 0's decision, the outcome every rank gets.
+  [[nodiscard]] Result<detail::ObjectOutcome> finish(bool commit);
 
   ObjectStore* store_;
   std::uint64_t txn_, step_;

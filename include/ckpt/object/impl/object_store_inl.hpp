@@ -44,6 +44,14 @@ namespace detail {
   return v == 0 ? 1 : v;
 }
 
+// Whether `key` holds exactly `bytes`: how a create-only PUT whose answer was lost (or refused with 412 on
+// a retry of a PUT that had acted) is told from another writer's object (spec/OBJECT.md 4.4).
+[[nodiscard]] inline Result<bool> holds_exactly(ObjectClient& client, const std::string& key, const std::string& bytes) {
+  std::string found(bytes.size() + 1, '\0');
+  CKPT_ASSIGN_OR_RETURN(std::size_t n, client.get(key, 0, found.data(), found.size()));
+  return n == bytes.size() && found.compare(0, n, bytes) == 0;
+}
+
 // Outcome of a commit, as rank 0 broadcasts it.
 struct ObjectOutcome {
   Status decision;
@@ -114,8 +122,10 @@ CKPT_INLINE ObjectLog decode_log(const std::vector<std::pair<std::string, std::s
     if (detail::ends_with(name, layout::kCommitSuffix) &&
         detail::parse_padded(name.substr(0, name.size() - layout::kCommitSuffix.size()), step)) {
       kind = Kind::commit;
-    } else if ((detail::ends_with(name, layout::kRetireSuffix) || detail::ends_with(name, layout::kAbortSuffix)) &&
-               name.size() == 2 * layout::kNumberDigits + 1 + layout::kRetireSuffix.size() && name[layout::kNumberDigits] == '-' &&
+    } else if (const std::size_t suffix = detail::ends_with(name, layout::kRetireSuffix)  ? layout::kRetireSuffix.size()
+                                          : detail::ends_with(name, layout::kAbortSuffix) ? layout::kAbortSuffix.size()
+                                                                                          : 0;
+               suffix > 0 && name.size() == 2 * layout::kNumberDigits + 1 + suffix && name[layout::kNumberDigits] == '-' &&
                detail::parse_padded(name.substr(0, layout::kNumberDigits), step) &&
                detail::parse_padded(name.substr(layout::kNumberDigits + 1, layout::kNumberDigits), txn)) {
       kind = detail::ends_with(name, layout::kRetireSuffix) ? Kind::retire : Kind::abort;
@@ -478,6 +488,14 @@ CKPT_INLINE ObjectTransaction::ObjectTransaction(ObjectStore* store, std::uint64
 CKPT_INLINE ObjectTransaction::~ObjectTransaction() {
   if (!finished_) {
     writer_.reset();  // an unfinished upload is aborted, never completed (spec/OBJECT.md 3.2)
+    if (rank_ == 0) {
+      // Only rank 0 sends a commit, and it never will now: the transaction is provably dead. Best effort:
+      // what stays is removed by garbage collection on the abort object's proof (spec 4.5).
+      ObjectStore& store = *store_;
+      const std::string bytes = store.log_object({abort_record(AbortRecord{txn_, step_, AbortReason::user})});
+      if (store.client_.put(abort_key(step_, txn_), bytes.data(), bytes.size(), Condition::create_only).ok())
+        store.remove_prefix(dir_ + "/", nullptr).ignore_error();
+    }
     if (world_ > 1) store_->comm_.leave(make_error(Code::cancelled, "rank " + std::to_string(rank_) + " dropped step " +
                                                                          std::to_string(step_) + " without commit or abort"));
   }
@@ -586,24 +604,19 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
   }
   bool commit_sent = false;
   if (decision.ok() && commit) {
-    m.txn = txn_;
-    m.step = step_;
-    m.world_size = static_cast<std::uint32_t>(world_);
-    m.store_uuid = store.uuid_;
-    m.state = state_;
-    m.state.step = step_;
-    std::set<std::string> seen(m.state.optimizer_tensors.begin(), m.state.optimizer_tensors.end());
-    for (auto& name : optimizer)
-      if (seen.insert(name).second) m.state.optimizer_tensors.push_back(std::move(name));
-    decision = check_training_state(m.state);
-    if (decision.ok()) decision = check_manifest(m);
+    decision = ckpt::detail::complete_manifest(m, txn_, step_, world_, store.uuid_, state_, optimizer);
     std::string manifest_bytes;
     if (decision.ok()) {
       // Every shard object is complete (each rank's finish returned before it reported): the MANIFEST may name them.
       manifest_bytes = encode_manifest(m);
       auto put = client.put(join_path(dir_, std::string(journal::kManifestName)), manifest_bytes.data(), manifest_bytes.size(),
                             Condition::create_only);
-      if (!put.ok()) decision = put.status().with_context(where);
+      if (!put.ok()) {
+        // A lost answer, or a 412 to the retry of a PUT that had acted: the MANIFEST there is ours if it is
+        // byte for byte what was sent (the key is unique to this transaction, spec 4.4).
+        auto same = detail::holds_exactly(client, join_path(dir_, std::string(journal::kManifestName)), manifest_bytes);
+        if (!same.ok() || !*same) decision = put.status().with_context(where);
+      }
     }
     if (decision.ok()) {
       // The commit point: one create-only PUT (spec 4.4).
@@ -625,11 +638,10 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
         if (!put.ok()) {
           // 412, or an error after which the PUT may have acted (a lost response): the commit object says
           // which transaction owns the step (spec 4.4).
-          std::string found(bytes.size() + 1, '\0');
-          auto got = client.get(commit_key(step_), 0, found.data(), found.size());
-          if (got.ok() && *got == bytes.size() && found.compare(0, bytes.size(), bytes) == 0) {
+          auto same = detail::holds_exactly(client, commit_key(step_), bytes);
+          if (same.ok() && *same) {
             put = ObjectInfo{commit_key(step_), bytes.size(), ""};  // ours: committed
-          } else if (got.ok()) {
+          } else if (same.ok()) {
             decision = make_error(Code::conflict, where + ": another writer committed step " + std::to_string(step_) +
                                                       " first (" + client.url(commit_key(step_)) + "); this save is abandoned");
             commit_sent = false;  // the step's commit names another transaction: this one is provably dead
@@ -671,22 +683,28 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
   return detail::encode_object_outcome(outcome);
 }
 
-CKPT_INLINE Result<CommitResult> ObjectTransaction::commit() {
+CKPT_INLINE Result<detail::ObjectOutcome> ObjectTransaction::finish(bool commit) {
   CKPT_TRY(check_active());
+  // One gather of shard reports, rank 0's decision, one broadcast of the outcome (spec/OBJECT.md 4.4).
   ObjectStore& store = *store_;
-  auto gathered = store.comm_.gather(make_report(true), 0);
+  auto gathered = store.comm_.gather(make_report(commit), 0);
   std::string outcome_bytes;
-  if (rank_ == 0) outcome_bytes = coordinate(true, std::move(gathered));
+  if (rank_ == 0) outcome_bytes = coordinate(commit, std::move(gathered));
   finished_ = true;
   store.open_txn_ = nullptr;
   if (rank_ != 0 && !gathered.ok()) return gathered.status();
   if (world_ > 1) CKPT_TRY(store.comm_.broadcast(outcome_bytes, 0));
   detail::ObjectOutcome outcome;
   CKPT_TRY(detail::decode_object_outcome(outcome_bytes, outcome));
+  return outcome;
+}
+
+CKPT_INLINE Result<CommitResult> ObjectTransaction::commit() {
+  CKPT_ASSIGN_OR_RETURN(detail::ObjectOutcome outcome, finish(true));
   if (!outcome.committed) return outcome.decision;
+  std::vector<StepInfo>& steps = store_->log_.steps;
   if (rank_ != 0) {
-    store.log_.steps.push_back(outcome.step);
-    auto& steps = store.log_.steps;
+    steps.push_back(outcome.step);
     for (auto s : outcome.retired)
       steps.erase(std::remove_if(steps.begin(), steps.end(), [&](const StepInfo& i) { return i.step == s; }), steps.end());
   }
@@ -702,28 +720,18 @@ CKPT_INLINE Result<CommitResult> ObjectTransaction::commit() {
 }
 
 CKPT_INLINE Status ObjectTransaction::abort() {
-  CKPT_TRY(check_active());
-  ObjectStore& store = *store_;
-  auto gathered = store.comm_.gather(make_report(false), 0);
-  std::string outcome_bytes;
-  if (rank_ == 0) outcome_bytes = coordinate(false, std::move(gathered));
-  finished_ = true;
-  store.open_txn_ = nullptr;
-  if (rank_ != 0 && !gathered.ok()) return gathered.status();
-  if (world_ > 1) CKPT_TRY(store.comm_.broadcast(outcome_bytes, 0));
-  detail::ObjectOutcome outcome;
-  CKPT_TRY(detail::decode_object_outcome(outcome_bytes, outcome));
+  CKPT_ASSIGN_OR_RETURN(detail::ObjectOutcome outcome, finish(false));
   return outcome.decision;
 }
 
 CKPT_INLINE Result<OpenedObjectStore> open_store_url(const ObjectOpener& open_objects, const std::string& url, Access access,
-                                                   ObjectStoreOptions options) {
+                                                  ObjectStoreOptions options) {
   if (!open_objects)
     return make_error(Code::unsupported, url + ": this build has no object-store client (ckpt::s3: libcurl, pugixml)");
-  OpenedObjectStore out;
-  CKPT_ASSIGN_OR_RETURN(out.client, open_objects(url));
-  CKPT_ASSIGN_OR_RETURN(out.store, ObjectStore::open(*out.client, access, std::move(options)));
-  return Result<OpenedObjectStore>(std::move(out));
+  OpenedObjectStore opened;
+  CKPT_ASSIGN_OR_RETURN(opened.client, open_objects(url));
+  CKPT_ASSIGN_OR_RETURN(opened.store, ObjectStore::open(*opened.client, access, options));
+  return opened;
 }
 
 }  // namespace ckpt::object
