@@ -17,6 +17,7 @@
 #include <ckpt/report/verify.hpp>
 #include <ckpt/thread_comm.hpp>
 
+#include "s3_test_util.hpp"
 #include "test_util.hpp"
 #include "thread_ranks.hpp"
 
@@ -25,29 +26,9 @@ using namespace ckpt::object;
 
 namespace {
 
-// The URL of a fresh prefix of the test bucket; fails the test when no server is configured.
-[[nodiscard]] std::string fresh_url() {
-  static std::atomic<int> counter{0};
-  const char* base = std::getenv("CKPT_S3_TEST_URL");
-  INFO("CKPT_S3_TEST_URL is not set: run under tools/s3-test-server.py (ctest -L object does)");
-  REQUIRE(base != nullptr);
-  std::random_device random;
-  return std::string(base) + "store" + std::to_string(random()) + "-" + std::to_string(counter++);
-}
+[[nodiscard]] std::string fresh_url() { return ckpt_test::fresh_s3_url("store"); }
 
-[[nodiscard]] S3Options fast_retries() {
-  S3Options options;
-  options.base_delay = std::chrono::milliseconds(5);
-  options.max_delay = std::chrono::milliseconds(200);
-  return options;
-}
-
-[[nodiscard]] std::unique_ptr<ObjectClient> client_for(const std::string& url) {
-  auto client = open_s3_url(url, fast_retries());
-  INFO(client.status().to_string());
-  REQUIRE(client.ok());
-  return std::move(client).value();
-}
+[[nodiscard]] std::unique_ptr<ObjectClient> client_for(const std::string& url) { return ckpt_test::s3_client_for(url); }
 
 [[nodiscard]] ObjectStoreOptions options() {
   ObjectStoreOptions o;
@@ -119,20 +100,8 @@ TEST_CASE("a flipped byte in a shard on the server is found and exits 1", "[s3_s
     REQUIRE(store.ok());
     REQUIRE(save_step(**store, 1).ok());
   }
-  auto listed = client->list("step-");
-  REQUIRE(listed.ok());
-  std::string shard;
-  for (const auto& o : *listed)
-    if (o.key.find(".ckpt") != std::string::npos) shard = o.key;
-  REQUIRE(!shard.empty());
-  auto info = client->head(shard);
-  REQUIRE(info.ok());
-  std::string bytes(static_cast<std::size_t>(info->size), '\0');
-  auto got = client->get(shard, 0, bytes.data(), bytes.size());
-  REQUIRE(got.ok());
-  bytes[(std::size_t{6} << 20) + 5] ^= 0x20;  // inside the data region, in the second part
-  REQUIRE(client->remove(shard).ok());
-  REQUIRE(client->put(shard, bytes.data(), bytes.size(), Condition::none).ok());
+  // Inside the data region, in the second part.
+  ckpt_test::flip_object_byte(*client, ckpt_test::some_shard_key(*client), (std::size_t{6} << 20) + 5, 0x20);
   auto r = verify_url(url);
   CHECK(report::exit_code(r) == report::kIntegrity);
   CHECK(report::verify_json(r).dump().find("chunk") != std::string::npos);
@@ -173,7 +142,7 @@ TEST_CASE("four ranks with their own connections save one step on a real server"
   const std::size_t part = full.size() / 4;
   auto statuses = ckpt_test::run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
     // No Catch2 macro on a rank's thread (Catch2 is not thread-safe): every failure is the Status returned.
-    CKPT_ASSIGN_OR_RETURN(auto client, open_s3_url(url, fast_retries()));
+    CKPT_ASSIGN_OR_RETURN(auto client, open_s3_url(url, ckpt_test::fast_retries()));
     CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(*client, Access::read_write, options(), comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
     CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * part}, Shape{part}));

@@ -14,6 +14,7 @@
 #include <ckpt/object/s3_client.hpp>
 
 #include "test_util.hpp"
+#include "s3_test_util.hpp"
 #include "tool_run.hpp"
 
 using namespace ckpt;
@@ -27,21 +28,10 @@ const std::string kTrain = kBin + "/ckpt-demo-train", kInspect = kBin + "/ckpt-i
                   kRepair = kBin + "/ckpt-repair", kConvert = kBin + "/ckpt-convert", kDiff = kBin + "/ckpt-diff",
                   kMerge = kBin + "/ckpt-merge", kReshard = kBin + "/ckpt-reshard";
 
-// The URL of a fresh prefix of the test bucket; fails the test when no server is configured.
-[[nodiscard]] std::string fresh_url() {
-  static std::atomic<int> counter{0};
-  const char* base = std::getenv("CKPT_S3_TEST_URL");
-  INFO("CKPT_S3_TEST_URL is not set: run under tools/s3-test-server.py (ctest -L object does)");
-  REQUIRE(base != nullptr);
-  std::random_device random;
-  return std::string(base) + "tools" + std::to_string(random()) + "-" + std::to_string(counter++);
-}
+[[nodiscard]] std::string fresh_url() { return ckpt_test::fresh_s3_url("tools"); }
 
 [[nodiscard]] std::unique_ptr<ObjectClient> client_for(const std::string& url) {
-  auto client = open_s3_url(url);
-  INFO(client.status().to_string());
-  REQUIRE(client.ok());
-  return std::move(client).value();
+  return ckpt_test::s3_client_for(url, ckpt::object::S3Options{});
 }
 
 // A demo run of 40 steps saved every 20 into url: steps 20 and 40.
@@ -101,19 +91,7 @@ TEST_CASE("a damaged shard on s3 makes verify and inspect exit 1", "[s3_tools]")
   const std::string url = fresh_url();
   (void)train(url, 20);
   auto client = client_for(url);
-  auto listed = client->list("step-");
-  REQUIRE(listed.ok());
-  std::string shard;
-  for (const auto& o : *listed)
-    if (o.key.find(".ckpt") != std::string::npos) shard = o.key;
-  REQUIRE(!shard.empty());
-  auto info = client->head(shard);
-  REQUIRE(info.ok());
-  std::string bytes(static_cast<std::size_t>(info->size), '\0');
-  REQUIRE(client->get(shard, 0, bytes.data(), bytes.size()).ok());
-  bytes[4096 + 3] ^= 0x01;  // the first data byte region (alignment 4096)
-  REQUIRE(client->remove(shard).ok());
-  REQUIRE(client->put(shard, bytes.data(), bytes.size(), Condition::none).ok());
+  ckpt_test::flip_object_byte(*client, ckpt_test::some_shard_key(*client), 4096 + 3, 0x01);  // first data bytes (alignment 4096)
   auto verify = run_tool(kVerify, {url});
   INFO(verify.out << verify.err);
   CHECK(verify.code == 1);

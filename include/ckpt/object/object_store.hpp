@@ -179,7 +179,7 @@ class ObjectStore {
   [[nodiscard]] static Result<std::unique_ptr<ObjectStore>> open_with(ObjectClient& client, Access access,
                                                                       ObjectStoreOptions options, CommRef comm);
   [[nodiscard]] Status probe();
-  [[nodiscard]] Status refresh_with_open();  // probe (read_write), identity, listing
+  [[nodiscard]] Status list_log(bool opening);  // opening: the probe (read_write) and identity first
   [[nodiscard]] Status load_identity(bool create);
   [[nodiscard]] Result<std::string> read_log_objects();  // rank 0: every log object, encoded for the broadcast
   [[nodiscard]] Status adopt_log(const std::string& encoded);

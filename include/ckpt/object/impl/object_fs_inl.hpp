@@ -482,7 +482,6 @@ CKPT_INLINE Result<std::vector<std::string>> ObjectFs::list_dir(const std::strin
     const std::string name = rest.substr(0, rest.find('/'));
     if (!name.empty() && (names.empty() || names.back() != name)) names.push_back(name);
   }
-  names.erase(std::unique(names.begin(), names.end()), names.end());
   if (names.empty() && !key.empty()) return make_error(Code::not_found, client_.url(prefix) + ": no objects under this prefix");
   return names;
 }

@@ -305,17 +305,18 @@ CKPT_INLINE Status ObjectStore::adopt_log(const std::string& encoded) {
 CKPT_INLINE Result<std::unique_ptr<ObjectStore>> ObjectStore::open_with(ObjectClient& client, Access access,
                                                                         ObjectStoreOptions options, CommRef comm) {
   std::unique_ptr<ObjectStore> store(new ObjectStore(client, access, options, comm));
-  CKPT_TRY(store->refresh_with_open());
+  CKPT_TRY(store->list_log(true));
   return Result<std::unique_ptr<ObjectStore>>(std::move(store));
 }
 
-CKPT_INLINE Status ObjectStore::refresh_with_open() {
-  // Rank 0 probes, reads the identity and lists log/; the others decode what it broadcasts (spec 4.3).
+CKPT_INLINE Status ObjectStore::list_log(bool opening) {
+  // Rank 0 (probes and reads the identity when opening, then) lists log/; the others decode the bytes
+  // it broadcasts, so every rank agrees on the steps (spec 4.3).
   Status local;
   std::string listing;
   if (comm_.rank() == 0) {
-    if (access_ == Access::read_write) local = probe();
-    if (local.ok()) local = load_identity(access_ == Access::read_write && options_.create_if_missing);
+    if (opening && access_ == Access::read_write) local = probe();
+    if (opening && local.ok()) local = load_identity(access_ == Access::read_write && options_.create_if_missing);
     if (local.ok()) {
       auto read = read_log_objects();
       if (read.ok()) listing = std::move(*read);
@@ -327,18 +328,7 @@ CKPT_INLINE Status ObjectStore::refresh_with_open() {
   return adopt_log(listing);
 }
 
-CKPT_INLINE Status ObjectStore::refresh() {
-  Status local;
-  std::string listing;
-  if (comm_.rank() == 0) {
-    auto read = read_log_objects();
-    if (read.ok()) listing = std::move(*read);
-    else local = read.status();
-  }
-  CKPT_TRY(ckpt::detail::agree(comm_, local));
-  if (comm_.size() > 1) CKPT_TRY(comm_.broadcast(listing, 0));
-  return adopt_log(listing);
-}
+CKPT_INLINE Status ObjectStore::refresh() { return list_log(false); }
 
 CKPT_INLINE std::optional<StepInfo> ObjectStore::latest() const {
   if (log_.steps.empty()) return std::nullopt;
