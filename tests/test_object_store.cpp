@@ -506,3 +506,59 @@ TEST_CASE("a transaction dropped by rank 0 is proven dead by its abort object", 
   REQUIRE((*store)->refresh().ok());
   REQUIRE((*store)->log().aborted.size() == 1);
 }
+
+TEST_CASE("a save whose ranks the caller coordinates commits once every report is in, and not without one",
+          "[object_store][ranks]") {
+  MemoryObjects objects;
+  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  const auto full = ckpt_test::random_bytes(3 * 40000, 13);
+  // The messages of spec/OBJECT.md 4.8 carried by the test, as DCP's plans carry them: ranks open in any order.
+  const auto save = [&](std::uint64_t step, bool every_report) -> Result<CommitResult> {
+    std::vector<std::unique_ptr<ObjectStore>> stores;
+    for (int r : {2, 0, 1}) {
+      auto s = ObjectStore::open_rank(objects, r, 3, small_parts());
+      if (!s.ok()) return s.status();
+      stores.push_back(std::move(*s));
+    }
+    std::swap(stores[0], stores[1]);  // rank order: 0, 2, 1 -> 0, 1, 2
+    std::swap(stores[1], stores[2]);
+    std::vector<std::string> requests;
+    for (auto& s : stores) requests.push_back(s->begin_request(step));
+    const std::string decision = stores[0]->decide_begin(step, requests);
+    std::vector<std::string> reports;
+    std::vector<std::unique_ptr<ObjectTransaction>> txs;
+    for (std::uint32_t r = 0; r < 3; ++r) {
+      CKPT_ASSIGN_OR_RETURN(auto tx, stores[r]->join(decision));
+      CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{r * 40000ULL}, Shape{40000}));
+      CKPT_TRY(tx->write(full.data() + r * 40000, 40000));
+      CKPT_TRY(tx->end_piece());
+      CKPT_ASSIGN_OR_RETURN(std::string report, tx->report());
+      reports.push_back(every_report || r != 2 ? report : std::string());
+      txs.push_back(std::move(tx));
+    }
+    if (txs[1]->commit().status().ok()) return make_error(Code::corrupt, "commit() was not refused");
+    txs[0]->state().values["lr"] = Value(0.25);
+    return txs[0]->commit_reports(reports);
+  };
+  auto done = save(5, true);
+  INFO(done.status().message());
+  REQUIRE(done.ok());
+  CHECK(done->step.world_size == 3);
+  auto failed = save(6, false);  // rank 2's report never arrived: abandoned, abort object first
+  CHECK(failed.status().code() == Code::corrupt);
+  auto stale = save(5, true);  // a step is committed once
+  CHECK(stale.status().code() == Code::conflict);
+  MemoryObjects reader_client = objects.view();
+  auto store = ObjectStore::open(reader_client, Access::read_only);
+  REQUIRE(store.ok());
+  REQUIRE((*store)->latest());
+  CHECK((*store)->latest()->step == 5);
+  CHECK((*store)->log().aborted.size() == 1);
+  auto step = (*store)->open_step(5);
+  REQUIRE(step.ok());
+  std::vector<unsigned char> got(full.size());
+  REQUIRE(step->read_tensor("w", got.data(), got.size()).ok());
+  CHECK(got == full);
+  CHECK(step->state().values.at("lr").as_float() == 0.25);
+  CHECK(objects.open_uploads() == 0);
+}

@@ -12,11 +12,16 @@
 #include <nanobind/stl/vector.h>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/object/object_checkpoint.hpp>
+#include <ckpt/object/object_store.hpp>
 #include <ckpt/planner.hpp>
 #include <ckpt/report/diff.hpp>
 #include <ckpt/report/inspect.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/tiers/tiered.hpp>
+#if CKPT_HAVE_S3
+#include <ckpt/object/s3_client.hpp>
+#endif
 
 #include <chrono>
 #include <cstdint>
@@ -37,6 +42,16 @@ namespace {
 ckpt::PosixFs& posix_fs() {
   static ckpt::PosixFs fs;
   return fs;
+}
+
+// How an "s3://bucket/prefix" path is reached (spec/OBJECT.md 2): the S3 client where the extension was
+// built with it (python/CMakeLists.txt), else none, and such a path is Code::unsupported.
+ckpt::object::ObjectOpener object_opener() {
+#if CKPT_HAVE_S3
+  return [](const std::string& url) { return ckpt::object::open_s3_url(url); };
+#else
+  return {};
+#endif
 }
 
 // A Status that failed, carried to the exception translator (ckpt/errors.py makes the Python exception).
@@ -166,6 +181,7 @@ std::string verify_report(const std::string& path, std::optional<std::uint64_t> 
   options.selection.latest = latest;
   options.persistent = persistent;
   options.verify.threads = threads;
+  options.open_objects = object_opener();
   if (expect) options.pins.push_back(take(ckpt::report::pin_from_digest(*expect)));
   if (expect_file) {
     auto pins = take(ckpt::report::read_pins(*expect_file));
@@ -187,6 +203,7 @@ nb::tuple inspect_report(const std::string& path, std::optional<std::uint64_t> s
   options.selection.latest = latest;
   options.chunks = chunks;
   options.persistent = persistent;
+  options.open_objects = object_opener();
   const ckpt::report::Inspection inspection = take(without_gil([&] { return ckpt::report::inspect_path(posix_fs(), path, options); }));
   return nb::make_tuple(inspection.kind, report_text(inspection.doc), inspection.exit_code);
 }
@@ -194,6 +211,7 @@ nb::tuple inspect_report(const std::string& path, std::optional<std::uint64_t> s
 std::string root_digest_of(const std::string& path, std::optional<std::uint64_t> step) {
   ckpt::report::InspectOptions options;
   options.selection.step = step;
+  options.open_objects = object_opener();
   return take(ckpt::report::root_digest(take(without_gil([&] { return ckpt::report::inspect_path(posix_fs(), path, options); }))));
 }
 
@@ -203,6 +221,7 @@ std::string diff_report(const std::string& a, const std::string& b, std::optiona
   options.step_a = step_a;
   options.step_b = step_b;
   options.tensors = tensors;
+  options.open_objects = object_opener();
   return report_text(take(without_gil([&] { return ckpt::report::diff_paths(posix_fs(), a, b, options); })).doc);
 }
 
@@ -265,7 +284,7 @@ class Reader {
   Reader(const std::string& path, std::optional<std::uint64_t> step) {
     ckpt::StepSelector sel;
     sel.step = step;
-    cp_.emplace(take(without_gil([&] { return ckpt::Checkpoint::open(posix_fs(), path, sel); })));
+    cp_.emplace(take(without_gil([&] { return ckpt::object::open_checkpoint(posix_fs(), path, sel, object_opener()); })));
   }
   nb::list tensors() const {
     nb::list out;
@@ -316,58 +335,83 @@ class Reader {
 
 class PyStore;
 
+// A store on objects with the client it goes through (the store is destroyed first).
+using ObjectStoreHandle = std::shared_ptr<ckpt::object::OpenedObjectStore>;
+
+// One transaction of either store: a directory's (spec/JOURNAL.md) or one on objects (spec/OBJECT.md 4), through
+// the same calls. Each holds its store, declared first so that it is destroyed after the transaction.
 class PyTransaction {
+  // (Defined before their uses: their return types are deduced.)
+  // f(the live transaction), whichever store it belongs to.
+  template <class F>
+  decltype(auto) with(F&& f) {
+    if (tx_) return f(*tx_);
+    if (object_tx_) return f(*object_tx_);
+    throw StatusError{ckpt::make_error(Code::invalid_argument, "the transaction is closed")};
+  }
+  template <class F>
+  decltype(auto) with_released(F&& f) {
+    return with([&](auto& tx) { return without_gil([&] { return f(tx); }); });
+  }
  public:
   PyTransaction(std::shared_ptr<ckpt::Store> store, std::unique_ptr<ckpt::Transaction> tx)
       : store_(std::move(store)), tx_(std::move(tx)) {}
-  std::uint64_t step() { return live().step(); }
-  std::uint64_t txn() { return live().txn(); }
-  int rank() { return live().rank(); }
-  std::string directory() { return live().directory(); }
-  bool active() const { return tx_ && tx_->active(); }
+  PyTransaction(ObjectStoreHandle store, std::unique_ptr<ckpt::object::ObjectTransaction> tx)
+      : objects_(std::move(store)), object_tx_(std::move(tx)) {}
+  std::uint64_t step() {
+    return with([](auto& tx) { return tx.step(); });
+  }
+  std::uint64_t txn() {
+    return with([](auto& tx) { return tx.txn(); });
+  }
+  int rank() {
+    return with([](auto& tx) { return tx.rank(); });
+  }
+  std::string directory() {
+    return with([](auto& tx) { return tx.directory(); });
+  }
+  bool active() const { return (tx_ && tx_->active()) || (object_tx_ && object_tx_->active()); }
   void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, Bytes1D data, bool optimizer) {
     const ckpt::DType d = dtype_of(dtype);
-    ckpt::Transaction& tx = live();
-    check(without_gil([&] {
-      return optimizer ? tx.add_optimizer_tensor(name, d, shape, data.data(), data.size())
-                       : tx.add_tensor(name, d, shape, data.data(), data.size());
+    check(with_released([&](auto& tx) {
+      return optimizer ? tx.add_optimizer_tensor(name, d, shape, data.data(), data.size()) : tx.add_tensor(name, d, shape, data.data(), data.size());
     }));
   }
   void add_piece(const std::string& name, const std::string& dtype, const ckpt::Shape& global_shape, const ckpt::Shape& offsets,
                  const ckpt::Shape& shape, Bytes1D data) {
     const ckpt::DType d = dtype_of(dtype);
-    ckpt::Transaction& tx = live();
-    nb::gil_scoped_release released;
-    check(tx.begin_piece(name, d, global_shape, offsets, shape));
-    check(tx.write(data.data(), data.size()));
-    check(tx.end_piece());
+    check(with_released([&](auto& tx) {
+      CKPT_TRY(tx.begin_piece(name, d, global_shape, offsets, shape));
+      CKPT_TRY(tx.write(data.data(), data.size()));
+      return tx.end_piece();
+    }));
   }
-  void set_state(const nb::dict& d) { ::set_state(live().state(), d); }
-  void add_optimizer_name(const std::string& name) { live().state().optimizer_tensors.push_back(name); }
-  nb::dict state() { return state_dict(live().state()); }
+  void set_state(const nb::dict& d) {
+    with([&](auto& tx) { ::set_state(tx.state(), d); });
+  }
+  nb::dict state() {
+    return with([](auto& tx) { return state_dict(tx.state()); });
+  }
   nb::dict commit() {
-    ckpt::Transaction& tx = live();
-    return commit_dict(take(without_gil([&] { return tx.commit(); })));
+    return commit_dict(take(with_released([](auto& tx) { return tx.commit(); })));
   }
   void abort() {
-    ckpt::Transaction& tx = live();
-    check(without_gil([&] { return tx.abort(); }));
+    check(with_released([](auto& tx) { return tx.abort(); }));
   }
   nb::bytes report() {
-    ckpt::Transaction& tx = live();
-    const std::string r = take(without_gil([&] { return tx.report(); }));
+    const std::string r = take(with_released([](auto& tx) { return tx.report(); }));
     return nb::bytes(r.data(), r.size());
   }
   nb::dict commit_reports(const std::vector<nb::bytes>& reports) {
     std::vector<std::string> rs;
     for (const auto& b : reports) rs.emplace_back(b.c_str(), b.size());
-    ckpt::Transaction& tx = live();
-    return commit_dict(take(without_gil([&] { return tx.commit_reports(rs); })));
+    return commit_dict(take(with_released([&](auto& tx) { return tx.commit_reports(rs); })));
   }
-  // Drops an unfinished transaction as its destructor does (rank 0: ABORT, files removed).
+  // Drops an unfinished transaction as its destructor does (rank 0: the abort recorded, its files removed).
   void close() {
     nb::gil_scoped_release released;
     tx_.reset();
+    object_tx_.reset();
   }
 
  private:
@@ -379,12 +423,10 @@ class PyTransaction {
     d["retention_error"] = r.retention.ok() ? std::string() : r.retention.to_string();
     return d;
   }
-  ckpt::Transaction& live() {
-    if (!tx_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the transaction is closed")};
-    return *tx_;
-  }
-  std::shared_ptr<ckpt::Store> store_;  // declared first: destroyed after the transaction
+  std::shared_ptr<ckpt::Store> store_;
+  ObjectStoreHandle objects_;
   std::unique_ptr<ckpt::Transaction> tx_;
+  std::unique_ptr<ckpt::object::ObjectTransaction> object_tx_;
 };
 
 // An async save's tensors: the request points into these buffers, kept referenced until save() returns.
@@ -404,88 +446,148 @@ class PySaveRequest {
 
 class PyAsyncSaver;
 
+// A store of steps: a directory (spec/JOURNAL.md) or an "s3://bucket/prefix" on object storage (spec/OBJECT.md 4),
+// chosen by the path, through the same calls.
 class PyStore {
+  // (Defined before their uses: their return types are deduced.)
+  ckpt::Store& live() {
+    if (!store_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
+    return *store_;
+  }
+  ckpt::object::ObjectStore& live_objects() {
+    if (!objects_ || !objects_->store) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
+    return *objects_->store;
+  }
+  // f(the open store), whichever kind it is.
+  template <class F>
+  decltype(auto) with(F&& f) {
+    if (objects_) return f(live_objects());
+    return f(live());
+  }
+  template <class F>
+  decltype(auto) with_released(F&& f) {
+    return with([&](auto& s) { return without_gil([&] { return f(s); }); });
+  }
  public:
   static std::unique_ptr<PyStore> open(const std::string& path, bool read_only, bool create, std::uint64_t keep_last,
                                        std::uint64_t keep_every, std::uint32_t chunk_size_log2, bool verify_written) {
-    ckpt::StoreOptions o = options(create, keep_last, keep_every, chunk_size_log2, verify_written);
     const ckpt::Access access = read_only ? ckpt::Access::read_only : ckpt::Access::read_write;
+    if (ckpt::object::is_object_url(path)) {
+      if (verify_written)
+        throw StatusError{ckpt::make_error(Code::unsupported, path + ": verify_written reads every shard back from local files; "
+                                                                     "on object storage verify with ckpt.verify after the commit")};
+      ckpt::object::ObjectStoreOptions o = object_options(create, keep_last, keep_every, chunk_size_log2);
+      auto opened = take(without_gil([&] { return ckpt::object::open_store_url(object_opener(), path, access, o); }));
+      return std::unique_ptr<PyStore>(new PyStore(std::make_shared<ckpt::object::OpenedObjectStore>(std::move(opened))));
+    }
+    ckpt::StoreOptions o = options(create, keep_last, keep_every, chunk_size_log2, verify_written);
     return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::Store::open(posix_fs(), path, access, o); }))));
   }
   static std::unique_ptr<PyStore> open_rank(const std::string& path, int rank, int world, bool create, std::uint32_t chunk_size_log2) {
+    if (ckpt::object::is_object_url(path)) {
+      ckpt::object::ObjectStoreOptions o = object_options(create, 0, 0, chunk_size_log2);
+      auto handle = std::make_shared<ckpt::object::OpenedObjectStore>();
+      check(without_gil([&]() -> Status {
+        if (!object_opener()) return ckpt::make_error(Code::unsupported, path + ": this build has no object-store client");
+        CKPT_ASSIGN_OR_RETURN(handle->client, object_opener()(path));
+        CKPT_ASSIGN_OR_RETURN(handle->store, ckpt::object::ObjectStore::open_rank(*handle->client, rank, world, o));
+        return Status();
+      }));
+      return std::unique_ptr<PyStore>(new PyStore(std::move(handle)));
+    }
     ckpt::StoreOptions o = options(create, 0, 0, chunk_size_log2, false);
     return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::Store::open_rank(posix_fs(), path, rank, world, o); }))));
   }
-  std::string path() { return live().path(); }
+  std::string path() {
+    return with([](auto& s) { return std::string(s.path()); });
+  }
   nb::list steps() {
     nb::list out;
-    for (const auto& s : live().steps()) out.append(step_dict(s));
+    for (const auto& s : with([](auto& st) { return st.steps(); })) out.append(step_dict(s));
     return out;
   }
   nb::object latest() {
-    auto s = live().latest();
+    auto s = with([](auto& st) { return st.latest(); });
     if (!s) return nb::none();
     return step_dict(*s);
   }
   void refresh() {
-    ckpt::Store& s = live();
-    check(without_gil([&] { return s.refresh(); }));
+    check(with_released([](auto& s) { return s.refresh(); }));
   }
   std::unique_ptr<PyTransaction> begin(std::uint64_t step) {
+    if (objects_) {
+      ckpt::object::ObjectStore& s = live_objects();
+      return std::make_unique<PyTransaction>(objects_, take(without_gil([&] { return s.begin(step); })));
+    }
     ckpt::Store& s = live();
     return std::make_unique<PyTransaction>(store_, take(without_gil([&] { return s.begin(step); })));
   }
   nb::bytes begin_request(std::uint64_t step) {
-    const std::string r = live().begin_request(step);
+    const std::string r = with([&](auto& s) { return s.begin_request(step); });
     return nb::bytes(r.data(), r.size());
   }
   nb::bytes decide_begin(std::uint64_t step, const std::vector<nb::bytes>& requests) {
     std::vector<std::string> rs;
     for (const auto& b : requests) rs.emplace_back(b.c_str(), b.size());
-    ckpt::Store& s = live();
-    const std::string d = without_gil([&] { return s.decide_begin(step, rs); });
+    const std::string d = with_released([&](auto& s) { return s.decide_begin(step, rs); });
     return nb::bytes(d.data(), d.size());
   }
   std::unique_ptr<PyTransaction> join(nb::bytes decision) {
     const std::string d(decision.c_str(), decision.size());
+    if (objects_) {
+      ckpt::object::ObjectStore& s = live_objects();
+      return std::make_unique<PyTransaction>(objects_, take(without_gil([&] { return s.join(d); })));
+    }
     ckpt::Store& s = live();
     return std::make_unique<PyTransaction>(store_, take(without_gil([&] { return s.join(d); })));
   }
   nb::list retire(std::uint64_t step) {
-    ckpt::Store& s = live();
-    check(without_gil([&] { return s.retire(step); }));
+    check(with_released([&](auto& s) { return s.retire(step); }));
     return steps();
   }
   nb::list apply_retention(std::uint64_t keep_last, std::uint64_t keep_every) {
-    ckpt::Store& s = live();
     const std::vector<ckpt::StepInfo> retired =
-        take(without_gil([&] { return s.apply_retention(ckpt::RetentionPolicy{keep_last, keep_every}); }));
+        take(with_released([&](auto& s) { return s.apply_retention(ckpt::RetentionPolicy{keep_last, keep_every}); }));
     nb::list out;
     for (const auto& r : retired) out.append(r.step);
     return out;
   }
+  // What open found: a directory's recovery (spec/JOURNAL.md 6), or on objects what listing log/ found that
+  // no rule names or that does not decode (spec/OBJECT.md 4.3); garbage collection is ckpt-repair's.
   nb::dict recovery() {
-    const auto& r = live().recovery_report();
     nb::dict d;
     nb::list actions, unknown;
-    for (const auto& a : r.actions) actions.append(a.describe());
-    for (const auto& u : r.unknown_entries) unknown.append(u);
+    if (objects_) {
+      const auto& log = live_objects().log();
+      for (const auto& p : log.problems) actions.append("damaged log object: " + p);
+      for (const auto& u : log.unknown) unknown.append(u);
+      d["clean"] = log.problems.empty() && log.unknown.empty();
+    } else {
+      const auto& r = live().recovery_report();
+      for (const auto& a : r.actions) actions.append(a.describe());
+      for (const auto& u : r.unknown_entries) unknown.append(u);
+      d["clean"] = r.clean();
+    }
     d["actions"] = actions;
     d["unknown_entries"] = unknown;
-    d["clean"] = r.clean();
     return d;
   }
   void close() {
     nb::gil_scoped_release released;
     store_.reset();  // transactions keep their store alive; the lock goes with the last reference
+    objects_.reset();
   }
   std::shared_ptr<ckpt::Store>& shared() {
+    if (objects_)
+      throw StatusError{ckpt::make_error(Code::unsupported, live_objects().url() + ": save_async on object storage is not available: "
+                                                                                 "save() commits there, or Tiers promotes memory steps to it")};
     live();
     return store_;
   }
 
  private:
   explicit PyStore(std::unique_ptr<ckpt::Store> s) : store_(std::move(s)) {}
+  explicit PyStore(ObjectStoreHandle s) : objects_(std::move(s)) {}
   static ckpt::StoreOptions options(bool create, std::uint64_t keep_last, std::uint64_t keep_every, std::uint32_t chunk_size_log2,
                                     bool verify_written) {
     ckpt::StoreOptions o;
@@ -495,11 +597,16 @@ class PyStore {
     o.verify_written = verify_written;
     return o;
   }
-  ckpt::Store& live() {
-    if (!store_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
-    return *store_;
+  static ckpt::object::ObjectStoreOptions object_options(bool create, std::uint64_t keep_last, std::uint64_t keep_every,
+                                                         std::uint32_t chunk_size_log2) {
+    ckpt::object::ObjectStoreOptions o;
+    o.create_if_missing = create;
+    o.retention = ckpt::RetentionPolicy{keep_last, keep_every};
+    o.chunk_size_log2 = chunk_size_log2;
+    return o;
   }
   std::shared_ptr<ckpt::Store> store_;
+  ObjectStoreHandle objects_;
 };
 
 class PyAsyncSaver {
@@ -968,6 +1075,7 @@ NB_MODULE(_ckpt, m) {
         "memory_restart"_a, "persistent_restart"_a, "crash_share"_a, "node_loss_share"_a, "power_loss_share"_a, "replicated"_a,
         "memory_interval"_a, "persist_every"_a, "simulate"_a, "seed"_a);
   m.attr("DEFAULT_CHUNK_SIZE_LOG2") = ckpt::format::kDefaultChunkSizeLog2;
+  m.attr("HAVE_S3") = static_cast<bool>(object_opener());  // s3:// paths reach an S3 client
   m.attr("DEFAULT_ALIGNMENT_LOG2") = ckpt::format::kDefaultAlignmentLog2;
 
   nb::class_<FileWriter>(m, "FileWriter")

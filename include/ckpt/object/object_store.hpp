@@ -110,6 +110,12 @@ class ObjectTransaction {
   [[nodiscard]] Result<CommitResult> commit();
   // Collective: abandons the step; rank 0 writes the abort object, then deletes what was uploaded.
   [[nodiscard]] Status abort();
+  // A save whose ranks the caller coordinates (ObjectStore::open_rank, spec/OBJECT.md 4.8). Every rank: completes
+  // its shard object and returns its shard report, for the caller to deliver to rank 0.
+  [[nodiscard]] Result<std::string> report();
+  // Rank 0, after its own report(): every rank's report (rank order) checked, the MANIFEST and the commit object
+  // written as commit() does. A missing or failed report abandons the step (abort object first).
+  [[nodiscard]] Result<CommitResult> commit_reports(const std::vector<std::string>& reports);
 
  private:
   friend class ObjectStore;
@@ -117,10 +123,12 @@ class ObjectTransaction {
                     ShardWriter writer);
   [[nodiscard]] Status check_active() const;
   [[nodiscard]] Status keep(Status s);  // records the first error for commit(); returns s
-  [[nodiscard]] std::string make_report(bool commit);
+  [[nodiscard]] std::string make_report(bool commit, Status* local_out = nullptr);  // local_out: this rank's own error
   [[nodiscard]] std::string coordinate(bool commit, Result<std::vector<std::string>> reports);
   // Commit or abort, collectively: this rank's report, rank 0's decision, the outcome every rank gets.
   [[nodiscard]] Result<detail::ObjectOutcome> finish(bool commit);
+  // The outcome rank 0 decided, applied to this rank's view of the log; what commit() returns.
+  [[nodiscard]] Result<CommitResult> commit_result(const std::string& outcome_bytes);
 
   ObjectStore* store_;
   std::uint64_t txn_, step_;
@@ -129,6 +137,7 @@ class ObjectTransaction {
   TrainingState state_;
   Status failure_;
   bool finished_ = false;
+  bool reported_ = false;  // caller-coordinated: report() done, the shard object is complete
   int rank_ = 0, world_ = 1;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
@@ -165,11 +174,29 @@ class ObjectStore {
   [[nodiscard]] Result<StepReader> open_step(const StepInfo& info);
   [[nodiscard]] Result<StepReader> open_step(std::uint64_t step);
 
+  // A save whose ranks the caller coordinates, carrying the messages itself (e.g. inside PyTorch DCP's plans;
+  // spec/OBJECT.md 4.8, as Store::open_rank, spec/SHARDING.md 3.6). Rank 0 opens read_write as open() does
+  // (probe, identity, log); any other rank reads nothing and learns the transaction from rank 0's decision.
+  // begin(), commit() and abort() are then refused: a save runs through the phases below.
+  [[nodiscard]] static Result<std::unique_ptr<ObjectStore>> open_rank(ObjectClient& client, int rank, int world,
+                                                                      ObjectStoreOptions options = {});
+  [[nodiscard]] bool caller_coordinated() const noexcept { return caller_comm_.has_value(); }
+
   // Collective. The step must be above every committed one (a step's commit key is created once).
   [[nodiscard]] Result<std::unique_ptr<ObjectTransaction>> begin(std::uint64_t step);
+  // The phases of begin for a caller-coordinated save. Every rank: its request for `step`, for rank 0.
+  [[nodiscard]] std::string begin_request(std::uint64_t step) const;
+  // Rank 0: checks every rank's request (rank order) and picks the transaction; the decision carries the
+  // error when nothing was begun. Nothing is written until a rank's shard.
+  [[nodiscard]] std::string decide_begin(std::uint64_t step, const std::vector<std::string>& requests);
+  // Every rank: rank 0's decision taken, this rank's shard upload started.
+  [[nodiscard]] Result<std::unique_ptr<ObjectTransaction>> join(const std::string& decision);
 
   // Rank 0: retires the step (retire object first), then deletes its objects.
   [[nodiscard]] Status retire(const StepInfo& info);
+  [[nodiscard]] Status retire(std::uint64_t step);
+  // Rank 0: retires what the policy does not keep (the latest step always stays); returns the retired steps.
+  [[nodiscard]] Result<std::vector<StepInfo>> apply_retention(const RetentionPolicy& policy);
   // Deletes the objects and aborts the uploads of transactions proven dead (spec 4.5); dry_run lists them.
   [[nodiscard]] Result<ObjectCleanup> collect_garbage(bool dry_run);
 
@@ -184,7 +211,12 @@ class ObjectStore {
   [[nodiscard]] Result<std::string> read_log_objects();  // rank 0: every log object, encoded for the broadcast
   [[nodiscard]] Status adopt_log(const std::string& encoded);
   [[nodiscard]] Status remove_prefix(const std::string& prefix, ObjectCleanup* report);
-  [[nodiscard]] std::vector<StepInfo> apply_retention(Status& status);
+  // Retires what policy does not keep, in step order, until one fails (status): the steps retired.
+  [[nodiscard]] std::vector<StepInfo> retire_beyond(const RetentionPolicy& policy, Status& status);
+  // begin's checks on rank 0: writable, nothing open, the step above every commit.
+  [[nodiscard]] Status check_begin(std::uint64_t step) const;
+  // This rank's shard upload for transaction txn of step: the transaction every rank's begin or join returns.
+  [[nodiscard]] Result<std::unique_ptr<ObjectTransaction>> start(std::uint64_t txn, std::uint64_t step);
   [[nodiscard]] std::string log_object(const std::vector<PendingRecord>& records) const;
 
   ObjectClient& client_;
@@ -192,6 +224,7 @@ class ObjectStore {
   Access access_;
   ObjectStoreOptions options_;
   CommRef comm_;
+  std::optional<CallerComm> caller_comm_;  // open_rank: comm_ refers to it
   Uuid uuid_{};
   ObjectLog log_;
   ObjectTransaction* open_txn_ = nullptr;

@@ -16,6 +16,11 @@ DCP's plans (spec/SHARDING.md 3.6):
 A save that fails anywhere leaves no COMMIT: the previous step stays the latest, and the coordinator's
 next open (its next save, or any writable open) removes the unfinished step. ckpt-verify, ckpt-inspect,
 ckpt-repair, ckpt-reshard and ckpt-merge work on the result; each byte dcp.load reads is verified.
+
+``store_path`` may be ``s3://bucket/prefix``: the same phases run over the store on objects (spec/OBJECT.md
+4.8): each rank uploads its shard object, and the coordinator's ``finish`` creates the step's commit object
+(``If-None-Match: *``) only after every rank's report. Steps there are committed once: a save must use a step
+above the latest.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from .. import _ckpt, _tensors
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotFoundError
 
 # The training-state key of the pickled DCP Metadata (spec/PYTHON.md 4.2).
 METADATA_KEY = "dcp.metadata"
@@ -234,9 +239,15 @@ class StorageWriter(_StorageWriter):
 
 def _next_step(path: str) -> int:
     """One above the store's latest committed step (0 for a store that does not exist yet)."""
-    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "JOURNAL")):
+    if path.startswith("s3://"):
+        try:  # a store on objects (spec/OBJECT.md 4): a missing identity object is no store yet
+            s = _ckpt.Store.open(path, True, False, 0, 0, _ckpt.DEFAULT_CHUNK_SIZE_LOG2, False)
+        except NotFoundError:
+            return 0
+    elif not os.path.isdir(path) or not os.path.exists(os.path.join(path, "JOURNAL")):
         return 0
-    s = _ckpt.Store.open(path, True, False, 0, 0, _ckpt.DEFAULT_CHUNK_SIZE_LOG2, False)
+    else:
+        s = _ckpt.Store.open(path, True, False, 0, 0, _ckpt.DEFAULT_CHUNK_SIZE_LOG2, False)
     try:
         latest = s.latest()
         return 0 if latest is None else latest["step"] + 1

@@ -350,26 +350,42 @@ CKPT_INLINE Result<StepReader> ObjectStore::open_step(std::uint64_t step) {
   return open_step(info);
 }
 
-CKPT_INLINE Result<std::unique_ptr<ObjectTransaction>> ObjectStore::begin(std::uint64_t step) {
+CKPT_INLINE Status ObjectStore::check_begin(std::uint64_t step) const {
   if (access_ != Access::read_write) return make_error(Code::invalid_argument, url() + ": opened read-only");
   if (open_txn_ != nullptr) return make_error(Code::conflict, url() + ": a transaction is already open");
-  // Rank 0 picks the txn; a step at or below the latest commit can never commit (its key exists or is passed).
+  // A step at or below the latest commit can never commit (its key exists or is passed).
+  const auto last = latest();
+  if (last && step <= last->step)
+    return make_error(Code::conflict, url() + ": step " + std::to_string(step) + " is not above the latest committed step " +
+                                          std::to_string(last->step) + " (a step is committed once, spec/OBJECT.md 4.4)");
+  return Status();
+}
+
+CKPT_INLINE Result<std::unique_ptr<ObjectTransaction>> ObjectStore::begin(std::uint64_t step) {
+  if (caller_coordinated()) return CallerComm::refusal().with_context(url());
+  // Rank 0 checks and picks the txn; every rank starts its shard upload under it.
   Status local;
   std::string decision;
   if (comm_.rank() == 0) {
-    const auto last = latest();
-    if (last && step <= last->step)
-      local = make_error(Code::conflict, url() + ": step " + std::to_string(step) + " is not above the latest committed step " +
-                                             std::to_string(last->step) + " (a step is committed once, spec/OBJECT.md 4.4)");
+    local = check_begin(step);
     Encoder out;
     out.u64(detail::random_txn());
     decision = std::move(out.str());
+  } else if (access_ != Access::read_write) {
+    local = make_error(Code::invalid_argument, url() + ": opened read-only");
   }
   CKPT_TRY(ckpt::detail::agree(comm_, local));
   if (comm_.size() > 1) CKPT_TRY(comm_.broadcast(decision, 0));
   Decoder in(reinterpret_cast<const unsigned char*>(decision.data()), decision.size());
   std::uint64_t txn = 0;
   if (!in.u64(txn) || in.remaining() != 0) return make_error(Code::corrupt, "rank 0 broadcast a malformed begin decision");
+  auto started = start(txn, step);
+  Status created = started.ok() ? Status() : started.status();
+  CKPT_TRY(ckpt::detail::agree(comm_, created));
+  return started;
+}
+
+CKPT_INLINE Result<std::unique_ptr<ObjectTransaction>> ObjectStore::start(std::uint64_t txn, std::uint64_t step) {
   const auto world = static_cast<std::uint32_t>(comm_.size());
   const std::string dir = step_dir_name(step, txn);
   const std::string shard_name = shard_file_name(static_cast<std::uint32_t>(comm_.rank()), world);
@@ -379,14 +395,84 @@ CKPT_INLINE Result<std::unique_ptr<ObjectTransaction>> ObjectStore::begin(std::u
   wo.buffer_size = options_.buffer_size;
   wo.atomic_rename = false;  // the name is unique to this transaction; the upload completes at finish (sync)
   wo.durable = true;
-  auto writer = ShardWriter::create(fs(), join_path(dir, shard_name), wo);
-  Status created = writer.ok() ? Status() : writer.status();
-  CKPT_TRY(ckpt::detail::agree(comm_, created));
-  std::unique_ptr<ObjectTransaction> tx(new ObjectTransaction(this, txn, step, dir, shard_name, std::move(*writer)));
+  CKPT_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::create(fs(), join_path(dir, shard_name), wo));
+  std::unique_ptr<ObjectTransaction> tx(new ObjectTransaction(this, txn, step, dir, shard_name, std::move(writer)));
   tx->rank_ = comm_.rank();
   tx->world_ = comm_.size();
   open_txn_ = tx.get();
   return Result<std::unique_ptr<ObjectTransaction>>(std::move(tx));
+}
+
+CKPT_INLINE Result<std::unique_ptr<ObjectStore>> ObjectStore::open_rank(ObjectClient& client, int rank, int world,
+                                                                        ObjectStoreOptions options) {
+  if (world < 1 || rank < 0 || rank >= world)
+    return make_error(Code::invalid_argument, client.url("") + ": rank " + std::to_string(rank) + " is not a rank of a world of " +
+                                                  std::to_string(world));
+  static LocalComm local;  // replaced below, before anything uses it
+  std::unique_ptr<ObjectStore> store(new ObjectStore(client, Access::read_write, options, CommRef(local)));
+  store->caller_comm_.emplace(rank, world);
+  store->comm_ = CommRef(*store->caller_comm_);
+  // Rank 0 opens as open() does: probe, identity, log. Another rank writes only its shard, under the name
+  // rank 0's decision gives it, so it reads nothing here and its open may come in any order.
+  if (rank == 0) {
+    CKPT_TRY(store->probe());
+    CKPT_TRY(store->load_identity(options.create_if_missing));
+    CKPT_ASSIGN_OR_RETURN(std::string listing, store->read_log_objects());
+    CKPT_TRY(store->adopt_log(listing));
+  }
+  return Result<std::unique_ptr<ObjectStore>>(std::move(store));
+}
+
+CKPT_INLINE std::string ObjectStore::begin_request(std::uint64_t step) const {
+  Encoder out;
+  Status local;
+  if (open_txn_ != nullptr) local = make_error(Code::conflict, url() + ": rank " + std::to_string(comm_.rank()) + " has a transaction open");
+  ckpt::detail::encode_status(out, local);
+  out.u64(step);
+  out.u32(static_cast<std::uint32_t>(comm_.size()));
+  return std::move(out.str());
+}
+
+CKPT_INLINE std::string ObjectStore::decide_begin(std::uint64_t step, const std::vector<std::string>& requests) {
+  // Rank 0: every rank asks for this step in a world of this size, and the step can commit (spec 4.8).
+  Status decision;
+  if (!caller_coordinated() || comm_.rank() != 0)
+    decision = make_error(Code::invalid_argument, url() + ": decide_begin() is for rank 0 of a store opened with open_rank");
+  else if (requests.size() != static_cast<std::size_t>(comm_.size()))
+    decision = make_error(Code::invalid_argument, url() + ": " + std::to_string(requests.size()) + " begin requests from a world of " +
+                                                      std::to_string(comm_.size()));
+  for (std::size_t r = 0; decision.ok() && r < requests.size(); ++r) {
+    Decoder in(reinterpret_cast<const unsigned char*>(requests[r].data()), requests[r].size());
+    Status theirs;
+    std::uint64_t their_step = 0;
+    std::uint32_t their_world = 0;
+    if (!ckpt::detail::decode_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world) || in.remaining() != 0)
+      decision = make_error(Code::corrupt, url() + ": rank " + std::to_string(r) + " sent a malformed begin request");
+    else if (!theirs.ok())
+      decision = ckpt::detail::from_rank(theirs, static_cast<int>(r), comm_.size());
+    else if (their_step != step || their_world != static_cast<std::uint32_t>(comm_.size()))
+      decision = make_error(Code::invalid_argument, url() + ": rank " + std::to_string(r) + " asked to begin step " +
+                                                        std::to_string(their_step) + " of a world of " + std::to_string(their_world) +
+                                                        ", rank 0 step " + std::to_string(step) + " of " + std::to_string(comm_.size()));
+  }
+  if (decision.ok()) decision = check_begin(step);
+  Encoder out;
+  ckpt::detail::encode_status(out, decision);
+  out.u64(step);
+  out.u64(decision.ok() ? detail::random_txn() : 0);
+  return std::move(out.str());
+}
+
+CKPT_INLINE Result<std::unique_ptr<ObjectTransaction>> ObjectStore::join(const std::string& decision) {
+  if (!caller_coordinated()) return make_error(Code::invalid_argument, url() + ": join() is for a store opened with open_rank");
+  Decoder in(reinterpret_cast<const unsigned char*>(decision.data()), decision.size());
+  Status decided;
+  std::uint64_t step = 0, txn = 0;
+  if (!ckpt::detail::decode_status(in, decided) || !in.u64(step) || !in.u64(txn) || in.remaining() != 0)
+    return make_error(Code::corrupt, url() + ": a malformed begin decision");
+  CKPT_TRY(decided);
+  if (open_txn_ != nullptr) return make_error(Code::conflict, url() + ": a transaction is already open");
+  return start(txn, step);
 }
 
 CKPT_INLINE Status ObjectStore::remove_prefix(const std::string& prefix, ObjectCleanup* report) {
@@ -420,9 +506,22 @@ CKPT_INLINE Status ObjectStore::retire(const StepInfo& info) {
   return Status();
 }
 
-CKPT_INLINE std::vector<StepInfo> ObjectStore::apply_retention(Status& status) {
+CKPT_INLINE Status ObjectStore::retire(std::uint64_t step) {
+  CKPT_ASSIGN_OR_RETURN(StepInfo info, find(step));
+  return retire(info);
+}
+
+CKPT_INLINE Result<std::vector<StepInfo>> ObjectStore::apply_retention(const RetentionPolicy& policy) {
+  if (access_ != Access::read_write || comm_.rank() != 0)
+    return make_error(Code::invalid_argument, url() + ": retention is rank 0's, on a store opened read_write");
+  Status status;
+  std::vector<StepInfo> retired = retire_beyond(policy, status);
+  if (!status.ok()) return status;
+  return retired;
+}
+
+CKPT_INLINE std::vector<StepInfo> ObjectStore::retire_beyond(const RetentionPolicy& p, Status& status) {
   std::vector<StepInfo> retired;
-  const RetentionPolicy& p = options_.retention;
   if (!p.enabled() || log_.steps.size() <= p.keep_last) return retired;
   const std::vector<StepInfo> steps = log_.steps;
   for (std::size_t i = 0; i + p.keep_last < steps.size(); ++i) {
@@ -531,7 +630,7 @@ CKPT_INLINE Status ObjectTransaction::end_piece() {
   return keep(writer_->end_piece());
 }
 
-CKPT_INLINE std::string ObjectTransaction::make_report(bool commit) {
+CKPT_INLINE std::string ObjectTransaction::make_report(bool commit, Status* local_out) {
   // This rank's shard report (spec/SHARDING.md 3.5): its error, or its completed shard and pieces.
   Status local = failure_;
   std::string body;
@@ -550,6 +649,7 @@ CKPT_INLINE std::string ObjectTransaction::make_report(bool commit) {
     }
   }
   writer_.reset();  // an unfinished upload is aborted here
+  if (local_out != nullptr) *local_out = local;
   Encoder report;
   report.u8(commit && local.ok() ? 1 : 0);
   ckpt::detail::encode_status(report, local);
@@ -568,6 +668,9 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
   std::vector<ReplicaDecl> replicas;
   std::vector<GlobalPiece> pieces;
   bool wants_commit = commit;
+  if (decision.ok() && reports->size() != static_cast<std::size_t>(world_))
+    decision = make_error(Code::invalid_argument, where + ": " + std::to_string(reports->size()) + " shard reports from a world of " +
+                                                      std::to_string(world_));
   for (std::size_t r = 0; decision.ok() && r < reports->size(); ++r) {
     const std::string& bytes = (*reports)[r];
     Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
@@ -668,13 +771,14 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
   } else {
     store.log_.steps.push_back(outcome.step);
     std::sort(store.log_.steps.begin(), store.log_.steps.end(), [](const StepInfo& a, const StepInfo& b) { return a.step < b.step; });
-    for (const auto& s : store.apply_retention(outcome.retention)) outcome.retired.push_back(s.step);
+    for (const auto& s : store.retire_beyond(store.options_.retention, outcome.retention)) outcome.retired.push_back(s.step);
   }
   return detail::encode_object_outcome(outcome);
 }
 
 CKPT_INLINE Result<detail::ObjectOutcome> ObjectTransaction::finish(bool commit) {
   CKPT_TRY(check_active());
+  if (store_->caller_coordinated()) return CallerComm::refusal().with_context(dir_);
   // One gather of shard reports, rank 0's decision, one broadcast of the outcome (spec/OBJECT.md 4.4).
   ObjectStore& store = *store_;
   auto gathered = store.comm_.gather(make_report(commit), 0);
@@ -689,8 +793,9 @@ CKPT_INLINE Result<detail::ObjectOutcome> ObjectTransaction::finish(bool commit)
   return outcome;
 }
 
-CKPT_INLINE Result<CommitResult> ObjectTransaction::commit() {
-  CKPT_ASSIGN_OR_RETURN(detail::ObjectOutcome outcome, finish(true));
+CKPT_INLINE Result<CommitResult> ObjectTransaction::commit_result(const std::string& outcome_bytes) {
+  detail::ObjectOutcome outcome;
+  CKPT_TRY(detail::decode_object_outcome(outcome_bytes, outcome));
   if (!outcome.committed) return outcome.decision;
   std::vector<StepInfo>& steps = store_->log_.steps;
   if (rank_ != 0) {
@@ -709,9 +814,44 @@ CKPT_INLINE Result<CommitResult> ObjectTransaction::commit() {
   return result;
 }
 
+CKPT_INLINE Result<CommitResult> ObjectTransaction::commit() {
+  CKPT_ASSIGN_OR_RETURN(detail::ObjectOutcome outcome, finish(true));
+  return commit_result(detail::encode_object_outcome(outcome));
+}
+
 CKPT_INLINE Status ObjectTransaction::abort() {
   CKPT_ASSIGN_OR_RETURN(detail::ObjectOutcome outcome, finish(false));
   return outcome.decision;
+}
+
+CKPT_INLINE Result<std::string> ObjectTransaction::report() {
+  CKPT_TRY(check_active());
+  if (!store_->caller_coordinated())
+    return make_error(Code::invalid_argument, dir_ + ": report() is for a store opened with ObjectStore::open_rank; use commit()");
+  if (reported_) return make_error(Code::invalid_argument, dir_ + "/" + shard_name_ + ": already reported");
+  if (writer_->piece_open())  // the caller can still fix it: the transaction stays open
+    return make_error(Code::invalid_argument, dir_ + "/" + shard_name_ + ": a piece is still open at report()");
+  Status mine;
+  std::string bytes = make_report(true, &mine);  // completes this rank's shard object, or aborts its upload
+  reported_ = true;
+  if (rank_ != 0) {  // a participant's part is over: rank 0 decides alone
+    finished_ = true;
+    if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
+  }
+  if (!mine.ok())
+    return mine.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ") rank " + std::to_string(rank_) +
+                             ": the shard was not completed, rank 0 must not commit");
+  return bytes;
+}
+
+CKPT_INLINE Result<CommitResult> ObjectTransaction::commit_reports(const std::vector<std::string>& reports) {
+  if (finished_ || !store_->caller_coordinated() || rank_ != 0 || !reported_)
+    return make_error(Code::invalid_argument, dir_ + ": commit_reports() is for rank 0 of a store opened with "
+                                                      "ObjectStore::open_rank, after its own report(), once");
+  std::string outcome_bytes = coordinate(true, Result<std::vector<std::string>>(reports));
+  finished_ = true;
+  if (store_->open_txn_ == this) store_->open_txn_ = nullptr;
+  return commit_result(outcome_bytes);
 }
 
 CKPT_INLINE Result<OpenedObjectStore> open_store_url(const ObjectOpener& open_objects, const std::string& url, Access access,
