@@ -332,10 +332,7 @@ int train(StoreT& store, Trainer& t, std::vector<unsigned char>& extra, const Ru
   std::unique_ptr<ckpt::AsyncSaver> saver;
   if constexpr (std::is_same_v<StoreT, ckpt::Store>) {  // a store on objects takes neither (refused in main)
     const double flush_deadline = flags.flush_deadline;
-    if (flush_deadline > 0) {
-      const auto hold_up = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(flush_deadline));
-      if (ckpt::Status s = ckpt::install_flush_handler({SIGTERM, SIGPWR, SIGUSR1}, hold_up); !s.ok())
-        return ckpt::cli::report(kTool, s);
+    if (flush_deadline > 0) {  // the handler is installed in main, before the store opens
       if (const auto estimate = store.estimate_save(); estimate.known() && !quiet)
         std::printf("a save of %llu bytes takes %.3f s at the slowest recorded rate: %s the %.3f s deadline\n",
                     static_cast<unsigned long long>(estimate.bytes), estimate.seconds,
@@ -434,6 +431,13 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_flag("-q,--quiet", quiet, "print only the final line");
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
+    // First of all: a signal that comes while the store opens or the run resumes is a flush request too,
+    // never the default action (death by SIGTERM).
+    if (flush_deadline > 0 && !ckpt::object::is_object_url(store_path)) {
+      const auto hold_up = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(flush_deadline));
+      if (ckpt::Status s = ckpt::install_flush_handler({SIGTERM, SIGPWR, SIGUSR1}, hold_up); !s.ok())
+        return ckpt::cli::report(kTool, s);
+    }
 
     Trainer t;
     t.seed = seed;
