@@ -78,3 +78,22 @@ if(CKPT_BUILD_TOOLS)
                    run -- $<TARGET_FILE:test_s3_tools>)
   set_tests_properties(s3_tools_moto PROPERTIES LABELS object TIMEOUT 600 WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()
+
+# The crash oracle with a real process (spec/OBJECT.md 6): tests/test_s3_crash.py starts
+# tests/s3_crash_writer.cpp, has the fault proxy SIGKILL it at every request boundary of a save and of
+# retention (before the request is forwarded, and after its answer came back but before it is returned),
+# then judges the store with the writer's checker, ckpt-verify and ckpt-repair, and saves once more. On moto
+# only (the protocol's server differences are test_s3_faults'), with parts of 64 KiB: moto accepts them
+# when S3_UPLOAD_PART_MIN_SIZE says so.
+if(CKPT_BUILD_TOOLS)
+  add_executable(s3_crash_writer ${PROJECT_SOURCE_DIR}/tests/s3_crash_writer.cpp)
+  target_link_libraries(s3_crash_writer PRIVATE ckpt::s3 ${CKPT_LIB})
+  target_compile_options(s3_crash_writer PRIVATE ${CKPT_WARNINGS})
+  add_dependencies(s3_crash_writer ckpt-inspect ckpt-verify ckpt-repair)
+  add_test(NAME s3_crash_moto
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/s3-test-server.py --server moto --proxy
+                   run -- ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/test_s3_crash.py
+                   --writer $<TARGET_FILE:s3_crash_writer> --tools $<TARGET_FILE_DIR:ckpt-verify>)
+  set_tests_properties(s3_crash_moto PROPERTIES LABELS object TIMEOUT 300 WORKING_DIRECTORY ${PROJECT_BINARY_DIR}
+                       ENVIRONMENT "S3_UPLOAD_PART_MIN_SIZE=65536")
+endif()

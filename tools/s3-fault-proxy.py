@@ -28,9 +28,11 @@ A rule is an object:
    "path": "regex",                 optional: re.search on the decoded path (/bucket/key)
    "skip": 0,                       matching requests to let through before the rule fires
    "times": 1,                      how many times it fires (null: every matching request after skip)
-   "action": "slowdown" | "reset" | "error200" | "lose_response" | "hang" | "pass",
+   "action": "slowdown" | "reset" | "error200" | "lose_response" | "hang" | "pass" | "kill" | "kill_after",
    "forward": true,                 error200 only: forward first (the server acts) or not (default true)
-   "reset_after": 65536}            reset only: body bytes read before the connection is reset
+   "reset_after": 65536,            reset only: body bytes read before the connection is reset
+   "pid": 1234,                     kill and kill_after only (required): the process to signal
+   "signal": 9}                     kill and kill_after only: the signal (default SIGKILL)
 
 The first rule whose match and counters fit decides; a request no rule takes is forwarded.
 
@@ -40,11 +42,22 @@ The first rule whose match and counters fit decides; a request no rule takes is 
   lose_response  forwards, lets the server act, then closes the connection without an answer (RST)
   hang           forwards nothing and answers nothing until POST /release (or 60 s), then closes
   pass           forwards (counts as a match, e.g. to skip a rule further down)
+  kill           signals pid (the client itself: a writer killed at this request boundary) as soon as the
+                 request's head arrives, before anything is forwarded, then closes the connection (RST)
+  kill_after     forwards, lets the server act and reads its whole answer, then signals pid and closes the
+                 connection without the answer (RST): the writer dies with its request done and the answer lost
+
+Counters start when the rules are set, so {"action": "kill", "pid": P, "skip": N - 1} kills P at the N-th request
+after PUT /rules, whatever it is (tests/test_s3_crash.py). The signal is sent before the connection is closed,
+so the client never sees the fault; what the killed process had in flight on other connections still goes
+through (a real crash does the same). The log's action names the rule that fired; its status is 0 for kill and
+minus the server's status for kill_after.
 """
 import argparse
 import http.client
 import io
 import json
+import os
 import re
 import signal
 import socket
@@ -55,7 +68,7 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ACTIONS = {"slowdown", "reset", "error200", "lose_response", "hang", "pass"}
+ACTIONS = {"slowdown", "reset", "error200", "lose_response", "hang", "pass", "kill", "kill_after"}
 HOP_BY_HOP = {"expect", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "te", "upgrade"}
 HANG_LIMIT_S = 60.0
 
@@ -85,6 +98,12 @@ class State:
                 raise ValueError(f"a rule needs an action in {sorted(ACTIONS)}: {rule!r}")
             if "path" in rule:
                 re.compile(rule["path"])
+            if rule["action"] in ("kill", "kill_after"):
+                pid = rule.get("pid")
+                if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
+                    raise ValueError(f"a kill rule needs the pid of the process to kill (an integer > 1): {rule!r}")
+                if not isinstance(rule.get("signal", signal.SIGKILL), int):
+                    raise ValueError(f"a kill rule's signal is a number: {rule!r}")
             rule = dict(rule)
             rule.setdefault("skip", 0)
             rule.setdefault("times", 1)
@@ -126,8 +145,16 @@ class State:
                              "action": action, "time": time.time()})
 
 
+def kill(rule):
+    """Sends the rule's signal to its pid (kill, kill_after); a process already gone is no error."""
+    try:
+        os.kill(rule["pid"], int(rule.get("signal", signal.SIGKILL)))
+    except ProcessLookupError:
+        pass
+
+
 class Dropped(Exception):
-    """The client connection was closed on purpose (reset, lose_response, hang)."""
+    """The client connection was closed on purpose (reset, lose_response, hang, kill, kill_after)."""
 
 
 class ProxyHandler(BaseHTTPRequestHandler):
@@ -275,6 +302,9 @@ class ProxyHandler(BaseHTTPRequestHandler):
             if action == "hang":
                 state.release.wait(HANG_LIMIT_S)
                 self.abort_connection()
+            if action == "kill":
+                kill(rule)
+                self.abort_connection()
             self.send_continue()
             if action == "reset":
                 self.read_body(int(rule.get("reset_after", 65536)))
@@ -293,8 +323,10 @@ class ProxyHandler(BaseHTTPRequestHandler):
                 self.answer(502, "Bad Gateway", [("Content-Type", "application/xml"), ("Connection", "close")],
                             s3_error("ServiceUnavailable", f"the fault proxy could not reach the server: {exc}"))
                 return
-            if action == "lose_response":
+            if action in ("lose_response", "kill_after"):
                 status = -up_status  # what the server answered, never delivered
+                if action == "kill_after":
+                    kill(rule)
                 self.abort_connection()
             if action == "error200":
                 status = 200
