@@ -2,14 +2,19 @@
 // its own "node" with its own memory-tier directory, a shared persistent store. Each job runs a
 // deterministic trainer (tests/tier_trainer.hpp), stops, and the next job resumes; the final state must
 // be bit-identical to an uninterrupted run. Failures are made between jobs: directories deleted (a
-// node lost), bytes flipped (a bad copy), a load that fails (a NaN after load).
+// node lost), bytes flipped (a bad copy), a load that fails (a NaN after load). The persistent tier is a
+// directory, or a store on object storage kept in memory (testing::MemoryObjects through an opener).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <ckpt/object/object_store.hpp>
+#include <ckpt/report/verify.hpp>
+#include <ckpt/testing/memory_objects.hpp>
 #include <ckpt/thread_comm.hpp>
+#include <ckpt/tiers/memory_root.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
 #include "tier_trainer.hpp"
@@ -35,6 +40,7 @@ struct JobResult {
   std::vector<std::string> slices;
   std::vector<Status> errors;
   std::vector<std::vector<TierRecord>> records;
+  std::vector<std::vector<std::string>> notes;
   [[nodiscard]] bool ok() const {
     for (const auto& e : errors)
       if (!e.ok()) return false;
@@ -72,6 +78,7 @@ JobResult run(const Job& job) {
   out.slices.resize(static_cast<std::size_t>(world));
   out.errors.resize(static_cast<std::size_t>(world));
   out.records.resize(static_cast<std::size_t>(world));
+  out.notes.resize(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
@@ -99,6 +106,7 @@ JobResult run(const Job& job) {
       Status waited = (*tiers)->wait();
       if (!waited.ok()) return fail(waited);
       out.records[i] = (*tiers)->records();
+      out.notes[i] = (*tiers)->notes();
       out.slices[i] = trainer.bytes();
     });
   for (auto& t : threads) t.join();
@@ -139,13 +147,35 @@ std::size_t count(const std::vector<TierRecord>& records, TierEvent e) {
 }
 
 // Runs the first job to step 7 (or `steps`): memory steps 4 and 6 kept, step 4 persisted, step 6 replicated.
-fsys::path trained_to_7(const std::string& name, std::uint64_t steps = 7) {
-  Job first{fresh_dir(name), kFourNodes, steps, {}, {}};
+fsys::path trained_to_7(const std::string& name, std::uint64_t steps = 7, std::function<void(TierOptions&)> tune = {}) {
+  Job first{fresh_dir(name), kFourNodes, steps, {}, std::move(tune)};
   auto r = run(first);
   INFO(r.first_error());
   REQUIRE(r.ok());
   return first.dir;
 }
+
+// The persistent tier on an object store: every rank's client a view of the same objects (spec/OBJECT.md 4.7).
+constexpr const char* kObjectUrl = "s3://bucket/tiers";
+struct ObjectTier {
+  testing::MemoryObjects objects{kObjectUrl};
+  [[nodiscard]] object::ObjectOpener opener() {
+    return [this](const std::string& url) -> Result<std::unique_ptr<object::ObjectClient>> {
+      (void)url;
+      return std::unique_ptr<object::ObjectClient>(new testing::MemoryObjects(objects.view()));
+    };
+  }
+  [[nodiscard]] std::function<void(TierOptions&)> tune() {
+    return [this](TierOptions& o) { o.persistent = kObjectUrl, o.open_objects = opener(); };
+  }
+  // The key of a committed step's shard file.
+  [[nodiscard]] std::string shard_key(std::uint64_t step, int rank) const {
+    const std::string head = "step-" + std::to_string(step) + "-", tail = "/" + shard_file_name(static_cast<std::uint32_t>(rank), 4);
+    for (const auto& [key, bytes] : objects.objects())
+      if (key.rfind(head, 0) == 0 && key.size() > tail.size() && key.compare(key.size() - tail.size(), tail.size(), tail) == 0) return key;
+    return "";
+  }
+};
 
 void check_final(const JobResult& r, std::uint64_t steps) {
   INFO(r.first_error());
@@ -389,4 +419,115 @@ TEST_CASE("a damaged tier log is set aside, never deleted, and the job still res
   bool noted = false;
   for (const auto& s : r.resumed[1].setbacks) noted = noted || s.find("set aside as") != std::string::npos;
   CHECK(noted);
+}
+
+TEST_CASE("promotion to an object store uploads every shard and the store reads back verified", "[tiered][object]") {
+  ObjectTier tier;
+  Job job{fresh_dir("s3-promote"), kFourNodes, 10, {}, tier.tune()};
+  auto r = run(job);
+  check_final(r, 10);
+  for (const auto& records : r.records) CHECK(count(records, TierEvent::persisted) == 2);  // 4, 8
+  CHECK_FALSE(fsys::exists(job.dir / "persistent"));  // nothing of the persistent tier went to a directory
+  const auto objects = tier.objects.objects();
+  CHECK(objects.count(object::commit_key(4)) == 1);
+  CHECK(objects.count(object::commit_key(8)) == 1);
+  for (int rank = 0; rank < 4; ++rank) CHECK_FALSE(tier.shard_key(8, rank).empty());
+  CHECK(tier.objects.open_uploads() == 0);
+  // The store as any reader opens it: steps 4 and 8, every chunk of every shard verified by ranged GETs.
+  testing::MemoryObjects reader = tier.objects.view();
+  auto store = object::ObjectStore::open(reader, Access::read_only);
+  REQUIRE(store.ok());
+  REQUIRE((*store)->steps().size() == 2);
+  CHECK((*store)->steps()[1].step == 8);
+  CHECK((*store)->steps()[1].world_size == 4);
+  report::VerifyPathsReport verified;
+  REQUIRE(report::verify_object_store(**store, {}, verified).ok());
+  REQUIRE(verified.stores.size() == 1);
+  CHECK(verified.stores[0].ok);
+  CHECK(verified.steps.size() == 2);
+  // The persistent step is whole: no partial-step marker, rank 0's training state.
+  auto step8 = (*store)->open_step(8);
+  REQUIRE(step8.ok());
+  CHECK(step8->state().values.count(std::string(kPartialStepKey)) == 0);
+  CHECK(step8->state().data.offset == 8 * 32);
+  // The memory-root tools compare and verify against the object store as against a directory.
+  PosixFs fs;
+  MemoryRootOptions mo;
+  mo.persistent = kObjectUrl, mo.open_objects = tier.opener();
+  auto described = verify_memory_root(fs, (job.dir / "node-n0").string(), mo);
+  REQUIRE(described.ok());
+  INFO((described->problems.empty() ? std::string() : described->problems.front().message));
+  CHECK(described->ok());
+  bool compared = false;
+  for (const auto& s : described->root.steps)
+    if (s.step == 8) compared = s.persistent == PersistentState::same;
+  CHECK(compared);
+  mo.open_objects = nullptr;
+  CHECK(describe_memory_root(fs, (job.dir / "node-n0").string(), mo).status().code() == Code::unsupported);
+}
+
+TEST_CASE("a job whose memory tier is wiped resumes from the object store bit for bit", "[tiered][object]") {
+  ObjectTier tier;
+  const auto dir = trained_to_7("s3-wiped", 7, tier.tune());
+  for (const auto& n : kFourNodes) fsys::remove_all(dir / ("node-" + n));  // every node lost: a power cut
+  auto r = run(Job{dir, kFourNodes, 10, {}, tier.tune()});
+  check_final(r, 10);
+  for (const auto& res : r.resumed) {
+    CHECK(res.step == 4);
+    REQUIRE(res.sources.size() == 1);
+    CHECK_THAT(res.sources[0], Catch::Contains("persistent store") && Catch::Contains(kObjectUrl));
+  }
+  CHECK(r.resumed[0].read_persistent);
+  CHECK(r.resumed[2].state.data.offset == 4 * 32);
+  // Training went on and promoted step 8 above the resumed step.
+  for (const auto& records : r.records) CHECK(count(records, TierEvent::persisted) == 1);
+  CHECK(tier.objects.objects().count(object::commit_key(8)) == 1);
+}
+
+TEST_CASE("a damaged object of the persistent tier is set aside, never loaded, and never deleted", "[tiered][object]") {
+  ObjectTier tier;
+  const auto dir = trained_to_7("s3-damaged", 9, tier.tune());  // steps 4 and 8 persisted
+  for (const auto& n : kFourNodes) fsys::remove_all(dir / ("node-" + n));
+  const std::string key = tier.shard_key(8, 1);
+  REQUIRE_FALSE(key.empty());
+  std::string bytes = tier.objects.objects().at(key);
+  REQUIRE(bytes.size() > 8192);
+  bytes[8192] = static_cast<char>(bytes[8192] ^ 0x10);  // a data chunk of rank 1's shard: its index still reads
+  tier.objects.set_object(key, bytes);
+  auto r = run(Job{dir, kFourNodes, 12, {}, tier.tune()});
+  check_final(r, 12);
+  for (const auto& res : r.resumed) CHECK(res.step == 4);  // step 8's shard 1 exists nowhere else
+  bool caught = false;
+  for (const auto& s : r.resumed[1].setbacks) caught = caught || s.find(key) != std::string::npos;
+  CHECK(caught);
+  // Rank 0 scanned the store for everyone: it records the copy set aside, named PATH#SHARD (spec/TIERS.md 5.2).
+  CHECK(count(r.records[0], TierEvent::set_aside) == 1);
+  for (const auto& rec : r.records[0])
+    if (rec.event == TierEvent::set_aside) CHECK(rec.detail == std::string(kObjectUrl) + "/#1");
+  // The damaged object stays as it was; step 8 is committed there once, so the retrained step 8 stays in
+  // memory (a note says so) and step 12 is promoted.
+  CHECK(tier.objects.objects().at(key) == bytes);
+  bool skipped = false;
+  for (const auto& n : r.notes[0]) skipped = skipped || n.find("not promoted") != std::string::npos;
+  CHECK(skipped);
+  for (const auto& records : r.records) CHECK(count(records, TierEvent::persisted) == 1);
+  CHECK(tier.objects.objects().count(object::commit_key(12)) == 1);
+  // A later job resumes from memory, past the damage.
+  auto again = run(Job{dir, kFourNodes, 14, {}, tier.tune()});
+  check_final(again, 14);
+  for (const auto& res : again.resumed) CHECK(res.step == 12);
+}
+
+TEST_CASE("an s3:// persistent tier without an object opener is refused at create", "[tiered][object]") {
+  const auto dir = fresh_dir("s3-no-opener");
+  ThreadGroup group(1);
+  ThreadComm comm(group, 0);
+  PosixFs fs;
+  TierOptions o;
+  o.memory_root = (dir / "mem").string();
+  o.persistent = kObjectUrl;
+  o.persist_every = 2, o.replicas = 0;
+  auto t = TieredCheckpointer::create(fs, comm, o);
+  CHECK(t.status().code() == Code::unsupported);
+  CHECK_THAT(t.status().message(), Catch::Contains(kObjectUrl) && Catch::Contains("open_objects"));
 }

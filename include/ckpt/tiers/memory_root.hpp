@@ -21,6 +21,7 @@
 #include "../error.hpp"
 #include "../identity.hpp"
 #include "../io/fs.hpp"
+#include "../object/client.hpp"
 #include "../path_kind.hpp"
 #include "../problem.hpp"
 #include "../step_reader.hpp"
@@ -137,7 +138,10 @@ struct MemoryRoot {
 };
 
 struct MemoryRootOptions {
-  std::string persistent;    // a persistent store to compare with (and, when verifying, to verify); read only
+  // A persistent store to compare with (and, when verifying, to verify), read only: a directory, or
+  // "s3://bucket/prefix" opened through open_objects (empty there: Code::unsupported).
+  std::string persistent;
+  object::ObjectOpener open_objects;
   FileVerifier verify_one;   // how each shard file is checked; empty: verify_file with `verify`
   VerifyOptions verify;
 };

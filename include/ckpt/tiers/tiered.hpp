@@ -5,7 +5,7 @@
 // shard is reachable and verifies, falling back together when one does not.
 //
 //   ckpt::tiers::TierOptions o;
-//   o.memory_root = "/dev/shm/ckpt-job42";  o.persistent = "/lustre/job42/ckpt";
+//   o.memory_root = "/dev/shm/ckpt-job42";  o.persistent = "/lustre/job42/ckpt";  // or s3://, with o.open_objects
 //   o.memory_every = 10;  o.persist_every = 500;  o.replicas = 1;
 //   auto tiers = ckpt::tiers::TieredCheckpointer::create(fs, comm, o);      // collective
 //   auto resumed = (*tiers)->resume([&](ckpt::tiers::TierView& v) { ... read tensors ... });  // collective
@@ -37,7 +37,9 @@
 #include "../error.hpp"
 #include "../identity.hpp"
 #include "../io/posix_fs.hpp"
+#include "../object/client.hpp"
 #include "../store.hpp"
+#include "persistent_tier.hpp"
 #include "tier_log.hpp"
 #include "topology.hpp"
 
@@ -65,7 +67,12 @@ inline constexpr std::string_view kStateTensorPrefix = "__ckpt_tiers__/state/ran
 
 struct TierOptions {
   std::string memory_root = "/dev/shm/ckpt-tiers";  // node-local tmpfs (or any directory: it is a plain store)
-  std::string persistent;                           // a store every rank reaches; empty: no persistent tier
+  // A store every rank reaches: a directory, or a store on object storage "s3://bucket/prefix"
+  // (spec/OBJECT.md; opened through open_objects). Empty: no persistent tier.
+  std::string persistent;
+  // How an "s3://" persistent tier's client is made (object::open_s3_url in a build with ckpt::s3, a
+  // MemoryObjects view in tests). Empty with an "s3://" persistent: create() fails, Code::unsupported.
+  object::ObjectOpener open_objects;
   std::uint64_t memory_every = 1;                   // capture steps that are multiples of this
   std::uint64_t persist_every = 0;                  // promote steps that are multiples of this; 0: never
   int replicas = 1;                                 // copies of each shard in other failure domains
@@ -157,8 +164,9 @@ class TieredCheckpointer {
   [[nodiscard]] const TierOptions& options() const noexcept { return options_; }
   [[nodiscard]] int rank() const { return comm_.rank(); }
   [[nodiscard]] int world() const { return comm_.size(); }
-  // What create() found and worked around on this rank (e.g. a damaged tier log set aside).
-  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
+  // What this rank found and worked around: at create() (e.g. a damaged tier log set aside), and in the
+  // background (e.g. a promotion skipped: the object store already committed that step number or a higher one).
+  [[nodiscard]] std::vector<std::string> notes() const;
   // This rank's tier log records (what it has appended so far).
   [[nodiscard]] std::vector<TierRecord> records() const;
   // Steps every shard of which has the placement's copies (REPLICATED), and steps persisted, as recorded.
@@ -173,6 +181,7 @@ class TieredCheckpointer {
   [[nodiscard]] Status check_capacity(std::uint64_t bytes);
   void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
+  [[nodiscard]] Status promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest, const Digest128& digest);
   [[nodiscard]] Result<Store*> held(std::uint32_t shard);
   [[nodiscard]] Status log(std::vector<TierRecord> records);
   // Rewrites the tier log once it outgrows what the memory stores hold (spec/TIERS.md 5.4).
@@ -187,11 +196,11 @@ class TieredCheckpointer {
   std::string rank_dir_;
   std::unique_ptr<Store> own_;
   std::map<std::uint32_t, std::unique_ptr<Store>> held_;
-  std::unique_ptr<Store> persistent_;  // opened writable at the first promotion (collective)
+  std::unique_ptr<PersistentTier> persistent_;  // opened writable at the first promotion (collective)
   std::unique_ptr<TierLog> log_;
   mutable std::mutex log_mutex_;
   std::unique_ptr<AsyncSaver> saver_;
-  std::mutex failure_mutex_;
+  mutable std::mutex failure_mutex_;  // background_failure_ and notes_ (the worker adds to both)
   Status background_failure_;
   std::atomic<std::uint64_t> replicated_{0}, persisted_{0};
   bool resumed_ = false;

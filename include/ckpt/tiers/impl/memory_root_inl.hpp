@@ -12,6 +12,7 @@
 #include "../../store.hpp"
 #include "../../verify.hpp"
 #include "../memory_root.hpp"
+#include "../persistent_tier.hpp"
 #include "../tier_log.hpp"
 #include "../tiered.hpp"
 
@@ -195,7 +196,7 @@ CKPT_INLINE ShardCopies& shard_of(MemoryStep& s, std::uint32_t shard) {
 struct RootScan {
   MemoryRoot root;
   std::map<std::string, std::unique_ptr<Store>> stores;  // by path
-  std::unique_ptr<Store> persistent;
+  std::unique_ptr<PersistentTier> persistent;
   std::vector<RootProblem> open_problems;  // copies that did not open (verification reports them itself)
 };
 
@@ -397,14 +398,13 @@ CKPT_INLINE void count_copies(MemoryRoot& root) {
 }
 
 // The persistent store's step of each number, compared by shard digests (its index only).
-CKPT_INLINE void compare_persistent(FsRef fs, RootScan& scan) {
+CKPT_INLINE void compare_persistent(RootScan& scan) {
   MemoryRoot& root = scan.root;
-  Store& store = *scan.persistent;
+  PersistentTier& store = *scan.persistent;
   const std::string label = "persistent store " + store.path();
-  if (store.recovery_report().corrupt())
+  for (const auto& [damage, file] : store.damage())
     root.problems.push_back(root_problem(label, "", store.path(), std::nullopt, std::nullopt, 0,
-                                         ::ckpt::detail::step_problem(store.recovery_report().corruption_status(), "journal",
-                                                        join_path(store.path(), std::string(journal::kJournalName)))));
+                                         ::ckpt::detail::step_problem(damage, store.on_objects() ? "log object" : "journal", file)));
   for (auto& s : root.steps) {
     bool known = s.digest_known() && s.world > 0;
     for (const auto& sh : s.shards) known = known && sh.digest != Digest128{};
@@ -450,9 +450,7 @@ CKPT_INLINE void compare_persistent(FsRef fs, RootScan& scan) {
   MemoryRoot& root = scan.root;
   root.path = where.path, root.root = where.root, root.kind = where.kind, root.persistent = options.persistent;
   if (!options.persistent.empty()) {
-    StoreOptions o;
-    o.allow_corrupt_journal = true;
-    auto p = Store::open(fs, options.persistent, Access::read_only, o);
+    auto p = PersistentTier::open_read(fs, options.persistent, options.open_objects, /*allow_damage=*/true);
     if (!p.ok()) return p.status().with_context("persistent store");
     scan.persistent = std::move(*p);
   }
@@ -489,7 +487,7 @@ CKPT_INLINE void compare_persistent(FsRef fs, RootScan& scan) {
   place_records(root, steps);
   place_copies(root, steps);
   for (auto& [key, s] : steps) root.steps.push_back(std::move(s));
-  if (scan.persistent) compare_persistent(fs, scan);
+  if (scan.persistent) compare_persistent(scan);
   count_copies(root);
   return scan;
 }
@@ -537,7 +535,9 @@ CKPT_INLINE Result<MemoryRootVerification> verify_memory_root(FsRef fs, const st
     take(detail::copy_label(c), detail::rank_dir_name(c.rank_dir), c.store, c.step, c.shard, c.info.txn, report);
   }
   if (scan.persistent) {
-    Store& store = *scan.persistent;
+    PersistentTier& store = *scan.persistent;
+    // A caller's verifier reads files of the job's Fs; an object store's shards are read through its own.
+    const FileVerifier verify_persistent = store.on_objects() ? cpu_file_verifier(store.fs(), options.verify) : verify_one;
     std::vector<std::uint64_t> done;
     for (const auto& s : scan.root.steps) {
       if (s.persistent == PersistentState::not_checked || s.persistent == PersistentState::absent) continue;
@@ -545,7 +545,7 @@ CKPT_INLINE Result<MemoryRootVerification> verify_memory_root(FsRef fs, const st
       done.push_back(s.step);
       auto info = store.find(s.step);
       if (!info.ok()) continue;
-      StepVerifyReport report = verify_step(fs, store.path(), *info, store.uuid(), verify_one);
+      StepVerifyReport report = verify_step(store.fs(), store.root(), *info, store.uuid(), verify_persistent);
       take("persistent store " + store.path() + " step " + std::to_string(s.step) + " (txn " + std::to_string(info->txn) + ")", "",
            store.path(), s.step, std::nullopt, info->txn, report);
     }

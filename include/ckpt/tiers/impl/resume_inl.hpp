@@ -60,11 +60,29 @@ struct LocalCopy {
   std::uint32_t shard = 0;
   Digest128 digest;
   CopyKind kind = CopyKind::own;
-  std::string store_path;
+  std::string store_path;  // the store's directory or URL: messages and SET_ASIDE records
+  std::optional<FsRef> fs;  // what the copy is read through: the job's Fs, or an object store's ObjectFs
+  std::string root;         // the store's path inside fs ("" for an object store)
   StepInfo info;
   Uuid uuid{};
   std::uint32_t shard_in_step = 0;  // the shard's position in its step (0 in memory stores; the rank in persistent ones)
 };
+
+// The copy's step, through the Fs it lives on (its manifest and pins checked).
+[[nodiscard]] CKPT_INLINE Result<StepReader> open_copy(const LocalCopy& c) {
+  if (!c.fs) return make_error(Code::invalid_argument, c.store_path + ": a copy without the file system it is read through");
+  auto reader = StepReader::open(*c.fs, c.root, c.info, c.uuid);
+  if (!reader.ok() && c.root != c.store_path) return reader.status().with_context(c.store_path);  // keys name no store
+  return reader;
+}
+
+// A copy from the persistent tier: shard `shard` of its step `info`.
+[[nodiscard]] CKPT_INLINE LocalCopy persistent_copy(PersistentTier& tier, const StepInfo& info, std::uint32_t shard, const Digest128& digest) {
+  LocalCopy c;
+  c.step = info.step, c.shard = shard, c.digest = digest, c.kind = CopyKind::persistent;
+  c.store_path = tier.path(), c.fs = tier.fs(), c.root = tier.root(), c.info = info, c.uuid = tier.uuid(), c.shard_in_step = shard;
+  return c;
+}
 
 struct Claim {
   std::uint64_t step = 0;
@@ -94,7 +112,7 @@ CKPT_INLINE void scan_store(FsRef fs, Store& store, CopyKind kind, std::uint32_t
     }
     LocalCopy c;
     c.step = info.step, c.shard = shard, c.digest = shard_digest(reader->shard(0)), c.kind = kind;
-    c.store_path = store.path(), c.info = info, c.uuid = store.uuid();
+    c.store_path = store.path(), c.fs = fs, c.root = store.path(), c.info = info, c.uuid = store.uuid();
     out.copies.push_back(std::move(c));
   }
 }
@@ -250,9 +268,8 @@ struct Decision {
 
 // Sends one copy this rank reaches to `dest` as shard of the agreed step. A copy that cannot be opened or
 // does not verify is told to the receiver, which reports it; only a transport failure is returned.
-[[nodiscard]] CKPT_INLINE Status send_copy(FsRef fs, CommRef comm, const LocalCopy& c, const Decision& agreed, int dest, int tag,
-                                           std::size_t block) {
-  auto reader = StepReader::open(fs, c.store_path, c.info, c.uuid);
+[[nodiscard]] CKPT_INLINE Status send_copy(CommRef comm, const LocalCopy& c, const Decision& agreed, int dest, int tag, std::size_t block) {
+  auto reader = open_copy(c);
   ShardSource src{c.store_path + " step " + std::to_string(c.step) + (reader.ok() ? "" : ": " + reader.status().message()),
                   reader.ok() ? &reader->shard(c.shard_in_step) : nullptr, reader.ok() ? reader->state() : TrainingState()};
   Status copy_failure;
@@ -388,25 +405,33 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
   // The persistent store is read only when memory cannot serve the newest recorded step: a restarted job
   // whose memory tier holds it never touches storage (spec/TIERS.md 7.1). Rank 0 scans it for everyone.
   Resumed out;
-  out.setbacks = notes_;
+  out.setbacks = notes();
   // What the scan could not read is a setback too: a copy this rank should reach and does not (spec/TIERS.md 7.1).
   out.setbacks.insert(out.setbacks.end(), scan.notes.begin(), scan.notes.end());
   bool persistent_scanned = options_.persistent.empty();
+  // The persistent tier read-only, opened by this rank alone when first needed; it outlives every copy
+  // read through it (the loaded steps, the refill).
+  std::unique_ptr<PersistentTier> persistent;
+  const auto open_persistent = [&]() -> Status {
+    if (persistent) return Status();
+    CKPT_ASSIGN_OR_RETURN(persistent, PersistentTier::open_read(fs_, options_.persistent, options_.open_objects));
+    return Status();
+  };
   const auto scan_persistent = [&](RankReport& into) {
     persistent_scanned = true;
     out.read_persistent = true;
-    auto opened = Store::open(fs_, options_.persistent, Access::read_only);
+    Status opened = open_persistent();
     if (!opened.ok()) {
-      if (opened.status().code() != Code::not_found) scan.notes.push_back(opened.status().message());
+      if (opened.code() != Code::not_found) scan.notes.push_back(opened.message());
       return;
     }
     std::set<std::pair<std::string, std::uint64_t>> aside_here;
     for (const auto& r : this->records())
       if (r.event == TierEvent::set_aside) aside_here.insert({r.detail, r.txn});
-    for (const StepInfo& info : (*opened)->steps()) {
-      auto reader = StepReader::open(fs_, (*opened)->path(), info, (*opened)->uuid());
+    for (const StepInfo& info : persistent->steps()) {
+      auto reader = persistent->open_step(info);
       if (!reader.ok()) {
-        scan.notes.push_back(reader.status().message());
+        scan.notes.push_back(reader.status().with_context(persistent->path()).message());
         continue;
       }
       Claim claim;
@@ -414,10 +439,8 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
       for (std::size_t s = 0; s < reader->shard_count(); ++s) claim.shards.push_back(shard_digest(reader->shard(s)));
       claim.digest = step_digest(info.step, claim.shards);
       for (std::uint32_t s = 0; s < claim.shards.size(); ++s) {
-        if (aside_here.count({(*opened)->path() + "#" + std::to_string(s), info.txn})) continue;
-        LocalCopy c;
-        c.step = info.step, c.shard = s, c.digest = claim.shards[s], c.kind = CopyKind::persistent;
-        c.store_path = (*opened)->path(), c.info = info, c.uuid = (*opened)->uuid(), c.shard_in_step = s;
+        if (aside_here.count({persistent->path() + "#" + std::to_string(s), info.txn})) continue;
+        LocalCopy c = persistent_copy(*persistent, info, s, claim.shards[s]);
         // Rank 0's table and its report grow together: a copy's index is the same in both.
         into.copies.push_back(RankReport::Copy{c.step, c.shard, c.digest, c.kind});
         scan.copies.push_back(std::move(c));
@@ -487,19 +510,16 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     for (const auto& p : decision.plan)
       if (p.rank == me && p.how == How::persistent) from_persistent.emplace_back(&p, p.shard);
     if (!from_persistent.empty()) {
-      auto opened = Store::open(fs_, options_.persistent, Access::read_only);
-      if (!opened.ok()) local = opened.status();
+      Status opened = open_persistent();
+      if (!opened.ok()) local = opened;
       else {
         for (const auto& [p, s] : from_persistent) {
-          auto info = (*opened)->find(decision.step);
+          auto info = persistent->find(decision.step);
           if (!info.ok()) {
             bad.emplace_back(p->holder, p->copy);
             continue;
           }
-          LocalCopy c;
-          c.step = decision.step, c.shard = s, c.digest = decision.shards[s], c.kind = CopyKind::persistent;
-          c.store_path = (*opened)->path(), c.info = *info, c.uuid = (*opened)->uuid(), c.shard_in_step = s;
-          mine[s] = c;
+          mine[s] = persistent_copy(*persistent, *info, s, decision.shards[s]);
         }
       }
     }
@@ -507,7 +527,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         [&]() -> Status {
           for (const auto& p : decision.plan) {
             if (p.how != How::peer || p.holder != me) continue;
-            CKPT_TRY(send_copy(fs_, comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), kFetchTag, options_.transfer_block));
+            CKPT_TRY(send_copy(comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), kFetchTag, options_.transfer_block));
           }
           return Status();
         },
@@ -524,7 +544,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
             }
             LocalCopy c;
             c.step = decision.step, c.shard = p->shard, c.digest = decision.shards[p->shard], c.kind = CopyKind::held;
-            c.store_path = store->path(), c.info = got->info, c.uuid = store->uuid();
+            c.store_path = store->path(), c.fs = fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
             mine[p->shard] = c;
             (void)log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
                                   decision.digest, decision.shards[p->shard], got->info.txn, 0, std::string(), 0}});
@@ -536,14 +556,15 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     Status loaded_status = local;
     if (loaded_status.ok()) {
       for (auto& [s, c] : mine) {
-        auto reader = StepReader::open(fs_, c.store_path, c.info, c.uuid);
+        auto reader = open_copy(c);
         Status ok = reader.ok() ? Status() : reader.status();
         VerifyOptions whole;
-        whole.use_mmap = fs_.can_map();  // hash the pages in place: one pass over the bytes, no copy
-        if (ok.ok()) ok = verify_status(verify_file(fs_, reader->shard(c.shard_in_step).path(), whole));
+        whole.use_mmap = c.fs && c.fs->can_map();  // hash the pages in place: one pass over the bytes, no copy
+        if (ok.ok()) ok = verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
         if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[s])
           ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " +
                                              std::to_string(decision.step) + "'s shard " + std::to_string(s));
+        if (!ok.ok() && reader.ok() && c.root != c.store_path) ok = ok.with_context(c.store_path);  // an object key names no store
         if (!ok.ok()) {
           out.setbacks.push_back(ok.message());
           for (const auto& p : decision.plan)
@@ -718,7 +739,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         [&]() -> Status {
           for (const auto& [s, h] : list) {
             if (s != me) continue;
-            CKPT_TRY(send_copy(fs_, comm_, loaded_copies.at(s), decision, static_cast<int>(h), kRefillTag, options_.transfer_block));
+            CKPT_TRY(send_copy(comm_, loaded_copies.at(s), decision, static_cast<int>(h), kRefillTag, options_.transfer_block));
           }
           return Status();
         },

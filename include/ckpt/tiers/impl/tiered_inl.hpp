@@ -7,6 +7,8 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <type_traits>
+#include <variant>
 
 #include "../../coding.hpp"
 #include "../../enum_name.hpp"
@@ -356,6 +358,43 @@ template <class SendAll, class ReceiveAll>
   return sent.ok() ? received : sent;
 }
 
+// Copies a sealed memory shard into a persistent transaction, of a store directory or an object store alike
+// (spec/TIERS.md 4.4): every piece read through a verified read, with no second staging. A piece that
+// cannot be read abandons the step on every rank: this rank aborts, the others' commit fails.
+template <class Tx>
+[[nodiscard]] Result<CommitResult> promote_shard(Tx& tx, ShardReader& shard, const TrainingState& state, std::uint64_t step) {
+  tx.state() = state;
+  tx.state().values.erase(std::string(kPartialStepKey));  // the persistent step is whole
+  Status copied;
+  for (std::size_t k = 0; k < shard.index().pieces.size() && copied.ok(); ++k) {
+    const PieceRecord& p = shard.index().pieces[k];
+    const TensorRecord& t = shard.index().tensors[static_cast<std::size_t>(p.tensor)];
+    copied = tx.begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape);
+    if (!copied.ok()) break;
+    if (p.data_length > 0) {
+      if (shard.fs().can_map()) {
+        auto m = shard.map_piece(k, ReadCheck::touched);
+        copied = m.ok() ? tx.write(m->data(), m->size()) : m.status();
+      } else {
+        std::string buffer(static_cast<std::size_t>(p.data_length), '\0');
+        copied = shard.read_piece(k, &buffer[0], buffer.size(), ReadCheck::touched);
+        if (copied.ok()) copied = tx.write(buffer.data(), buffer.size());
+      }
+    }
+    if (copied.ok()) copied = tx.end_piece();
+  }
+  if (!copied.ok()) {
+    // A directory's transaction names this rank's reason to the others; an object store's tells them that a
+    // rank abandoned the step (ObjectTransaction::abort takes no reason).
+    Status aborted;
+    if constexpr (std::is_same_v<Tx, object::ObjectTransaction>) aborted = tx.abort();
+    else aborted = tx.abort(copied);
+    (void)aborted;  // the copy's failure is the error to report; the step is abandoned either way
+    return copied.with_context("promoting step " + std::to_string(step));
+  }
+  return tx.commit();
+}
+
 }  // namespace detail
 
 // --- Creation ---------------------------------------------------------------------------------------
@@ -373,6 +412,11 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     local = make_error(Code::invalid_argument, "TierOptions: transfer_block must be in [1, 1 GiB]");
   else if (options.persist_every > 0 && options.persistent.empty())
     local = make_error(Code::invalid_argument, "TierOptions: persist_every is set but no persistent store is named");
+  else if (object::is_object_url(options.persistent) && !options.open_objects)
+    // Said now, on every rank, not at the first promotion or at a resume that needs storage.
+    local = make_error(Code::unsupported, "TierOptions: the persistent tier " + options.persistent +
+                                              " is on object storage and open_objects is empty (a build with ckpt::s3 "
+                                              "passes object::open_s3_url)");
   CKPT_TRY(::ckpt::detail::agree(comm, local));
   std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, std::move(options)));
   if (t->options_.topology) {
@@ -469,6 +513,11 @@ CKPT_INLINE Status TieredCheckpointer::compact_log() {
     if (r.event == TierEvent::load_failed || r.event == TierEvent::set_aside) return skip_verdicts == 0 || (--skip_verdicts, false);
     return oldest != UINT64_MAX && r.step >= oldest;
   });
+}
+
+CKPT_INLINE std::vector<std::string> TieredCheckpointer::notes() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return notes_;
 }
 
 CKPT_INLINE std::vector<TierRecord> TieredCheckpointer::records() const {
@@ -706,60 +755,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     replicated_ = step;
   }
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
-  if (options_.persist_every > 0 && step % options_.persist_every == 0) {
-    Status opened;
-    if (!persistent_) {
-      StoreOptions so;
-      so.create_if_missing = true;
-      so.chunk_size_log2 = options_.chunk_size_log2;
-      so.retention.keep_last = options_.persistent_keep;
-      auto p = Store::open(fs_, options_.persistent, Access::read_write, so, comm_);
-      if (!p.ok()) return p.status().with_context("persistent tier");
-      persistent_ = std::move(*p);
-    }
-    phase("promoting", step);
-    CKPT_ASSIGN_OR_RETURN(auto tx, persistent_->begin(step));
-    tx->state() = mine->state();
-    tx->state().values.erase(std::string(kPartialStepKey));  // the persistent step is whole
-    ShardReader& shard = mine->shard(0);
-    Status copied;
-    for (std::size_t k = 0; k < shard.index().pieces.size() && copied.ok(); ++k) {
-      const PieceRecord& p = shard.index().pieces[k];
-      const TensorRecord& t = shard.index().tensors[static_cast<std::size_t>(p.tensor)];
-      copied = tx->begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape);
-      if (!copied.ok()) break;
-      if (p.data_length > 0) {
-        if (shard.fs().can_map()) {
-          auto m = shard.map_piece(k, ReadCheck::touched);
-          copied = m.ok() ? tx->write(m->data(), m->size()) : m.status();
-        } else {
-          std::string buffer(static_cast<std::size_t>(p.data_length), '\0');
-          copied = shard.read_piece(k, &buffer[0], buffer.size(), ReadCheck::touched);
-          if (copied.ok()) copied = tx->write(buffer.data(), buffer.size());
-        }
-      }
-      if (copied.ok()) copied = tx->end_piece();
-    }
-    if (!copied.ok()) {
-      Status aborted = tx->abort(copied);
-      (void)aborted;
-      return copied.with_context("promoting step " + std::to_string(step));
-    }
-    CKPT_ASSIGN_OR_RETURN(CommitResult committed, tx->commit());
-    // The persistent copy must be the same content: its shard digest against the memory shard's.
-    Status same;
-    auto reader = StepReader::open(fs_, persistent_->path(), committed.step, persistent_->uuid());
-    if (!reader.ok()) same = reader.status();
-    else if (shard_digest(reader->shard(me)) != my_digest)
-      same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
-                                           " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
-    CKPT_TRY(::ckpt::detail::agree(comm_, same));
-    TierRecord r;
-    r.event = TierEvent::persisted, r.step = step, r.world = world, r.shard = me, r.step_digest = digest;
-    r.shard_digest = my_digest, r.txn = committed.step.txn;
-    CKPT_TRY(log({r}));
-    persisted_ = step;
-  }
+  if (options_.persist_every > 0 && step % options_.persist_every == 0) CKPT_TRY(promote(step, *mine, my_digest, digest));
   // 5. Retention of this rank's own memory steps.
   RetentionPolicy keep;
   keep.keep_last = options_.memory_keep;
@@ -791,6 +787,47 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   CKPT_TRY(compact_log());
   if (!exchanged.ok()) return exchanged;
   return receive_failure;
+}
+
+// Promotion (spec/TIERS.md 4.4), on every rank: its sealed memory shard into one collective transaction of
+// the persistent store, then its shard digest read back from there and compared with the memory shard's.
+CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest,
+                                               const Digest128& digest) {
+  const auto me = static_cast<std::uint32_t>(rank());
+  if (!persistent_) {
+    PersistentWriteOptions o;
+    o.chunk_size_log2 = options_.chunk_size_log2;
+    o.keep = options_.persistent_keep;
+    auto p = PersistentTier::open_write(fs_, options_.persistent, options_.open_objects, o, comm_);
+    if (!p.ok()) return p.status().with_context("persistent tier");
+    persistent_ = std::move(*p);
+  }
+  // On object storage a step number is committed once: a job resumed below the store's latest step (that
+  // step set aside, or failed to load) goes on under numbers already taken there. Those steps stay in
+  // memory; the first step above is promoted. Every rank reads the same log, so all skip together.
+  if (Status room = persistent_->can_commit(step); !room.ok()) {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    notes_.push_back(room.message() + ": not promoted");
+    return Status();
+  }
+  phase("promoting", step);
+  CKPT_ASSIGN_OR_RETURN(PersistentTransaction tx, persistent_->begin(step));
+  auto committed = std::visit([&](auto& t) { return detail::promote_shard(*t, mine.shard(0), mine.state(), step); }, tx);
+  CKPT_TRY(committed.status());
+  // The persistent copy must be the same content: its shard digest against the memory shard's.
+  Status same;
+  auto reader = persistent_->open_step(committed->step);
+  if (!reader.ok()) same = reader.status();
+  else if (shard_digest(reader->shard(me)) != my_digest)
+    same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
+                                         " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
+  CKPT_TRY(::ckpt::detail::agree(comm_, same));
+  TierRecord r;
+  r.event = TierEvent::persisted, r.step = step, r.world = static_cast<std::uint32_t>(world()), r.shard = me, r.step_digest = digest;
+  r.shard_digest = my_digest, r.txn = committed->step.txn;
+  CKPT_TRY(log({r}));
+  persisted_ = step;
+  return Status();
 }
 
 }  // namespace ckpt::tiers

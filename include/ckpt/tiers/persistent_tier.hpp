@@ -1,0 +1,85 @@
+// ckpt: the persistent tier (spec/TIERS.md 4.4, 7.1, 10): a store directory, or a store on object
+// storage named "s3://bucket/prefix" (spec/OBJECT.md), behind the few calls that promotion, resume and
+// the memory-root tools make. One path serves both: a step is written through a transaction of either
+// kind with the same calls (begin_piece, write, end_piece, commit, abort), and read back through the Fs
+// the store lives on (the job's, or the object store's ObjectFs), every chunk verified.
+//
+// Only object/object_store.hpp is included: the S3 client (libcurl) comes from the caller's ObjectOpener.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../comm.hpp"
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../io/fs.hpp"
+#include "../object/client.hpp"
+#include "../object/object_store.hpp"
+#include "../step_reader.hpp"
+#include "../store.hpp"
+
+namespace ckpt::tiers {
+
+// One save into the persistent tier; std::visit calls the same members on either kind.
+using PersistentTransaction = std::variant<std::unique_ptr<Transaction>, std::unique_ptr<object::ObjectTransaction>>;
+
+struct PersistentWriteOptions {
+  std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;  // the memory tier's: content digests compare
+  std::size_t keep = 0;                                           // steps kept (retention keep_last); 0: all
+};
+
+class PersistentTier {
+ public:
+  // Read-only, by this process alone (a resume's scan and fetches, the tools); writes nothing.
+  // allow_damage: a store whose journal (or a log object) is damaged still opens; damage() reports it.
+  // An "s3://" path with an empty open_objects is Code::unsupported.
+  [[nodiscard]] static Result<std::unique_ptr<PersistentTier>> open_read(FsRef fs, const std::string& where,
+                                                                         const object::ObjectOpener& open_objects,
+                                                                         bool allow_damage = false);
+  // Writable, collective over comm (every rank calls it; promotion): created when missing. On object
+  // storage each rank opens its own client and rank 0 probes and lists (spec/OBJECT.md 4.6, 4.7).
+  [[nodiscard]] static Result<std::unique_ptr<PersistentTier>> open_write(FsRef fs, const std::string& where,
+                                                                          const object::ObjectOpener& open_objects,
+                                                                          const PersistentWriteOptions& options, CommRef comm);
+  PersistentTier(const PersistentTier&) = delete;
+  PersistentTier& operator=(const PersistentTier&) = delete;
+  ~PersistentTier() = default;  // an object store before the client it reads through
+
+  [[nodiscard]] bool on_objects() const noexcept { return objects_ != nullptr; }
+  // The directory or the URL: messages, and the PATH of SET_ASIDE records (spec/TIERS.md 5.2).
+  [[nodiscard]] std::string path() const;
+  // What its steps are read through: the job's Fs, or the object store's ObjectFs.
+  [[nodiscard]] FsRef fs();
+  // The store's path inside fs(): the directory, or "" (an object store's root).
+  [[nodiscard]] std::string root() const;
+  [[nodiscard]] const Uuid& uuid() const noexcept;
+  [[nodiscard]] std::vector<StepInfo> steps() const;
+  [[nodiscard]] std::optional<StepInfo> latest() const;
+  [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const;
+  [[nodiscard]] Result<StepReader> open_step(const StepInfo& info);
+  // Damage found at open, with the file it is in: a corrupt journal, log objects that do not decode.
+  [[nodiscard]] std::vector<std::pair<Status, std::string>> damage() const;
+  // Whether `step` can still be committed: on object storage a step number is committed once, above every
+  // committed one (spec/OBJECT.md 4.4); a directory takes any step. Every rank's answer is the same.
+  [[nodiscard]] Status can_commit(std::uint64_t step) const;
+  // Collective (the communicator of open_write).
+  [[nodiscard]] Result<PersistentTransaction> begin(std::uint64_t step);
+
+ private:
+  PersistentTier() = default;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<object::ObjectClient> client_;  // declared before objects_, so destroyed after it
+  std::unique_ptr<object::ObjectStore> objects_;
+};
+
+}  // namespace ckpt::tiers
+
+#if !CKPT_DECLARATIONS_ONLY
+#include "impl/persistent_tier_inl.hpp"
+#endif
