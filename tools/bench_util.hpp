@@ -16,12 +16,15 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <ckpt/hash.hpp>
 
 namespace ckpt::bench {
 
@@ -311,6 +314,50 @@ inline std::uint64_t raw_read_file(const std::string& path, unsigned char* dst, 
   }
   ::close(fd);
   return off;
+}
+
+// --- The machine a figure was measured on (README: machines here differ, some lack AVX-512) ----------
+
+// The CPU model and whether it could run the wider XXH3 kernels a -mavx2 build would use.
+struct CpuInfo {
+  std::string model;
+  bool avx2 = false, avx512 = false;
+};
+[[nodiscard]] inline CpuInfo cpu_info() {
+  CpuInfo info;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (info.model.empty() && line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) info.model = line.substr(std::min(line.size(), colon + 2));
+    }
+    if (line.rfind("flags", 0) == 0) {
+      info.avx2 = line.find(" avx2") != std::string::npos;
+      info.avx512 = line.find(" avx512f") != std::string::npos;
+      break;
+    }
+  }
+  return info;
+}
+
+// The XXH3 kernel this build runs.
+[[nodiscard]] inline const char* xxh3_vector_name() {
+  switch (XXH_VECTOR) {
+    case XXH_SCALAR: return "scalar";
+    case XXH_SSE2: return "SSE2";
+    case XXH_AVX2: return "AVX2";
+    case XXH_AVX512: return "AVX512";
+    default: return "other";
+  }
+}
+
+// The 1-minute load average: above the core count, other processes were competing for the CPUs.
+[[nodiscard]] inline double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double one = 0;
+  in >> one;
+  return one;
 }
 
 }  // namespace ckpt::bench

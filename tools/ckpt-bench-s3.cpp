@@ -73,47 +73,6 @@ namespace {
 
 using namespace ckpt::object;
 
-// The CPU model and whether it has AVX2 / AVX-512 (as ckpt-bench reports it).
-struct CpuInfo {
-  std::string model;
-  bool avx2 = false, avx512 = false;
-};
-[[nodiscard]] CpuInfo read_cpu_info() {
-  CpuInfo info;
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (info.model.empty() && line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) info.model = line.substr(std::min(line.size(), colon + 2));
-    }
-    if (line.rfind("flags", 0) == 0) {
-      info.avx2 = line.find(" avx2") != std::string::npos;
-      info.avx512 = line.find(" avx512f") != std::string::npos;
-      break;
-    }
-  }
-  return info;
-}
-
-// The 1-minute load average: above the core count, other processes were competing for the CPUs.
-[[nodiscard]] double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double one = 0;
-  in >> one;
-  return one;
-}
-
-[[nodiscard]] const char* xxh3_vector_name() {
-  switch (XXH_VECTOR) {
-    case XXH_SCALAR: return "scalar";
-    case XXH_SSE2: return "SSE2";
-    case XXH_AVX2: return "AVX2";
-    case XXH_AVX512: return "AVX512";
-    default: return "other";
-  }
-}
-
 // Wrong bytes read back: exit 1, like every other tool.
 struct IntegrityError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -158,7 +117,7 @@ void parallel_checked(unsigned threads, std::size_t count, const Work& work) {
 }
 
 int run(const Config& cfg) {
-  const CpuInfo cpu = read_cpu_info();
+  const CpuInfo cpu = cpu_info();
   const double load_before = load_average();
   const std::size_t size = static_cast<std::size_t>(cfg.size & ~std::uint64_t{4095});
   const std::size_t part = static_cast<std::size_t>(cfg.part_size);

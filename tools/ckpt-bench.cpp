@@ -146,39 +146,6 @@ void run_rounds(const std::vector<Measurement*>& group, unsigned repeat, bool cp
   }
 }
 
-[[nodiscard]] const char* xxh3_vector_name() {
-  switch (XXH_VECTOR) {
-    case XXH_SCALAR: return "scalar";
-    case XXH_SSE2: return "SSE2";
-    case XXH_AVX2: return "AVX2";
-    case XXH_AVX512: return "AVX512";
-    default: return "other";
-  }
-}
-
-// The CPU model and whether it could run the wider XXH3 kernels a -mavx2 build would use.
-struct CpuInfo {
-  std::string model;
-  bool avx2 = false, avx512 = false;
-};
-[[nodiscard]] CpuInfo cpu_info() {
-  CpuInfo info;
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (info.model.empty() && line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) info.model = line.substr(std::min(line.size(), colon + 2));
-    }
-    if (line.rfind("flags", 0) == 0) {
-      info.avx2 = line.find(" avx2") != std::string::npos;
-      info.avx512 = line.find(" avx512f") != std::string::npos;
-      break;
-    }
-  }
-  return info;
-}
-
 // Writes the data as a safetensors file (8-byte little-endian header length, JSON header padded
 // with spaces to 8 bytes, then the tensors back to back), fsynced, as the conversion's input.
 void write_safetensors(const std::string& path, const std::vector<TensorSpan>& tensors, const unsigned char* data,
