@@ -833,6 +833,7 @@ class PyTiers {
     ckpt::tiers::TierOptions o;
     o.memory_root = memory_root;
     o.persistent = persistent;
+    o.open_objects = object_opener();  // an s3:// persistent tier (spec/TIERS.md 4.5)
     o.memory_every = memory_every;
     o.persist_every = persist_every;
     o.replicas = replicas;

@@ -28,14 +28,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD, STEPS, KILL_STEP, KILL_RANK = 4, 10, 7, 1
 
 
-def job(root, out, kill=None):
-    """One run of the job (a new set of processes); returns every rank's exit status."""
+def job(root, out, kill=None, persistent=None):
+    """One run of the job (a new set of processes); returns every rank's exit status. `persistent`: the
+    persistent store's URL instead of ROOT/persistent (tiers_worker.py)."""
     os.makedirs(root, exist_ok=True)
     os.makedirs(out, exist_ok=True)
     args = [sys.executable, os.path.join(HERE, "tiers_worker.py"), str(WORLD), str(root), str(out), str(STEPS)]
     if kill:
         args += [str(kill[0]), str(kill[1])]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, **({"CKPT_TIERS_PERSISTENT": persistent} if persistent else {}))
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     status = {int(r): rc for r, rc in json.loads(p.stdout.strip().splitlines()[-1]).items()}
     return status
@@ -130,6 +132,26 @@ def test_a_lost_node_and_its_replica_holder_resume_from_the_persistent_store(run
     for r in resumed:
         assert r["step"] == 4, r  # no copy of shard 2 of step 6 survives; step 4 is persistent
     assert any("from persistent store" in s for s in resumed[2]["sources"]), resumed[2]["sources"]
+
+
+def test_a_job_whose_every_memory_tier_is_lost_resumes_from_a_persistent_tier_on_s3(runs, s3_url, tmp_path):
+    _, reference = runs
+    root, out = tmp_path / "root", tmp_path / "out"
+    status = job(root, out, persistent=s3_url)
+    assert set(status.values()) == {0}, logs(out)
+    persisted = ckpt.Store(s3_url, read_only=True)
+    assert persisted.steps() == [0, 4, 8] and {i["world_size"] for i in persisted.step_info()} == {WORLD}
+    assert ckpt.verify(s3_url).ok
+    for n in range(WORLD):  # a power loss: every node's memory tier gone
+        shutil.rmtree(root / f"node-n{n}")
+    status = job(root, out, persistent=s3_url)
+    assert set(status.values()) == {0}, logs(out)
+    for rank, (got, ref) in enumerate(zip(finished(out), reference)):
+        for part in ("model", "optim", "sched", "rng", "sampler"):
+            assert_identical(got[part], ref[part], f"rank {rank} {part}")
+        r = got["resumed"]
+        assert not r["fresh"] and r["step"] == 8, r
+        assert any("from persistent store" in s for s in r["sources"]), r["sources"]
 
 
 def flip_in_piece(store, step, rank, tensor, numel):

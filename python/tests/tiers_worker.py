@@ -10,7 +10,7 @@ pay for the imports), with RANK, WORLD_SIZE and LOCAL_RANK in their environment,
 down (SIGKILL) as soon as one of them fails. It prints one JSON line: every rank's exit status.
 
 Every rank is its own node (node-n<rank>, its memory root ROOT/node-n<rank>); the persistent store is
-ROOT/persistent. Memory every 2 steps, persistent every 4, one replica on the next node around the
+ROOT/persistent, or the URL in CKPT_TIERS_PERSISTENT (an s3:// store, spec/TIERS.md 4.5). Memory every 2 steps, persistent every 4, one replica on the next node around the
 ring. A worker resumes whatever the tiers agree on, trains to STEPS (steps 0..STEPS-1; the state saved
 at step s is the one after training step s), and writes OUT_DIR/rank-<r>.pt: the final model,
 optimizer and scheduler state, the RNG states, the data order it consumed and what it resumed from.
@@ -94,7 +94,7 @@ def worker(root, out_dir, steps, kill_step=-1, kill_rank=-1, init="env://"):
     sampler = SeededSampler(rank, world)
 
     tiers = TieredCheckpointer(model, optimizer, scheduler, data=sampler, memory_root=os.path.join(root, f"node-n{rank}"),
-                               persistent=os.path.join(root, "persistent"), memory_every=2, persist_every=4, replicas=1,
+                               persistent=os.environ.get("CKPT_TIERS_PERSISTENT") or os.path.join(root, "persistent"), memory_every=2, persist_every=4, replicas=1,
                                memory_keep=2, topology=[f"n{r}" for r in range(world)], chunk_size_log2=12)
     start = tiers.resume()
     order = {}

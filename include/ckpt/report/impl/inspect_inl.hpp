@@ -263,6 +263,7 @@ CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, c
     if (selecting || options.chunks) return misuse(std::string("a ") + path_kind_name(kind) + " takes --json and --persistent only");
     tiers::MemoryRootOptions root_options;
     root_options.persistent = options.persistent;
+    root_options.open_objects = options.open_objects;  // an s3:// persistent store (spec/TIERS.md 4.5)
     CKPT_ASSIGN_OR_RETURN(auto root, tiers::describe_memory_root(fs, path, root_options));
     out.kind = "memory_root";
     out.doc = memory_root_json(root);

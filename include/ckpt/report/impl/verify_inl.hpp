@@ -215,6 +215,7 @@ CKPT_INLINE void verify_path(FsRef fs, const std::string& path, const VerifyPath
     if (selecting) return fail(detail::selection_misuse(path));
     tiers::MemoryRootOptions root_options;
     root_options.persistent = options.persistent;
+    root_options.open_objects = options.open_objects;  // an s3:// persistent store (spec/TIERS.md 4.5)
     root_options.verify_one = detail::recording_verifier(fs, options, into.files);
     auto verified = tiers::verify_memory_root(fs, path, root_options);
     if (!verified.ok()) return fail(verified.status());
