@@ -3,6 +3,7 @@
 // crash oracle at every request boundary of a save and of retention.
 #include <catch2/catch.hpp>
 
+#include <ckpt/async_save.hpp>
 #include <ckpt/object/object_fs.hpp>
 #include <ckpt/object/object_store.hpp>
 #include <ckpt/testing/memory_objects.hpp>
@@ -560,5 +561,48 @@ TEST_CASE("a save whose ranks the caller coordinates commits once every report i
   REQUIRE(step->read_tensor("w", got.data(), got.size()).ok());
   CHECK(got == full);
   CHECK(step->state().values.at("lr").as_float() == 0.25);
+  CHECK(objects.open_uploads() == 0);
+}
+
+TEST_CASE("async saves into an object store commit behind the caller, and a failed upload commits nothing", "[object_store][async]") {
+  MemoryObjects objects;
+  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  REQUIRE(store.ok());
+  AsyncSaveOptions o;
+  o.staging_bytes = 1 << 20;
+  o.slab_bytes = 128 << 10;  // the 200 KB tensor streams through two slabs
+  auto saver = AsyncSaver::create(**store, o);
+  REQUIRE(saver.ok());
+  std::vector<std::vector<unsigned char>> kept;
+  for (std::uint64_t step : {1, 2}) {
+    kept.push_back(tensor_bytes(step));
+    SaveRequest r(step);
+    r.add_tensor("w", DType::U8, Shape{kept.back().size()}, kept.back().data(), kept.back().size());
+    r.state().values["lr"] = Value(0.5);
+    REQUIRE((*saver)->save(std::move(r)).ok());
+  }
+  REQUIRE((*saver)->wait().ok());
+  CHECK((*saver)->saves_committed() == 2);
+  check_step(**store, 1);
+  check_step(**store, 2);
+  // The commit objects carry the saves' timing: an estimate is known, as a directory store's journal gives.
+  MemoryObjects reopened_client = objects.view();
+  auto reopened = ObjectStore::open(reopened_client, Access::read_only);
+  REQUIRE(reopened.ok());
+  CHECK((*reopened)->estimate_save().known());
+  CHECK((*reopened)->log().saves.size() == 2);
+  CHECK((*reopened)->log().saves.back().async);
+  // A part upload that fails: the save is abandoned (abort object), its failure comes back at wait().
+  objects.set_hook([](const MemoryObjects::Request& r) { return r.op == Op::upload_part ? Fault::fail : Fault::none; });
+  const auto third = tensor_bytes(3);
+  SaveRequest r(3);
+  r.add_tensor("w", DType::U8, Shape{third.size()}, third.data(), third.size());
+  REQUIRE((*saver)->save(std::move(r)).ok());
+  const Status failed = (*saver)->wait();
+  CHECK(failed.code() == Code::io);
+  objects.set_hook(nullptr);
+  REQUIRE((*store)->refresh().ok());
+  CHECK((*store)->latest()->step == 2);
+  CHECK((*store)->log().aborted.size() == 1);
   CHECK(objects.open_uploads() == 0);
 }

@@ -83,8 +83,16 @@ TEST_CASE("demo-train saves into s3 and resumes; inspect and verify describe it 
   auto verify = run_tool(kVerify, {url, "--json"});
   INFO(verify.out << verify.err);
   CHECK(verify.code == 0);
-  // --async and --flush-deadline need a directory store's journal: usage errors, not silent fallbacks.
-  CHECK(run_tool(kTrain, {"--store", url, "--async"}).code == 2);
+  // Async saves into the store (spec/OBJECT.md 4.9): the same steps, the same final weights.
+  const std::string async = fresh_url();
+  auto background = run_tool(kTrain, {"--store", async, "--steps", "40", "--save-every", "20", "--async", "--flush-deadline", "30", "-q"});
+  INFO(background.out << background.err);
+  REQUIRE(background.code == 0);
+  CHECK(background.out.substr(background.out.find("final step")) == whole.substr(whole.find("final step")));
+  auto listed = run_tool(kInspect, {async, "--json"});
+  REQUIRE(listed.code == 0);
+  REQUIRE(listed.out_json()["steps"].size() == 2);
+  CHECK(run_tool(kVerify, {async}).code == 0);
 }
 
 TEST_CASE("a damaged shard on s3 makes verify and inspect exit 1", "[s3_tools]") {

@@ -330,7 +330,7 @@ int train(StoreT& store, Trainer& t, std::vector<unsigned char>& extra, const Ru
   }
   std::fflush(stdout);
   std::unique_ptr<ckpt::AsyncSaver> saver;
-  if constexpr (std::is_same_v<StoreT, ckpt::Store>) {  // a store on objects takes neither (refused in main)
+  {
     const double flush_deadline = flags.flush_deadline;
     if (flush_deadline > 0) {  // the handler is installed in main, before the store opens
       if (const auto estimate = store.estimate_save(); estimate.known() && !quiet)
@@ -433,7 +433,7 @@ int main(int argc, char** argv) {
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
     // First of all: a signal that comes while the store opens or the run resumes is a flush request too,
     // never the default action (death by SIGTERM).
-    if (flush_deadline > 0 && !ckpt::object::is_object_url(store_path)) {
+    if (flush_deadline > 0) {
       const auto hold_up = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(flush_deadline));
       if (ckpt::Status s = ckpt::install_flush_handler({SIGTERM, SIGPWR, SIGUSR1}, hold_up); !s.ok())
         return ckpt::cli::report(kTool, s);
@@ -449,10 +449,7 @@ int main(int argc, char** argv) {
 
     const RunFlags flags{store_path, steps, save_every, extra_mib, staging_mib, flush_deadline, quiet, async};
     if (ckpt::object::is_object_url(store_path)) {
-      // A store on objects (spec/OBJECT.md 7): synchronous saves only; AsyncSaver and the flush deadline's
-      // save estimate work on a directory store's journal.
-      if (async) return ckpt::cli::usage_error(kTool, "--async applies to a store directory, not to " + store_path);
-      if (flush_deadline > 0) return ckpt::cli::usage_error(kTool, "--flush-deadline applies to a store directory, not to " + store_path);
+      // A store on objects (spec/OBJECT.md 7, 4.9): the same calls, AsyncSaver and the flush deadline included.
       ckpt::object::ObjectStoreOptions options;
       options.create_if_missing = true;
       options.retention.keep_last = keep;

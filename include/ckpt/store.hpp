@@ -154,6 +154,13 @@ struct SaveEstimate {
   double seconds = 0;                // bytes / bytes_per_second
   [[nodiscard]] bool known() const noexcept { return samples > 0; }
 };
+// The estimate over a store's recorded saves (oldest first): the slowest throughput of the last `window`.
+[[nodiscard]] SaveEstimate estimate_from(const std::vector<SaveRecord>& records, std::optional<std::uint64_t> bytes,
+                                         std::size_t window);
+// The SAVE_STATS record of a commit timed now (spec/JOURNAL.md 4.8): a save of `bytes` begun at `started` whose
+// caller was blocked for `stall` (unset: throughout).
+[[nodiscard]] SaveRecord timed_save_record(const CommitRecord& c, std::uint64_t bytes, std::chrono::steady_clock::time_point started,
+                                           std::optional<std::chrono::nanoseconds> stall, bool async);
 
 // The outcome of a commit: the new step, and what retention did afterwards.
 struct CommitResult {

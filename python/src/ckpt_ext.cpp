@@ -577,12 +577,15 @@ class PyStore {
     store_.reset();  // transactions keep their store alive; the lock goes with the last reference
     objects_.reset();
   }
-  std::shared_ptr<ckpt::Store>& shared() {
-    if (objects_)
-      throw StatusError{ckpt::make_error(Code::unsupported, live_objects().url() + ": save_async on object storage is not available: "
-                                                                                 "save() commits there, or Tiers promotes memory steps to it")};
-    live();
-    return store_;
+  // An AsyncSaver over the open store (spec/ASYNC.md), which it keeps alive.
+  template <class F>
+  std::unique_ptr<ckpt::AsyncSaver> saver(F&& create, std::shared_ptr<void>& keep) {
+    if (objects_) {
+      keep = objects_;
+      return take(without_gil([&, &s = live_objects()] { return create(s); }));
+    }
+    keep = store_;
+    return take(without_gil([&, &s = live()] { return create(s); }));
   }
 
  private:
@@ -611,14 +614,13 @@ class PyStore {
 
 class PyAsyncSaver {
  public:
-  PyAsyncSaver(PyStore& store, std::size_t staging_bytes, std::size_t max_in_flight, bool skip_when_busy)
-      : store_(store.shared()) {
+  PyAsyncSaver(PyStore& store, std::size_t staging_bytes, std::size_t max_in_flight, bool skip_when_busy) {
     ckpt::AsyncSaveOptions o;
     o.staging_bytes = staging_bytes;
     o.max_in_flight = max_in_flight;
     o.when_busy = skip_when_busy ? ckpt::WhenBusy::skip : ckpt::WhenBusy::wait;
     o.obey_flush_requests = false;  // Python owns its signal handlers
-    saver_ = take(without_gil([&] { return ckpt::AsyncSaver::create(*store_, o); }));
+    saver_ = store.saver([&](auto& s) { return ckpt::AsyncSaver::create(s, o); }, store_);
   }
   // Blocks only while the tensors are copied into staging memory; the write and commit go on behind.
   nb::dict save(PySaveRequest& request) {
@@ -651,7 +653,7 @@ class PyAsyncSaver {
     if (!saver_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the saver is closed")};
     return *saver_;
   }
-  std::shared_ptr<ckpt::Store> store_;  // declared first: outlives the saver
+  std::shared_ptr<void> store_;  // declared first: the store (of either kind) outlives the saver
   std::unique_ptr<ckpt::AsyncSaver> saver_;
 };
 

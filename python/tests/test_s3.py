@@ -88,12 +88,21 @@ def test_a_flipped_byte_on_the_server_is_found_and_never_loaded(s3_url):
     assert e.value.code == "corrupt" and "shard-00000-of-00001.ckpt" in str(e.value)
 
 
-def test_async_saves_on_s3_are_refused_with_the_way_that_works(s3_url):
+def test_async_saves_on_s3_commit_behind_the_caller_and_report_failures_at_wait(s3_url):
     with ckpt.Store(s3_url) as s:
+        for step in (1, 2):
+            ticket = s.save_async(step, weights(step), state={"data_offset": step})
+            assert ticket.step == step and not ticket.skipped
+        s.wait()
+        assert s.steps() == [1, 2]
+        s.save_async(2, weights(3))  # a step is committed once: the background save fails, wait() says so
         with pytest.raises(CkptError) as e:
-            s.save_async(1, weights(1))
-        assert e.value.code == "unsupported" and "Tiers" in str(e.value)
-        assert s.steps() == []
+            s.wait()
+        assert e.value.code == "conflict"
+    reader = ckpt.Store(s3_url, read_only=True)
+    assert reader.steps() == [1, 2]
+    tensors, state = reader.load(2)
+    assert all(np.array_equal(tensors[k], v) for k, v in weights(2).items()) and state["data_offset"] == 2
 
 
 def test_a_missing_store_on_s3_is_not_found_read_only(s3_url):

@@ -86,18 +86,25 @@ CKPT_INLINE Status Transaction::end_piece() {
   return s;
 }
 
-CKPT_INLINE SaveRecord Transaction::save_record(const CommitRecord& c, const Manifest& m) const {
+CKPT_INLINE SaveRecord timed_save_record(const CommitRecord& c, std::uint64_t bytes, std::chrono::steady_clock::time_point started,
+                                         std::optional<std::chrono::nanoseconds> stall, bool async) {
   using std::chrono::duration_cast;
   using std::chrono::nanoseconds;
   SaveRecord r;
   r.txn = c.txn;
   r.step = c.step;
-  for (const auto& shard : m.shards) r.bytes += shard.file_size;
-  const auto persist = std::chrono::steady_clock::now() - started_;
+  r.bytes = bytes;
+  const auto persist = std::chrono::steady_clock::now() - started;
   r.persist_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, duration_cast<nanoseconds>(persist).count()));
-  r.stall_ns = stall_ ? std::min(r.persist_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, stall_->count()))) : r.persist_ns;
-  r.async = async_;
+  r.stall_ns = stall ? std::min(r.persist_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, stall->count()))) : r.persist_ns;
+  r.async = async;
   return r;
+}
+
+CKPT_INLINE SaveRecord Transaction::save_record(const CommitRecord& c, const Manifest& m) const {
+  std::uint64_t bytes = 0;
+  for (const auto& shard : m.shards) bytes += shard.file_size;
+  return timed_save_record(c, bytes, started_, stall_, async_);
 }
 
 // --- Store ----------------------------------------------------------------------------------------
@@ -226,8 +233,8 @@ CKPT_INLINE std::vector<SaveRecord> Store::save_records() const {
   return out;
 }
 
-CKPT_INLINE SaveEstimate Store::estimate_save(std::optional<std::uint64_t> bytes, std::size_t window) const {
-  const auto records = save_records();
+CKPT_INLINE SaveEstimate estimate_from(const std::vector<SaveRecord>& records, std::optional<std::uint64_t> bytes,
+                                       std::size_t window) {
   SaveEstimate e;
   if (records.empty()) return e;
   e.bytes = bytes ? *bytes : records.back().bytes;
@@ -240,6 +247,10 @@ CKPT_INLINE SaveEstimate Store::estimate_save(std::optional<std::uint64_t> bytes
   }
   if (e.samples > 0) e.seconds = static_cast<double>(e.bytes) / e.bytes_per_second;
   return e;
+}
+
+CKPT_INLINE SaveEstimate Store::estimate_save(std::optional<std::uint64_t> bytes, std::size_t window) const {
+  return estimate_from(save_records(), bytes, window);
 }
 
 CKPT_INLINE std::optional<bool> Store::save_fits(double seconds, std::optional<std::uint64_t> bytes) const {

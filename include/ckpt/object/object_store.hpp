@@ -62,6 +62,7 @@ struct ObjectLog {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> aborted;  // (step, txn) with an abort object
   std::vector<std::string> problems;         // log objects that do not decode or do not belong: damage
   std::vector<std::string> unknown;          // keys under log/ no rule names: reported, never deleted
+  std::vector<SaveRecord> saves;             // the SAVE_STATS of every commit object, by step (spec/JOURNAL.md 4.8)
 };
 
 // Decodes the log objects listed under log/ (key, bytes), as rank 0 read them; damage goes to problems.
@@ -110,6 +111,16 @@ class ObjectTransaction {
   [[nodiscard]] Result<CommitResult> commit();
   // Collective: abandons the step; rank 0 writes the abort object, then deletes what was uploaded.
   [[nodiscard]] Status abort();
+  // Collective: abandons the step for `reason`, which every other rank's commit() then reports (as
+  // Transaction::abort(reason)); returns what the abandonment itself found.
+  [[nodiscard]] Status abort(const Status& reason);
+  // When the save started and how long its caller was blocked, for the commit's SAVE_STATS (AsyncSaver sets it,
+  // as on Transaction; without it the save started at begin() and blocked its caller throughout).
+  void set_save_timing(std::chrono::steady_clock::time_point started, std::chrono::nanoseconds stall, bool async) noexcept {
+    started_ = started;
+    stall_ = stall;
+    async_ = async;
+  }
   // A save whose ranks the caller coordinates (ObjectStore::open_rank, spec/OBJECT.md 4.8). Every rank: completes
   // its shard object and returns its shard report, for the caller to deliver to rank 0.
   [[nodiscard]] Result<std::string> report();
@@ -140,6 +151,8 @@ class ObjectTransaction {
   bool reported_ = false;  // caller-coordinated: report() done, the shard object is complete
   int rank_ = 0, world_ = 1;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::nanoseconds> stall_;  // unset: blocked throughout
+  bool async_ = false;
 };
 
 class ObjectStore {
@@ -167,6 +180,11 @@ class ObjectStore {
   [[nodiscard]] const ObjectLog& log() const noexcept { return log_; }
 
   [[nodiscard]] std::vector<StepInfo> steps() const { return log_.steps; }
+  [[nodiscard]] int world_size() const { return comm_.size(); }
+  // As Store::estimate_save, from the SAVE_STATS of the commit objects listed.
+  [[nodiscard]] SaveEstimate estimate_save(std::optional<std::uint64_t> bytes = std::nullopt, std::size_t window = 8) const {
+    return estimate_from(log_.saves, bytes, window);
+  }
   [[nodiscard]] std::optional<StepInfo> latest() const;
   [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const;
   // Lists log/ again (collective across ranks).

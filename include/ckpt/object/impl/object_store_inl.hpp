@@ -170,6 +170,8 @@ CKPT_INLINE ObjectLog decode_log(const std::vector<std::pair<std::string, std::s
       info.manifest_size = commit->manifest_size;
       info.manifest_digest = commit->manifest_digest;
       committed.push_back(std::move(info));
+      if (const auto* stats = body(3) != nullptr ? std::get_if<SaveRecord>(&body(3)->body) : nullptr; stats && stats->txn == commit->txn)
+        log.saves.push_back(*stats);
     } else {
       const JournalRecord* r = body(1);
       const bool ok = r != nullptr && recs.size() == 2 &&
@@ -193,6 +195,7 @@ CKPT_INLINE ObjectLog decode_log(const std::vector<std::pair<std::string, std::s
   auto by_step = [](const StepInfo& a, const StepInfo& b) { return a.step < b.step; };
   std::sort(log.steps.begin(), log.steps.end(), by_step);
   std::sort(log.retired.begin(), log.retired.end(), by_step);
+  std::sort(log.saves.begin(), log.saves.end(), [](const SaveRecord& a, const SaveRecord& b) { return a.step < b.step; });
   return log;
 }
 
@@ -717,12 +720,9 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
                            manifest_digest(reinterpret_cast<const unsigned char*>(manifest_bytes.data()), manifest_bytes.size())};
       BeginRecord b{txn_, step_, static_cast<std::uint32_t>(world_), standard_shard_files(static_cast<std::uint32_t>(world_))};
       auto begin_rec = begin_record(b);
-      SaveRecord stats;
-      stats.txn = txn_;
-      stats.step = step_;
-      for (const auto& s : m.shards) stats.bytes += s.file_size;
-      const auto elapsed = std::chrono::steady_clock::now() - started_;
-      stats.stall_ns = stats.persist_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+      std::uint64_t shard_bytes = 0;
+      for (const auto& s : m.shards) shard_bytes += s.file_size;
+      const SaveRecord stats = timed_save_record(c, shard_bytes, started_, stall_, async_);
       decision = begin_rec.status();
       if (decision.ok()) {
         const std::string bytes = store.log_object({*begin_rec, commit_record(c), save_stats_record(stats)});
@@ -745,6 +745,7 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
           }
         }
         if (put.ok()) {
+          store.log_.saves.push_back(stats);
           outcome.committed = true;
           outcome.step.step = step_;
           outcome.step.txn = txn_;
@@ -822,6 +823,13 @@ CKPT_INLINE Result<CommitResult> ObjectTransaction::commit() {
 CKPT_INLINE Status ObjectTransaction::abort() {
   CKPT_ASSIGN_OR_RETURN(detail::ObjectOutcome outcome, finish(false));
   return outcome.decision;
+}
+
+CKPT_INLINE Status ObjectTransaction::abort(const Status& reason) {
+  // This rank's report carries the reason, so rank 0's outcome names it to every rank (spec/SHARDING.md 3.4).
+  if (failure_.ok() && !reason.ok()) failure_ = reason;
+  CKPT_ASSIGN_OR_RETURN(detail::ObjectOutcome outcome, finish(false));
+  return outcome.decision.ok() || (!reason.ok() && outcome.decision.code() == reason.code()) ? Status() : outcome.decision;
 }
 
 CKPT_INLINE Result<std::string> ObjectTransaction::report() {
