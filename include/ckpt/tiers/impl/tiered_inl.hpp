@@ -384,11 +384,8 @@ template <class Tx>
     if (copied.ok()) copied = tx.end_piece();
   }
   if (!copied.ok()) {
-    // A directory's transaction names this rank's reason to the others; an object store's tells them that a
-    // rank abandoned the step (ObjectTransaction::abort takes no reason).
-    Status aborted;
-    if constexpr (std::is_same_v<Tx, object::ObjectTransaction>) aborted = tx.abort();
-    else aborted = tx.abort(copied);
+    // Either kind of transaction names this rank's reason to the others (spec/SHARDING.md 3.4, spec/OBJECT.md 4.9).
+    Status aborted = tx.abort(copied);
     (void)aborted;  // the copy's failure is the error to report; the step is abandoned either way
     return copied.with_context("promoting step " + std::to_string(step));
   }
