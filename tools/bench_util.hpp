@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include <ckpt/error.hpp>
 #include <ckpt/hash.hpp>
 
 namespace ckpt::bench {
@@ -32,6 +33,20 @@ namespace ckpt::bench {
 struct BenchError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Wrong bytes read back or a verify report with problems: exit 1, like every other tool.
+struct IntegrityError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A library call of the benchmark's own plumbing that failed: BenchError naming what it was.
+inline void check(const Status& s, const std::string& what) {
+  if (!s.ok()) throw BenchError(what + ": " + s.to_string());
+}
+template <class T>
+void check(const Result<T>& r, const std::string& what) {
+  if (!r.ok()) check(r.status(), what);
+}
 
 [[noreturn]] inline void throw_errno(const std::string& what) {
   throw BenchError(what + ": " + std::strerror(errno));

@@ -35,6 +35,7 @@
 namespace {
 
 constexpr const char* kTool = "ckpt-bench-ranks";
+using ckpt::bench::check;
 using ckpt::bench::quiet_barrier;
 constexpr std::uint64_t kRow = 4096;
 
@@ -51,10 +52,6 @@ struct Row {
   int ranks = 0;
   std::vector<double> save_ckpt, save_raw, load_ckpt, load_raw;
 };
-
-void check(const ckpt::Status& s, const std::string& what) {
-  if (!s.ok()) throw ckpt::bench::BenchError(what + ": " + s.to_string());
-}
 
 double mib_per_s(std::uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / (1024.0 * 1024.0) / seconds : 0.0;

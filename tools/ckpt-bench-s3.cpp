@@ -73,19 +73,6 @@ namespace {
 
 using namespace ckpt::object;
 
-// Wrong bytes read back: exit 1, like every other tool.
-struct IntegrityError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check(const Status& s, const std::string& what) {
-  if (!s.ok()) throw BenchError(what + ": " + s.to_string());
-}
-template <class T>
-void check(const Result<T>& r, const std::string& what) {
-  if (!r.ok()) check(r.status(), what);
-}
-
 struct Measurement {
   std::string id, label;
   std::function<void()> before;  // untimed preparation before every run

@@ -60,6 +60,7 @@
 namespace {
 
 constexpr const char* kTool = "ckpt-bench-tiers";
+using ckpt::bench::check;
 using ckpt::bench::quiet_barrier;
 constexpr int kRawTag = 7;  // the raw point-to-point exchange, on the benchmark's own communicator
 
@@ -73,10 +74,6 @@ struct Settings {
   double pace_gbps = 0;  // resume: decimal GB/s per rank for first reads of the persistent store; 0: none
   bool json = false;
 };
-
-void check(const ckpt::Status& s, const std::string& what) {
-  if (!s.ok()) throw ckpt::bench::BenchError(what + ": " + s.to_string());
-}
 
 // Nanoseconds of CLOCK_REALTIME: one clock for every process on the machine, so ranks' moments compare.
 std::int64_t now_ns() {

@@ -43,19 +43,6 @@ using namespace ckpt::bench;
 
 constexpr const char* kTool = "ckpt-bench";
 
-// Wrong bytes read back or a verify report with problems: exit 1, like every other tool.
-struct IntegrityError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check(const Status& s, const std::string& what) {
-  if (!s.ok()) throw BenchError(what + ": " + s.to_string());
-}
-template <class T>
-void check(const Result<T>& r, const std::string& what) {
-  if (!r.ok()) check(r.status(), what);
-}
-
 struct Config {
   std::uint64_t size = std::uint64_t{256} << 20;
   std::string dir = ".";
