@@ -129,10 +129,16 @@ CKPT_INLINE void encode_dims(Encoder& out, const Shape& dims) {
   return true;
 }
 
-// The body of an ok commit report (spec/SHARDING.md 3.5): shard entry, optimizer names, replicas, pieces.
-CKPT_INLINE void encode_report_body(Encoder& out, const ManifestShard& entry, const std::vector<std::string>& optimizer,
-                               const std::vector<ReplicaDecl>& replicas, const std::vector<GlobalPiece>& pieces) {
-  encode_manifest_shard(out, entry);
+// The body of an ok commit report (spec/SHARDING.md 3.5) of the shard `writer` finished as `summary`: shard
+// entry, optimizer names, replicas, pieces. Both stores' ranks send it (spec/OBJECT.md 4.7).
+CKPT_INLINE std::string report_body(const ShardWriter& writer, std::uint32_t rank, const std::string& shard_name,
+                                    const ShardSummary& summary, const std::vector<std::string>& optimizer,
+                                    const std::vector<ReplicaDecl>& replicas) {
+  // The pieces come from what the writer wrote, not from reading the file back (the index digest pins both).
+  std::vector<GlobalPiece> pieces;
+  append_index_pieces(writer.written_index(), rank, pieces);
+  Encoder out;
+  encode_manifest_shard(out, manifest_shard(rank, shard_name, summary));
   out.u32(static_cast<std::uint32_t>(optimizer.size()));
   for (const auto& name : optimizer) encode_string32(out, name);
   out.u32(static_cast<std::uint32_t>(replicas.size()));
@@ -153,6 +159,7 @@ CKPT_INLINE void encode_report_body(Encoder& out, const ManifestShard& entry, co
     encode_dims(out, p.offsets);
     encode_dims(out, p.shape);
   }
+  return std::move(out.str());
 }
 
 // Decodes untrusted report bytes; every count and length is checked against the bytes left.
@@ -739,13 +746,7 @@ CKPT_INLINE std::string Transaction::make_report(bool commit, const Status& reas
     if (!summary.ok()) {
       local = summary.status();
     } else {
-      // The pieces come from what the writer wrote, not from reading the file back (the index digest pins both).
-      std::vector<GlobalPiece> pieces;
-      append_index_pieces(writer_->written_index(), static_cast<std::uint32_t>(rank_), pieces);
-      Encoder out;
-      detail::encode_report_body(out, manifest_shard(static_cast<std::uint32_t>(rank_), shard_name_, *summary),
-                                 state_.optimizer_tensors, replicas_, pieces);
-      body = std::move(out.str());
+      body = detail::report_body(*writer_, static_cast<std::uint32_t>(rank_), shard_name_, *summary, state_.optimizer_tensors, replicas_);
     }
   }
   writer_.reset();  // an unfinished shard is closed and removed here; a finished one waits for rank 0's decision

@@ -643,12 +643,7 @@ CKPT_INLINE std::string ObjectTransaction::make_report(bool commit, Status* loca
     if (!summary.ok()) {
       local = summary.status();
     } else {
-      std::vector<GlobalPiece> pieces;
-      append_index_pieces(writer_->written_index(), static_cast<std::uint32_t>(rank_), pieces);
-      Encoder out;
-      ckpt::detail::encode_report_body(out, manifest_shard(static_cast<std::uint32_t>(rank_), shard_name_, *summary),
-                                       state_.optimizer_tensors, {}, pieces);
-      body = std::move(out.str());
+      body = ckpt::detail::report_body(*writer_, static_cast<std::uint32_t>(rank_), shard_name_, *summary, state_.optimizer_tensors, {});
     }
   }
   writer_.reset();  // an unfinished upload is aborted here
