@@ -11,7 +11,10 @@
 #include <random>
 #include <string>
 
+#include <ckpt/object/object_store.hpp>
 #include <ckpt/object/s3_client.hpp>
+
+#include "test_util.hpp"
 
 namespace ckpt_test {
 
@@ -62,6 +65,28 @@ inline void flip_object_byte(ckpt::object::ObjectClient& client, const std::stri
   bytes[offset] = static_cast<char>(bytes[offset] ^ mask);
   REQUIRE(client.remove(key).ok());
   REQUIRE(client.put(key, bytes.data(), bytes.size(), ckpt::object::Condition::none).ok());
+}
+
+// A store of 12 MiB steps on a real server: three parts each (S3's smallest part is 5 MiB), three in flight.
+[[nodiscard]] inline ckpt::object::ObjectStoreOptions s3_store_options() {
+  ckpt::object::ObjectStoreOptions o;
+  o.create_if_missing = true;
+  o.io.part_size = ckpt::object::limits::kMinPartSize;
+  o.io.parallel_parts = 3;
+  return o;
+}
+
+[[nodiscard]] inline std::vector<unsigned char> s3_tensor_bytes(std::uint64_t step) {
+  return random_bytes((std::size_t{12} << 20) + step * 4096, step);
+}
+
+// A save as a training loop does it: a write error is kept and commit() abandons the step.
+[[nodiscard]] inline ckpt::Status s3_save_step(ckpt::object::ObjectStore& store, std::uint64_t step) {
+  const auto bytes = s3_tensor_bytes(step);
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  const ckpt::Status added = tx->add_tensor("w", ckpt::DType::U8, ckpt::Shape{bytes.size()}, bytes.data(), bytes.size());
+  const ckpt::Status committed = tx->commit().status();
+  return added.ok() ? committed : added;
 }
 
 }  // namespace ckpt_test

@@ -27,6 +27,7 @@
 #include <ckpt/object/s3_client.hpp>
 #include <ckpt/report/verify.hpp>
 
+#include "s3_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace ckpt;
@@ -132,11 +133,7 @@ constexpr const char* kCommitPut = R"("method": "PUT", "no_query": true, "path":
 
 // --- clients, store, data ---------------------------------------------------------------------------
 
-[[nodiscard]] std::string fresh_url() {
-  static std::atomic<int> counter{0};
-  std::random_device random;
-  return env_or_fail("CKPT_S3_TEST_URL") + "faults" + std::to_string(random()) + "-" + std::to_string(counter++);
-}
+[[nodiscard]] std::string fresh_url() { return ckpt_test::fresh_s3_url("faults"); }
 
 // Small delays so every retry costs milliseconds; a stalled transfer fails after one second.
 [[nodiscard]] S3Options fast_options(std::chrono::milliseconds deadline = std::chrono::milliseconds(5000)) {
@@ -152,10 +149,7 @@ constexpr const char* kCommitPut = R"("method": "PUT", "no_query": true, "path":
 
 // Through the proxy (AWS_ENDPOINT_URL).
 [[nodiscard]] std::unique_ptr<ObjectClient> proxied_client(const std::string& url, const S3Options& options) {
-  auto client = open_s3_url(url, options);
-  INFO(client.status().to_string());
-  REQUIRE(client.ok());
-  return std::move(client).value();
+  return ckpt_test::s3_client_for(url, options);
 }
 
 // Straight to the server: what judges the store after a fault.
@@ -176,26 +170,9 @@ constexpr const char* kCommitPut = R"("method": "PUT", "no_query": true, "path":
   return std::move(client).value();
 }
 
-[[nodiscard]] ObjectStoreOptions store_options() {
-  ObjectStoreOptions o;
-  o.create_if_missing = true;
-  o.io.part_size = limits::kMinPartSize;  // a 12 MiB shard is three parts: 5, 5 and 2 MiB
-  o.io.parallel_parts = 3;
-  return o;
-}
-
-[[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) {
-  return ckpt_test::random_bytes((std::size_t{12} << 20) + step * 4096, step);
-}
-
-// A save as a training loop does it: a write error is kept and commit() abandons the step.
-[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) {
-  const auto bytes = tensor_bytes(step);
-  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
-  const Status added = tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size());
-  const Status committed = tx->commit().status();
-  return added.ok() ? committed : added;
-}
+[[nodiscard]] ObjectStoreOptions store_options() { return ckpt_test::s3_store_options(); }
+[[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) { return ckpt_test::s3_tensor_bytes(step); }
+[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) { return ckpt_test::s3_save_step(store, step); }
 
 // A store at a fresh prefix, step 1 saved through the proxy with no faults.
 struct Fixture {

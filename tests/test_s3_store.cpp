@@ -30,24 +30,9 @@ namespace {
 
 [[nodiscard]] std::unique_ptr<ObjectClient> client_for(const std::string& url) { return ckpt_test::s3_client_for(url); }
 
-[[nodiscard]] ObjectStoreOptions options() {
-  ObjectStoreOptions o;
-  o.create_if_missing = true;
-  o.io.part_size = limits::kMinPartSize;  // S3's smallest part: a 12 MiB shard is three parts
-  o.io.parallel_parts = 3;
-  return o;
-}
-
-[[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) {
-  return ckpt_test::random_bytes((std::size_t{12} << 20) + step * 4096, step);
-}
-
-[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) {
-  const auto bytes = tensor_bytes(step);
-  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
-  CKPT_TRY(tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()));
-  return tx->commit().status();
-}
+[[nodiscard]] ObjectStoreOptions options() { return ckpt_test::s3_store_options(); }
+[[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) { return ckpt_test::s3_tensor_bytes(step); }
+[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) { return ckpt_test::s3_save_step(store, step); }
 
 void check_step(ObjectStore& store, std::uint64_t step) {
   auto reader = store.open_step(step);
