@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -56,13 +57,12 @@ struct ObjectFs::Reader {
   std::uint64_t next = ~std::uint64_t{0};  // where the last read ended: a read starting there is in order
   unsigned streak = 0;                      // reads in order in a row
   std::deque<std::shared_ptr<Window>> windows;  // shared: a read waiting on one holds it
-  // Buffers of windows already read, for the next ones: memory already faulted in is not faulted again.
-  std::vector<std::unique_ptr<unsigned char[]>> spare;
   ~Reader() { windows.clear(); }  // joins every GET still in flight
 };
 
 CKPT_INLINE ObjectFs::ObjectFs(ObjectClient& client, ObjectFsOptions options) : client_(client), options_(options) {
   options_.parallel_parts = std::max<std::size_t>(1, options_.parallel_parts);
+  spare_buffers_.reserve(options_.parallel_parts);  // recycle() then never allocates
 }
 
 CKPT_INLINE ObjectFs::~ObjectFs() {
@@ -118,18 +118,29 @@ CKPT_INLINE Result<ObjectFs::Upload*> ObjectFs::upload_of(FileHandle f) {
 
 CKPT_INLINE Status ObjectFs::close(FileHandle f) {
   std::unique_ptr<Upload> upload;
-  std::shared_ptr<Reader> reader;  // released after the lock: its read-ahead GETs are joined then
+  std::shared_ptr<Reader> reader;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = readers_.find(f.id); it != readers_.end()) {
       reader = std::move(it->second);
       readers_.erase(it);
-      return Status();
+    } else if (auto up = uploads_.find(f.id); up != uploads_.end()) {
+      upload = std::move(up->second);
+      uploads_.erase(up);
+    } else {
+      return make_error(Code::invalid_argument, "object file handle " + std::to_string(f.id) + " is not open");
     }
-    auto it = uploads_.find(f.id);
-    if (it == uploads_.end()) return make_error(Code::invalid_argument, "object file handle " + std::to_string(f.id) + " is not open");
-    upload = std::move(it->second);
-    uploads_.erase(it);
+  }
+  if (reader) {
+    // Its read-ahead GETs are joined outside the Fs lock; their buffers serve the next file read.
+    std::vector<std::shared_ptr<Window>> windows;
+    {
+      std::lock_guard<std::mutex> lock(reader->mutex);
+      windows.assign(std::make_move_iterator(reader->windows.begin()), std::make_move_iterator(reader->windows.end()));
+      reader->windows.clear();
+    }
+    recycle(windows);
+    return Status();
   }
   // Closed before sync(): the object must not appear, so the upload is aborted, never completed (spec 3.2).
   if (!upload->finished) abandon(*upload);
@@ -190,6 +201,29 @@ CKPT_INLINE Result<std::size_t> ObjectFs::read_split(const std::string& key, uns
   return total;
 }
 
+CKPT_INLINE std::unique_ptr<unsigned char[]> ObjectFs::take_buffer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!spare_buffers_.empty()) {
+      auto buffer = std::move(spare_buffers_.back());
+      spare_buffers_.pop_back();
+      return buffer;
+    }
+  }
+  return std::unique_ptr<unsigned char[]>(new unsigned char[options_.part_size]);
+}
+
+CKPT_INLINE void ObjectFs::recycle(std::vector<std::shared_ptr<Window>>& windows) noexcept {
+  if (windows.empty()) return;
+  for (auto& w : windows)
+    if (w->thread.joinable()) w->thread.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& w : windows)  // a window a read still holds keeps its buffer (freed with it)
+    if (w.use_count() == 1 && w->data && spare_buffers_.size() < options_.parallel_parts)
+      spare_buffers_.push_back(std::move(w->data));
+  windows.clear();
+}
+
 CKPT_INLINE Result<std::size_t> ObjectFs::read_in_order(Reader& r, unsigned char* buf, std::size_t n, std::uint64_t off) {
   std::vector<std::shared_ptr<Window>> dropped;  // joined after the lock is released (a GET's thread takes it)
   std::size_t done = 0;
@@ -224,12 +258,7 @@ CKPT_INLINE Result<std::size_t> ObjectFs::read_in_order(Reader& r, unsigned char
         w->offset = start;
         // Whole parts, as the object was uploaded (see read_split); the first from `off` to its part's end.
         w->length = static_cast<std::size_t>(std::min<std::uint64_t>(options_.part_size - start % options_.part_size, r.size - start));
-        if (!r.spare.empty()) {
-          w->data = std::move(r.spare.back());
-          r.spare.pop_back();
-        } else {
-          w->data.reset(new unsigned char[options_.part_size]);
-        }
+        w->data = take_buffer();
         Window* wp = w.get();
         const std::string key = r.key;
         auto fetch = [this, &r, wp, key] {
@@ -279,14 +308,7 @@ CKPT_INLINE Result<std::size_t> ObjectFs::read_in_order(Reader& r, unsigned char
       drop_before(off + done);
     }
   }
-  if (!dropped.empty()) {
-    for (auto& w : dropped)
-      if (w->thread.joinable()) w->thread.join();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    for (auto& w : dropped)  // a window another read of this handle still holds keeps its buffer
-      if (w.use_count() == 1 && w->data && r.spare.size() < options_.parallel_parts) r.spare.push_back(std::move(w->data));
-  }
-  dropped.clear();
+  recycle(dropped);
   if (!failure.ok()) return failure;
   if (done == n) return done;
   CKPT_ASSIGN_OR_RETURN(std::size_t rest, client_.get(r.key, off + done, buf + done, n - done));
