@@ -222,20 +222,14 @@ def boundary(programs, base, scenario, kinds, commit_at, retire_at, k, action):
                       f"retire PUT {retire_at})")
 
     # 3. ckpt-inspect agrees; ckpt-verify passes.
-    code, out = programs.tool("ckpt-inspect", "--json", url)
-    try:
-        inspected = sorted(s["step"] for s in json.loads(out)["steps"]) if code == 0 else None
-    except (ValueError, KeyError, TypeError):
-        inspected = None
-    if inspected != expected:
-        raise Failure(f"{label}: ckpt-inspect --json (exit {code}) does not list {expected}:\n{out}")
-    code, out = programs.tool("ckpt-verify", "--json", url)
-    try:
-        verified = sorted(s["step"] for s in json.loads(out)["steps"] if s["ok"]) if code == 0 else None
-    except (ValueError, KeyError, TypeError):
-        verified = None
-    if verified != expected:
-        raise Failure(f"{label}: ckpt-verify --json (exit {code}) does not verify every step of {expected}:\n{out}")
+    for tool, keep, says in (("ckpt-inspect", lambda s: True, "list"), ("ckpt-verify", lambda s: s["ok"], "verify every step of")):
+        code, out = programs.tool(tool, "--json", url)
+        try:
+            listed = sorted(s["step"] for s in json.loads(out)["steps"] if keep(s)) if code == 0 else None
+        except (ValueError, KeyError, TypeError):
+            listed = None
+        if listed != expected:
+            raise Failure(f"{label}: {tool} --json (exit {code}) does not {says} {expected}:\n{out}")
 
     # 4. Garbage collection removes exactly what the retired step's unfinished deletes left, nothing of a
     # committed step, and keeps the killed save's transaction (no commit or abort proves it dead, G4).

@@ -185,22 +185,34 @@ void check_final(const JobResult& r, std::uint64_t steps) {
 
 }  // namespace
 
-TEST_CASE("the policy captures every memory_every steps and persists every persist_every", "[tiered]") {
-  const auto dir = fresh_dir("policy");
-  ThreadGroup group(1);
-  ThreadComm comm(group, 0);
+// A job of one rank without replicas, for what create() decides on its own.
+struct SoloJob {
+  fsys::path dir;
+  ThreadGroup group{1};
+  ThreadComm comm{group, 0};
   PosixFs fs;
-  TierOptions o;
-  o.memory_root = (dir / "mem").string();
-  o.persistent = (dir / "p").string();
-  o.memory_every = 5, o.persist_every = 20, o.replicas = 0;
-  auto t = TieredCheckpointer::create(fs, comm, o);
+  explicit SoloJob(const std::string& name) : dir(fresh_dir(name)) {}
+  [[nodiscard]] TierOptions options(const std::string& persistent) const {
+    TierOptions o;
+    o.memory_root = (dir / "mem").string();
+    o.persistent = persistent;
+    o.replicas = 0;
+    return o;
+  }
+  [[nodiscard]] Result<std::unique_ptr<TieredCheckpointer>> create(const TierOptions& o) { return TieredCheckpointer::create(fs, comm, o); }
+};
+
+TEST_CASE("the policy captures every memory_every steps and persists every persist_every", "[tiered]") {
+  SoloJob solo("policy");
+  TierOptions o = solo.options((solo.dir / "p").string());
+  o.memory_every = 5, o.persist_every = 20;
+  auto t = solo.create(o);
   REQUIRE(t.ok());
   CHECK((*t)->action(3) == TierAction::none);
   CHECK((*t)->action(5) == TierAction::capture);
   CHECK((*t)->action(40) == TierAction::capture_and_persist);
   o.persist_every = 12;
-  auto bad = TieredCheckpointer::create(fs, comm, o);
+  auto bad = solo.create(o);
   CHECK(bad.status().code() == Code::invalid_argument);
   CHECK_THAT(bad.status().message(), Catch::Contains("not a multiple of memory_every"));
 }
@@ -519,15 +531,10 @@ TEST_CASE("a damaged object of the persistent tier is set aside, never loaded, a
 }
 
 TEST_CASE("an s3:// persistent tier without an object opener is refused at create", "[tiered][object]") {
-  const auto dir = fresh_dir("s3-no-opener");
-  ThreadGroup group(1);
-  ThreadComm comm(group, 0);
-  PosixFs fs;
-  TierOptions o;
-  o.memory_root = (dir / "mem").string();
-  o.persistent = kObjectUrl;
-  o.persist_every = 2, o.replicas = 0;
-  auto t = TieredCheckpointer::create(fs, comm, o);
+  SoloJob solo("s3-no-opener");
+  TierOptions o = solo.options(kObjectUrl);
+  o.persist_every = 2;
+  auto t = solo.create(o);
   CHECK(t.status().code() == Code::unsupported);
   CHECK_THAT(t.status().message(), Catch::Contains(kObjectUrl) && Catch::Contains("open_objects"));
 }
