@@ -36,6 +36,13 @@ function(ckpt_object_test prefix)
   endforeach()
 endfunction()
 
+# How the client reads answers, against the bodies real and documented servers send
+# (tests/data/s3_responses/): no server needed.
+ckpt_object_test_program(test_s3_response test_s3_response)
+target_compile_definitions(test_s3_response PRIVATE CKPT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_test(NAME test_s3_response COMMAND test_s3_response)
+set_tests_properties(test_s3_response PROPERTIES LABELS object WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+
 # curl too: one test signs a request the client never sends (a wrong checksum).
 ckpt_object_test_program(test_s3_client test_s3_client CURL::libcurl)
 if(NOT Python3_Interpreter_FOUND)

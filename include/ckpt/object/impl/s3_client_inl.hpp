@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "../s3_client.hpp"
+#include "../s3_response.hpp"
 
 namespace ckpt::object {
 
@@ -48,26 +49,9 @@ inline std::string uri_encode(std::string_view text, bool keep_slash) {
   return out;
 }
 
-// Standard base64 of a big-endian CRC32, the form of x-amz-checksum-crc32.
+// x-amz-checksum-crc32 of a body: zlib's standard CRC-32, as base64 of its 4 big-endian bytes.
 inline std::string crc32_base64(const void* data, std::size_t size) {
-  const auto crc = static_cast<std::uint32_t>(
-      ::crc32_z(::crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), size));
-  const unsigned char bytes[4] = {static_cast<unsigned char>(crc >> 24), static_cast<unsigned char>(crc >> 16),
-                                  static_cast<unsigned char>(crc >> 8), static_cast<unsigned char>(crc)};
-  static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  const std::uint32_t first = (std::uint32_t{bytes[0]} << 16) | (std::uint32_t{bytes[1]} << 8) | bytes[2];
-  const std::uint32_t last = std::uint32_t{bytes[3]} << 16;
-  std::string out;
-  for (int shift = 18; shift >= 0; shift -= 6) out.push_back(alphabet[(first >> shift) & 63]);
-  out.push_back(alphabet[(last >> 18) & 63]);
-  out.push_back(alphabet[(last >> 12) & 63]);
-  out += "==";
-  return out;
-}
-
-inline std::string strip_quotes(std::string etag) {
-  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
-  return etag;
+  return crc32_base64(static_cast<std::uint32_t>(::crc32_z(::crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), size)));
 }
 
 inline std::string trim(std::string_view text) {
@@ -98,19 +82,19 @@ struct Request {
   std::size_t body_size = 0;
   void* out = nullptr;  // GET: the caller's buffer, never written past out_capacity
   std::size_t out_capacity = 0;
-  bool want_xml = false;  // keep a 2xx body (LIST, Create, Complete) up to kXmlBodyLimit
+  bool want_xml = false;  // an answer is expected in a 2xx body (LIST, Create, Complete): kept up to kXmlBodyLimit
   bool retry_conflict = false;  // 409 ConditionalRequestConflict is retryable on PutObject (spec 2.5)
 };
 
 struct Response {
   long http_status = 0;
-  std::string body;  // the XML of a 2xx want_xml request, or the (capped) error body
+  std::string body;  // the XML of a want_xml request, or any other body but a GET's (capped, spec 2.2)
   std::size_t out_size = 0;
   std::string etag, checksum_crc32, content_range;
   std::uint64_t content_length = 0;
   bool has_content_length = false;
   bool overflow = false;  // the server sent more than asked (GET) or a body past the limit
-  std::string error_code, error_message;  // from an <Error> body
+  std::optional<S3Error> error;  // the body is an error document, whatever the status (spec 2.2)
 };
 
 struct Transfer {
@@ -153,8 +137,9 @@ inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void
   Response& response = *transfer->response;
   const std::size_t n = size * count;
   const bool success = response.http_status >= 200 && response.http_status < 300;
-  if (!success) {
-    // Error bodies are kept up to the limit and the rest is read and dropped (spec 2.3).
+  if (!success || (request.out == nullptr && !request.want_xml)) {
+    // Error bodies, and the bodies of 2xx answers that should have none (a 200 can carry an <Error>,
+    // spec 2.2), are kept up to the limit and the rest is read and dropped (spec 2.3).
     if (response.body.size() < kErrorBodyLimit) response.body.append(data, std::min(n, kErrorBodyLimit - response.body.size()));
     return n;
   }
@@ -168,25 +153,12 @@ inline std::size_t on_body(char* data, std::size_t size, std::size_t count, void
     response.out_size += n;
     return n;
   }
-  if (!request.want_xml) return n;
   if (n > kXmlBodyLimit - response.body.size()) {
     response.overflow = true;
     return 0;
   }
   response.body.append(data, n);
   return n;
-}
-
-// The Code and Message of an <Error> document; false when body is not one.
-inline bool parse_error(const std::string& body, std::string& code, std::string& message) {
-  if (body.empty()) return false;
-  pugi::xml_document doc;
-  if (!doc.load_buffer(body.data(), body.size())) return false;
-  const pugi::xml_node error = doc.child("Error");
-  if (!error) return false;
-  code = error.child_value("Code");
-  message = error.child_value("Message");
-  return true;
 }
 
 // S3 codes that mean "try again" (spec 2.5), whatever the HTTP status they came with.
@@ -465,8 +437,9 @@ inline Result<Response> perform(S3Client::Transport& transport, const S3Config& 
       if (code != CURLE_COULDNT_CONNECT && code != CURLE_COULDNT_RESOLVE_HOST) outcome_unknown = true;
     } else {
       const long http = response.http_status;
-      parse_error(response.body, response.error_code, response.error_message);
-      const bool success = http >= 200 && http < 300 && response.error_code.empty();
+      // Judged by the status and by whether the body is an error document, never by other names (2.2).
+      response.error = parse_s3_error(response.body);
+      const bool success = http >= 200 && http < 300 && !response.error;
       if (success) return response;
       // A range at or past the end: no bytes there, for get() to report (ObjectClient::get).
       if (http == 416 && request.out != nullptr) {
@@ -474,10 +447,11 @@ inline Result<Response> perform(S3Client::Transport& transport, const S3Config& 
         return response;
       }
       last_error = "HTTP " + std::to_string(http);
-      if (!response.error_code.empty()) last_error += " " + response.error_code;
-      if (!response.error_message.empty()) last_error += ": " + response.error_message;
+      const std::string error_code = response.error ? response.error->code : std::string();
+      if (response.error) last_error += " " + (error_code.empty() ? std::string("<Error> without a Code") : error_code);
+      if (response.error && !response.error->message.empty()) last_error += ": " + response.error->message;
       retry = http == 500 || http == 502 || http == 503 || http == 504 || http == 429 || http == 408 ||
-              retryable_code(response.error_code) || (http == 409 && request.retry_conflict);
+              retryable_code(error_code) || (http == 409 && request.retry_conflict);
       if (retry && (http >= 500 || http < 300)) outcome_unknown = true;  // a 200 <Error> may have acted too
       if (!retry) {
         Code status_code = Code::io;
@@ -496,18 +470,6 @@ inline Result<Response> perform(S3Client::Transport& transport, const S3Config& 
     if (std::chrono::steady_clock::now() + delay >= deadline) return fail(Code::io, last_error + " (retry deadline reached)");
     std::this_thread::sleep_for(delay);
   }
-}
-
-// Parses a 2xx XML body; a document that does not parse or lacks the expected root is an error.
-inline Result<pugi::xml_node> xml_root(pugi::xml_document& doc, const std::string& body, const char* root,
-                                       const std::string& where, const char* operation) {
-  const pugi::xml_parse_result parsed = doc.load_buffer(body.data(), body.size());
-  if (!parsed) {
-    return make_error(Code::io, where + ": " + operation + ": response is not XML (" + parsed.description() + ")");
-  }
-  pugi::xml_node node = doc.child(root);
-  if (!node) return make_error(Code::io, where + ": " + operation + ": response has no <" + root + "> element");
-  return node;
 }
 
 inline std::string conditional_header(Condition condition) {
@@ -581,22 +543,17 @@ CKPT_INLINE Result<std::vector<ObjectInfo>> S3Client::list(const std::string& pr
     request.query += "list-type=2&max-keys=" + std::to_string(options_.list_page_size) +
                      "&prefix=" + s3_detail::uri_encode(full_prefix, false);
     CKPT_ASSIGN_OR_RETURN(s3_detail::Response response, CKPT_S3_PERFORM(request, prefix));
-    pugi::xml_document doc;  // one page at a time: parsed, copied out, freed (spec 2.5)
-    CKPT_ASSIGN_OR_RETURN(pugi::xml_node root, s3_detail::xml_root(doc, response.body, "ListBucketResult", url(prefix), "ListObjectsV2"));
-    for (pugi::xml_node item = root.child("Contents"); item; item = item.next_sibling("Contents")) {
-      std::string key = item.child_value("Key");
-      if (key.compare(0, location_.prefix.size(), location_.prefix) != 0) {
-        return make_error(Code::io, url(prefix) + ": ListObjectsV2 returned key '" + key + "' outside the prefix");
+    // One page at a time: parsed, copied out, freed (spec 2.5).
+    CKPT_ASSIGN_OR_RETURN(S3ObjectPage page, parse_list_objects(response.body, url(prefix) + ": ListObjectsV2"));
+    for (ObjectInfo& info : page.objects) {
+      if (info.key.compare(0, location_.prefix.size(), location_.prefix) != 0) {
+        return make_error(Code::io, url(prefix) + ": ListObjectsV2 returned key '" + info.key + "' outside the prefix");
       }
-      ObjectInfo info;
-      info.key = key.substr(location_.prefix.size());
-      info.size = std::strtoull(item.child_value("Size"), nullptr, 10);
-      info.etag = s3_detail::strip_quotes(item.child_value("ETag"));
+      info.key.erase(0, location_.prefix.size());
       objects.push_back(std::move(info));
     }
-    const bool truncated = std::string(root.child_value("IsTruncated")) == "true";
-    if (!truncated) break;
-    token = root.child_value("NextContinuationToken");
+    if (!page.truncated) break;
+    token = std::move(page.next_continuation_token);
     if (token.empty()) {
       return make_error(Code::io, url(prefix) + ": ListObjectsV2: a truncated page without NextContinuationToken");
     }
@@ -627,12 +584,7 @@ CKPT_INLINE Result<std::string> S3Client::create_upload(const std::string& key) 
   // The upload is created for CRC32 parts, so S3 requires (and verifies) one on every part (spec 2.4).
   if (options_.part_checksums) request.headers.push_back("x-amz-checksum-algorithm: CRC32");
   CKPT_ASSIGN_OR_RETURN(s3_detail::Response response, CKPT_S3_PERFORM(request, key));
-  pugi::xml_document doc;
-  CKPT_ASSIGN_OR_RETURN(pugi::xml_node root,
-                        s3_detail::xml_root(doc, response.body, "InitiateMultipartUploadResult", url(key), "CreateMultipartUpload"));
-  std::string upload_id = root.child_value("UploadId");
-  if (upload_id.empty()) return make_error(Code::io, url(key) + ": CreateMultipartUpload: the response has no UploadId");
-  return upload_id;
+  return parse_create_upload(response.body, url(key) + ": CreateMultipartUpload");
 }
 
 CKPT_INLINE Result<UploadPart> S3Client::upload_part(const std::string& key, const std::string& upload_id, int number,
@@ -697,12 +649,17 @@ CKPT_INLINE Result<ObjectInfo> S3Client::complete_upload(const std::string& key,
   if (condition == Condition::create_only) request.headers.push_back(s3_detail::conditional_header(condition));
   // perform() parses the body of the 200 too: "200 OK" with an <Error> is an error (spec 2.2).
   CKPT_ASSIGN_OR_RETURN(s3_detail::Response response, CKPT_S3_PERFORM(request, key));
-  pugi::xml_document result;
-  CKPT_ASSIGN_OR_RETURN(pugi::xml_node node,
-                        s3_detail::xml_root(result, response.body, "CompleteMultipartUploadResult", url(key), "CompleteMultipartUpload"));
+  CKPT_ASSIGN_OR_RETURN(S3CompletedUpload completed, parse_complete_upload(response.body, url(key) + ": CompleteMultipartUpload"));
+  // A composite checksum ("<crc>-<parts>", spec 2.4) other than the one of the parts sent: the object was
+  // assembled from other parts. (A full-object CRC32, without "-", needs the part sizes; it is not checked.)
+  const std::string expected = composite_crc32(parts);
+  if (!expected.empty() && completed.checksum_crc32.find('-') != std::string::npos && completed.checksum_crc32 != expected) {
+    return make_error(Code::io, url(key) + ": CompleteMultipartUpload: the server's composite CRC32 " + completed.checksum_crc32 +
+                                    " is not " + expected + ", the one of the " + std::to_string(parts.size()) + " parts sent");
+  }
   ObjectInfo info;
   info.key = key;
-  info.etag = s3_detail::strip_quotes(node.child_value("ETag"));
+  info.etag = std::move(completed.etag);
   // The size is not in the answer; the caller knows the sum of its parts, and head() tells anyone else.
   return info;
 }
@@ -731,24 +688,21 @@ CKPT_INLINE Result<std::vector<UploadInfo>> S3Client::list_uploads(const std::st
     if (!upload_id_marker.empty()) request.query += "upload-id-marker=" + s3_detail::uri_encode(upload_id_marker, false) + "&";
     request.query += "uploads=";
     CKPT_ASSIGN_OR_RETURN(s3_detail::Response response, CKPT_S3_PERFORM(request, prefix));
-    pugi::xml_document doc;
-    CKPT_ASSIGN_OR_RETURN(pugi::xml_node root,
-                          s3_detail::xml_root(doc, response.body, "ListMultipartUploadsResult", url(prefix), "ListMultipartUploads"));
-    for (pugi::xml_node item = root.child("Upload"); item; item = item.next_sibling("Upload")) {
-      std::string key = item.child_value("Key");
+    CKPT_ASSIGN_OR_RETURN(S3UploadPage page, parse_list_uploads(response.body, url(prefix) + ": ListMultipartUploads"));
+    // The next page starts after NextKeyMarker and NextUploadIdMarker. A server that sends only the latter
+    // (SeaweedFS 4.48, which orders uploads by id) gets only that: its last key as key-marker would
+    // filter out uploads of lower keys that sort after it by id (spec 2.8).
+    const std::string next_key = page.next_key_marker;
+    const std::string next_upload = page.next_upload_id_marker;
+    for (UploadInfo& upload : page.uploads) {
       // Some servers ignore prefix on this call: keep only ours.
-      if (key.compare(0, full_prefix.size(), full_prefix) != 0) continue;
-      uploads.push_back(UploadInfo{key.substr(location_.prefix.size()), item.child_value("UploadId")});
+      if (upload.key.compare(0, full_prefix.size(), full_prefix) != 0) continue;
+      upload.key.erase(0, location_.prefix.size());
+      uploads.push_back(std::move(upload));
     }
-    if (std::string(root.child_value("IsTruncated")) != "true") break;
-    std::string next_key = root.child_value("NextKeyMarker");
-    const std::string next_upload = root.child_value("NextUploadIdMarker");
-    // A server that omits NextKeyMarker: the page's last key is where the next begins.
-    if (next_key.empty()) {
-      for (pugi::xml_node item = root.child("Upload"); item; item = item.next_sibling("Upload")) next_key = item.child_value("Key");
-    }
-    // No progress would loop forever: an error, never a silently short list (seaweedfs 4.48 ignores the markers).
-    if (next_key.empty() || (next_key == key_marker && next_upload == upload_id_marker)) {
+    if (!page.truncated) break;
+    // No marker, or no progress, would loop forever: an error, never a silently short list.
+    if ((next_key.empty() && next_upload.empty()) || (next_key == key_marker && next_upload == upload_id_marker)) {
       return make_error(Code::io, url(prefix) + ": ListMultipartUploads: a truncated page without a new marker");
     }
     key_marker = next_key;
