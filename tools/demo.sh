@@ -3,7 +3,7 @@
 # inspects and verifies them, damages a copy and shows the verifier pinpointing the damage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install-deps.sh
+. tools/venv.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_TESTS=OFF >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 BIN=$PWD/build

