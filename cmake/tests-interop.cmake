@@ -30,3 +30,11 @@ if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
     TIMEOUT 600
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()
+
+# The interpreter every Python test above and below runs is the pinned environment (README "Pinned test
+# dependencies"): an oracle skipped or a server of another version cannot hide behind a drifted system.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME python_env_pinned
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/check_python_env.py ${PROJECT_SOURCE_DIR}/tools/constraints.txt)
+  set_tests_properties(python_env_pinned PROPERTIES LABELS interop SKIP_RETURN_CODE 77 TIMEOUT 60)
+endif()

@@ -8,6 +8,8 @@
 #   tools/install-deps.sh --latest   build/venv-latest, the newest of every package instead (to see upstream
 #                                    drift before users do); prints what differs from the constraints
 #   tools/install-deps.sh --freeze   writes build/venv-latest's versions into tools/constraints.txt
+#   tools/install-deps.sh --debian   only the Debian packages (to build the library, or `pip install ./python`
+#                                    into an environment of your own)
 #
 # CKPT_VENV names another environment; CKPT_PYTHON the interpreter that creates it (default python3).
 # The callers (tools/demo.sh, tests/run.sh) put "$CKPT_VENV/bin" first on PATH afterwards.
@@ -18,7 +20,8 @@ case "${1:-}" in
   "") ;;
   --latest) mode=latest ;;
   --freeze) mode=freeze ;;
-  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --debian) mode=debian ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-deps.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
 esac
 requirements=tools/requirements.txt
@@ -52,6 +55,8 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
+
+[ "$mode" != debian ] || exit 0
 
 if [ "$mode" = latest ]; then
   venv=${CKPT_VENV:-build/venv-latest}

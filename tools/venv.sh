@@ -4,7 +4,7 @@
 #   . tools/venv.sh            build/venv: the versions of tools/constraints.txt
 #   . tools/venv.sh --latest   build/venv-latest: the newest of each (upstream drift)
 if [ "${1:-}" = --latest ]; then
-  export CKPT_VENV=${CKPT_VENV:-$PWD/build/venv-latest}
+  export CKPT_VENV=${CKPT_VENV:-$PWD/build/venv-latest} CKPT_DEPS=latest
   bash tools/install-deps.sh --latest
 else
   export CKPT_VENV=${CKPT_VENV:-$PWD/build/venv}
