@@ -332,6 +332,32 @@ TEST_CASE("an Error body in a 200 to Complete after the server acted: not done",
   judge(f.url, saved.ok() ? 2 : 1, true);
 }
 
+TEST_CASE("a Complete answer under another root element, as moto 5.2.1 sent it: committed", "[s3_faults]") {
+  Fixture f;
+  // Every completion's answer renamed on the way (spec/OBJECT.md 2.2: never judged by the root's name).
+  set_rules(std::string("[{") + kComplete +
+            R"(, "action": "rewrite", "pattern": "CompleteMultipartUploadResult", "replacement": "CompleteMultipartUploadResponse", "times": null}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  REQUIRE(saved.ok());
+  const auto log = request_log();
+  INFO(dump(log));
+  CHECK(count(log, [](const LogEntry& e) { return is_complete(e) && e.action == "rewrite" && e.status == 200; }) >= 1);
+  judge(f.url, 2, true);
+}
+
+TEST_CASE("a Complete answer whose composite CRC32 is not the parts': the save fails, the last step stays", "[s3_faults]") {
+  Fixture f;
+  // The checksum of other parts, put before any the server sent (the first <ChecksumCRC32> is read).
+  set_rules(std::string("[{") + kComplete +
+            R"(, "action": "rewrite", "pattern": "</ETag>", "replacement": "</ETag><ChecksumCRC32>AAAAAA==-2</ChecksumCRC32>", "times": null}])");
+  const Status saved = save_step(*f.store, 2);
+  INFO(saved.to_string());
+  REQUIRE_FALSE(saved.ok());
+  CHECK(saved.to_string().find("composite CRC32 AAAAAA==-2 is not") != std::string::npos);
+  judge(f.url, 1, true);
+}
+
 TEST_CASE("a lost Complete response: the object is found, committed whole", "[s3_faults]") {
   Fixture f;
   set_rules(std::string("[{") + kComplete + R"(, "action": "lose_response", "times": 1}])");

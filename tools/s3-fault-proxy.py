@@ -28,8 +28,11 @@ A rule is an object:
    "path": "regex",                 optional: re.search on the decoded path (/bucket/key)
    "skip": 0,                       matching requests to let through before the rule fires
    "times": 1,                      how many times it fires (null: every matching request after skip)
-   "action": "slowdown" | "reset" | "error200" | "lose_response" | "hang" | "pass" | "kill" | "kill_after",
+   "action": "slowdown" | "reset" | "error200" | "lose_response" | "hang" | "pass" | "kill" | "kill_after"
+             | "rewrite",
    "forward": true,                 error200 only: forward first (the server acts) or not (default true)
+   "pattern": "regex",              rewrite only (required): re.sub on the server's answer body (UTF-8)
+   "replacement": "text",           rewrite only: what replaces each match (backreferences as in re.sub)
    "reset_after": 65536,            reset only: body bytes read before the connection is reset
    "pid": 1234,                     kill and kill_after only (required): the process to signal
    "signal": 9}                     kill and kill_after only: the signal (default SIGKILL)
@@ -46,6 +49,8 @@ The first rule whose match and counters fit decides; a request no rule takes is 
                  request's head arrives, before anything is forwarded, then closes the connection (RST)
   kill_after     forwards, lets the server act and reads its whole answer, then signals pid and closes the
                  connection without the answer (RST): the writer dies with its request done and the answer lost
+  rewrite        forwards, then answers with the server's status and headers and its body rewritten: another
+                 server's dialect (a renamed element), or a field changed on the way (a checksum)
 
 Counters start when the rules are set, so {"action": "kill", "pid": P, "skip": N - 1} kills P at the N-th request
 after PUT /rules, whatever it is (tests/test_s3_crash.py). The signal is sent before the connection is closed,
@@ -68,7 +73,7 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ACTIONS = {"slowdown", "reset", "error200", "lose_response", "hang", "pass", "kill", "kill_after"}
+ACTIONS = {"slowdown", "reset", "error200", "lose_response", "hang", "pass", "kill", "kill_after", "rewrite"}
 HOP_BY_HOP = {"expect", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "te", "upgrade"}
 HANG_LIMIT_S = 60.0
 
@@ -104,6 +109,10 @@ class State:
                     raise ValueError(f"a kill rule needs the pid of the process to kill (an integer > 1): {rule!r}")
                 if not isinstance(rule.get("signal", signal.SIGKILL), int):
                     raise ValueError(f"a kill rule's signal is a number: {rule!r}")
+            if rule["action"] == "rewrite":
+                if not isinstance(rule.get("pattern"), str) or not isinstance(rule.get("replacement", ""), str):
+                    raise ValueError(f"a rewrite rule needs a pattern (and a replacement) as strings: {rule!r}")
+                re.compile(rule["pattern"])
             rule = dict(rule)
             rule.setdefault("skip", 0)
             rule.setdefault("times", 1)
@@ -333,6 +342,8 @@ class ProxyHandler(BaseHTTPRequestHandler):
                 self.answer(200, "OK", [("Content-Type", "application/xml")],
                             s3_error("InternalError", "We encountered an internal error. Please try again. (ckpt fault proxy)"))
                 return
+            if action == "rewrite":
+                data = re.sub(rule["pattern"], rule.get("replacement", ""), data.decode("utf-8")).encode("utf-8")
             status = up_status
             self.answer(up_status, reason, headers, data)
         except Dropped:
