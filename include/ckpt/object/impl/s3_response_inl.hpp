@@ -33,11 +33,12 @@ inline std::string child_text(const pugi::xml_node& parent, std::string_view nam
   return child(parent, name).text().get();
 }
 
-template <typename Visit>
-void for_each_child(const pugi::xml_node& parent, std::string_view name, Visit visit) {
+inline std::vector<pugi::xml_node> children(const pugi::xml_node& parent, std::string_view name) {
+  std::vector<pugi::xml_node> found;
   for (pugi::xml_node node = parent.first_child(); node; node = node.next_sibling()) {
-    if (node.type() == pugi::node_element && local_name(node) == name) visit(node);
+    if (node.type() == pugi::node_element && local_name(node) == name) found.push_back(node);
   }
+  return found;
 }
 
 inline std::string strip_quotes(std::string etag) {
@@ -180,25 +181,14 @@ CKPT_INLINE Result<S3ObjectPage> parse_list_objects(std::string_view body, std::
   CKPT_ASSIGN_OR_RETURN(pugi::xml_node root,
                         s3_detail::answer(doc, body, where, {"IsTruncated", "KeyCount", "Contents", "MaxKeys"}));
   S3ObjectPage page;
-  Status failure;
-  s3_detail::for_each_child(root, "Contents", [&](const pugi::xml_node& item) {
-    if (!failure.ok()) return;
+  for (const pugi::xml_node& item : s3_detail::children(root, "Contents")) {
     ObjectInfo info;
     info.key = s3_detail::child_text(item, "Key");
-    if (info.key.empty()) {
-      failure = make_error(Code::io, std::string(where) + ": a <Contents> without <Key>");
-      return;
-    }
-    auto size = s3_detail::parse_size(item, where, info.key);
-    if (!size.ok()) {
-      failure = size.status();
-      return;
-    }
-    info.size = *size;
+    if (info.key.empty()) return make_error(Code::io, std::string(where) + ": a <Contents> without <Key>");
+    CKPT_ASSIGN_OR_RETURN(info.size, s3_detail::parse_size(item, where, info.key));
     info.etag = s3_detail::strip_quotes(s3_detail::child_text(item, "ETag"));
     page.objects.push_back(std::move(info));
-  });
-  CKPT_TRY(failure);
+  }
   CKPT_ASSIGN_OR_RETURN(page.truncated, s3_detail::parse_flag(root, "IsTruncated", where));
   page.next_continuation_token = s3_detail::child_text(root, "NextContinuationToken");
   return page;
@@ -209,17 +199,13 @@ CKPT_INLINE Result<S3UploadPage> parse_list_uploads(std::string_view body, std::
   CKPT_ASSIGN_OR_RETURN(pugi::xml_node root,
                         s3_detail::answer(doc, body, where, {"IsTruncated", "Upload", "MaxUploads", "UploadIdMarker"}));
   S3UploadPage page;
-  Status failure;
-  s3_detail::for_each_child(root, "Upload", [&](const pugi::xml_node& item) {
-    if (!failure.ok()) return;
+  for (const pugi::xml_node& item : s3_detail::children(root, "Upload")) {
     UploadInfo info{s3_detail::child_text(item, "Key"), s3_detail::child_text(item, "UploadId")};
     if (info.key.empty() || info.upload_id.empty()) {
-      failure = make_error(Code::io, std::string(where) + ": an <Upload> without <Key> or <UploadId> (key '" + info.key + "')");
-      return;
+      return make_error(Code::io, std::string(where) + ": an <Upload> without <Key> or <UploadId> (key '" + info.key + "')");
     }
     page.uploads.push_back(std::move(info));
-  });
-  CKPT_TRY(failure);
+  }
   CKPT_ASSIGN_OR_RETURN(page.truncated, s3_detail::parse_flag(root, "IsTruncated", where));
   page.next_key_marker = s3_detail::child_text(root, "NextKeyMarker");
   page.next_upload_id_marker = s3_detail::child_text(root, "NextUploadIdMarker");
