@@ -14,8 +14,8 @@ CKPT_S3_TEST_URL, as tools/s3-test-server.py exports:
 
   python3 tools/s3-test-server.py --server seaweedfs run -- python3 tools/bench-s3-dcp.py --size 1GiB
 
-s3fs comes from PyPI (`pip install s3fs`, tried once when it is missing); without it the DCP rows are
-skipped with a message and ckpt's are still printed.
+s3fs comes with the pinned environment (tools/requirements.txt, build/venv: run this with its python3);
+without it the DCP rows are skipped with a message and ckpt's are still printed.
 """
 import argparse
 import json
@@ -45,21 +45,12 @@ def parse_size(text):
 
 
 def import_s3fs():
-    """s3fs, installed from PyPI once when missing; None (and why) when it cannot be had."""
-    try:
-        import s3fs  # noqa: F401
-        return s3fs, None
-    except ImportError:
-        pass
-    print("bench-s3-dcp: s3fs is not installed: pip install s3fs", file=sys.stderr, flush=True)
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "s3fs"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return None, "pip install s3fs failed: " + (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+    """s3fs, or None and why it cannot be had (never installed here: versions come from tools/constraints.txt)."""
     try:
         import s3fs  # noqa: F401
         return s3fs, None
     except ImportError as exc:
-        return None, f"s3fs installed but does not import: {exc}"
+        return None, f"s3fs does not import in {sys.executable} ({exc}): run under build/venv (tools/install-deps.sh)"
 
 
 def run_ckpt(args):
