@@ -43,11 +43,17 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # clang and libclang-rt-dev: the libFuzzer targets of tests/fuzz (tools/fuzz.sh, the fuzz step of tests/run.sh).
 # libcurl4-openssl-dev, libpugixml-dev, zlib1g-dev: the S3 client (HTTP and SigV4, XML, CRC32; spec/OBJECT.md 2).
 PKGS="cmake g++ make libcli11-dev libxxhash-dev catch2 nlohmann-json3-dev libopenmpi-dev openmpi-bin xxd clang libclang-rt-dev libcurl4-openssl-dev libpugixml-dev zlib1g-dev"
-# python3 and python3-venv: the interpreter the environment below is made from, on a machine that lacks it
-# (Debian's python3 has no ensurepip without python3-venv).
+# python3, python3-venv and python3-dev: the interpreter the environment below is made from, on a machine
+# that lacks it; Debian's python3 has no ensurepip without python3-venv, and no Python.h (which the Python
+# package's extension is built against) without python3-dev.
 python=${CKPT_PYTHON:-python3}
-if ! command -v "$python" >/dev/null 2>&1; then PKGS="$PKGS python3 python3-venv ca-certificates"
-elif ! "$python" -c "import ensurepip, venv" >/dev/null 2>&1; then PKGS="$PKGS python3-venv"; fi
+if ! command -v "$python" >/dev/null 2>&1; then
+  PKGS="$PKGS python3 python3-venv python3-dev ca-certificates"
+else
+  "$python" -c "import ensurepip, venv" >/dev/null 2>&1 || PKGS="$PKGS python3-venv"
+  "$python" -c "import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" \
+    >/dev/null 2>&1 || PKGS="$PKGS python3-dev"
+fi
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
