@@ -35,6 +35,6 @@ endif()
 # dependencies"): an oracle skipped or a server of another version cannot hide behind a drifted system.
 if(Python3_Interpreter_FOUND)
   add_test(NAME python_env_pinned
-    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/check_python_env.py ${PROJECT_SOURCE_DIR}/tools/constraints.txt)
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/check-python-env.py ${PROJECT_SOURCE_DIR}/tools/constraints.txt)
   set_tests_properties(python_env_pinned PROPERTIES LABELS interop SKIP_RETURN_CODE 77 TIMEOUT 60)
 endif()

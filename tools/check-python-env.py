@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The interpreter the tests run (CMake's Python3_EXECUTABLE) is the repository's pinned environment:
-a virtual environment holding exactly the versions of tools/constraints.txt and nothing unpinned, with
-moto_server and weed beside it (README "Pinned test dependencies"). Under `tests/run.sh --latest`
-(CKPT_DEPS=latest) it prints the drift and reports skipped (77): that run is meant to differ.
+"""The interpreter that runs this is the repository's pinned environment: a virtual environment holding
+exactly the versions of tools/constraints.txt and nothing unpinned, with moto_server and weed beside it
+(README "Pinned test dependencies"). tools/install-deps.sh runs it on the environment it made; ctest
+python_env_pinned on the interpreter the tests run. With CKPT_DEPS=latest (install-deps.sh --latest,
+tests/run.sh --latest) it prints the drift and exits 77 (skipped): that environment is meant to differ.
 
-  check_python_env.py CONSTRAINTS
+  check-python-env.py CONSTRAINTS
 """
 import importlib.metadata
 import os
