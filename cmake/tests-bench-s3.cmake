@@ -1,6 +1,6 @@
 # ckpt-bench-s3 keeps working (issue 23 "What to measure"): one small run under moto, label object,
 # checked by tests/check_bench_s3.py for exit 0 and a JSON document with its four contenders. Nothing is
-# judged on time: moto is Python and slow, and README's numbers come from a full run on SeaweedFS.
+# judged on time: moto is Python and slow, and docs/performance.md's numbers come from a full run on SeaweedFS.
 if(NOT CKPT_HAVE_S3 OR NOT TARGET ckpt-bench-s3)
   return()
 endif()

@@ -22,7 +22,7 @@ foreach(header ${CKPT_PUBLIC_HEADERS})
     list(APPEND CKPT_MULTI_INCLUDE_SKIPPED ${header})
     continue()
   endif()
-  if(header STREQUAL "ckpt/object/s3_client.hpp")  # its definitions use libcurl, pugixml and zlib (cmake/object.cmake)
+  if(header STREQUAL "ckpt/io/object/s3_client.hpp")  # its definitions use libcurl, pugixml and zlib (cmake/object.cmake)
     if(NOT CKPT_HAVE_S3)
       list(APPEND CKPT_MULTI_INCLUDE_SKIPPED ${header})
       continue()
@@ -109,3 +109,10 @@ set_tests_properties(build_readme_example_setup PROPERTIES FIXTURES_SETUP readme
 set_tests_properties(build_readme_example_dir PROPERTIES FIXTURES_SETUP readme_dir FIXTURES_REQUIRED readme_clean LABELS build)
 set_tests_properties(build_readme_example PROPERTIES FIXTURES_REQUIRED "readme_clean;readme_dir" LABELS build
                      PASS_REGULAR_EXPRESSION "step 3: embed\\[0\\] = 3, 2 steps kept")
+
+# --- The layers (spec/LAYOUT.md 1): no include from a lower layer to a higher one -----------------
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME layers_no_upward_include COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/check-layers.py)
+  set_tests_properties(layers_no_upward_include PROPERTIES LABELS build)
+endif()

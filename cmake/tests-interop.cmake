@@ -31,8 +31,8 @@ if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endif()
 
-# The interpreter every Python test above and below runs is the pinned environment (README "Pinned test
-# dependencies"): an oracle skipped or a server of another version cannot hide behind a drifted system.
+# The interpreter every Python test above and below runs is the pinned environment (docs/dependencies.md):
+# an oracle skipped or a server of another version cannot hide behind a drifted system.
 if(Python3_Interpreter_FOUND)
   add_test(NAME python_env_pinned
     COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/check-python-env.py ${PROJECT_SOURCE_DIR}/tools/constraints.txt)

@@ -2,7 +2,7 @@
 # The headers never require it: XXH3 picks its widest kernel at compile time (SSE2 on plain x86-64),
 # and the library must build and run on any x86-64. AVX2 doubles XXH3 on data already in cache, so
 # it helps the pread verify and load paths; on data streamed from DRAM (mmap verify) it changes
-# little, and the binaries then run only on CPUs of that level (README "Performance", ckpt-bench).
+# little, and the binaries then run only on CPUs of that level (docs/performance.md, ckpt-bench).
 set(CKPT_TOOLS_ARCH "" CACHE STRING "Compile the ckpt-* tools with -march=<value> (empty: the compiler's default)")
 if(CKPT_TOOLS_ARCH)
   foreach(tool ${CKPT_TOOLS})

@@ -10,8 +10,8 @@
 
 #include <cstddef>
 
-#include <ckpt/async_save.hpp>
-#include <ckpt/error.hpp>
+#include <ckpt/store/async_save.hpp>
+#include <ckpt/core/error.hpp>
 
 namespace ckpt::gpu {
 

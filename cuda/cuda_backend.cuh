@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include <ckpt/error.hpp>
+#include <ckpt/core/error.hpp>
 
 #include "hash_kernels.cuh"
 

@@ -27,10 +27,10 @@
 #include <utility>
 #include <vector>
 
-#include <ckpt/error.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/core/error.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include "hash_launch.cuh"
 

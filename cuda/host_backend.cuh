@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/error.hpp>
+#include <ckpt/core/error.hpp>
 
 #include "hash_launch.cuh"
 

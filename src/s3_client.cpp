@@ -5,4 +5,4 @@
 #endif
 #define CKPT_BUILDING_LIBRARY 1
 
-#include "ckpt/object/s3_client.hpp"
+#include "ckpt/io/object/s3_client.hpp"

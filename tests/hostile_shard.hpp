@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include <ckpt/coding.hpp>
-#include <ckpt/hash.hpp>
-#include <ckpt/index.hpp>
+#include <ckpt/core/coding.hpp>
+#include <ckpt/core/hash.hpp>
+#include <ckpt/shard/index.hpp>
 
 namespace ckpt_test {
 

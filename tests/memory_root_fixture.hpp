@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
 #include "tier_trainer.hpp"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what it needs, builds, runs the suite, then runs it again under ASan+UBSan.
 #   tests/run.sh            with the Python packages of tools/constraints.txt, in build/venv
-#   tests/run.sh --latest   with the newest of each instead, in build/venv-latest (README "Pinned test dependencies")
+#   tests/run.sh --latest   with the newest of each instead, in build/venv-latest (docs/dependencies.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in

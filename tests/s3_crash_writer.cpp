@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/object/s3_client.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/io/object/s3_client.hpp>
+#include <ckpt/shard/verify.hpp>
 
 using namespace ckpt;
 using namespace ckpt::object;

@@ -11,8 +11,8 @@
 #include <random>
 #include <string>
 
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 
 #include "test_util.hpp"
 

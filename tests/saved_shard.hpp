@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/verify.hpp>
 
 namespace ckpt_test {
 

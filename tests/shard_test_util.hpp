@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
 
 namespace ckpt_test {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/sharded.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/store/sharded.hpp>
+#include <ckpt/store/store.hpp>
 
 namespace sharded_fixture {
 

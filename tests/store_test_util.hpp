@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 namespace ckpt_test {
 

@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/async_save.hpp>
+#include <ckpt/store/async_save.hpp>
 #include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 
 #include "store_test_util.hpp"
 #include "test_util.hpp"

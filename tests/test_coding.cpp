@@ -1,4 +1,4 @@
-// Tests for include/ckpt/coding.hpp: little-endian encoding, the bounded Decoder, and the
+// Tests for include/ckpt/core/coding.hpp: little-endian encoding, the bounded Decoder, and the
 // overflow-proof arithmetic every bounds check on untrusted numbers relies on (spec/FORMAT.md 2.3, 8.1).
 #include <catch2/catch.hpp>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include <ckpt/coding.hpp>
+#include <ckpt/core/coding.hpp>
 
 using namespace ckpt;
 

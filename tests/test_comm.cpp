@@ -1,7 +1,7 @@
-// Tests for include/ckpt/comm.hpp: the single-process communicator and the type-erased reference.
+// Tests for include/ckpt/dist/comm.hpp: the single-process communicator and the type-erased reference.
 #include <catch2/catch.hpp>
 
-#include <ckpt/comm.hpp>
+#include <ckpt/dist/comm.hpp>
 
 using namespace ckpt;
 

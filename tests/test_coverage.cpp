@@ -1,8 +1,8 @@
-// Tests for include/ckpt/coverage.hpp: pieces of a tensor gathered from every rank cover it exactly
+// Tests for include/ckpt/dist/coverage.hpp: pieces of a tensor gathered from every rank cover it exactly
 // once, and each way they can fail to is named with tensor, ranks and region (spec/SHARDING.md 4).
 #include <catch2/catch.hpp>
 
-#include <ckpt/coverage.hpp>
+#include <ckpt/dist/coverage.hpp>
 
 using namespace ckpt;
 

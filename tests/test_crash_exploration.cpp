@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/async_save.hpp>
+#include <ckpt/store/async_save.hpp>
 #include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 using namespace ckpt;
 

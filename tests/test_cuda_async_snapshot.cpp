@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include <ckpt/async_save.hpp>
+#include <ckpt/store/async_save.hpp>
 #include <ckpt/testing/sim_fs.hpp>
 
 #include "../cuda/async_snapshot.cuh"

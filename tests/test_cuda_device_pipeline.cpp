@@ -7,10 +7,10 @@
 #include <cstring>
 #include <tuple>
 
-#include <ckpt/hash.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/core/hash.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include "../cuda/device_pipeline.cuh"
 #include "../cuda/host_backend.cuh"

@@ -1,5 +1,5 @@
 // Tests for cuda/xxh3_core.cuh and cuda/hash_launch.cuh, compiled for the host by the C++ compiler.
-// The oracle is the system libxxhash (linked, not inlined: this file does not include ckpt/hash.hpp),
+// The oracle is the system libxxhash (linked, not inlined: this file does not include ckpt/core/hash.hpp),
 // so the CUDA core is proven bit-exact on every path without a GPU (spec/GPU.md 2-4).
 #include <catch2/catch.hpp>
 

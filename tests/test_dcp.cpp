@@ -3,7 +3,7 @@
 // sizes torch wrote, and a table of damage with the problems each must give.
 #include <catch2/catch.hpp>
 
-#include <ckpt/foreign.hpp>
+#include <ckpt/interop/foreign.hpp>
 #include <ckpt/io/posix_fs.hpp>
 
 #include <string>

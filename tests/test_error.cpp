@@ -1,4 +1,4 @@
-// Tests for include/ckpt/error.hpp: Status, Result, and the early-return macros.
+// Tests for include/ckpt/core/error.hpp: Status, Result, and the early-return macros.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <variant>
 
-#include <ckpt/error.hpp>
+#include <ckpt/core/error.hpp>
 
 using namespace ckpt;
 

@@ -5,9 +5,9 @@
 #include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/io/posix_fs.hpp>
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include <cstring>
 #include <iostream>

@@ -1,4 +1,4 @@
-// Tests for include/ckpt/format.hpp: the dtype table and the on-disk constants, and that the byte
+// Tests for include/ckpt/core/format.hpp: the dtype table and the on-disk constants, and that the byte
 // tables of spec/FORMAT.md say the same as the code (one cannot change without the other).
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/format.hpp>
+#include <ckpt/core/format.hpp>
 
 #include "test_util.hpp"
 

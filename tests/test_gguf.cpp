@@ -2,9 +2,9 @@
 // back intact, and hostile ones as a table (header errors and layout problems).
 #include <catch2/catch.hpp>
 
-#include <ckpt/foreign.hpp>
-#include <ckpt/gguf.hpp>
-#include <ckpt/hash.hpp>
+#include <ckpt/interop/foreign.hpp>
+#include <ckpt/interop/gguf.hpp>
+#include <ckpt/core/hash.hpp>
 #include <ckpt/io/posix_fs.hpp>
 
 #include <algorithm>

@@ -1,11 +1,11 @@
-// Tests for include/ckpt/identity.hpp: the root digest's invariances and what it covers, the diff,
+// Tests for include/ckpt/identity/identity.hpp: the root digest's invariances and what it covers, the diff,
 // and content read from a .ckpt file, a foreign file hashed on the spot, and a step (spec/IDENTITY.md).
 #include <catch2/catch.hpp>
 
-#include <ckpt/identity.hpp>
+#include <ckpt/identity/identity.hpp>
 #include <ckpt/io/posix_fs.hpp>
-#include <ckpt/safetensors.hpp>
-#include <ckpt/sidecar.hpp>
+#include <ckpt/interop/safetensors.hpp>
+#include <ckpt/identity/sidecar.hpp>
 
 #include <functional>
 #include <string>

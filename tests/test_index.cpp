@@ -1,4 +1,4 @@
-// Tests for include/ckpt/index.hpp: hostile indexes built by hand (with the index digest and footer
+// Tests for include/ckpt/shard/index.hpp: hostile indexes built by hand (with the index digest and footer
 // recomputed, so the decoder's rules and not the digest reject them), a seeded mutation fuzzer, and
 // the replay of every regression file under tests/regress/.
 #include <catch2/catch.hpp>
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include "heap_counter.hpp"  // replaces operator new in this program
 #include "hostile_shard.hpp"

@@ -1,9 +1,9 @@
-// Tests for include/ckpt/journal.hpp: framing, sync-group padding, torn tails, mid-log corruption.
+// Tests for include/ckpt/store/journal.hpp: framing, sync-group padding, torn tails, mid-log corruption.
 #include <catch2/catch.hpp>
 
 #include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/journal.hpp>
+#include <ckpt/store/journal.hpp>
 
 #include "test_util.hpp"
 

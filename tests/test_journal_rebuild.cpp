@@ -1,4 +1,4 @@
-// Tests for include/ckpt/journal_rebuild.hpp: a lost or corrupt journal rebuilt from the step
+// Tests for include/ckpt/store/journal_rebuild.hpp: a lost or corrupt journal rebuilt from the step
 // directories that verify (spec/JOURNAL.md 6.4, 11), over SimFs. Damage to a step is a table; each row
 // must give the expected verdict and name its damage once, as a structured problem.
 #include <catch2/catch.hpp>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/journal_rebuild.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/store/journal_rebuild.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/testing/sim_fs.hpp>
 
 #include "store_test_util.hpp"

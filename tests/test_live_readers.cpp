@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "store_test_util.hpp"
 #include "test_util.hpp"

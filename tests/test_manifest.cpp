@@ -1,9 +1,9 @@
-// Tests for include/ckpt/manifest.hpp: round trip, canonical bytes, hostile inputs.
+// Tests for include/ckpt/store/manifest.hpp: round trip, canonical bytes, hostile inputs.
 #include <catch2/catch.hpp>
 
 #include <functional>
 
-#include <ckpt/manifest.hpp>
+#include <ckpt/store/manifest.hpp>
 
 #include "heap_counter.hpp"  // replaces operator new in this program
 #include "test_util.hpp"

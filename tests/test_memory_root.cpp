@@ -10,8 +10,8 @@
 #include <vector>
 
 #include <ckpt/io/posix_fs.hpp>
-#include <ckpt/journal.hpp>
-#include <ckpt/path_kind.hpp>
+#include <ckpt/store/journal.hpp>
+#include <ckpt/store/path_kind.hpp>
 #include <ckpt/tiers/memory_root.hpp>
 
 #include "memory_root_fixture.hpp"

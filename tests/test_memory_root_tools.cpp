@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "memory_root_fixture.hpp"
 #include "test_util.hpp"

@@ -3,11 +3,11 @@
 // crash oracle at every request boundary of a save and of retention.
 #include <catch2/catch.hpp>
 
-#include <ckpt/async_save.hpp>
-#include <ckpt/object/object_fs.hpp>
-#include <ckpt/object/object_store.hpp>
+#include <ckpt/store/async_save.hpp>
+#include <ckpt/io/object/object_fs.hpp>
+#include <ckpt/store/object_store.hpp>
 #include <ckpt/testing/memory_objects.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 
 #include <atomic>
 #include <cstring>

@@ -1,11 +1,11 @@
-// Tests for include/ckpt/path_kind.hpp: what a path names, and where a step directory stands in its store.
+// Tests for include/ckpt/store/path_kind.hpp: what a path names, and where a step directory stands in its store.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include <ckpt/path_kind.hpp>
+#include <ckpt/store/path_kind.hpp>
 
 #include "test_util.hpp"
 #include "store_test_util.hpp"

@@ -1,8 +1,8 @@
-// Tests for include/ckpt/pickle.hpp: the restricted pickle decoder on hand-written opcodes, and a
+// Tests for include/ckpt/interop/pickle.hpp: the restricted pickle decoder on hand-written opcodes, and a
 // corruption table (every truncation, unknown opcodes, underflow, bad memo, huge lengths, deep nesting).
 #include <catch2/catch.hpp>
 
-#include <ckpt/pickle.hpp>
+#include <ckpt/interop/pickle.hpp>
 
 #include <string>
 #include <vector>

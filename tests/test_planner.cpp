@@ -1,4 +1,4 @@
-// Tests for include/ckpt/planner.hpp: Young's and Daly's intervals against numbers worked by hand, the
+// Tests for include/ckpt/store/planner.hpp: Young's and Daly's intervals against numbers worked by hand, the
 // MTBF helpers and the llama3-405b preset, the waste model (its optimum, async against sync), the save
 // costs read from recorded saves, and the Monte Carlo agreeing with the model (spec/PLAN.md); the
 // tiered model, its optimum and its Monte Carlo (spec/PLAN.md 10).
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include <ckpt/planner.hpp>
+#include <ckpt/store/planner.hpp>
 
 using namespace ckpt::plan;
 

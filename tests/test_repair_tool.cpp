@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "test_util.hpp"
 #include "tool_run.hpp"

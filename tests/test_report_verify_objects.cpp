@@ -2,7 +2,7 @@
 // as a directory's (spec/REPORTS.md 3, spec/OBJECT.md 4).
 #include <catch2/catch.hpp>
 
-#include <ckpt/object/object_store.hpp>
+#include <ckpt/store/object_store.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/io/posix_fs.hpp>
 #include <ckpt/testing/memory_objects.hpp>

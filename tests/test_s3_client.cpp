@@ -1,4 +1,4 @@
-// Tests for include/ckpt/object/s3_client.hpp against a real server: cmake/tests-object.cmake runs this
+// Tests for include/ckpt/io/object/s3_client.hpp against a real server: cmake/tests-object.cmake runs this
 // program twice, under moto and under SeaweedFS, through tools/s3-test-server.py, which exports
 // AWS_ENDPOINT_URL, the credentials, CKPT_S3_TEST_URL and CKPT_S3_TEST_SERVER. Without them every test
 // that needs a server fails. Each server's known gaps are written beside the tests they affect.
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 
 #include "test_util.hpp"
 

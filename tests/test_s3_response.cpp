@@ -1,4 +1,4 @@
-// Tests for include/ckpt/object/s3_response.hpp: the S3 client judges an answer by its status and by
+// Tests for include/ckpt/io/object/s3_response.hpp: the S3 client judges an answer by its status and by
 // whether its body is an error document, and reads fields from whichever element holds them (spec/OBJECT.md
 // 2.2). The bodies are those real servers sent (captured byte for byte by tests/data/s3_responses/capture.py)
 // or documented (built from the servers' docs and source); tests/data/s3_responses/README.md gives the
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/object/s3_response.hpp>
+#include <ckpt/io/object/s3_response.hpp>
 
 #include "test_util.hpp"
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include <ckpt/io/posix_fs.hpp>
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 #include <ckpt/report/verify.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 
 #include "s3_test_util.hpp"
 #include "test_util.hpp"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 
 #include "test_util.hpp"
 #include "s3_test_util.hpp"

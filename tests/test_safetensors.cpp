@@ -1,13 +1,13 @@
-// Tests for include/ckpt/safetensors.hpp: hostile headers, round trips in both directions, and the
+// Tests for include/ckpt/interop/safetensors.hpp: hostile headers, round trips in both directions, and the
 // export of a sharded step of a store (read through Checkpoint::open, sharded.hpp).
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/safetensors.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/interop/safetensors.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/testing/sim_fs.hpp>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Tests for include/ckpt/shard_reader.hpp: slices of multi-piece tensors against a reference built
+// Tests for include/ckpt/shard/shard_reader.hpp: slices of multi-piece tensors against a reference built
 // here, verification of exactly the chunks a read touches, zero-copy maps, and coverage errors.
 #include <catch2/catch.hpp>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
 
 #include "shard_test_util.hpp"
 #include "test_util.hpp"

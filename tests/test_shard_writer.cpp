@@ -1,10 +1,10 @@
-// Tests for include/ckpt/shard_writer.hpp.
+// Tests for include/ckpt/shard/shard_writer.hpp.
 #include <catch2/catch.hpp>
 
 #include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-// Tests for include/ckpt/sharded.hpp and the multi-rank store protocol it drives (spec/SHARDING.md):
+// Tests for include/ckpt/store/sharded.hpp and the multi-rank store protocol it drives (spec/SHARDING.md):
 // split planning, block streaming, a save across 4 ranks (threads over ThreadComm, the same protocol
 // as MPI) read back at 1 to 4 ranks, failures on one rank abandoning the step on all, reshard and
 // merge round trips, and the ckpt-reshard / ckpt-merge programs.
@@ -10,9 +10,9 @@
 #include <thread>
 
 #include <ckpt/testing/fault_fs.hpp>
-#include <ckpt/identity.hpp>
-#include <ckpt/sharded.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/identity/identity.hpp>
+#include <ckpt/store/sharded.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 #include <nlohmann/json.hpp>
 
 #include "sharded_fixture.hpp"

@@ -1,13 +1,13 @@
-// Tests for include/ckpt/sidecar.hpp (and the safetensors side of foreign.hpp): sidecars round-trip,
+// Tests for include/ckpt/identity/sidecar.hpp (and the safetensors side of foreign.hpp): sidecars round-trip,
 // every corruption of one is refused with its offset, damage of the checkpoint is named through one,
 // and foreign formats are told apart from ckpt's own files (spec/IDENTITY.md 4, spec/FOREIGN.md 1.5).
 #include <catch2/catch.hpp>
 
-#include <ckpt/foreign.hpp>
-#include <ckpt/identity.hpp>
+#include <ckpt/interop/foreign.hpp>
+#include <ckpt/identity/identity.hpp>
 #include <ckpt/io/posix_fs.hpp>
-#include <ckpt/sidecar.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/identity/sidecar.hpp>
+#include <ckpt/store/store.hpp>
 
 #include <filesystem>
 #include <functional>

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "test_util.hpp"
 

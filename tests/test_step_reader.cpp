@@ -1,4 +1,4 @@
-// Tests for include/ckpt/step_reader.hpp: opening a step (StepReader), reading a bare step directory,
+// Tests for include/ckpt/store/step_reader.hpp: opening a step (StepReader), reading a bare step directory,
 // and verifying a step whole: each problem reported once, as a structured record, through a
 // pluggable per-file verifier.
 #include <catch2/catch.hpp>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/step_reader.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/store/step_reader.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "test_util.hpp"
 #include "store_test_util.hpp"

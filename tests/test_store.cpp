@@ -1,4 +1,4 @@
-// Tests for include/ckpt/store.hpp: transactions, recovery, retention, locking, read-only access,
+// Tests for include/ckpt/store/store.hpp: transactions, recovery, retention, locking, read-only access,
 // failure handling. Most run over PosixFs in a scratch directory; the failure sweeps run over SimFs
 // (wrapped in FaultFs) so they need no real fsync and stay fast.
 #include <catch2/catch.hpp>
@@ -11,8 +11,8 @@
 
 #include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/store.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/store/store.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 
 #include "store_test_util.hpp"
 #include "test_util.hpp"

@@ -1,4 +1,4 @@
-// Tests for include/ckpt/thread_comm.hpp: ranks as threads, collectives in order, and a rank that
+// Tests for include/ckpt/dist/thread_comm.hpp: ranks as threads, collectives in order, and a rank that
 // leaves waking the others with an error instead of a hang.
 #include <catch2/catch.hpp>
 
@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/comm.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 
 #include "thread_ranks.hpp"
 

@@ -10,10 +10,10 @@
 #include <fstream>
 #include <thread>
 
-#include <ckpt/object/object_store.hpp>
+#include <ckpt/store/object_store.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/testing/memory_objects.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 #include <ckpt/tiers/memory_root.hpp>
 #include <ckpt/tiers/tiered.hpp>
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
 #include "tier_trainer.hpp"

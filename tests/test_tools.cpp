@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
 
 #include "shard_test_util.hpp"
 #include "test_util.hpp"

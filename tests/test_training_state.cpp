@@ -1,7 +1,7 @@
-// Tests for include/ckpt/training_state.hpp: the typed state codec and its hostile inputs.
+// Tests for include/ckpt/store/training_state.hpp: the typed state codec and its hostile inputs.
 #include <catch2/catch.hpp>
 
-#include <ckpt/training_state.hpp>
+#include <ckpt/store/training_state.hpp>
 
 using namespace ckpt;
 

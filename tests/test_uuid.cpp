@@ -1,4 +1,4 @@
-// Tests for include/ckpt/uuid.hpp: version 4 layout, and fresh identifiers in a forked child (a child
+// Tests for include/ckpt/core/uuid.hpp: version 4 layout, and fresh identifiers in a forked child (a child
 // used to repeat its parent's sequence, so two processes could give two files one uuid).
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/uuid.hpp>
+#include <ckpt/core/uuid.hpp>
 
 using namespace ckpt;
 

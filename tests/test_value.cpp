@@ -1,12 +1,12 @@
-// Tests for include/ckpt/value.hpp: typed metadata values (spec/FORMAT.md 5.6).
+// Tests for include/ckpt/core/value.hpp: typed metadata values (spec/FORMAT.md 5.6).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include <ckpt/index.hpp>
-#include <ckpt/value.hpp>
+#include <ckpt/shard/index.hpp>
+#include <ckpt/core/value.hpp>
 
 using namespace ckpt;
 using format::ValueType;

@@ -1,4 +1,4 @@
-// Tests for include/ckpt/verify.hpp: a corruption table over every region of a shard file.
+// Tests for include/ckpt/shard/verify.hpp: a corruption table over every region of a shard file.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
 #include <ckpt/io/sigbus_guard.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include "shard_test_util.hpp"
 #include "test_util.hpp"

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/thread_comm.hpp>
+#include <ckpt/dist/thread_comm.hpp>
 
 namespace ckpt_test {
 

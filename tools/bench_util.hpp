@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/error.hpp>
-#include <ckpt/hash.hpp>
+#include <ckpt/core/error.hpp>
+#include <ckpt/core/hash.hpp>
 
 namespace ckpt::bench {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The interpreter that runs this is the repository's pinned environment: a virtual environment holding
 exactly the versions of tools/constraints.txt and nothing unpinned, with moto_server and weed beside it
-(README "Pinned test dependencies"). tools/install-deps.sh runs it on the environment it made; ctest
+(docs/dependencies.md). tools/install-deps.sh runs it on the environment it made; ctest
 python_env_pinned on the interpreter the tests run. With CKPT_DEPS=latest (install-deps.sh --latest,
 tests/run.sh --latest) it prints the drift and exits 77 (skipped): that environment is meant to differ.
 

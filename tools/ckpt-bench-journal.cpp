@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "cli.hpp"
 
@@ -27,7 +27,7 @@ constexpr const char* kTool = "ckpt-bench-journal";
     if (!ckpt_try_exit_.ok()) return ckpt::cli::report(kTool, ckpt_try_exit_); \
   } while (0)
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Measures the journal of W ranks x N saves with keep-last K: its size on disk and the time a
 read-only open takes. The journal lives in DIR (default /dev/shm, where fdatasync costs nothing,
 so the run measures the journal, not the disk).

@@ -26,9 +26,9 @@
 #include <functional>
 #include <thread>
 
-#include <ckpt/mpi_comm.hpp>
-#include <ckpt/sharded.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
+#include <ckpt/store/sharded.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "bench_mpi.hpp"
 

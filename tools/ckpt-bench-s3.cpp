@@ -28,10 +28,10 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/hash.hpp>
+#include <ckpt/core/hash.hpp>
 #if CKPT_HAVE_S3
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 #endif
 
 #include "bench_util.hpp"

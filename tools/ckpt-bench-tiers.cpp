@@ -52,7 +52,7 @@
 #include <new>
 #include <thread>
 
-#include <ckpt/mpi_comm.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
 #include "bench_mpi.hpp"

@@ -19,15 +19,15 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/async_save.hpp>
-#include <ckpt/hash.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/store.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/store/async_save.hpp>
+#include <ckpt/core/hash.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/store/store.hpp>
+#include <ckpt/shard/verify.hpp>
 
-#if __has_include(<ckpt/safetensors.hpp>)
-#include <ckpt/safetensors.hpp>
+#if __has_include(<ckpt/interop/safetensors.hpp>)
+#include <ckpt/interop/safetensors.hpp>
 #define CKPT_BENCH_HAVE_SAFETENSORS 1
 #else
 #define CKPT_BENCH_HAVE_SAFETENSORS 0
@@ -376,8 +376,8 @@ int run(const Config& cfg) {
     run_rounds({&copy, &convert, &convert_mapped}, cfg.repeat);
     remove_if_present(conv_path);
   #else
-    // TODO(issue 2): include/ckpt/safetensors.hpp was not there when this was built: conversion is not measured.
-    notes.push_back("TODO: conversion not measured: this build has no include/ckpt/safetensors.hpp (safetensors_to_ckpt)");
+    // TODO(issue 2): include/ckpt/interop/safetensors.hpp was not there when this was built: conversion is not measured.
+    notes.push_back("TODO: conversion not measured: this build has no include/ckpt/interop/safetensors.hpp (safetensors_to_ckpt)");
     run_rounds({&copy}, cfg.repeat);
   #endif
     remove_if_present(copy_path);
@@ -586,7 +586,7 @@ int run(const Config& cfg) {
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Measures this machine's limits (memory, raw XXH3-64, raw write+fsync, copy+fsync) and ckpt's save, load,
 verify and conversion paths on the same random data, and prints each ckpt path as a ratio to its limit.
 

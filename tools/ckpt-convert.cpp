@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include <ckpt/object/object_checkpoint.hpp>
-#include <ckpt/safetensors.hpp>
+#include <ckpt/store/object_checkpoint.hpp>
+#include <ckpt/interop/safetensors.hpp>
 
 #include "cli.hpp"
 
@@ -54,7 +54,7 @@ enum class Direction { to_ckpt, to_safetensors, unknown };
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Converts safetensors to a ckpt shard file, or a checkpoint to safetensors, in one streaming pass
 with bounded memory. The direction follows the names:
   IN.safetensors OUT.ckpt                 one safetensors file

@@ -25,11 +25,11 @@
 #include <type_traits>
 #include <vector>
 
-#include <ckpt/async_save.hpp>
-#include <ckpt/flush.hpp>
-#include <ckpt/hash.hpp>
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/store/async_save.hpp>
+#include <ckpt/store/flush.hpp>
+#include <ckpt/core/hash.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "cli.hpp"
 
@@ -398,7 +398,7 @@ int train(StoreT& store, Trainer& t, std::vector<unsigned char>& extra, const Ru
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(A small deterministic training run (a 2-layer MLP trained by Adam on synthetic data) that
 checkpoints weights, optimizer state, RNG state, data position and step into a ckpt store
 every K steps, and resumes from the latest committed step when the store has one. The last

@@ -276,7 +276,7 @@ void print_memory_root(const ckpt::tiers::MemoryRoot& root) {
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Prints the layout of a ckpt shard file: format, tensors, pieces, metadata and, with --chunks,
 every chunk and its digest. Reads only the superblock, footer and index; use ckpt-verify to
 check the data.

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/object/object_checkpoint.hpp>
-#include <ckpt/sharded.hpp>
+#include <ckpt/store/object_checkpoint.hpp>
+#include <ckpt/store/sharded.hpp>
 
 #include "cli.hpp"
 
@@ -24,7 +24,7 @@ constexpr const char* kTool = "ckpt-merge";
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Writes the tensors of one or more checkpoints into one standalone .ckpt file, each tensor whole.
 Each SRC is a .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store (its latest
 step; also s3://bucket/prefix): merging one step consolidates all of its shards. With several sources, a tensor name or

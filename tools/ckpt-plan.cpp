@@ -3,7 +3,7 @@
 // intervals, the expected waste at each, lost GPU-hours per day, optionally a seeded Monte Carlo of the
 // same model, and an SVG of waste against interval. Save costs come from flags or from the save
 // records of a store (--store). --capture-stall-seconds switches to the tiered model (spec/PLAN.md 10):
-// memory captures with every k-th promoted to persistent storage. The math is include/ckpt/planner.hpp;
+// memory captures with every k-th promoted to persistent storage. The math is include/ckpt/store/planner.hpp;
 // this file parses and presents.
 #include <cmath>
 #include <cstdio>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/planner.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/store/planner.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "cli.hpp"
 
@@ -516,7 +516,7 @@ void print_tiers(const Setting& s, const TierRun& t) {
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Plans how often to checkpoint: Young's and Daly's intervals for a sync and an async save, the
 expected fraction of wall time wasted (stalls, lost work, restarts) and the GPU-hours it costs a
 day, under Daly's exponential-failure model (spec/PLAN.md). --simulate checks the model with a

@@ -16,7 +16,7 @@
 // A memory tier's root (or one rank directory) has each of its stores recovered the same way and each
 // tier log's torn tail cut; damage in a log is reported and left as it is (ckpt/tiers/memory_root.hpp).
 //
-// The rebuild rules are the library's (include/ckpt/journal_rebuild.hpp); this tool presents them.
+// The rebuild rules are the library's (include/ckpt/store/journal_rebuild.hpp); this tool presents them.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/journal_rebuild.hpp>
-#include <ckpt/object/object_store.hpp>
+#include <ckpt/store/journal_rebuild.hpp>
+#include <ckpt/store/object_store.hpp>
 #include <ckpt/report/verify.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "cli.hpp"
 #include "memory_root_cli.hpp"
@@ -651,7 +651,7 @@ int repair_object_store(const std::string& url, bool dry_run, bool as_json) {
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Repairs a ckpt checkpoint store. Prints what it found and what it will do, then does it:
 truncates a torn journal tail, rolls back transactions a crash left uncommitted (removing
 only the files they named), rebuilds a missing or corrupt journal from the step directories

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/object/object_checkpoint.hpp>
-#include <ckpt/sharded.hpp>
+#include <ckpt/store/object_checkpoint.hpp>
+#include <ckpt/store/sharded.hpp>
 
 #include "cli.hpp"
 
@@ -24,7 +24,7 @@ constexpr const char* kTool = "ckpt-reshard";
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Rewrites a checkpoint as a new committed step of M shard files in a store, with the same step
 number. SRC is a standalone .ckpt file, a step directory (STORE/step-<step>-<txn>), or a store
 (its latest step). DST is a store directory, created when missing. Either may be a store on

@@ -259,7 +259,7 @@ void print_pins(const std::vector<ckpt::report::PinOutcome>& pins, bool quiet) {
 
 }  // namespace
 
-// --help: what the tool does and its exit status (README "Exit codes").
+// --help: what the tool does and its exit status (docs/tools.md "Exit codes").
 constexpr const char* kAbout = R"(Checks every byte of ckpt shard files: chunk digests, superblock, index and footer digests,
 zero padding, and that nothing follows the footer. Each problem is printed with file, region,
 tensor, piece, chunk, byte range, expected and found digest.

@@ -18,14 +18,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <ckpt/error.hpp>
-#include <ckpt/format.hpp>
+#include <ckpt/core/error.hpp>
+#include <ckpt/core/format.hpp>
 #include <ckpt/io/posix_fs.hpp>
 #include <ckpt/report/exit.hpp>
 #if CKPT_HAVE_S3
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 #else
-#include <ckpt/object/client.hpp>
+#include <ckpt/io/object/client.hpp>
 #endif
 
 namespace ckpt::cli {

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include <ckpt/step_reader.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/store/step_reader.hpp>
+#include <ckpt/shard/verify.hpp>
 
 namespace ckpt::tools {
 

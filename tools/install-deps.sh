@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything ckpt's build, tools and tests use: Debian packages through apt-get, and the Python
 # packages of the tests, the demo and the benchmarks into a virtual environment of this repository's own,
-# never into the system interpreter (README "Pinned test dependencies").
+# never into the system interpreter (docs/dependencies.md).
 #
 #   tools/install-deps.sh            build/venv, exactly the versions of tools/constraints.txt; reused while
 #                                    the constraints, the requirements and the interpreter are unchanged
@@ -78,7 +78,7 @@ $(sha256sum "$requirements" "$constraints" | sed 's|  .*/|  |')"
 if [ "$mode" = pinned ] && [ -f "$venv/.ckpt-stamp" ] && [ "$(cat "$venv/.ckpt-stamp")" = "$stamp_text" ] && [ -x "$venv/bin/python" ]; then
   exit 0  # made from these constraints already
 fi
-echo "ckpt: making the Python environment $venv ($mode versions; README \"Pinned test dependencies\")"
+echo "ckpt: making the Python environment $venv ($mode versions; docs/dependencies.md)"
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
 "$python" -m venv "$venv"

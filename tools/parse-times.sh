@@ -12,7 +12,7 @@
 # time on a shared machine), and the median of REPS rounds (default 5) is reported with its ratio to
 # nlohmann/json.hpp. --all adds every public header (include/ckpt/**/*.hpp outside impl/, no MPI/CUDA).
 # --check exits 1 when a target of issue 10 is missed: compiled:ckpt/ckpt.hpp <= 1.5x and
-# compiled:ckpt/store.hpp <= 1.0x json (the header-only rows are reported, not gated).
+# compiled:ckpt/store/store.hpp <= 1.0x json (the header-only rows are reported, not gated).
 # --against REV also measures the same headers as the git revision REV has them (rows REV:HEADER, in
 # the same alternating rounds), for a before/after table.
 # Environment: CXX (default c++), CXXFLAGS (extra flags, e.g. -I for a non-system nlohmann).
@@ -40,7 +40,7 @@ cxx=${CXX:-c++}
 flags=(-std=c++17 -fsyntax-only -Iinclude ${CXXFLAGS:-})
 
 baseline=nlohmann/json.hpp
-[ ${#headers[@]} -gt 0 ] || headers=(ckpt/ckpt.hpp ckpt/store.hpp)
+[ ${#headers[@]} -gt 0 ] || headers=(ckpt/ckpt.hpp ckpt/store/store.hpp)
 if [ "$all" = 1 ]; then
   while IFS= read -r h; do
     h=${h#include/}
@@ -97,7 +97,7 @@ for h in "${all_headers[@]}"; do
   target=-
   case "$h" in
     compiled:ckpt/ckpt.hpp) target=1.5 ;;
-    compiled:ckpt/store.hpp) target=1.0 ;;
+    compiled:ckpt/store/store.hpp) target=1.0 ;;
   esac
   verdict=
   if [ "$target" != - ]; then

@@ -1,6 +1,6 @@
 # Sourced by tools/demo.sh and tests/run.sh: installs what they need (tools/install-deps.sh), then makes the
 # repository's own Python environment the one every python3, pip, moto_server and weed after it comes from,
-# never the system interpreter's packages (README "Pinned test dependencies").
+# never the system interpreter's packages (docs/dependencies.md).
 #   . tools/venv.sh            build/venv: the versions of tools/constraints.txt
 #   . tools/venv.sh --latest   build/venv-latest: the newest of each (upstream drift)
 if [ "${1:-}" = --latest ]; then

@@ -1,5 +1,5 @@
 """Side-by-side benchmark: ckpt against safetensors, torch.save and PyTorch DCP on the same state, in
-one run, alternating the systems round by round (spec/PYTHON.md 5, README "Python").
+one run, alternating the systems round by round (spec/PYTHON.md 5, docs/performance.md).
 
     python -m ckpt.bench --dir /tmp --sizes 1GiB,4GiB --mixes uniform,model --rounds 3 \\
         [--cpp-bench build/ckpt-bench] [--json out.json] [--plot out.png]

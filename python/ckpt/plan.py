@@ -1,6 +1,6 @@
 """ckpt.plan: how often to checkpoint, from the C++ planner (spec/PLAN.md, spec/PYTHON.md 7).
 
-Every number comes from ``include/ckpt/planner.hpp`` through the binding; nothing is computed here.
+Every number comes from ``include/ckpt/store/planner.hpp`` through the binding; nothing is computed here.
 Times are seconds, wastes are fractions of wall time. Invalid input raises ``InvalidArgumentError``;
 a tiered model whose costs leave no policy wasting less than all of the time, or a simulation that
 would run for hours, raises ``UnsupportedError``.

@@ -12,15 +12,15 @@
 #include <nanobind/stl/vector.h>
 
 #include <ckpt/ckpt.hpp>
-#include <ckpt/object/object_checkpoint.hpp>
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/planner.hpp>
+#include <ckpt/store/object_checkpoint.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/planner.hpp>
 #include <ckpt/report/diff.hpp>
 #include <ckpt/report/inspect.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/tiers/tiered.hpp>
 #if CKPT_HAVE_S3
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 #endif
 
 #include <chrono>

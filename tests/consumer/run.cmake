@@ -38,7 +38,7 @@ if(MODE STREQUAL "install")
        -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
   step(${CMAKE_COMMAND} --build ${WORK_DIR}/ckpt-build)
   step(${CMAKE_COMMAND} --install ${WORK_DIR}/ckpt-build)
-  foreach(installed include/ckpt/ckpt.hpp include/ckpt/impl/index_inl.hpp include/ckpt/io/posix_fs.hpp
+  foreach(installed include/ckpt/ckpt.hpp include/ckpt/shard/impl/index_inl.hpp include/ckpt/io/posix_fs.hpp
                     include/ckpt/testing/sim_fs.hpp include/ckpt/testing/fault_fs.hpp)
     if(NOT EXISTS ${WORK_DIR}/prefix/${installed})
       message(FATAL_ERROR "consumer test: ${installed} was not installed")

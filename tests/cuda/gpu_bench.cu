@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/hash.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/core/hash.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include "../../cuda/gpu_checkpoint.cuh"
 #include "gpu_test_util.hpp"

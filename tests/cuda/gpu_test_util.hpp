@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/hash.hpp>
+#include <ckpt/core/hash.hpp>
 
 #include "../../cuda/gpu_checkpoint.cuh"
 

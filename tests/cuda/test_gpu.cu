@@ -1,5 +1,5 @@
 // GPU tests for cuda/*.cuh (spec/GPU.md 9): the device digest against the CPU hash (libxxhash, through
-// ckpt/hash.hpp) on fresh random data (seed printed; CKPT_GPU_SEED=n repeats a run), every grid shape,
+// ckpt/core/hash.hpp) on fresh random data (seed printed; CKPT_GPU_SEED=n repeats a run), every grid shape,
 // mismatch lists, hashed saves, verified loads and the GPU verify against the CPU verify on damaged
 // files. Exits 77 (CTest: SKIPPED) when no usable CUDA device is present; 1 on any failure.
 #include <algorithm>
@@ -13,10 +13,10 @@
 #include <tuple>
 #include <vector>
 
-#include <ckpt/hash.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/core/hash.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include "../../cuda/gpu_checkpoint.cuh"
 #include "gpu_test_util.hpp"

@@ -25,19 +25,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/foreign.hpp>
-#include <ckpt/gguf.hpp>
-#include <ckpt/hash.hpp>
-#include <ckpt/index.hpp>
-#include <ckpt/journal.hpp>
-#include <ckpt/manifest.hpp>
-#include <ckpt/pickle.hpp>
-#include <ckpt/safetensors.hpp>
-#include <ckpt/shard_reader.hpp>
-#include <ckpt/sidecar.hpp>
+#include <ckpt/interop/foreign.hpp>
+#include <ckpt/interop/gguf.hpp>
+#include <ckpt/core/hash.hpp>
+#include <ckpt/shard/index.hpp>
+#include <ckpt/store/journal.hpp>
+#include <ckpt/store/manifest.hpp>
+#include <ckpt/interop/pickle.hpp>
+#include <ckpt/interop/safetensors.hpp>
+#include <ckpt/shard/shard_reader.hpp>
+#include <ckpt/identity/sidecar.hpp>
 #include <ckpt/testing/sim_fs.hpp>
-#include <ckpt/training_state.hpp>
-#include <ckpt/verify.hpp>
+#include <ckpt/store/training_state.hpp>
+#include <ckpt/shard/verify.hpp>
 
 namespace ckpt_fuzz {
 

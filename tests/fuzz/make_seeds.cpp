@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/journal.hpp>
-#include <ckpt/manifest.hpp>
-#include <ckpt/safetensors.hpp>
-#include <ckpt/shard_writer.hpp>
-#include <ckpt/sidecar.hpp>
+#include <ckpt/store/journal.hpp>
+#include <ckpt/store/manifest.hpp>
+#include <ckpt/interop/safetensors.hpp>
+#include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/identity/sidecar.hpp>
 
 #include "../hostile_shard.hpp"
 

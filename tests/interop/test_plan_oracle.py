@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent check of ckpt-plan: Young's and Daly's intervals and the waste model of spec/PLAN.md,
-recomputed with Python's math module alone (no code shared with include/ckpt/planner.hpp), compared
+recomputed with Python's math module alone (no code shared with include/ckpt/store/planner.hpp), compared
 with what `ckpt-plan --json` prints for the same inputs; and its --plot output parsed as XML.
 
     test_plan_oracle.py BINARY_DIR

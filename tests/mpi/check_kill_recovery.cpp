@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include <ckpt/store.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "../sharded_fixture.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/mpi_comm.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
 
 namespace mpi_test {
 

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include <ckpt/async_save.hpp>
+#include <ckpt/store/async_save.hpp>
 #include <ckpt/testing/fault_fs.hpp>
-#include <ckpt/mpi_comm.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "mpi_test_util.hpp"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/mpi_comm.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "../sharded_fixture.hpp"
 #include "mpi_test_util.hpp"

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/mpi_comm.hpp>
-#include <ckpt/object/object_store.hpp>
-#include <ckpt/object/s3_client.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
+#include <ckpt/store/object_store.hpp>
+#include <ckpt/io/object/s3_client.hpp>
 
 #include "../test_util.hpp"
 #include "mpi_test_util.hpp"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <ckpt/testing/fault_fs.hpp>
-#include <ckpt/mpi_comm.hpp>
-#include <ckpt/store.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
+#include <ckpt/store/store.hpp>
 
 #include "../sharded_fixture.hpp"
 #include "../store_test_util.hpp"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/mpi_comm.hpp>
+#include <ckpt/dist/mpi_comm.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
 #include "../tier_trainer.hpp"

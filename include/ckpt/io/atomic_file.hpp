@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "../error.hpp"
-#include "../index.hpp"
-#include "../uuid.hpp"
+#include "../core/error.hpp"
+#include "../core/uuid.hpp"
 #include "fs.hpp"
 #include "posix_fs.hpp"
 

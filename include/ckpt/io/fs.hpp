@@ -40,7 +40,7 @@
 #include <utility>
 #include <vector>
 
-#include "../error.hpp"
+#include "../core/error.hpp"
 
 namespace ckpt {
 

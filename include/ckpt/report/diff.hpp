@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "../identity.hpp"
+#include "../identity/identity.hpp"
 #include "../io/fs.hpp"
-#include "../object/client.hpp"
+#include "../io/object/client.hpp"
 #include "json.hpp"
 
 namespace ckpt::report {

@@ -2,7 +2,7 @@
 // the tools return it, the Python reports carry it as exit_code.
 #pragma once
 
-#include "../error.hpp"
+#include "../core/error.hpp"
 
 namespace ckpt::report {
 

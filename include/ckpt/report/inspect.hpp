@@ -8,7 +8,7 @@
 #include <string>
 
 #include "../io/fs.hpp"
-#include "../object/client.hpp"
+#include "../io/object/client.hpp"
 #include "../tiers/memory_root.hpp"
 #include "json.hpp"
 #include "steps.hpp"

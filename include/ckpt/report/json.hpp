@@ -12,17 +12,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../foreign.hpp"
-#include "../identity.hpp"
-#include "../index.hpp"
-#include "../journal.hpp"
-#include "../manifest.hpp"
-#include "../path_kind.hpp"
-#include "../safetensors.hpp"
-#include "../shard_reader.hpp"
-#include "../store.hpp"
+#include "../interop/foreign.hpp"
+#include "../identity/identity.hpp"
+#include "../shard/index.hpp"
+#include "../store/journal.hpp"
+#include "../store/manifest.hpp"
+#include "../store/path_kind.hpp"
+#include "../interop/safetensors.hpp"
+#include "../shard/shard_reader.hpp"
+#include "../store/store.hpp"
 #include "../tiers/memory_root.hpp"
-#include "../verify.hpp"
+#include "../shard/verify.hpp"
 #include "exit.hpp"
 
 namespace ckpt::report {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../identity.hpp"
+#include "../identity/identity.hpp"
 #include "json.hpp"
 
 namespace ckpt::report {

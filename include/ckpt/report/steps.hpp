@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../io/posix_fs.hpp"
-#include "../store.hpp"
+#include "../store/store.hpp"
 
 namespace ckpt::report {
 

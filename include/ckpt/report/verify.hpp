@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "../io/fs.hpp"
-#include "../object/client.hpp"
-#include "../sidecar.hpp"
-#include "../step_reader.hpp"
+#include "../io/object/client.hpp"
+#include "../identity/sidecar.hpp"
+#include "../store/step_reader.hpp"
 #include "../tiers/memory_root.hpp"
 #include "exit.hpp"
 #include "json.hpp"

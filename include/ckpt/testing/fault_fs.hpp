@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "../error.hpp"
+#include "../core/error.hpp"
 #include "../io/fs.hpp"
 #include "../io/fs_op.hpp"
 

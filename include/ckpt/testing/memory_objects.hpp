@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "../hash.hpp"
-#include "../object/client.hpp"
+#include "../core/hash.hpp"
+#include "../io/object/client.hpp"
 
 namespace ckpt::testing {
 

@@ -73,8 +73,8 @@
 #include <utility>
 #include <vector>
 
-#include "../error.hpp"
-#include "../hash.hpp"
+#include "../core/error.hpp"
+#include "../core/hash.hpp"
 #include "../io/fs.hpp"
 #include "../io/fs_op.hpp"
 

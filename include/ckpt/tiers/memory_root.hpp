@@ -17,15 +17,15 @@
 #include <string>
 #include <vector>
 
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../identity.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../identity/identity.hpp"
 #include "../io/fs.hpp"
-#include "../object/client.hpp"
-#include "../path_kind.hpp"
-#include "../problem.hpp"
-#include "../step_reader.hpp"
-#include "../store.hpp"
+#include "../io/object/client.hpp"
+#include "../store/path_kind.hpp"
+#include "../core/problem.hpp"
+#include "../store/step_reader.hpp"
+#include "../store/store.hpp"
 #include "tier_log.hpp"
 #include "tiered.hpp"
 

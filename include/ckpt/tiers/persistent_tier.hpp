@@ -15,14 +15,14 @@
 #include <variant>
 #include <vector>
 
-#include "../comm.hpp"
-#include "../config.hpp"
-#include "../error.hpp"
+#include "../dist/comm.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
 #include "../io/fs.hpp"
-#include "../object/client.hpp"
-#include "../object/object_store.hpp"
-#include "../step_reader.hpp"
-#include "../store.hpp"
+#include "../io/object/client.hpp"
+#include "../store/object_store.hpp"
+#include "../store/step_reader.hpp"
+#include "../store/store.hpp"
 
 namespace ckpt::tiers {
 

@@ -12,11 +12,11 @@
 #include <string_view>
 #include <vector>
 
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../identity.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../identity/identity.hpp"
 #include "../io/fs.hpp"
-#include "../journal.hpp"
+#include "../store/journal.hpp"
 
 namespace ckpt::tiers {
 

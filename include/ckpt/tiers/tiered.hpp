@@ -31,14 +31,14 @@
 #include <string_view>
 #include <vector>
 
-#include "../async_save.hpp"
-#include "../comm.hpp"
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../identity.hpp"
+#include "../store/async_save.hpp"
+#include "../dist/comm.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../identity/identity.hpp"
 #include "../io/posix_fs.hpp"
-#include "../object/client.hpp"
-#include "../store.hpp"
+#include "../io/object/client.hpp"
+#include "../store/store.hpp"
 #include "persistent_tier.hpp"
 #include "tier_log.hpp"
 #include "topology.hpp"

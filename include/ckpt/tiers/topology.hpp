@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "../comm.hpp"
-#include "../config.hpp"
-#include "../error.hpp"
+#include "../dist/comm.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
 
 namespace ckpt::tiers {
 

@@ -10,7 +10,7 @@ for every contender: ideal, torch.save, DCP save, DCP async_save, ckpt's store a
 2. Each contender is calibrated: a failure-free launch that saves at every step and waits for each
    save (its stall and background time), and launches that only resume (restart and load time; the
    tiers from memory and, after wiping it, from the persistent store).
-3. ckpt-plan's model (``ckpt.plan``, include/ckpt/planner.hpp) turns those costs and the MTBF into the
+3. ckpt-plan's model (``ckpt.plan``, include/ckpt/store/planner.hpp) turns those costs and the MTBF into the
    contender's optimum interval (``--interval`` fixes one for all) and its predicted waste.
 4. The job runs to its last step under the seeded schedule of failures (the same for every
    contender; ``supervisor.py``), restarted after each as an elastic agent would.

@@ -3,7 +3,7 @@ schedule, restarts the job after each, and reads back what happened from the eve
 
 Ranks are forked from the supervisor once it has imported torch and built the initial model, so a
 restart costs what it costs a warm agent (process group, optimizer, the contender's resume), the same
-for every contender. Failure kinds (spec of the benchmark: README "Goodput under failures"):
+for every contender. Failure kinds (spec of the benchmark: docs/goodput.md):
 
 - ``crash``: one rank is SIGKILLed; the job is torn down (every other rank SIGKILLed, as torchrun does)
   and restarted; every node's memory survives.

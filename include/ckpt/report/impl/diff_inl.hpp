@@ -3,8 +3,8 @@
 
 #include <utility>
 
-#include "../../object/object_store.hpp"
-#include "../../sharded.hpp"
+#include "../../store/object_store.hpp"
+#include "../../store/sharded.hpp"
 #include "../steps.hpp"
 #include "../diff.hpp"
 

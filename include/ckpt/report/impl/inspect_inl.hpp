@@ -3,8 +3,8 @@
 
 #include <utility>
 
-#include "../../object/object_store.hpp"
-#include "../../sidecar.hpp"
+#include "../../store/object_store.hpp"
+#include "../../identity/sidecar.hpp"
 #include "../inspect.hpp"
 
 namespace ckpt::report {

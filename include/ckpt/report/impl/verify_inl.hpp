@@ -5,7 +5,7 @@
 #include <chrono>
 #include <utility>
 
-#include "../../object/object_store.hpp"
+#include "../../store/object_store.hpp"
 #include "../verify.hpp"
 
 namespace ckpt::report {

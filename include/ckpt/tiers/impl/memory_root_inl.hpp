@@ -7,10 +7,10 @@
 #include <tuple>
 #include <utility>
 
-#include "../../path_kind.hpp"
-#include "../../step_reader.hpp"
-#include "../../store.hpp"
-#include "../../verify.hpp"
+#include "../../store/path_kind.hpp"
+#include "../../store/step_reader.hpp"
+#include "../../store/store.hpp"
+#include "../../shard/verify.hpp"
 #include "../memory_root.hpp"
 #include "../persistent_tier.hpp"
 #include "../tier_log.hpp"

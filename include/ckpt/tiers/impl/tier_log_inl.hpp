@@ -1,8 +1,8 @@
 // ckpt: definitions for tiers/tier_log.hpp (spec/TIERS.md 5).
 #pragma once
 
-#include "../../coding.hpp"
-#include "../../uuid.hpp"
+#include "../../core/coding.hpp"
+#include "../../core/uuid.hpp"
 #include "../tier_log.hpp"
 
 namespace ckpt::tiers {

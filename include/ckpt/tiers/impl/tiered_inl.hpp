@@ -10,9 +10,9 @@
 #include <type_traits>
 #include <variant>
 
-#include "../../coding.hpp"
-#include "../../enum_name.hpp"
-#include "../../verify.hpp"
+#include "../../core/coding.hpp"
+#include "../../core/enum_name.hpp"
+#include "../../shard/verify.hpp"
 #include "../tiered.hpp"
 
 namespace ckpt::tiers {

@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "../../coding.hpp"
+#include "../../core/coding.hpp"
 #include "../topology.hpp"
 
 namespace ckpt::tiers {

@@ -1,0 +1,234 @@
+// ckpt: definitions for verify.hpp.
+#pragma once
+
+#include "../verify.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "../../io/sigbus_guard.hpp"
+
+namespace ckpt {
+
+namespace detail {
+
+CKPT_INLINE void add_padding_problems(FsRef fs, FileHandle file, const std::string& path, const Index& index, std::uint64_t index_offset,
+                          const std::function<void(Problem)>& problem) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans, gaps;
+  for (const auto& p : index.pieces) spans.emplace_back(p.data_offset, p.data_offset + p.data_length);
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t at = format::kSuperblockSize;
+  for (const auto& s : spans) {
+    if (s.first > at) gaps.emplace_back(at, s.first - at);
+    at = std::max(at, s.second);
+  }
+  if (index_offset > at) gaps.emplace_back(at, index_offset - at);
+  std::vector<unsigned char> buf;
+  for (const auto& g : gaps) {
+    buf.resize(static_cast<std::size_t>(g.second));
+    if (Status s = read_exact(fs, file, path, buf.data(), buf.size(), g.first); !s.ok()) {
+      problem(make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, "padding", g.first, g.second, s.message()));
+      continue;
+    }
+    for (std::size_t i = 0; i < buf.size(); ++i) {
+      if (buf[i] == 0) continue;
+      Problem p = make_problem(Code::corrupt, "padding", g.first + i, 1,
+                               "padding [" + std::to_string(g.first) + ", " + std::to_string(g.first + g.second) +
+                                   ") must be zero, found byte 0x" + hex64(buf[i]).substr(14) + " at offset " + std::to_string(g.first + i));
+      p.expected = "00";
+      p.found = hex64(buf[i]).substr(14);
+      problem(std::move(p));
+      break;
+    }
+  }
+}
+
+}  // namespace detail
+
+CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, const VerifyOptions& options) {
+  using detail::make_problem;
+  VerifyReport report;
+  report.path = path;
+  auto opened = fs.open(path, OpenMode::read);
+  if (!opened.ok()) return opened.status();
+  ScopedFile file(fs, *opened);
+  auto size = fs.file_size(file.get());
+  if (!size.ok()) return size.status().with_context(path);
+  report.file_size = *size;
+  auto problem = [&](Problem p) {
+    if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
+    p.file = path;
+    report.problems.push_back(std::move(p));
+  };
+
+  // The head (superblock, footer, index) is read by the reader's own function, salvaging what it can.
+  auto head = detail::read_shard_head(fs, file.get(), path, *size, true, report.problems);
+  for (auto& p : report.problems) p.file = path;
+  if (!head.ok()) return report;
+  const Superblock& sb = head->superblock;
+  const Footer* footer = &head->footer;
+  const Index& index = head->index;
+  report.chunks_total = index.chunks.size();
+
+  detail::add_padding_problems(fs, file.get(), path, index, footer->index_offset, problem);
+
+  // Chunks: grouped into work items of up to 4 MiB of one piece, handed to threads as they free up.
+  struct Item { std::size_t piece; std::uint64_t first, count, offset, length; };
+  std::vector<Item> items;
+  constexpr std::uint64_t kItemBytes = std::uint64_t{4} << 20;
+  std::uint64_t total_bytes = 0;
+  for (std::size_t k = 0; k < index.pieces.size(); ++k) {
+    const auto& p = index.pieces[k];
+    for (std::uint64_t c = 0; c < p.chunk_count;) {
+      Item item{k, c, 0, index.chunks[p.chunk_first + c].offset, 0};
+      while (c < p.chunk_count && (item.count == 0 || item.length + index.chunks[p.chunk_first + c].length <= kItemBytes)) {
+        item.length += index.chunks[p.chunk_first + c].length;
+        ++item.count;
+        ++c;
+      }
+      total_bytes += item.length;
+      items.push_back(item);
+    }
+  }
+  Mapping mapping;
+  {
+    if (options.use_mmap && fs.can_map() && footer->index_offset > sb.data_offset) {
+      auto m = fs.map(file.get(), sb.data_offset, static_cast<std::size_t>(footer->index_offset - sb.data_offset));
+      if (m.ok()) mapping = std::move(m).value();
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> file_changed{false};
+  static constexpr const char* kFileChanged = "file changed during verification";
+  std::atomic<std::uint64_t> bytes_done{0}, chunks_done{0};
+  std::mutex mutex;
+  // Digests of an item's chunks. pread mode reads at most kReadWindow bytes at a time into a
+  // per-thread buffer and hashes them while they are in cache (several small chunks per read, a large
+  // chunk streamed slice by slice); mmap mode hashes the mapped page cache with no copy at all.
+  auto hash_item = [&](const Item& item, std::vector<unsigned char>& buf, std::vector<std::uint64_t>& found) -> Status {
+    const auto& p = index.pieces[item.piece];
+    found.clear();
+    const std::uint64_t end = item.first + item.count;
+    if (mapping.data() != nullptr) {
+      // A file truncated while mapped raises SIGBUS on the first page past its new end (issue 5): the
+      // hashing runs under run_catching_sigbus, so it allocates nothing and owns nothing.
+      found.resize(static_cast<std::size_t>(item.count));
+      std::uint64_t* out = found.data();
+      const unsigned char* base = mapping.data();
+      const ChunkRecord* chunks = index.chunks.data() + p.chunk_first;
+      const void* fault = nullptr;
+      const bool finished = run_catching_sigbus(
+          [&] {
+            for (std::uint64_t c = item.first; c < end; ++c)
+              out[c - item.first] = xxh3_64(base + (chunks[c].offset - sb.data_offset), static_cast<std::size_t>(chunks[c].length));
+          },
+          &fault);
+      if (finished) return Status();
+      const auto* at = static_cast<const unsigned char*>(fault);
+      const std::uint64_t offset = at != nullptr && at >= base && at < base + mapping.size()
+                                       ? sb.data_offset + static_cast<std::uint64_t>(at - base)
+                                       : item.offset;
+      auto now = fs.file_size(file.get());
+      return make_error(Code::io, std::string(kFileChanged) + ": bus error reading the mapping at offset " +
+                                      std::to_string(offset) + " (the file was " + std::to_string(report.file_size) +
+                                      " bytes when verification began" +
+                                      (now.ok() ? ", " + std::to_string(*now) + " bytes now" : std::string()) +
+                                      "; truncated while being read)");
+    }
+    buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(item.length, detail::kReadWindow)));
+    for (std::uint64_t c = item.first; c < end;) {
+      const auto& rec = index.chunks[p.chunk_first + c];
+      if (rec.length > detail::kReadWindow) {
+        auto digest = detail::read_hashed(fs, file.get(), path, buf.data(), static_cast<std::size_t>(rec.length), rec.offset, true);
+        if (!digest.ok()) return digest.status();
+        found.push_back(*digest);
+        ++c;
+        continue;
+      }
+      // Chunks tile a piece back to back (spec 5.7), so consecutive small chunks are one read.
+      std::uint64_t last = c, bytes = 0;
+      while (last < end && index.chunks[p.chunk_first + last].length <= detail::kReadWindow - bytes)
+        bytes += index.chunks[p.chunk_first + last++].length;
+      CKPT_TRY(read_exact(fs, file.get(), path, buf.data(), static_cast<std::size_t>(bytes), rec.offset));
+      for (; c < last; ++c) {
+        const auto& r = index.chunks[p.chunk_first + c];
+        found.push_back(xxh3_64(buf.data() + (r.offset - rec.offset), static_cast<std::size_t>(r.length)));
+      }
+    }
+    return Status();
+  };
+  auto worker = [&](bool reports_progress) {
+    std::vector<unsigned char> buf;
+    std::vector<std::uint64_t> found;
+    for (std::size_t i = next++; i < items.size(); i = next++) {
+      const Item& item = items[i];
+      const auto& p = index.pieces[item.piece];
+      const auto& t = index.tensors[p.tensor];
+      if (file_changed.load()) break;  // one report is enough: every later item would fault the same way
+      if (Status s = hash_item(item, buf, found); !s.ok()) {
+        if (s.message().rfind(kFileChanged, 0) == 0 && file_changed.exchange(true)) break;
+        std::lock_guard<std::mutex> lock(mutex);
+        Problem pr = make_problem(s.code() == Code::incomplete ? Code::incomplete : Code::io, "data", item.offset, item.length,
+                                  "tensor '" + t.name + "' piece " + std::to_string(item.piece - t.piece_first) + ": " + s.message());
+        pr.tensor = t.name;
+        pr.piece = static_cast<std::int64_t>(item.piece - t.piece_first);
+        pr.chunk = static_cast<std::int64_t>(item.first);
+        problem(std::move(pr));
+        continue;
+      }
+      for (std::uint64_t c = item.first; c < item.first + item.count; ++c) {
+        const auto& rec = index.chunks[p.chunk_first + c];
+        const std::uint64_t digest = found[static_cast<std::size_t>(c - item.first)];
+        if (digest == rec.digest) continue;
+        Problem pr = make_problem(Code::corrupt, "data", rec.offset, rec.length,
+                                  "tensor '" + t.name + "' piece " + std::to_string(item.piece - t.piece_first) + " chunk " +
+                                      std::to_string(c) + " bytes [" + std::to_string(rec.offset) + ", " +
+                                      std::to_string(rec.offset + rec.length) + "): digest expected " + hex64(rec.digest) +
+                                      ", found " + hex64(digest));
+        pr.tensor = t.name;
+        pr.piece = static_cast<std::int64_t>(item.piece - t.piece_first);
+        pr.chunk = static_cast<std::int64_t>(c);
+        pr.expected = hex64(rec.digest);
+        pr.found = hex64(digest);
+        std::lock_guard<std::mutex> lock(mutex);
+        problem(std::move(pr));
+      }
+      chunks_done += item.count;
+      const std::uint64_t done = bytes_done += item.length;
+      if (reports_progress && options.progress) options.progress(done, total_bytes);
+    }
+  };
+  const unsigned threads = std::max(1u, std::min<unsigned>(options.threads, static_cast<unsigned>(std::max<std::size_t>(items.size(), 1))));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker, false);
+  worker(true);
+  for (auto& th : pool) th.join();
+  report.chunks_checked = chunks_done;
+  report.bytes_checked = bytes_done;
+  // In offset order, ties in the order found: a sort of (offset, position) pairs, which other definitions
+  // instantiate too, rather than one of Problems (header-only parse time, spec/LAYOUT.md 5).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> order;
+  order.reserve(report.problems.size());
+  for (std::size_t i = 0; i < report.problems.size(); ++i) order.push_back({report.problems[i].offset, i});
+  std::sort(order.begin(), order.end());
+  std::vector<Problem> sorted;
+  sorted.reserve(order.size());
+  for (const auto& o : order) sorted.push_back(std::move(report.problems[o.second]));
+  report.problems = std::move(sorted);
+  return report;
+}
+
+CKPT_INLINE const char* step_recheck_name(StepRecheck r) noexcept {
+  switch (r) {
+    case StepRecheck::committed: return "committed";
+    case StepRecheck::retired: return "retired";
+    case StepRecheck::not_listed: return "not in the journal";
+  }
+  return "unknown";
+}
+
+
+}  // namespace ckpt

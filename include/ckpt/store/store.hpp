@@ -1,0 +1,424 @@
+// ckpt: a crash-consistent store of checkpoint steps (spec/JOURNAL.md).
+//
+//   STORE/JOURNAL                   write-ahead log: BEGIN, COMMIT, ABORT, RETIRE records
+//   STORE/LOCK                      held (Fs::lock) by the one writer
+//   STORE/step-<step>-<txn>/        shard files + MANIFEST of one transaction
+//
+// A step exists for readers if and only if its COMMIT record is durable and valid. Opening read-only
+// never writes and never blocks the writer; opening for writing takes the lock and runs recovery.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../dist/comm.hpp"
+#include "../dist/coverage.hpp"
+#include "../core/error.hpp"
+#include "../io/fs.hpp"
+#include "../io/posix_fs.hpp"
+#include "journal.hpp"
+#include "manifest.hpp"
+#include "../shard/shard_reader.hpp"
+#include "../shard/shard_writer.hpp"
+#include "step_reader.hpp"
+#include "training_state.hpp"
+#include "../shard/verify.hpp"
+
+namespace ckpt {
+
+enum class Access : std::uint8_t { read_only, read_write };
+
+// Which committed steps to keep (spec/JOURNAL.md 10). The most recent commit is always kept.
+struct RetentionPolicy {
+  std::uint64_t keep_last = 0;   // keep the N most recent commits; 0 disables retention
+  std::uint64_t keep_every = 0;  // also keep every step whose number is a multiple of K; 0: none
+  [[nodiscard]] bool enabled() const noexcept { return keep_last > 0; }
+};
+
+struct StoreOptions {
+  bool create_if_missing = false;      // read_write: create the directory and an empty journal
+  bool allow_corrupt_journal = false;  // read_only: open despite mid-log damage and report it
+  RetentionPolicy retention;           // applied after each commit
+  // Shard files (spec/FORMAT.md): alignment and chunk size of what this store writes.
+  std::uint32_t alignment_log2 = format::kDefaultAlignmentLog2;
+  std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;
+  std::size_t buffer_size = std::size_t{4} << 20;
+  // Opt-in: before a rank reports its finished shard, read it back through the reader's checks and verify
+  // every chunk (spec/FORMAT.md 7.2). Off: the commit takes the pieces from what the writer wrote.
+  bool verify_written = false;
+};
+
+enum class TxnState : std::uint8_t {
+  open,       // BEGIN without COMMIT or ABORT: in progress, or left by a crash
+  committed,  // COMMIT durable: the step exists
+  aborted,    // ABORT durable: its files may be removed
+  retired,    // committed, then RETIRE durable: its files may be removed
+};
+[[nodiscard]] const char* txn_state_name(TxnState s) noexcept;
+
+// Everything the journal says about one transaction.
+struct TxnInfo {
+  std::uint64_t txn = 0, step = 0;
+  std::uint32_t world_size = 1;
+  std::vector<TxnFile> files;  // from BEGIN; MANIFEST is implied
+  TxnState state = TxnState::open;
+  std::uint64_t begin_offset = 0;
+  std::uint64_t end_offset = 0;     // COMMIT or ABORT record
+  std::uint64_t retire_offset = 0;  // RETIRE record
+  CommitRecord commit;              // when committed or retired
+  std::optional<SaveRecord> save;   // SAVE_STATS of the commit, when the writer recorded one (spec 4.8)
+  AbortReason abort_reason = AbortReason::user;
+  // Whether its step directory may still exist: compaction keeps the records of an aborted or retired
+  // transaction until its files are gone (spec 5.7).
+  bool dir_present = true;
+  [[nodiscard]] std::string dir() const { return step_dir_name(step, txn); }
+};
+
+enum class RecoveryActionKind : std::uint8_t {
+  truncate_journal,  // drop the torn tail at offset (done by the rewrite)
+  append_abort,      // write ABORT for a transaction left open
+  remove_file,       // a file named by an aborted or retired transaction, or a leftover temporary journal
+  remove_dir,        // its step directory, once empty
+  sync_dir,          // make the removals durable
+  append_commit,     // roll forward: an open transaction whose MANIFEST and shards all verify (spec 6.4)
+  quarantine,        // move a step directory whose fate is ambiguous to quarantine/ (spec 6.8)
+  rewrite_journal,   // write the journal anew from the records recovery keeps (spec 5.7, 6.4)
+};
+[[nodiscard]] const char* recovery_action_name(RecoveryActionKind k) noexcept;
+
+struct RecoveryAction {
+  RecoveryActionKind kind = RecoveryActionKind::sync_dir;
+  std::string path;
+  std::uint64_t txn = 0;
+  std::uint64_t offset = 0, length = 0;  // truncate_journal: the torn bytes
+  std::string to;                        // quarantine: where the directory goes
+  CommitRecord commit;                   // append_commit: the record, from the MANIFEST on disk
+  bool done = false;
+  std::string error;  // set when the action was tried and failed
+  [[nodiscard]] std::string describe() const;
+};
+
+// What recovery found in a store and what it did (or, in a dry run, would do). Deterministic: the same
+// journal bytes and directory contents always give the same report and actions, in the same order.
+struct RecoveryReport {
+  std::string store;
+  JournalScan journal;                       // records, torn tail, corruption
+  std::vector<TxnInfo> transactions;         // every transaction the journal names, by txn id
+  std::vector<std::string> problems;         // valid records that break the protocol: blocks recovery
+  std::vector<std::string> unknown_entries;  // store entries no record explains: reported, never removed
+  std::vector<std::string> notes;            // e.g. files kept because no record names them
+  std::vector<std::string> salvaged;         // digest-valid records of a damaged tail that recovery applies
+  std::vector<RecoveryAction> actions;       // in execution order
+  std::uint64_t next_txn = 1;                // above every txn id in the journal and in any step-<s>-<t> name
+  bool dry_run = true;
+  bool applied = false;  // actions were carried out
+
+  // Mid-log damage or protocol problems: only ckpt-repair may change such a store.
+  [[nodiscard]] bool corrupt() const noexcept { return journal.corrupt() || !problems.empty(); }
+  // A damaged tail that is not a clean tear (spec 6.3): recovery salvages it, readers report it.
+  [[nodiscard]] bool tail_damaged() const noexcept { return journal.tail_damaged(); }
+  // Nothing torn, nothing corrupt, nothing to clean up (the rewrite every writable open does aside).
+  [[nodiscard]] bool clean() const noexcept;
+  // Code::corrupt naming every problem and telling the user to run ckpt-repair; ok when not corrupt.
+  [[nodiscard]] Status corruption_status() const;
+};
+
+// Reads a store and plans its recovery without writing or locking anything (a dry run).
+[[nodiscard]] Result<RecoveryReport> check_store(FsRef fs, const std::string& path);
+// Takes the writer lock, then plans and (unless dry_run) runs recovery. A corrupt journal is reported,
+// not changed: the report comes back with corrupt() set and applied false.
+[[nodiscard]] Result<RecoveryReport> recover_store(FsRef fs, const std::string& path, bool dry_run);
+
+class Store;
+
+namespace detail {
+struct RankOutcome;  // what the coordinator decided at commit or abort (impl/store_ranks_inl.hpp)
+// Rewrites the journal from the transaction table (spec/JOURNAL.md 5.7) and reopens the writer on the
+// new file (compaction's step; ckpt-bench-journal drives it directly).
+[[nodiscard]] Status rewrite_journal(FsRef fs, JournalWriter& journal, const Uuid& uuid, std::uint64_t next_txn,
+                                     std::vector<TxnInfo>& txns);
+}  // namespace detail
+
+// How long a save of some size takes here, from the store's recorded saves (spec/JOURNAL.md 4.8).
+struct SaveEstimate {
+  std::size_t samples = 0;           // records it is based on; 0: nothing recorded, nothing known
+  std::uint64_t bytes = 0;           // the size estimated
+  double bytes_per_second = 0;       // the slowest of the recent saves: a hold-up budget needs the worst case
+  double seconds = 0;                // bytes / bytes_per_second
+  [[nodiscard]] bool known() const noexcept { return samples > 0; }
+};
+// The estimate over a store's recorded saves (oldest first): the slowest throughput of the last `window`.
+[[nodiscard]] SaveEstimate estimate_from(const std::vector<SaveRecord>& records, std::optional<std::uint64_t> bytes,
+                                         std::size_t window);
+// The SAVE_STATS record of a commit timed now (spec/JOURNAL.md 4.8): a save of `bytes` begun at `started` whose
+// caller was blocked for `stall` (unset: throughout).
+[[nodiscard]] SaveRecord timed_save_record(const CommitRecord& c, std::uint64_t bytes, std::chrono::steady_clock::time_point started,
+                                           std::optional<std::chrono::nanoseconds> stall, bool async);
+
+// The outcome of a commit: the new step, and what retention did afterwards.
+struct CommitResult {
+  StepInfo step;
+  std::vector<StepInfo> retired;
+  Status retention;  // a retention failure does not undo the commit; the next writable open finishes it
+};
+
+// One save in progress (spec/JOURNAL.md 5.3), over the store's communicator: one process is the world of
+// one. Across ranks (spec/SHARDING.md 3), begin, commit and abort are collective: every rank calls them, in
+// the same order. An I/O error on one rank is kept until commit() (or abort()), which then abandons the
+// transaction on every rank and returns the same Status everywhere, naming the failing rank; in a world of
+// one the error abandons it at once. Destroying an open transaction never waits for other ranks: this
+// rank's unfinished shard is removed, rank 0 writes ABORT and removes the step's files, and the
+// communicator is left (Comm::leave) so that the other ranks' next collective fails instead of hanging.
+class Transaction {
+ public:
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();
+
+  [[nodiscard]] std::uint64_t txn() const noexcept { return txn_; }
+  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  [[nodiscard]] const std::string& directory() const noexcept { return dir_path_; }  // the step directory
+  [[nodiscard]] bool active() const noexcept { return store_ != nullptr && !finished_; }
+  // Training state saved in the manifest; its step is the transaction's. Across ranks, rank 0's state
+  // is saved, with the optimizer tensor names of every rank added (spec/SHARDING.md 3.3).
+  [[nodiscard]] TrainingState& state() noexcept { return state_; }
+  // This process's rank and the number of ranks writing the step (0 and 1 for a single-process save).
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int world_size() const noexcept { return world_; }
+
+  [[nodiscard]] Status add_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data, std::size_t size);
+  // A tensor of optimizer state: written like any tensor and listed in state().optimizer_tensors.
+  [[nodiscard]] Status add_optimizer_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+                                            std::size_t size);
+  // A tensor every rank holds the same bytes of (e.g. a norm's weight under tensor parallelism): only
+  // `owner` writes it; every rank that holds it calls this, and the coordinator checks that they all
+  // declared the same dtype, shape, owner and content digest (spec/SHARDING.md 3.3). One rank: add_tensor.
+  [[nodiscard]] Status add_replicated_tensor(std::string_view name, DType dtype, const Shape& shape, const void* data,
+                                             std::size_t size, int owner = 0);
+  // Streaming writes of pieces, as ShardWriter.
+  [[nodiscard]] Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
+                                   const Shape& local_shape);
+  [[nodiscard]] Status write(const void* data, std::size_t size);
+  [[nodiscard]] Status end_piece();
+  // The shard writer itself (e.g. to compare chunk digests computed on a GPU before commit). An I/O
+  // error it records surfaces at commit(), which then abandons the transaction.
+  [[nodiscard]] ShardWriter& shard_writer() noexcept { return *writer_; }
+  // When the save started and how long its caller was blocked, for the SAVE_STATS record (spec/JOURNAL.md
+  // 4.8). AsyncSaver sets it; without it the save started at begin() and blocked its caller throughout.
+  void set_save_timing(std::chrono::steady_clock::time_point started, std::chrono::nanoseconds stall, bool async) noexcept {
+    started_ = started;
+    stall_ = stall;
+    async_ = async;
+  }
+
+  // Finishes the shard, writes and syncs the manifest, fsyncs the step directory, appends COMMIT.
+  // On an I/O error the transaction is abandoned (ABORT, files removed) and the previous step is untouched;
+  // when the COMMIT record itself cannot be made durable the store refuses further writes until reopened.
+  // A training state or a piece still open that the caller can fix leaves a one-process transaction open.
+  [[nodiscard]] Result<CommitResult> commit();
+  // A save whose ranks the caller coordinates (Store::open_rank, spec/SHARDING.md 3.6), every rank:
+  // finishes this rank's shard (durable, with its directory) and returns its shard report for rank 0. A
+  // participant's transaction is then over; rank 0's waits for commit_reports() or abort(). An error is
+  // this rank's own failure: its unfinished shard is removed, and rank 0 must not commit the step.
+  [[nodiscard]] Result<std::string> report();
+  // Rank 0 of such a save, after its own report(): decides from every rank's report, in rank order, and
+  // commits or abandons, exactly as commit() does once the reports are gathered.
+  [[nodiscard]] Result<CommitResult> commit_reports(const std::vector<std::string>& reports);
+  // Writes ABORT and removes the files this transaction created (collective across ranks; in a
+  // caller-coordinated save rank 0 abandons the step for every rank, whose files it removes).
+  [[nodiscard]] Status abort();
+  // Abandons the transaction because of this rank's own failure (e.g. a device error): across ranks,
+  // commit() on every other rank returns `reason` naming this rank (spec/SHARDING.md 3.4); abort() here
+  // returns the cleanup's Status. One rank: the same as abort().
+  [[nodiscard]] Status abort(const Status& reason);
+
+ private:
+  friend class Store;
+  Transaction(Store* store, std::uint64_t txn, std::uint64_t step, std::string dir_path, std::string shard_name,
+              std::optional<ShardWriter> writer);
+  [[nodiscard]] Status check_open() const;    // the store is open and the transaction not finished
+  [[nodiscard]] Status check_active() const;  // check_open, and no I/O error kept for commit
+  [[nodiscard]] Status fail(const Status& s);  // abandons (one rank) or keeps s for commit (ranks), then returns s with context
+  // The one commit and abort (spec/JOURNAL.md 5.3, spec/SHARDING.md 3.4): one gather of shard reports,
+  // rank 0's decision, one broadcast of the outcome. A world of one is the same exchange over LocalComm.
+  [[nodiscard]] Result<detail::RankOutcome> finish(bool commit, const Status& reason);
+  // This rank's part of finish: finishes (commit) or drops its shard and encodes its shard report (3.5);
+  // `local`, when given, receives the Status the report carries.
+  [[nodiscard]] std::string make_report(bool commit, const Status& reason, Status* local = nullptr);
+  // Applies rank 0's encoded outcome to this rank's view of the journal; returns it decoded.
+  [[nodiscard]] Result<detail::RankOutcome> adopt_outcome(const std::string& outcome_bytes);
+  // What commit() and commit_reports() return for an outcome.
+  [[nodiscard]] Result<CommitResult> commit_result(const detail::RankOutcome& outcome);
+  // Rank 0's part of finish: checks every report, commits or abandons; returns the encoded outcome.
+  [[nodiscard]] std::string coordinate(bool commit, Result<std::vector<std::string>> reports);
+  // Abandons without waiting for any other rank: the destructor's path (spec/SHARDING.md 3.4).
+  void drop(const Status& why);
+  // The SAVE_STATS record of this commit, timed now (just before the COMMIT is appended).
+  [[nodiscard]] SaveRecord save_record(const CommitRecord& c, const Manifest& m) const;
+
+  Store* store_;
+  CommRef comm_;
+  std::uint64_t txn_, step_;
+  std::string dir_path_, shard_name_;
+  std::optional<ShardWriter> writer_;  // empty once finished or dropped
+  TrainingState state_;
+  bool finished_ = false;
+  bool reported_ = false;  // caller-coordinated: report() done, the shard is finished
+  int rank_ = 0, world_ = 1;
+  Status failure_;                   // across ranks: the first I/O error, reported at commit
+  std::vector<ReplicaDecl> replicas_;  // multi-rank: what add_replicated_tensor declared
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::nanoseconds> stall_;  // unset: blocked throughout
+  bool async_ = false;
+};
+
+class Store {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(FsRef fs, std::string path, Access access,
+                                                           StoreOptions options = {});
+  // Collective open for a save across ranks (spec/SHARDING.md 3.1): every rank of comm calls it. For
+  // read_write, rank 0 takes the lock and runs recovery; then every other rank reads the journal as a
+  // read-only open does and becomes a participant, which writes only its own shard files. Every rank
+  // returns the same Status (the lowest failing rank's error). The store keeps comm (which must outlive
+  // it) for every begin, commit and abort. A world of one is the plain open.
+  template <class Comm>
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(FsRef fs, std::string path, Access access, StoreOptions options,
+                                                           Comm& comm) {
+    return open_with(fs, std::move(path), access, options, CommRef(comm));
+  }
+  // A save whose ranks the caller coordinates, carrying the messages of spec/SHARDING.md 3.5 itself (e.g.
+  // inside PyTorch DCP's save plans; spec/SHARDING.md 3.6). Rank 0 opens writable (lock, recovery); any
+  // other rank is a participant that reads nothing at open (it knows no steps: open read-only to read)
+  // and learns each transaction from rank 0's begin decision, so the opens may come in any order. Its
+  // saves run through the phases below, which begin() and commit() run over a Comm; begin() and
+  // commit() themselves are refused.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_rank(FsRef fs, std::string path, int rank, int world,
+                                                                StoreOptions options = {});
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  ~Store();  // aborts a transaction still open, then releases the lock
+
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] Access access() const noexcept { return access_; }
+  [[nodiscard]] const Uuid& uuid() const noexcept { return uuid_; }
+  [[nodiscard]] FsRef fs() noexcept { return fs_; }
+  // What open found and, when writable, did.
+  [[nodiscard]] const RecoveryReport& recovery_report() const noexcept { return report_; }
+  // Every transaction known now (open, committed, aborted, retired), by txn id.
+  [[nodiscard]] const std::vector<TxnInfo>& transactions() const noexcept { return txns_; }
+  // Committed, not retired steps in commit order.
+  [[nodiscard]] std::vector<StepInfo> steps() const;
+  // The last committed, not retired step.
+  [[nodiscard]] std::optional<StepInfo> latest() const;
+  // The most recent live commit of this step number (a step saved again after a rollback shadows the older).
+  [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const;
+  // What every committed save (retired ones too) recorded, in commit order (spec/JOURNAL.md 4.8).
+  [[nodiscard]] std::vector<SaveRecord> save_records() const;
+  // How long saving `bytes` (default: as many as the last recorded save) takes, at the slowest throughput
+  // of the last `window` recorded saves.
+  [[nodiscard]] SaveEstimate estimate_save(std::optional<std::uint64_t> bytes = std::nullopt, std::size_t window = 8) const;
+  // Does a save fit in `seconds` of hold-up (e.g. a UPS's)? nullopt when no save has been recorded.
+  [[nodiscard]] std::optional<bool> save_fits(double seconds, std::optional<std::uint64_t> bytes = std::nullopt) const;
+  // Read-only: re-reads the journal to see steps committed since open. Writable: nothing to do.
+  [[nodiscard]] Status refresh();
+
+  [[nodiscard]] Result<StepReader> open_step(std::uint64_t step);
+  [[nodiscard]] Result<StepReader> open_step(const StepInfo& info);
+  [[nodiscard]] Result<StepReader> open_latest();
+  // Every chunk of every shard file; damage is in the report, the Status fails only on misuse.
+  [[nodiscard]] Result<StepVerifyReport> verify_step(std::uint64_t step, const VerifyOptions& options = {});
+
+  // Starts a transaction for `step`; only one may be open at a time. Across ranks (a store opened with a
+  // communicator) the call is collective: every rank passes the same step and returns the same Status
+  // (spec/SHARDING.md 3.2).
+  [[nodiscard]] Result<std::unique_ptr<Transaction>> begin(std::uint64_t step);
+  // The phases of begin (spec/SHARDING.md 3.2), for a caller-coordinated save (3.6). Every rank: its begin
+  // request for `step`, to be delivered to rank 0.
+  [[nodiscard]] std::string begin_request(std::uint64_t step) const;
+  // Rank 0: checks every rank's request (rank order), appends BEGIN and makes the step directory durable.
+  // Returns the begin decision for every rank; it carries the error when nothing was begun.
+  [[nodiscard]] std::string decide_begin(std::uint64_t step, const std::vector<std::string>& requests);
+  // Every rank: takes rank 0's decision and creates this rank's shard file under the name BEGIN gave it.
+  [[nodiscard]] Result<std::unique_ptr<Transaction>> join(const std::string& decision);
+  [[nodiscard]] bool caller_coordinated() const noexcept { return caller_comm_.has_value(); }
+  // The communicator the store was opened with: rank and world of its saves.
+  [[nodiscard]] int rank() const { return comm_.rank(); }
+  [[nodiscard]] int world_size() const { return comm_.size(); }
+  // The process that holds the lock and writes the journal: a single-process writer, or rank 0.
+  [[nodiscard]] bool coordinator() const noexcept { return journal_.has_value(); }
+  // A rank other than 0 of a collective writable open: no lock, no journal, its own shard files only.
+  [[nodiscard]] bool participant() const noexcept { return participant_; }
+  // Writes RETIRE for every live commit of this step number, then removes their files.
+  [[nodiscard]] Status retire(std::uint64_t step);
+  // Retires what the policy does not keep; returns the retired steps.
+  [[nodiscard]] Result<std::vector<StepInfo>> apply_retention(const RetentionPolicy& policy);
+
+  // A journal write or sync failed: the store refuses writes until it is reopened (spec 5.4).
+  [[nodiscard]] bool failed() const noexcept { return journal_ && journal_->failed(); }
+  [[nodiscard]] Status failure() const { return journal_ ? journal_->failure() : Status(); }
+  [[nodiscard]] std::uint64_t next_txn() const noexcept { return next_txn_; }
+  // Rewrites the journal now from the live records (spec 5.7); between saves only. Writers do it on
+  // their own when the journal has doubled since its last rewrite, and every writable open does it.
+  [[nodiscard]] Status compact();
+
+ private:
+  friend class Transaction;
+  Store(FsRef fs, std::string path, Access access, StoreOptions options, CommRef comm)
+      : fs_(fs), path_(std::move(path)), access_(access), options_(options), comm_(comm) {}
+  // The one open: every rank of comm (a world of one for the plain open) calls it.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_with(FsRef fs, std::string path, Access access,
+                                                                StoreOptions options, CommRef comm);
+  [[nodiscard]] Status open_read_only();
+  // decide_begin over what the gather returned (an error there is the decision).
+  [[nodiscard]] std::string decide_begin(std::uint64_t step, Result<std::vector<std::string>> requests);
+  // join's two halves: the decision read (and mirrored), then this rank's shard created.
+  [[nodiscard]] Result<TxnInfo> accept_begin(const std::string& decision);
+  [[nodiscard]] Result<std::unique_ptr<Transaction>> create_shard(const TxnInfo& t);
+  [[nodiscard]] Status open_writable();
+  void adopt(RecoveryReport report);
+  [[nodiscard]] Status check_writable() const;
+  [[nodiscard]] TxnInfo* find_txn(std::uint64_t txn);
+  [[nodiscard]] StepInfo step_info(const TxnInfo& t) const;
+  // Participants keep their view of the journal in step with what rank 0 broadcasts.
+  void mirror_txn(const TxnInfo& t);
+  // Removes the files of an aborted or retired transaction that exist; errors are collected, not fatal.
+  [[nodiscard]] Status remove_txn_files(const TxnInfo& t);
+  // ABORT (unless the journal has failed), then remove what the transaction created.
+  [[nodiscard]] Status abandon(std::uint64_t txn, AbortReason reason);
+  [[nodiscard]] Status retire_txns(const std::vector<std::uint64_t>& txns);
+  // Rewrites the journal when it has outgrown the live steps (spec 5.7).
+  [[nodiscard]] Status compact_if_due();
+  void reindex();
+
+  FsRef fs_;
+  std::string path_;
+  Access access_;
+  StoreOptions options_;
+  CommRef comm_;
+  std::optional<CallerComm> caller_comm_;  // open_rank: comm_ refers to it
+  Uuid uuid_{};
+  RecoveryReport report_;
+  std::vector<TxnInfo> txns_;
+  std::map<std::uint64_t, std::size_t> by_txn_;
+  std::uint64_t next_txn_ = 1;
+  std::optional<JournalWriter> journal_;
+  FileHandle lock_;
+  Transaction* open_txn_ = nullptr;
+  bool participant_ = false;
+  std::uint64_t compacted_end_ = 0;  // journal size after its last rewrite
+};
+
+}  // namespace ckpt
+
+#if !CKPT_DECLARATIONS_ONLY
+#include "impl/recovery_inl.hpp"
+#include "impl/store_ranks_inl.hpp"
+#include "impl/store_inl.hpp"
+#endif
