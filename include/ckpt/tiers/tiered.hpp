@@ -33,6 +33,7 @@
 
 #include "../store/async_save.hpp"
 #include "../dist/comm.hpp"
+#include "../dist/wire.hpp"
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../identity/identity.hpp"

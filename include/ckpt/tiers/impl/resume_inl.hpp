@@ -133,15 +133,15 @@ CKPT_INLINE void scan_log(const std::vector<TierRecord>& records, const std::str
 }
 
 CKPT_INLINE void put_claim(Encoder& e, const Claim& c) {
-  e.u64(c.step), put_digest(e, c.digest), e.u32(static_cast<std::uint32_t>(c.shards.size()));
-  for (const auto& d : c.shards) put_digest(e, d);
+  e.u64(c.step), wire::put_digest(e, c.digest), e.u32(static_cast<std::uint32_t>(c.shards.size()));
+  for (const auto& d : c.shards) wire::put_digest(e, d);
 }
 [[nodiscard]] CKPT_INLINE bool get_claim(Decoder& d, Claim& c) {
   std::uint32_t n = 0;
-  if (!d.u64(c.step) || !get_digest(d, c.digest) || !d.u32(n) || n == 0 || n > journal::kMaxWorldSize || !d.has(std::size_t{16} * n)) return false;
+  if (!d.u64(c.step) || !wire::get_digest(d, c.digest) || !d.u32(n) || n == 0 || n > journal::kMaxWorldSize || !d.has(std::size_t{16} * n)) return false;
   c.shards.assign(n, Digest128{});
   for (auto& s : c.shards)
-    if (!get_digest(d, s)) return false;
+    if (!wire::get_digest(d, s)) return false;
   return step_digest(c.step, c.shards) == c.digest;  // a claim must add up
 }
 
@@ -163,7 +163,7 @@ struct RankReport {
   e.u32(static_cast<std::uint32_t>(scan.claims.size()));
   for (const auto& c : scan.claims) put_claim(e, c);
   e.u32(static_cast<std::uint32_t>(scan.copies.size()));
-  for (const auto& c : scan.copies) e.u64(c.step), e.u32(c.shard), put_digest(e, c.digest), e.u8(static_cast<std::uint8_t>(c.kind));
+  for (const auto& c : scan.copies) e.u64(c.step), e.u32(c.shard), wire::put_digest(e, c.digest), e.u8(static_cast<std::uint8_t>(c.kind));
   e.u32(static_cast<std::uint32_t>(scan.failed.size()));
   for (const auto& f : scan.failed) e.u64(std::get<0>(f)), e.u64(std::get<1>(f)), e.u64(std::get<2>(f));
   return std::move(e.str());
@@ -171,7 +171,7 @@ struct RankReport {
 
 [[nodiscard]] CKPT_INLINE Result<RankReport> decode_report(const std::string& bytes, int rank) {
   const auto bad = [&] { return make_error(Code::corrupt, "resume report of rank " + std::to_string(rank) + " is undecodable"); };
-  Decoder d = decoder(bytes);
+  Decoder d = wire::decoder(bytes);
   RankReport r;
   std::uint32_t n = 0;
   if (!d.u32(n)) return bad();
@@ -184,7 +184,7 @@ struct RankReport {
   for (std::uint32_t i = 0; i < n; ++i) {
     RankReport::Copy c;
     std::uint8_t kind = 0;
-    if (!d.u64(c.step) || !d.u32(c.shard) || !get_digest(d, c.digest) || !d.u8(kind) || kind > 2) return bad();
+    if (!d.u64(c.step) || !d.u32(c.shard) || !wire::get_digest(d, c.digest) || !d.u8(kind) || kind > 2) return bad();
     c.kind = static_cast<CopyKind>(kind);
     r.copies.push_back(c);
   }
@@ -220,30 +220,30 @@ struct Decision {
 
 [[nodiscard]] CKPT_INLINE std::string encode_decision(const Decision& x) {
   Encoder e;
-  e.u8(static_cast<std::uint8_t>(x.verdict)), e.u64(x.step), put_digest(e, x.digest);
+  e.u8(static_cast<std::uint8_t>(x.verdict)), e.u64(x.step), wire::put_digest(e, x.digest);
   e.u32(static_cast<std::uint32_t>(x.shards.size()));
-  for (const auto& s : x.shards) put_digest(e, s);
+  for (const auto& s : x.shards) wire::put_digest(e, s);
   e.u32(static_cast<std::uint32_t>(x.plan.size()));
   for (const auto& p : x.plan) e.u32(p.rank), e.u32(p.shard), e.u8(static_cast<std::uint8_t>(p.how)), e.u32(p.holder), e.u32(p.copy);
   e.u32(static_cast<std::uint32_t>(x.set_aside.size()));
   for (const auto& s : x.set_aside) e.u32(s.first), e.u32(s.second);
   e.u32(static_cast<std::uint32_t>(x.failed.size()));
   for (const auto& f : x.failed) e.u64(std::get<0>(f)), e.u64(std::get<1>(f)), e.u64(std::get<2>(f));
-  put_text(e, x.reason);
+  wire::put_text(e, x.reason);
   return std::move(e.str());
 }
 
 [[nodiscard]] CKPT_INLINE Result<Decision> decode_decision(const std::string& bytes) {
   const auto bad = [] { return make_error(Code::corrupt, "resume decision is undecodable"); };
-  Decoder d = decoder(bytes);
+  Decoder d = wire::decoder(bytes);
   Decision x;
   std::uint8_t v = 0;
   std::uint32_t n = 0;
-  if (!d.u8(v) || v > 3 || !d.u64(x.step) || !get_digest(d, x.digest) || !d.u32(n) || !d.has(std::size_t{16} * n)) return bad();
+  if (!d.u8(v) || v > 3 || !d.u64(x.step) || !wire::get_digest(d, x.digest) || !d.u32(n) || !d.has(std::size_t{16} * n)) return bad();
   x.verdict = static_cast<Verdict>(v);
   x.shards.resize(n);
   for (auto& s : x.shards)
-    if (!get_digest(d, s)) return bad();
+    if (!wire::get_digest(d, s)) return bad();
   if (!d.u32(n) || !d.has(std::size_t{17} * n)) return bad();
   x.plan.resize(n);
   for (auto& p : x.plan) {
@@ -262,7 +262,7 @@ struct Decision {
     if (!d.u64(s) || !d.u64(h) || !d.u64(l)) return bad();
     f = StepKey{s, h, l};
   }
-  if (!get_text(d, x.reason)) return bad();
+  if (!wire::get_text(d, x.reason, journal::kMaxPayload)) return bad();
   return x;
 }
 
@@ -594,7 +594,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         else {
           state_bytes.resize(static_cast<std::size_t>(n));
           load_status = view.read_tensor(layout::state_tensor(whose), state_bytes.empty() ? nullptr : &state_bytes[0], state_bytes.size());
-          Decoder d = decoder(state_bytes);
+          Decoder d = wire::decoder(state_bytes);
           if (load_status.ok()) load_status = decode_training_state(d, view.state_, "step " + std::to_string(decision.step) + " state");
           view.state_.step = decision.step;
         }
@@ -604,26 +604,26 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     }
     // 3. Verdicts to the root.
     Encoder verdict;
-    encode_status(verdict, needs_met ? load_status : Status());
+    wire::put_status(verdict, needs_met ? load_status : Status());
     verdict.u32(static_cast<std::uint32_t>(bad.size()));
     for (const auto& b : bad) verdict.u32(b.first), verdict.u32(b.second);
-    if (!loaded_status.ok()) encode_status(verdict, loaded_status);
+    if (!loaded_status.ok()) wire::put_status(verdict, loaded_status);
     CKPT_ASSIGN_OR_RETURN(auto verdicts, comm_.gather(std::move(verdict.str()), 0));
     Encoder next;
     if (me == 0) {
       bool all_ok = true, any_bad = false;
       std::string why;
       for (std::uint32_t r = 0; r < world; ++r) {
-        Decoder d = decoder(verdicts[r]);
+        Decoder d = wire::decoder(verdicts[r]);
         Status s;
         std::uint32_t n = 0;
-        if (!decode_status(d, s) || !d.u32(n)) s = make_error(Code::corrupt, "undecodable verdict");
+        if (!wire::get_status(d, s) || !d.u32(n)) s = make_error(Code::corrupt, "undecodable verdict");
         for (std::uint32_t i = 0; i < n; ++i) {
           std::uint32_t h = 0, c = 0;
           if (d.u32(h) && d.u32(c)) aside.insert({h, c}), any_bad = true;
         }
         Status other;
-        if (d.remaining() > 0 && decode_status(d, other) && !other.ok()) s = other;
+        if (d.remaining() > 0 && wire::get_status(d, other) && !other.ok()) s = other;
         if (!s.ok() || n > 0) all_ok = false;
         if (!s.ok() && why.empty()) why = "rank " + std::to_string(r) + ": " + s.message();
       }
@@ -633,14 +633,14 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
         newly_failed.insert(step_key(decision.step, decision.digest));
       }
       next.u8(all_ok ? 1 : 0);
-      put_text(next, why);
+      wire::put_text(next, why);
     }
     std::string next_bytes = std::move(next.str());
     CKPT_TRY(comm_.broadcast(next_bytes, 0));
-    Decoder nd = decoder(next_bytes);
+    Decoder nd = wire::decoder(next_bytes);
     std::uint8_t all_ok = 0;
     std::string why;
-    if (!nd.u8(all_ok) || !get_text(nd, why)) return make_error(Code::corrupt, "undecodable round verdict");
+    if (!nd.u8(all_ok) || !wire::get_text(nd, why, journal::kMaxPayload)) return make_error(Code::corrupt, "undecodable round verdict");
     if (all_ok) {
       if (me == 0) {
         decision.verdict = Verdict::done;
@@ -725,7 +725,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
       refill = std::move(e.str());
     }
     CKPT_TRY(comm_.broadcast(refill, 0));
-    Decoder d = decoder(refill);
+    Decoder d = wire::decoder(refill);
     std::uint32_t n = 0;
     std::vector<std::pair<std::uint32_t, std::uint32_t>> list;
     if (!d.u32(n) || !d.has(std::size_t{8} * n)) return make_error(Code::corrupt, "undecodable refill list");
