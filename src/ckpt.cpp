@@ -18,5 +18,5 @@
 #include "ckpt/report/inspect.hpp"
 #include "ckpt/report/diff.hpp"
 #include "ckpt/io/object/object_fs.hpp"
-#include "ckpt/store/object_store.hpp"
+#include "ckpt/store/object_log.hpp"
 #include "ckpt/store/object_checkpoint.hpp"

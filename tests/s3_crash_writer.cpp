@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 #include <ckpt/shard/verify.hpp>
 
@@ -45,8 +45,8 @@ std::vector<unsigned char> tensor_bytes(std::uint64_t step) {
 
 double step_value(std::uint64_t step) { return 0.5 + static_cast<double>(step); }
 
-ObjectStoreOptions store_options(std::uint64_t keep_last) {
-  ObjectStoreOptions o;
+StoreOptions store_options(std::uint64_t keep_last) {
+  StoreOptions o;
   o.create_if_missing = true;
   o.io.part_size = kPartSize;
   o.io.parallel_parts = 1;
@@ -60,7 +60,7 @@ int fail(const std::string& what, const Status& s) {
   return 1;
 }
 
-Status save_step(ObjectStore& store, std::uint64_t step) {
+Status save_step(Store& store, std::uint64_t step) {
   const auto bytes = tensor_bytes(step);
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   CKPT_TRY(tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()));
@@ -71,7 +71,7 @@ Status save_step(ObjectStore& store, std::uint64_t step) {
 int save(const std::string& url, std::uint64_t first, std::uint64_t last, std::uint64_t keep_last, bool wait) {
   auto client = open_s3_url(url);
   if (!client.ok()) return fail("opening the client", client.status());
-  auto store = ObjectStore::open(**client, Access::read_write, store_options(keep_last));
+  auto store = Store::open(object_log(**client), Access::read_write, store_options(keep_last));
   if (!store.ok()) return fail("opening the store", store.status());
   for (std::uint64_t step = first; step <= last; ++step) {
     if (wait && step == last) {
@@ -88,10 +88,10 @@ int save(const std::string& url, std::uint64_t first, std::uint64_t last, std::u
 int check(const std::string& url) {
   auto client = open_s3_url(url);
   if (!client.ok()) return fail("opening the client", client.status());
-  auto store = ObjectStore::open(**client, Access::read_only);
+  auto store = Store::open(object_log(**client), Access::read_only);
   if (!store.ok()) return fail("opening the store", store.status());
   int failures = 0;
-  for (const auto& p : (*store)->log().problems) {
+  for (const auto& p : (*store)->recovery_report().log_damage) {
     std::cout << "FAIL log object: " << p << std::endl;
     ++failures;
   }

@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 
 #include "test_util.hpp"
@@ -68,8 +68,8 @@ inline void flip_object_byte(ckpt::object::ObjectClient& client, const std::stri
 }
 
 // A store of 12 MiB steps on a real server: three parts each (S3's smallest part is 5 MiB), three in flight.
-[[nodiscard]] inline ckpt::object::ObjectStoreOptions s3_store_options() {
-  ckpt::object::ObjectStoreOptions o;
+[[nodiscard]] inline ckpt::StoreOptions s3_store_options() {
+  ckpt::StoreOptions o;
   o.create_if_missing = true;
   o.io.part_size = ckpt::object::limits::kMinPartSize;
   o.io.parallel_parts = 3;
@@ -81,7 +81,7 @@ inline void flip_object_byte(ckpt::object::ObjectClient& client, const std::stri
 }
 
 // A save as a training loop does it: a write error is kept and commit() abandons the step.
-[[nodiscard]] inline ckpt::Status s3_save_step(ckpt::object::ObjectStore& store, std::uint64_t step) {
+[[nodiscard]] inline ckpt::Status s3_save_step(ckpt::Store& store, std::uint64_t step) {
   const auto bytes = s3_tensor_bytes(step);
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   const ckpt::Status added = tx->add_tensor("w", ckpt::DType::U8, ckpt::Shape{bytes.size()}, bytes.data(), bytes.size());

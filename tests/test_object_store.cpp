@@ -5,7 +5,7 @@
 
 #include <ckpt/store/async_save.hpp>
 #include <ckpt/io/object/object_fs.hpp>
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/testing/memory_objects.hpp>
 #include <ckpt/dist/thread_comm.hpp>
 
@@ -25,8 +25,22 @@ using Op = MemoryObjects::Op;
 
 namespace {
 
-ObjectStoreOptions small_parts() {
-  ObjectStoreOptions o;
+// The transactions the store's log names in a state, by txn id.
+[[nodiscard]] std::vector<std::uint64_t> txns_in(const Store& store, TxnState state) {
+  std::vector<std::uint64_t> out;
+  for (const auto& t : store.transactions())
+    if (t.state == state) out.push_back(t.txn);
+  return out;
+}
+[[nodiscard]] std::vector<std::uint64_t> retired_txns(const Store& store) { return txns_in(store, TxnState::retired); }
+[[nodiscard]] std::vector<std::uint64_t> aborted_txns(const Store& store) { return txns_in(store, TxnState::aborted); }
+
+}  // namespace
+
+namespace {
+
+StoreOptions small_parts() {
+  StoreOptions o;
   o.create_if_missing = true;
   o.io.part_size = 64 << 10;  // several parts per shard, so part uploads and completion are exercised
   o.io.parallel_parts = 3;
@@ -37,7 +51,7 @@ ObjectStoreOptions small_parts() {
 std::vector<unsigned char> tensor_bytes(std::uint64_t step) { return ckpt_test::random_bytes(200000 + step, step); }
 
 // Saves step `step` with one tensor; returns the commit's status.
-Status save_step(ObjectStore& store, std::uint64_t step) {
+Status save_step(Store& store, std::uint64_t step) {
   const auto bytes = tensor_bytes(step);
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   CKPT_TRY(tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()));
@@ -46,7 +60,7 @@ Status save_step(ObjectStore& store, std::uint64_t step) {
 }
 
 // The oracle: the step reads back bit for bit, and every chunk of every shard verifies.
-void check_step(ObjectStore& store, std::uint64_t step) {
+void check_step(Store& store, std::uint64_t step) {
   auto reader = store.open_step(step);
   REQUIRE(reader.ok());
   const auto expected = tensor_bytes(step);
@@ -195,7 +209,7 @@ TEST_CASE("a failed part aborts the upload and fails the file", "[object_fs]") {
 TEST_CASE("a store on objects saves, lists and reads back steps", "[object_store]") {
   MemoryObjects objects;
   {
-    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    auto store = Store::open(object_log(objects), Access::read_write, small_parts());
     REQUIRE(store.ok());
     REQUIRE(save_step(**store, 10).ok());
     REQUIRE(save_step(**store, 20).ok());
@@ -203,7 +217,7 @@ TEST_CASE("a store on objects saves, lists and reads back steps", "[object_store
     CHECK(save_step(**store, 20).code() == Code::conflict);  // a step is committed once
   }
   MemoryObjects reader = objects.view();
-  auto store = ObjectStore::open(reader, Access::read_only);
+  auto store = Store::open(object_log(reader), Access::read_only);
   REQUIRE(store.ok());
   REQUIRE((*store)->steps().size() == 2);
   CHECK((*store)->latest()->step == 20);
@@ -218,7 +232,7 @@ TEST_CASE("a store on objects saves, lists and reads back steps", "[object_store
 
 TEST_CASE("opening a missing store read-only is not found and creates nothing", "[object_store]") {
   MemoryObjects objects;
-  auto store = ObjectStore::open(objects, Access::read_only);
+  auto store = Store::open(object_log(objects), Access::read_only);
   CHECK(store.status().code() == Code::not_found);
   CHECK(objects.objects().empty());
 }
@@ -226,7 +240,7 @@ TEST_CASE("opening a missing store read-only is not found and creates nothing", 
 TEST_CASE("a server that ignores conditional writes is refused at open", "[object_store]") {
   MemoryObjects objects;
   objects.ignore_conditions(true);
-  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == Code::unsupported);
   CHECK(store.status().message().find("If-None-Match") != std::string::npos);
@@ -234,10 +248,10 @@ TEST_CASE("a server that ignores conditional writes is refused at open", "[objec
 
 TEST_CASE("two writers racing for one step: exactly one commits", "[object_store]") {
   MemoryObjects objects;
-  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
   MemoryObjects a_client = objects.view(), b_client = objects.view();
-  auto a = ObjectStore::open(a_client, Access::read_write, small_parts());
-  auto b = ObjectStore::open(b_client, Access::read_write, small_parts());
+  auto a = Store::open(object_log(a_client), Access::read_write, small_parts());
+  auto b = Store::open(object_log(b_client), Access::read_write, small_parts());
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   const auto wa = ckpt_test::random_bytes(100000, 7), wb = ckpt_test::random_bytes(100000, 8);
@@ -252,7 +266,7 @@ TEST_CASE("two writers racing for one step: exactly one commits", "[object_store
   CHECK(ca.ok());
   CHECK(cb.status().code() == Code::conflict);
   MemoryObjects reader_client = objects.view();
-  auto reader = ObjectStore::open(reader_client, Access::read_only);
+  auto reader = Store::open(object_log(reader_client), Access::read_only);
   REQUIRE(reader.ok());
   REQUIRE((*reader)->steps().size() == 1);
   CHECK((*reader)->latest()->txn == (*ta)->txn());
@@ -269,7 +283,7 @@ TEST_CASE("a lost response to the MANIFEST or commit PUT is resolved by reading 
   for (const char* suffix : {".commit", "/MANIFEST"}) {
     INFO(suffix);
     MemoryObjects objects;
-    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    auto store = Store::open(object_log(objects), Access::read_write, small_parts());
     REQUIRE(store.ok());
     const std::string end(suffix);
     objects.set_hook([&](const MemoryObjects::Request& r) {
@@ -279,7 +293,7 @@ TEST_CASE("a lost response to the MANIFEST or commit PUT is resolved by reading 
     REQUIRE(save_step(**store, 3).ok());
     objects.set_hook({});
     MemoryObjects reader_client = objects.view();
-    auto reader = ObjectStore::open(reader_client, Access::read_only);
+    auto reader = Store::open(object_log(reader_client), Access::read_only);
     REQUIRE(reader.ok());
     check_step(**reader, 3);
   }
@@ -288,7 +302,7 @@ TEST_CASE("a lost response to the MANIFEST or commit PUT is resolved by reading 
 TEST_CASE("a damaged commit object is reported and its step is not listed", "[object_store]") {
   MemoryObjects objects;
   {
-    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    auto store = Store::open(object_log(objects), Access::read_write, small_parts());
     REQUIRE(store.ok());
     REQUIRE(save_step(**store, 1).ok());
     REQUIRE(save_step(**store, 2).ok());
@@ -297,16 +311,16 @@ TEST_CASE("a damaged commit object is reported and its step is not listed", "[ob
   bytes[4096 + 20] ^= 0x10;
   objects.set_object(commit_key(2), bytes);
   MemoryObjects reader_client = objects.view();
-  auto store = ObjectStore::open(reader_client, Access::read_only);
+  auto store = Store::open(object_log(reader_client), Access::read_only);
   REQUIRE(store.ok());
   CHECK((*store)->latest()->step == 1);
-  REQUIRE((*store)->log().problems.size() == 1);
-  CHECK((*store)->log().problems[0].find(commit_key(2)) != std::string::npos);
+  REQUIRE((*store)->recovery_report().log_damage.size() == 1);
+  CHECK((*store)->recovery_report().log_damage[0].find(commit_key(2)) != std::string::npos);
 }
 
 TEST_CASE("a flipped byte in a shard object is found by the chunk digests", "[object_store]") {
   MemoryObjects objects;
-  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
   REQUIRE(store.ok());
   REQUIRE(save_step(**store, 1).ok());
   const StepInfo info = *(*store)->latest();
@@ -328,7 +342,7 @@ TEST_CASE("a save killed at every request boundary leaves the last commit or the
   std::uint64_t total = 0;
   {
     MemoryObjects objects;
-    auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+    auto store = Store::open(object_log(objects), Access::read_write, small_parts());
     REQUIRE(store.ok());
     REQUIRE(save_step(**store, 1).ok());
     const std::uint64_t before = objects.requests();
@@ -341,7 +355,7 @@ TEST_CASE("a save killed at every request boundary leaves the last commit or the
     for (const Fault fault : {Fault::crash, Fault::lose_response}) {
       MemoryObjects objects;
       {
-        auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+        auto store = Store::open(object_log(objects), Access::read_write, small_parts());
         REQUIRE(store.ok());
         REQUIRE(save_step(**store, 1).ok());
         const std::uint64_t start = objects.requests();
@@ -351,9 +365,9 @@ TEST_CASE("a save killed at every request boundary leaves the last commit or the
       }
       INFO("fault " << static_cast<int>(fault) << " at request " << kill << " of " << total);
       MemoryObjects restarted = objects.view();  // a new process: no faults
-      auto store = ObjectStore::open(restarted, Access::read_write, small_parts());
+      auto store = Store::open(object_log(restarted), Access::read_write, small_parts());
       REQUIRE(store.ok());
-      CHECK((*store)->log().problems.empty());
+      CHECK((*store)->recovery_report().log_damage.empty());
       const auto latest = (*store)->latest();
       REQUIRE(latest);
       REQUIRE((latest->step == 1 || latest->step == 2));
@@ -375,12 +389,12 @@ TEST_CASE("a save killed at every request boundary leaves the last commit or the
 }
 
 TEST_CASE("retention retires before it deletes, and a crash in it never loses a kept step", "[object_store][crash]") {
-  ObjectStoreOptions options = small_parts();
+  StoreOptions options = small_parts();
   options.retention.keep_last = 2;
   std::uint64_t total = 0;
   {
     MemoryObjects objects;
-    auto store = ObjectStore::open(objects, Access::read_write, options);
+    auto store = Store::open(object_log(objects), Access::read_write, options);
     REQUIRE(store.ok());
     REQUIRE(save_step(**store, 1).ok());
     REQUIRE(save_step(**store, 2).ok());
@@ -388,12 +402,12 @@ TEST_CASE("retention retires before it deletes, and a crash in it never loses a 
     REQUIRE(save_step(**store, 3).ok());
     total = objects.requests() - before;
     CHECK((*store)->steps().size() == 2);
-    CHECK(objects.objects().count(retire_key(1, (*store)->log().retired.at(0).txn)) == 1);
+    CHECK(objects.objects().count(retire_key(1, retired_txns(**store).at(0))) == 1);
   }
   for (std::uint64_t kill = 0; kill <= total; ++kill) {
     MemoryObjects objects;
     {
-      auto store = ObjectStore::open(objects, Access::read_write, options);
+      auto store = Store::open(object_log(objects), Access::read_write, options);
       REQUIRE(store.ok());
       REQUIRE(save_step(**store, 1).ok());
       REQUIRE(save_step(**store, 2).ok());
@@ -403,9 +417,9 @@ TEST_CASE("retention retires before it deletes, and a crash in it never loses a 
     }
     INFO("killed at request " << kill << " of " << total);
     MemoryObjects restarted = objects.view();
-    auto store = ObjectStore::open(restarted, Access::read_only);
+    auto store = Store::open(object_log(restarted), Access::read_only);
     REQUIRE(store.ok());
-    CHECK((*store)->log().problems.empty());
+    CHECK((*store)->recovery_report().log_damage.empty());
     for (const auto& s : (*store)->steps()) check_step(**store, s.step);  // every listed step is whole
     CHECK((*store)->latest()->step >= 2);
   }
@@ -413,7 +427,7 @@ TEST_CASE("retention retires before it deletes, and a crash in it never loses a 
 
 TEST_CASE("garbage collection deletes only transactions proven dead", "[object_store]") {
   MemoryObjects objects;
-  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
   REQUIRE(store.ok());
   REQUIRE(save_step(**store, 1).ok());
   // An abandoned save (abort object), and an in-progress one (objects, no commit or abort).
@@ -436,11 +450,11 @@ TEST_CASE("garbage collection deletes only transactions proven dead", "[object_s
 
 TEST_CASE("ranks save one step into an object store together", "[object_store][ranks]") {
   MemoryObjects objects;
-  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
   const auto full = ckpt_test::random_bytes(4 * 50000, 11);
   auto statuses = ckpt_test::run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
     MemoryObjects mine = objects.view();
-    CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(mine, Access::read_write, small_parts(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(mine), Access::read_write, small_parts(), comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
     CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * 50000ULL}, Shape{50000}));
     CKPT_TRY(tx->write(full.data() + rank * 50000, 50000));
@@ -454,7 +468,7 @@ TEST_CASE("ranks save one step into an object store together", "[object_store][r
     REQUIRE(s.ok());
   }
   MemoryObjects reader_client = objects.view();
-  auto store = ObjectStore::open(reader_client, Access::read_only);
+  auto store = Store::open(object_log(reader_client), Access::read_only);
   REQUIRE(store.ok());
   auto step = (*store)->open_step(1);
   REQUIRE(step.ok());
@@ -465,11 +479,11 @@ TEST_CASE("ranks save one step into an object store together", "[object_store][r
 
 TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[object_store][ranks]") {
   MemoryObjects objects;
-  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
   const auto full = ckpt_test::random_bytes(2 * 100000, 12);
   auto statuses = ckpt_test::run_ranks(2, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
     MemoryObjects mine = objects.view();
-    CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(mine, Access::read_write, small_parts(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(mine), Access::read_write, small_parts(), comm));
     if (rank == 1) mine.set_hook([](const MemoryObjects::Request& r) { return r.op == Op::upload_part ? Fault::fail : Fault::none; });
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
     CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * 100000ULL}, Shape{100000}));
@@ -483,7 +497,7 @@ TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[obje
     CHECK(s.code() == Code::io);
   }
   MemoryObjects reader_client = objects.view();
-  auto store = ObjectStore::open(reader_client, Access::read_only);
+  auto store = Store::open(object_log(reader_client), Access::read_only);
   REQUIRE(store.ok());
   CHECK_FALSE((*store)->latest());
   CHECK(objects.open_uploads() == 0);
@@ -491,7 +505,7 @@ TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[obje
 
 TEST_CASE("a transaction dropped by rank 0 is proven dead by its abort object", "[object_store]") {
   MemoryObjects objects;
-  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
   REQUIRE(store.ok());
   std::uint64_t txn = 0;
   {
@@ -505,19 +519,19 @@ TEST_CASE("a transaction dropped by rank 0 is proven dead by its abort object", 
   CHECK(objects.open_uploads() == 0);
   for (const auto& [key, bytes] : objects.objects()) CHECK(key.rfind(step_dir_name(4, txn), 0) != 0);
   REQUIRE((*store)->refresh().ok());
-  REQUIRE((*store)->log().aborted.size() == 1);
+  REQUIRE(aborted_txns(**store).size() == 1);
 }
 
 TEST_CASE("a save whose ranks the caller coordinates commits once every report is in, and not without one",
           "[object_store][ranks]") {
   MemoryObjects objects;
-  REQUIRE(ObjectStore::open(objects, Access::read_write, small_parts()).ok());
+  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
   const auto full = ckpt_test::random_bytes(3 * 40000, 13);
   // The messages of spec/OBJECT.md 4.8 carried by the test, as DCP's plans carry them: ranks open in any order.
   const auto save = [&](std::uint64_t step, bool every_report) -> Result<CommitResult> {
-    std::vector<std::unique_ptr<ObjectStore>> stores;
+    std::vector<std::unique_ptr<Store>> stores;
     for (int r : {2, 0, 1}) {
-      auto s = ObjectStore::open_rank(objects, r, 3, small_parts());
+      auto s = Store::open_rank(object_log(objects), r, 3, small_parts());
       if (!s.ok()) return s.status();
       stores.push_back(std::move(*s));
     }
@@ -527,7 +541,7 @@ TEST_CASE("a save whose ranks the caller coordinates commits once every report i
     for (auto& s : stores) requests.push_back(s->begin_request(step));
     const std::string decision = stores[0]->decide_begin(step, requests);
     std::vector<std::string> reports;
-    std::vector<std::unique_ptr<ObjectTransaction>> txs;
+    std::vector<std::unique_ptr<Transaction>> txs;
     for (std::uint32_t r = 0; r < 3; ++r) {
       CKPT_ASSIGN_OR_RETURN(auto tx, stores[r]->join(decision));
       CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{r * 40000ULL}, Shape{40000}));
@@ -550,11 +564,11 @@ TEST_CASE("a save whose ranks the caller coordinates commits once every report i
   auto stale = save(5, true);  // a step is committed once
   CHECK(stale.status().code() == Code::conflict);
   MemoryObjects reader_client = objects.view();
-  auto store = ObjectStore::open(reader_client, Access::read_only);
+  auto store = Store::open(object_log(reader_client), Access::read_only);
   REQUIRE(store.ok());
   REQUIRE((*store)->latest());
   CHECK((*store)->latest()->step == 5);
-  CHECK((*store)->log().aborted.size() == 1);
+  CHECK(aborted_txns(**store).size() == 1);
   auto step = (*store)->open_step(5);
   REQUIRE(step.ok());
   std::vector<unsigned char> got(full.size());
@@ -566,7 +580,7 @@ TEST_CASE("a save whose ranks the caller coordinates commits once every report i
 
 TEST_CASE("async saves into an object store commit behind the caller, and a failed upload commits nothing", "[object_store][async]") {
   MemoryObjects objects;
-  auto store = ObjectStore::open(objects, Access::read_write, small_parts());
+  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
   REQUIRE(store.ok());
   AsyncSaveOptions o;
   o.staging_bytes = 1 << 20;
@@ -587,11 +601,11 @@ TEST_CASE("async saves into an object store commit behind the caller, and a fail
   check_step(**store, 2);
   // The commit objects carry the saves' timing: an estimate is known, as a directory store's journal gives.
   MemoryObjects reopened_client = objects.view();
-  auto reopened = ObjectStore::open(reopened_client, Access::read_only);
+  auto reopened = Store::open(object_log(reopened_client), Access::read_only);
   REQUIRE(reopened.ok());
   CHECK((*reopened)->estimate_save().known());
-  CHECK((*reopened)->log().saves.size() == 2);
-  CHECK((*reopened)->log().saves.back().async);
+  CHECK((*reopened)->save_records().size() == 2);
+  CHECK((*reopened)->save_records().back().async);
   // A part upload that fails: the save is abandoned (abort object), its failure comes back at wait().
   objects.set_hook([](const MemoryObjects::Request& r) { return r.op == Op::upload_part ? Fault::fail : Fault::none; });
   const auto third = tensor_bytes(3);
@@ -603,6 +617,6 @@ TEST_CASE("async saves into an object store commit behind the caller, and a fail
   objects.set_hook(nullptr);
   REQUIRE((*store)->refresh().ok());
   CHECK((*store)->latest()->step == 2);
-  CHECK((*store)->log().aborted.size() == 1);
+  CHECK(aborted_txns(**store).size() == 1);
   CHECK(objects.open_uploads() == 0);
 }

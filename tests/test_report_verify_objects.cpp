@@ -2,7 +2,7 @@
 // as a directory's (spec/REPORTS.md 3, spec/OBJECT.md 4).
 #include <catch2/catch.hpp>
 
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/io/posix_fs.hpp>
 #include <ckpt/testing/memory_objects.hpp>
@@ -17,10 +17,10 @@ namespace {
 // A store of steps 1 and 2, one tensor each, in memory.
 MemoryObjects two_steps() {
   MemoryObjects objects;
-  object::ObjectStoreOptions o;
+  StoreOptions o;
   o.create_if_missing = true;
   o.chunk_size_log2 = 14;
-  auto store = object::ObjectStore::open(objects, Access::read_write, o);
+  auto store = Store::open(object_log(objects), Access::read_write, o);
   REQUIRE(store.ok());
   for (std::uint64_t step : {1, 2}) {
     const auto bytes = ckpt_test::random_bytes(100000, step);
@@ -33,12 +33,12 @@ MemoryObjects two_steps() {
 }
 
 report::VerifyPathsReport verify(MemoryObjects& objects, report::StepSelection selection = {}) {
-  auto store = object::ObjectStore::open(objects, Access::read_only);
+  auto store = Store::open(object_log(objects), Access::read_only);
   REQUIRE(store.ok());
   report::VerifyPathsOptions options;
   options.selection = selection;
   report::VerifyPathsReport r;
-  REQUIRE(report::verify_object_store(**store, options, r).ok());
+  REQUIRE(report::verify_open_store(**store, options, r).ok());
   return r;
 }
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include <ckpt/io/posix_fs.hpp>
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 #include <ckpt/report/verify.hpp>
 
@@ -170,20 +170,20 @@ constexpr const char* kCommitPut = R"("method": "PUT", "no_query": true, "path":
   return std::move(client).value();
 }
 
-[[nodiscard]] ObjectStoreOptions store_options() { return ckpt_test::s3_store_options(); }
+[[nodiscard]] StoreOptions store_options() { return ckpt_test::s3_store_options(); }
 [[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) { return ckpt_test::s3_tensor_bytes(step); }
-[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) { return ckpt_test::s3_save_step(store, step); }
+[[nodiscard]] Status save_step(Store& store, std::uint64_t step) { return ckpt_test::s3_save_step(store, step); }
 
 // A store at a fresh prefix, step 1 saved through the proxy with no faults.
 struct Fixture {
   std::string url = fresh_url();
   std::unique_ptr<ObjectClient> client;
-  std::unique_ptr<ObjectStore> store;
+  std::unique_ptr<Store> store;
 
   explicit Fixture(const S3Options& options = fast_options()) {
     set_rules("[]");
     client = proxied_client(url, options);
-    auto opened = ObjectStore::open(*client, Access::read_write, store_options());
+    auto opened = Store::open(object_log(*client), Access::read_write, store_options());
     INFO(opened.status().to_string());
     REQUIRE(opened.ok());
     store = std::move(opened).value();
@@ -202,11 +202,11 @@ struct Fixture {
 void judge(const std::string& url, std::uint64_t expected, bool uploads_must_be_gone) {
   control("DELETE", "/rules");
   auto client = direct_client(url);
-  auto opened = ObjectStore::open(*client, Access::read_only);
+  auto opened = Store::open(object_log(*client), Access::read_only);
   INFO(opened.status().to_string());
   REQUIRE(opened.ok());
-  ObjectStore& store = **opened;
-  CHECK(store.log().problems.empty());
+  Store& store = **opened;
+  CHECK(store.recovery_report().log_damage.empty());
   REQUIRE(store.latest().has_value());
   CHECK(store.latest()->step == expected);
   for (const StepInfo& info : store.steps()) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <ckpt/io/posix_fs.hpp>
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/dist/thread_comm.hpp>
@@ -30,11 +30,11 @@ namespace {
 
 [[nodiscard]] std::unique_ptr<ObjectClient> client_for(const std::string& url) { return ckpt_test::s3_client_for(url); }
 
-[[nodiscard]] ObjectStoreOptions options() { return ckpt_test::s3_store_options(); }
+[[nodiscard]] StoreOptions options() { return ckpt_test::s3_store_options(); }
 [[nodiscard]] std::vector<unsigned char> tensor_bytes(std::uint64_t step) { return ckpt_test::s3_tensor_bytes(step); }
-[[nodiscard]] Status save_step(ObjectStore& store, std::uint64_t step) { return ckpt_test::s3_save_step(store, step); }
+[[nodiscard]] Status save_step(Store& store, std::uint64_t step) { return ckpt_test::s3_save_step(store, step); }
 
-void check_step(ObjectStore& store, std::uint64_t step) {
+void check_step(Store& store, std::uint64_t step) {
   auto reader = store.open_step(step);
   INFO(reader.status().to_string());
   REQUIRE(reader.ok());
@@ -57,7 +57,7 @@ TEST_CASE("a store on a real server saves in parts, reads back and verifies", "[
   const std::string url = fresh_url();
   {
     auto client = client_for(url);
-    auto store = ObjectStore::open(*client, Access::read_write, options());
+    auto store = Store::open(object_log(*client), Access::read_write, options());
     INFO(store.status().to_string());
     REQUIRE(store.ok());  // the probe passed: the server refuses a second create-only PUT
     REQUIRE(save_step(**store, 1).ok());
@@ -67,7 +67,7 @@ TEST_CASE("a store on a real server saves in parts, reads back and verifies", "[
     CHECK(uploads->empty());
   }
   auto client = client_for(url);
-  auto store = ObjectStore::open(*client, Access::read_only);
+  auto store = Store::open(object_log(*client), Access::read_only);
   REQUIRE(store.ok());
   REQUIRE((*store)->steps().size() == 2);
   check_step(**store, 1);
@@ -81,7 +81,7 @@ TEST_CASE("a flipped byte in a shard on the server is found and exits 1", "[s3_s
   const std::string url = fresh_url();
   auto client = client_for(url);
   {
-    auto store = ObjectStore::open(*client, Access::read_write, options());
+    auto store = Store::open(object_log(*client), Access::read_write, options());
     REQUIRE(store.ok());
     REQUIRE(save_step(**store, 1).ok());
   }
@@ -94,10 +94,10 @@ TEST_CASE("a flipped byte in a shard on the server is found and exits 1", "[s3_s
 
 TEST_CASE("two writers racing for one step on a real server: exactly one commits", "[s3_store]") {
   const std::string url = fresh_url();
-  { auto c = client_for(url); REQUIRE(ObjectStore::open(*c, Access::read_write, options()).ok()); }
+  { auto c = client_for(url); REQUIRE(Store::open(object_log(*c), Access::read_write, options()).ok()); }
   auto ca = client_for(url), cb = client_for(url);
-  auto a = ObjectStore::open(*ca, Access::read_write, options());
-  auto b = ObjectStore::open(*cb, Access::read_write, options());
+  auto a = Store::open(object_log(*ca), Access::read_write, options());
+  auto b = Store::open(object_log(*cb), Access::read_write, options());
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   auto ta = (*a)->begin(7);
@@ -114,7 +114,7 @@ TEST_CASE("two writers racing for one step on a real server: exactly one commits
   CHECK(ra.ok() != rb.ok());
   CHECK((ra.ok() ? rb : ra).status().code() == Code::conflict);
   auto reader_client = client_for(url);
-  auto reader = ObjectStore::open(*reader_client, Access::read_only);
+  auto reader = Store::open(object_log(*reader_client), Access::read_only);
   REQUIRE(reader.ok());
   REQUIRE((*reader)->steps().size() == 1);
   check_step(**reader, 7);
@@ -122,13 +122,13 @@ TEST_CASE("two writers racing for one step on a real server: exactly one commits
 
 TEST_CASE("four ranks with their own connections save one step on a real server", "[s3_store]") {
   const std::string url = fresh_url();
-  { auto c = client_for(url); REQUIRE(ObjectStore::open(*c, Access::read_write, options()).ok()); }
+  { auto c = client_for(url); REQUIRE(Store::open(object_log(*c), Access::read_write, options()).ok()); }
   const auto full = ckpt_test::random_bytes(4 * (std::size_t{6} << 20), 21);
   const std::size_t part = full.size() / 4;
   auto statuses = ckpt_test::run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
     // No Catch2 macro on a rank's thread (Catch2 is not thread-safe): every failure is the Status returned.
     CKPT_ASSIGN_OR_RETURN(auto client, open_s3_url(url, ckpt_test::fast_retries()));
-    CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(*client, Access::read_write, options(), comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(*client), Access::read_write, options(), comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
     CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * part}, Shape{part}));
     CKPT_TRY(tx->write(full.data() + rank * part, part));
@@ -140,7 +140,7 @@ TEST_CASE("four ranks with their own connections save one step on a real server"
     REQUIRE(s.ok());
   }
   auto client = client_for(url);
-  auto store = ObjectStore::open(*client, Access::read_only);
+  auto store = Store::open(object_log(*client), Access::read_only);
   REQUIRE(store.ok());
   auto step = (*store)->open_step(1);
   REQUIRE(step.ok());
@@ -152,9 +152,9 @@ TEST_CASE("four ranks with their own connections save one step on a real server"
 TEST_CASE("retention on a real server retires, then deletes, and keeps the newest", "[s3_store]") {
   const std::string url = fresh_url();
   auto client = client_for(url);
-  ObjectStoreOptions o = options();
+  StoreOptions o = options();
   o.retention.keep_last = 1;
-  auto store = ObjectStore::open(*client, Access::read_write, o);
+  auto store = Store::open(object_log(*client), Access::read_write, o);
   REQUIRE(store.ok());
   for (std::uint64_t step : {1, 2, 3}) REQUIRE(save_step(**store, step).ok());
   CHECK((*store)->steps().size() == 1);
@@ -170,7 +170,7 @@ TEST_CASE("retention on a real server retires, then deletes, and keeps the newes
 TEST_CASE("a transaction dropped mid-upload leaves no object and no upload", "[s3_store]") {
   const std::string url = fresh_url();
   auto client = client_for(url);
-  auto store = ObjectStore::open(*client, Access::read_write, options());
+  auto store = Store::open(object_log(*client), Access::read_write, options());
   REQUIRE(store.ok());
   {
     auto tx = (*store)->begin(1);

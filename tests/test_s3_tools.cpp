@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 
 #include "test_util.hpp"
@@ -115,7 +115,7 @@ TEST_CASE("repair on s3: a dry run lists an aborted transaction's leftovers, a r
   auto client = client_for(url);
   std::string leftover;
   {
-    auto store = ObjectStore::open(*client, Access::read_write);
+    auto store = Store::open(object_log(*client), Access::read_write);
     REQUIRE(store.ok());
     const std::vector<unsigned char> w(1000, 7);
     std::string dead_dir;

@@ -495,15 +495,27 @@ TEST_CASE_METHOD(StoreDir, "a retired step whose files could not be removed is f
   check_step(**store, 2);
 }
 
-TEST_CASE_METHOD(StoreDir, "a step saved again after a rollback shadows the older commit", "[store]") {
+TEST_CASE_METHOD(StoreDir, "a live step number is refused; retired, it is saved again (a rollback)", "[store]") {
   auto store = open_writable();
   REQUIRE(save(*store, 10).ok());
   REQUIRE(save(*store, 20).ok());
+  // A step number is live at most once, on every commit log (spec/JOURNAL.md 10): nothing is begun.
+  auto again = store->begin(10);
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.status().code() == Code::conflict);
+  CHECK_THAT(again.status().message(), Catch::Contains("retire it"));
+  // A rollback retires the newer steps; their numbers can then be saved again, below or above the latest.
+  REQUIRE(store->retire(20).ok());
+  REQUIRE(store->retire(10).ok());
   REQUIRE(save(*store, 10).ok());
-  CHECK(step_numbers(*store) == std::vector<std::uint64_t>{10, 20, 10});
+  CHECK(step_numbers(*store) == std::vector<std::uint64_t>{10});
   CHECK(store->find(10)->txn == 3);
   CHECK(store->latest()->txn == 3);
   check_step(*store, 10);
+  // Steps need not increase: the latest is the live step with the highest number.
+  REQUIRE(save(*store, 5).ok());
+  CHECK(step_numbers(*store) == std::vector<std::uint64_t>{5, 10});
+  CHECK(store->latest()->step == 10);
 }
 
 TEST_CASE_METHOD(StoreDir, "opening a step checks the manifest and shards it names; verify_step checks every chunk", "[store]") {

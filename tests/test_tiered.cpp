@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/testing/memory_objects.hpp>
 #include <ckpt/dist/thread_comm.hpp>
@@ -447,13 +447,13 @@ TEST_CASE("promotion to an object store uploads every shard and the store reads 
   CHECK(tier.objects.open_uploads() == 0);
   // The store as any reader opens it: steps 4 and 8, every chunk of every shard verified by ranged GETs.
   testing::MemoryObjects reader = tier.objects.view();
-  auto store = object::ObjectStore::open(reader, Access::read_only);
+  auto store = Store::open(object_log(reader), Access::read_only);
   REQUIRE(store.ok());
   REQUIRE((*store)->steps().size() == 2);
   CHECK((*store)->steps()[1].step == 8);
   CHECK((*store)->steps()[1].world_size == 4);
   report::VerifyPathsReport verified;
-  REQUIRE(report::verify_object_store(**store, {}, verified).ok());
+  REQUIRE(report::verify_open_store(**store, {}, verified).ok());
   REQUIRE(verified.stores.size() == 1);
   CHECK(verified.stores[0].ok);
   CHECK(verified.steps.size() == 2);

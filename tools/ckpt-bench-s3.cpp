@@ -5,7 +5,7 @@
 //
 //   raw_save          a plain multipart upload through S3Client: CreateMultipartUpload, N UploadPart in
 //                     flight straight from memory, CompleteMultipartUpload
-//   ckpt_save         ObjectStore begin + add_tensor per tensor + commit (ObjectFsOptions parallel_parts N):
+//   ckpt_save         Store begin + add_tensor per tensor + commit (ObjectFsOptions parallel_parts N):
 //                     shard upload, MANIFEST, commit object
 //   raw_load          ranged GETs of the raw object, N in flight, into memory
 //   ckpt_load_verify  open_step + StepReader::read_tensor of every tensor, every chunk's XXH3-64 checked
@@ -30,7 +30,7 @@
 
 #include <ckpt/core/hash.hpp>
 #if CKPT_HAVE_S3
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 #endif
 
@@ -45,7 +45,7 @@ using namespace ckpt::bench;
 constexpr const char* kTool = "ckpt-bench-s3";
 
 constexpr const char* kAbout = R"(Measures a ckpt store on an S3 server against the same server's raw throughput in one run, with the
-same number of connections for every contender: a plain multipart upload against ObjectStore's save, and
+same number of connections for every contender: a plain multipart upload against Store's save, and
 ranged GETs against StepReader's load with every chunk verified. Prints GB/s and the ratios ckpt/raw
 (targets: save >= 0.85x, load+verify >= 0.85x).
 
@@ -179,16 +179,16 @@ int run(const Config& cfg) {
   auto store_opened = open_s3_url(url + "store/", s3);
   check(store_opened, "open " + url + "store/");
   std::unique_ptr<ObjectClient> store_client = std::move(store_opened).value();
-  ObjectStoreOptions sopts;
+  StoreOptions sopts;
   sopts.create_if_missing = true;
   sopts.io.part_size = part;
   sopts.io.parallel_parts = n;
-  auto store_or = ObjectStore::open(*store_client, Access::read_write, sopts);
+  auto store_or = Store::open(object_log(*store_client), Access::read_write, sopts);
   check(store_or, "open store " + store_client->url(""));
-  std::unique_ptr<ObjectStore> store = std::move(store_or).value();
+  std::unique_ptr<Store> store = std::move(store_or).value();
   std::uint64_t next_step = 1;
   auto retire_previous = [&] {  // untimed: the last round's step leaves, so the store holds one step
-    if (auto latest = store->latest()) check(store->retire(*latest), "retire step " + std::to_string(latest->step));
+    if (auto latest = store->latest()) check(store->retire(latest->step), "retire step " + std::to_string(latest->step));
   };
   auto ckpt_save = [&] {
     auto tx = store->begin(next_step);
@@ -213,7 +213,7 @@ int run(const Config& cfg) {
 
   std::vector<Measurement> ms(4);
   ms[0] = {"raw_save", "raw: multipart upload, " + std::to_string(n) + " parts in flight", remove_raw, raw_save, {}, {}, {}, 0};
-  ms[1] = {"ckpt_save", "ckpt: ObjectStore begin + add_tensor + commit", retire_previous, ckpt_save, {}, {}, {}, 0};
+  ms[1] = {"ckpt_save", "ckpt: Store begin + add_tensor + commit", retire_previous, ckpt_save, {}, {}, {}, 0};
   ms[2] = {"raw_load", "raw: ranged GETs, " + std::to_string(n) + " in flight", clear_dst, raw_load, {}, {}, {}, 0};
   ms[3] = {"ckpt_load_verify", "ckpt: open_step + read_tensor, verified", clear_dst, ckpt_load, {}, {}, {}, 0};
   const std::vector<Comparison> comparisons = {{"ckpt_save", "raw_save", 0.85}, {"ckpt_load_verify", "raw_load", 0.85}};

@@ -28,7 +28,7 @@
 #include <ckpt/store/async_save.hpp>
 #include <ckpt/store/flush.hpp>
 #include <ckpt/core/hash.hpp>
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/store/store.hpp>
 
 #include "cli.hpp"
@@ -249,9 +249,8 @@ ckpt::SaveRequest save_request(Trainer& t, std::vector<unsigned char>& extra, st
   return r;
 }
 
-// The synchronous save: the same request through one transaction (StoreT: a Store or an ObjectStore).
-template <class StoreT>
-ckpt::Status save(StoreT& store, const ckpt::SaveRequest& request) {
+// The synchronous save: the same request through one transaction.
+ckpt::Status save(ckpt::Store& store, const ckpt::SaveRequest& request) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(request.step()));
   for (const auto& t : request.tensors()) {
     if (t.optimizer) CKPT_TRY(tx->add_optimizer_tensor(t.name, t.dtype, t.global_shape, t.data, t.size));
@@ -266,8 +265,7 @@ ckpt::Status save(StoreT& store, const ckpt::SaveRequest& request) {
 }
 
 // Restores everything from the latest committed step; the model was initialised already (shapes).
-template <class StoreT>
-ckpt::Status resume(StoreT& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
+ckpt::Status resume(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& extra, std::uint64_t extra_mib) {
   const auto latest = store.latest();
   if (!latest) return ckpt::make_error(ckpt::Code::not_found, store.path() + ": no committed step to resume from");
   CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(*latest));
@@ -317,9 +315,8 @@ struct RunFlags {
 };
 
 // Resumes from the latest step when there is one, then trains and saves every save_every steps.
-// StoreT: a directory Store, or an ObjectStore (s3://), saved and resumed through the same calls.
-template <class StoreT>
-int train(StoreT& store, Trainer& t, std::vector<unsigned char>& extra, const RunFlags& flags) {
+// A directory store, or one on objects (s3://), saved and resumed through the same calls.
+int train(ckpt::Store& store, Trainer& t, std::vector<unsigned char>& extra, const RunFlags& flags) {
   const std::uint64_t steps = flags.steps, save_every = flags.save_every, extra_mib = flags.extra_mib;
   const bool quiet = flags.quiet;
   if (store.latest()) {
@@ -448,23 +445,16 @@ int main(int argc, char** argv) {
     std::vector<unsigned char> extra(static_cast<std::size_t>(extra_mib) << 20);
 
     const RunFlags flags{store_path, steps, save_every, extra_mib, staging_mib, flush_deadline, quiet, async};
-    if (ckpt::object::is_object_url(store_path)) {
-      // A store on objects (spec/OBJECT.md 7, 4.9): the same calls, AsyncSaver and the flush deadline included.
-      ckpt::object::ObjectStoreOptions options;
-      options.create_if_missing = true;
-      options.retention.keep_last = keep;
-      auto opened = ckpt::object::open_store_url(ckpt::cli::object_opener(), store_path, ckpt::Access::read_write, options);
-      if (!opened.ok()) return ckpt::cli::report(kTool, opened.status());
-      if (!quiet)
-        for (const auto& p : opened->store->log().problems) std::printf("note: damaged log object: %s\n", p.c_str());
-      return train(*opened->store, t, extra, flags);
-    }
-    ckpt::PosixFs fs;
+    // A directory or a store on objects (spec/OBJECT.md 7, 4.9): the same calls, AsyncSaver and the flush
+    // deadline included.
     ckpt::StoreOptions options;
     options.create_if_missing = true;
     options.retention.keep_last = keep;
-    auto store = ckpt::Store::open(fs, store_path, ckpt::Access::read_write, options);
+    options.open_objects = ckpt::cli::object_opener();
+    auto store = ckpt::open_store(store_path, ckpt::Access::read_write, options);
     if (!store.ok()) return ckpt::cli::report(kTool, store.status());
+    if (!quiet)
+      for (const auto& p : (*store)->recovery_report().log_damage) std::printf("note: damaged log object: %s\n", p.c_str());
     if (!quiet && !(*store)->recovery_report().clean()) {
       std::printf("recovered the store:");
       for (const auto& a : (*store)->recovery_report().actions) std::printf(" %s;", a.describe().c_str());

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include <ckpt/store/journal_rebuild.hpp>
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/store/store.hpp>
 
@@ -596,13 +596,15 @@ int repair_memory_root(ckpt::PosixFs& fs, const std::string& path, bool dry_run,
 // objects are never touched. Then every committed step is verified as ckpt-verify does.
 int repair_object_store(const std::string& url, bool dry_run, bool as_json) {
   Output out(as_json);
-  auto opened = ckpt::object::open_store_url(ckpt::cli::object_opener(), url, dry_run ? ckpt::Access::read_only : ckpt::Access::read_write);
+  ckpt::StoreOptions options;
+  options.open_objects = ckpt::cli::object_opener();
+  auto opened = ckpt::open_store(url, dry_run ? ckpt::Access::read_only : ckpt::Access::read_write, options);
   if (!opened.ok()) return ckpt::cli::report(kTool, opened.status());
-  ckpt::object::ObjectStore& store = *opened->store;
-  out.doc["store"] = store.url();
+  ckpt::Store& store = **opened;
+  out.doc["store"] = store.path();
   out.doc["object_store"] = true;
   out.doc["dry_run"] = dry_run;
-  out.line(std::string(kTool) + ": store " + store.url() + (dry_run ? " (dry run: nothing is changed)" : ""));
+  out.line(std::string(kTool) + ": store " + store.path() + (dry_run ? " (dry run: nothing is changed)" : ""));
   auto cleanup = store.collect_garbage(dry_run);
   if (!cleanup.ok()) return ckpt::cli::report(kTool, cleanup.status());
   out.heading(dry_run ? "would remove (transactions proven dead):" : "removed (transactions proven dead):");
@@ -619,7 +621,7 @@ int repair_object_store(const std::string& url, bool dry_run, bool as_json) {
   // Every committed step, every chunk, as ckpt-verify s3://... judges it.
   ckpt::report::VerifyPathsOptions verify_options;
   ckpt::report::VerifyPathsReport verified;
-  if (ckpt::Status s = ckpt::report::verify_object_store(store, verify_options, verified); !s.ok()) return ckpt::cli::report(kTool, s);
+  if (ckpt::Status s = ckpt::report::verify_open_store(store, verify_options, verified); !s.ok()) return ckpt::cli::report(kTool, s);
   out.heading(dry_run ? "every committed step, verified as it is:" : "every committed step, verified afterwards:");
   std::vector<std::string> damaged;
   for (const auto& step : verified.steps) {

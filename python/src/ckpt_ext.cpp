@@ -13,7 +13,7 @@
 
 #include <ckpt/ckpt.hpp>
 #include <ckpt/store/object_checkpoint.hpp>
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/store/planner.hpp>
 #include <ckpt/report/diff.hpp>
 #include <ckpt/report/inspect.hpp>
@@ -335,83 +335,62 @@ class Reader {
 
 class PyStore;
 
-// A store on objects with the client it goes through (the store is destroyed first).
-using ObjectStoreHandle = std::shared_ptr<ckpt::object::OpenedObjectStore>;
-
-// One transaction of either store: a directory's (spec/JOURNAL.md) or one on objects (spec/OBJECT.md 4), through
-// the same calls. Each holds its store, declared first so that it is destroyed after the transaction.
+// One transaction of a store (on a file system or on object storage: its commit log decides). It holds its
+// store, declared first so that it is destroyed after the transaction.
 class PyTransaction {
-  // (Defined before their uses: their return types are deduced.)
-  // f(the live transaction), whichever store it belongs to.
-  template <class F>
-  decltype(auto) with(F&& f) {
-    if (tx_) return f(*tx_);
-    if (object_tx_) return f(*object_tx_);
-    throw StatusError{ckpt::make_error(Code::invalid_argument, "the transaction is closed")};
+  ckpt::Transaction& live() {
+    if (!tx_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the transaction is closed")};
+    return *tx_;
   }
   template <class F>
-  decltype(auto) with_released(F&& f) {
-    return with([&](auto& tx) { return without_gil([&] { return f(tx); }); });
+  decltype(auto) released(F&& f) {
+    ckpt::Transaction& tx = live();
+    return without_gil([&] { return f(tx); });
   }
  public:
   PyTransaction(std::shared_ptr<ckpt::Store> store, std::unique_ptr<ckpt::Transaction> tx)
       : store_(std::move(store)), tx_(std::move(tx)) {}
-  PyTransaction(ObjectStoreHandle store, std::unique_ptr<ckpt::object::ObjectTransaction> tx)
-      : objects_(std::move(store)), object_tx_(std::move(tx)) {}
-  std::uint64_t step() {
-    return with([](auto& tx) { return tx.step(); });
-  }
-  std::uint64_t txn() {
-    return with([](auto& tx) { return tx.txn(); });
-  }
-  int rank() {
-    return with([](auto& tx) { return tx.rank(); });
-  }
-  std::string directory() {
-    return with([](auto& tx) { return tx.directory(); });
-  }
-  bool active() const { return (tx_ && tx_->active()) || (object_tx_ && object_tx_->active()); }
+  std::uint64_t step() { return live().step(); }
+  std::uint64_t txn() { return live().txn(); }
+  int rank() { return live().rank(); }
+  std::string directory() { return live().directory(); }
+  bool active() const { return tx_ && tx_->active(); }
   void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, Bytes1D data, bool optimizer) {
     const ckpt::DType d = dtype_of(dtype);
-    check(with_released([&](auto& tx) {
+    check(released([&](ckpt::Transaction& tx) {
       return optimizer ? tx.add_optimizer_tensor(name, d, shape, data.data(), data.size()) : tx.add_tensor(name, d, shape, data.data(), data.size());
     }));
   }
   void add_piece(const std::string& name, const std::string& dtype, const ckpt::Shape& global_shape, const ckpt::Shape& offsets,
                  const ckpt::Shape& shape, Bytes1D data) {
     const ckpt::DType d = dtype_of(dtype);
-    check(with_released([&](auto& tx) {
+    check(released([&](ckpt::Transaction& tx) {
       CKPT_TRY(tx.begin_piece(name, d, global_shape, offsets, shape));
       CKPT_TRY(tx.write(data.data(), data.size()));
       return tx.end_piece();
     }));
   }
-  void set_state(const nb::dict& d) {
-    with([&](auto& tx) { ::set_state(tx.state(), d); });
-  }
-  nb::dict state() {
-    return with([](auto& tx) { return state_dict(tx.state()); });
-  }
+  void set_state(const nb::dict& d) { ::set_state(live().state(), d); }
+  nb::dict state() { return state_dict(live().state()); }
   nb::dict commit() {
-    return commit_dict(take(with_released([](auto& tx) { return tx.commit(); })));
+    return commit_dict(take(released([](ckpt::Transaction& tx) { return tx.commit(); })));
   }
   void abort() {
-    check(with_released([](auto& tx) { return tx.abort(); }));
+    check(released([](ckpt::Transaction& tx) { return tx.abort(); }));
   }
   nb::bytes report() {
-    const std::string r = take(with_released([](auto& tx) { return tx.report(); }));
+    const std::string r = take(released([](ckpt::Transaction& tx) { return tx.report(); }));
     return nb::bytes(r.data(), r.size());
   }
   nb::dict commit_reports(const std::vector<nb::bytes>& reports) {
     std::vector<std::string> rs;
     for (const auto& b : reports) rs.emplace_back(b.c_str(), b.size());
-    return commit_dict(take(with_released([&](auto& tx) { return tx.commit_reports(rs); })));
+    return commit_dict(take(released([&](ckpt::Transaction& tx) { return tx.commit_reports(rs); })));
   }
   // Drops an unfinished transaction as its destructor does (rank 0: the abort recorded, its files removed).
   void close() {
     nb::gil_scoped_release released;
     tx_.reset();
-    object_tx_.reset();
   }
 
  private:
@@ -424,9 +403,7 @@ class PyTransaction {
     return d;
   }
   std::shared_ptr<ckpt::Store> store_;
-  ObjectStoreHandle objects_;
   std::unique_ptr<ckpt::Transaction> tx_;
-  std::unique_ptr<ckpt::object::ObjectTransaction> object_tx_;
 };
 
 // An async save's tensors: the request points into these buffers, kept referenced until save() returns.
@@ -446,128 +423,75 @@ class PySaveRequest {
 
 class PyAsyncSaver;
 
-// A store of steps: a directory (spec/JOURNAL.md) or an "s3://bucket/prefix" on object storage (spec/OBJECT.md 4),
-// chosen by the path, through the same calls.
+// A store of steps: a directory (spec/JOURNAL.md) or an "s3://bucket/prefix" on object storage (spec/OBJECT.md 4);
+// ckpt::open_store tells them apart.
 class PyStore {
-  // (Defined before their uses: their return types are deduced.)
-  ckpt::Store& live() {
-    if (!store_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
-    return *store_;
-  }
-  ckpt::object::ObjectStore& live_objects() {
-    if (!objects_ || !objects_->store) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
-    return *objects_->store;
-  }
-  // f(the open store), whichever kind it is.
-  template <class F>
-  decltype(auto) with(F&& f) {
-    if (objects_) return f(live_objects());
-    return f(live());
-  }
-  template <class F>
-  decltype(auto) with_released(F&& f) {
-    return with([&](auto& s) { return without_gil([&] { return f(s); }); });
-  }
  public:
   static std::unique_ptr<PyStore> open(const std::string& path, bool read_only, bool create, std::uint64_t keep_last,
                                        std::uint64_t keep_every, std::uint32_t chunk_size_log2, bool verify_written) {
     const ckpt::Access access = read_only ? ckpt::Access::read_only : ckpt::Access::read_write;
-    if (ckpt::object::is_object_url(path)) {
-      if (verify_written)
-        throw StatusError{ckpt::make_error(Code::unsupported, path + ": verify_written reads every shard back from local files; "
-                                                                     "on object storage verify with ckpt.verify after the commit")};
-      ckpt::object::ObjectStoreOptions o = object_options(create, keep_last, keep_every, chunk_size_log2);
-      auto opened = take(without_gil([&] { return ckpt::object::open_store_url(object_opener(), path, access, o); }));
-      return std::unique_ptr<PyStore>(new PyStore(std::make_shared<ckpt::object::OpenedObjectStore>(std::move(opened))));
-    }
     ckpt::StoreOptions o = options(create, keep_last, keep_every, chunk_size_log2, verify_written);
-    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::Store::open(posix_fs(), path, access, o); }))));
+    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::open_store(path, access, o); }))));
   }
   static std::unique_ptr<PyStore> open_rank(const std::string& path, int rank, int world, bool create, std::uint32_t chunk_size_log2) {
-    if (ckpt::object::is_object_url(path)) {
-      ckpt::object::ObjectStoreOptions o = object_options(create, 0, 0, chunk_size_log2);
-      auto handle = std::make_shared<ckpt::object::OpenedObjectStore>();
-      check(without_gil([&]() -> Status {
-        if (!object_opener()) return ckpt::make_error(Code::unsupported, path + ": this build has no object-store client");
-        CKPT_ASSIGN_OR_RETURN(handle->client, object_opener()(path));
-        CKPT_ASSIGN_OR_RETURN(handle->store, ckpt::object::ObjectStore::open_rank(*handle->client, rank, world, o));
-        return Status();
-      }));
-      return std::unique_ptr<PyStore>(new PyStore(std::move(handle)));
-    }
     ckpt::StoreOptions o = options(create, 0, 0, chunk_size_log2, false);
-    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::Store::open_rank(posix_fs(), path, rank, world, o); }))));
+    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&]() -> ckpt::Result<std::unique_ptr<ckpt::Store>> {
+      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CommitLog> log, ckpt::commit_log(path, o));
+      return ckpt::Store::open_rank(std::move(log), rank, world, o);
+    }))));
   }
-  std::string path() {
-    return with([](auto& s) { return std::string(s.path()); });
-  }
+  std::string path() { return live().path(); }
   nb::list steps() {
     nb::list out;
-    for (const auto& s : with([](auto& st) { return st.steps(); })) out.append(step_dict(s));
+    for (const auto& s : live().steps()) out.append(step_dict(s));
     return out;
   }
   nb::object latest() {
-    auto s = with([](auto& st) { return st.latest(); });
+    auto s = live().latest();
     if (!s) return nb::none();
     return step_dict(*s);
   }
   void refresh() {
-    check(with_released([](auto& s) { return s.refresh(); }));
+    check(released([](ckpt::Store& s) { return s.refresh(); }));
   }
   std::unique_ptr<PyTransaction> begin(std::uint64_t step) {
-    if (objects_) {
-      ckpt::object::ObjectStore& s = live_objects();
-      return std::make_unique<PyTransaction>(objects_, take(without_gil([&] { return s.begin(step); })));
-    }
-    ckpt::Store& s = live();
-    return std::make_unique<PyTransaction>(store_, take(without_gil([&] { return s.begin(step); })));
+    return std::make_unique<PyTransaction>(store_, take(released([&](ckpt::Store& s) { return s.begin(step); })));
   }
   nb::bytes begin_request(std::uint64_t step) {
-    const std::string r = with([&](auto& s) { return s.begin_request(step); });
+    const std::string r = live().begin_request(step);
     return nb::bytes(r.data(), r.size());
   }
   nb::bytes decide_begin(std::uint64_t step, const std::vector<nb::bytes>& requests) {
     std::vector<std::string> rs;
     for (const auto& b : requests) rs.emplace_back(b.c_str(), b.size());
-    const std::string d = with_released([&](auto& s) { return s.decide_begin(step, rs); });
+    const std::string d = released([&](ckpt::Store& s) { return s.decide_begin(step, rs); });
     return nb::bytes(d.data(), d.size());
   }
   std::unique_ptr<PyTransaction> join(nb::bytes decision) {
     const std::string d(decision.c_str(), decision.size());
-    if (objects_) {
-      ckpt::object::ObjectStore& s = live_objects();
-      return std::make_unique<PyTransaction>(objects_, take(without_gil([&] { return s.join(d); })));
-    }
-    ckpt::Store& s = live();
-    return std::make_unique<PyTransaction>(store_, take(without_gil([&] { return s.join(d); })));
+    return std::make_unique<PyTransaction>(store_, take(released([&](ckpt::Store& s) { return s.join(d); })));
   }
   nb::list retire(std::uint64_t step) {
-    check(with_released([&](auto& s) { return s.retire(step); }));
+    check(released([&](ckpt::Store& s) { return s.retire(step); }));
     return steps();
   }
   nb::list apply_retention(std::uint64_t keep_last, std::uint64_t keep_every) {
     const std::vector<ckpt::StepInfo> retired =
-        take(with_released([&](auto& s) { return s.apply_retention(ckpt::RetentionPolicy{keep_last, keep_every}); }));
+        take(released([&](ckpt::Store& s) { return s.apply_retention(ckpt::RetentionPolicy{keep_last, keep_every}); }));
     nb::list out;
     for (const auto& r : retired) out.append(r.step);
     return out;
   }
-  // What open found: a directory's recovery (spec/JOURNAL.md 6), or on objects what listing log/ found that
-  // no rule names or that does not decode (spec/OBJECT.md 4.3); garbage collection is ckpt-repair's.
+  // What open found: the log's recovery (spec/JOURNAL.md 6), log objects that do not decode, and entries no
+  // record names (spec/OBJECT.md 4.3); garbage collection is ckpt-repair's.
   nb::dict recovery() {
     nb::dict d;
     nb::list actions, unknown;
-    if (objects_) {
-      const auto& log = live_objects().log();
-      for (const auto& p : log.problems) actions.append("damaged log object: " + p);
-      for (const auto& u : log.unknown) unknown.append(u);
-      d["clean"] = log.problems.empty() && log.unknown.empty();
-    } else {
-      const auto& r = live().recovery_report();
-      for (const auto& a : r.actions) actions.append(a.describe());
-      for (const auto& u : r.unknown_entries) unknown.append(u);
-      d["clean"] = r.clean();
-    }
+    const auto& r = live().recovery_report();
+    for (const auto& a : r.actions) actions.append(a.describe());
+    for (const auto& p : r.log_damage) actions.append("damaged log object: " + p);
+    for (const auto& u : r.unknown_entries) unknown.append(u);
+    d["clean"] = r.clean() && r.log_damage.empty() && r.unknown_entries.empty();
     d["actions"] = actions;
     d["unknown_entries"] = unknown;
     return d;
@@ -575,22 +499,24 @@ class PyStore {
   void close() {
     nb::gil_scoped_release released;
     store_.reset();  // transactions keep their store alive; the lock goes with the last reference
-    objects_.reset();
   }
   // An AsyncSaver over the open store (spec/ASYNC.md), which it keeps alive.
-  template <class F>
-  std::unique_ptr<ckpt::AsyncSaver> saver(F&& create, std::shared_ptr<void>& keep) {
-    if (objects_) {
-      keep = objects_;
-      return take(without_gil([&, &s = live_objects()] { return create(s); }));
-    }
+  std::unique_ptr<ckpt::AsyncSaver> saver(const ckpt::AsyncSaveOptions& o, std::shared_ptr<ckpt::Store>& keep) {
     keep = store_;
-    return take(without_gil([&, &s = live()] { return create(s); }));
+    return take(released([&](ckpt::Store& s) { return ckpt::AsyncSaver::create(s, o); }));
   }
 
  private:
   explicit PyStore(std::unique_ptr<ckpt::Store> s) : store_(std::move(s)) {}
-  explicit PyStore(ObjectStoreHandle s) : objects_(std::move(s)) {}
+  ckpt::Store& live() {
+    if (!store_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
+    return *store_;
+  }
+  template <class F>
+  decltype(auto) released(F&& f) {
+    ckpt::Store& s = live();
+    return without_gil([&] { return f(s); });
+  }
   static ckpt::StoreOptions options(bool create, std::uint64_t keep_last, std::uint64_t keep_every, std::uint32_t chunk_size_log2,
                                     bool verify_written) {
     ckpt::StoreOptions o;
@@ -598,18 +524,10 @@ class PyStore {
     o.retention = ckpt::RetentionPolicy{keep_last, keep_every};
     o.chunk_size_log2 = chunk_size_log2;
     o.verify_written = verify_written;
-    return o;
-  }
-  static ckpt::object::ObjectStoreOptions object_options(bool create, std::uint64_t keep_last, std::uint64_t keep_every,
-                                                         std::uint32_t chunk_size_log2) {
-    ckpt::object::ObjectStoreOptions o;
-    o.create_if_missing = create;
-    o.retention = ckpt::RetentionPolicy{keep_last, keep_every};
-    o.chunk_size_log2 = chunk_size_log2;
+    o.open_objects = object_opener();
     return o;
   }
   std::shared_ptr<ckpt::Store> store_;
-  ObjectStoreHandle objects_;
 };
 
 class PyAsyncSaver {
@@ -620,7 +538,7 @@ class PyAsyncSaver {
     o.max_in_flight = max_in_flight;
     o.when_busy = skip_when_busy ? ckpt::WhenBusy::skip : ckpt::WhenBusy::wait;
     o.obey_flush_requests = false;  // Python owns its signal handlers
-    saver_ = store.saver([&](auto& s) { return ckpt::AsyncSaver::create(s, o); }, store_);
+    saver_ = store.saver(o, store_);
   }
   // Blocks only while the tensors are copied into staging memory; the write and commit go on behind.
   nb::dict save(PySaveRequest& request) {
@@ -653,7 +571,7 @@ class PyAsyncSaver {
     if (!saver_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the saver is closed")};
     return *saver_;
   }
-  std::shared_ptr<void> store_;  // declared first: the store (of either kind) outlives the saver
+  std::shared_ptr<ckpt::Store> store_;  // declared first: the store outlives the saver
   std::unique_ptr<ckpt::AsyncSaver> saver_;
 };
 

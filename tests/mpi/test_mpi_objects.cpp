@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <ckpt/dist/mpi_comm.hpp>
-#include <ckpt/store/object_store.hpp>
+#include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 
 #include "../test_util.hpp"
@@ -24,15 +24,15 @@ namespace {
 
 constexpr std::size_t kPiece = std::size_t{6} << 20;  // each rank's piece: two parts of S3's smallest size
 
-ObjectStoreOptions options() {
-  ObjectStoreOptions o;
+StoreOptions options() {
+  StoreOptions o;
   o.create_if_missing = true;
   o.io.part_size = limits::kMinPartSize;
   o.io.parallel_parts = 2;
   return o;
 }
 
-Status save(ObjectStore& store, std::uint64_t step, int rank, const std::vector<unsigned char>& full, bool drop) {
+Status save(Store& store, std::uint64_t step, int rank, const std::vector<unsigned char>& full, bool drop) {
   CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
   CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{static_cast<std::uint64_t>(rank) * kPiece}, Shape{kPiece}));
   CKPT_TRY(tx->write(full.data() + static_cast<std::size_t>(rank) * kPiece, kPiece));
@@ -46,7 +46,7 @@ void run(MpiComm& comm, const std::string& url) {
   auto client = open_s3_url(url);
   MPI_CHECK_OK(client.status());
   if (!client.ok()) return;
-  auto store = ObjectStore::open(**client, Access::read_write, options(), comm);
+  auto store = Store::open(object_log(**client), Access::read_write, options(), comm);
   MPI_CHECK_OK(store.status());
   if (!store.ok()) return;
   MPI_CHECK(!(*store)->latest(), "a new store has no step");
@@ -56,7 +56,7 @@ void run(MpiComm& comm, const std::string& url) {
 
   auto reader_client = open_s3_url(url);
   MPI_CHECK_OK(reader_client.status());
-  auto reader = ObjectStore::open(**reader_client, Access::read_only, ObjectStoreOptions{}, comm);
+  auto reader = Store::open(object_log(**reader_client), Access::read_only, StoreOptions{}, comm);
   MPI_CHECK_OK(reader.status());
   if (reader.ok()) {
     auto step = (*reader)->open_step(1);

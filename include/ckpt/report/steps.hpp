@@ -22,9 +22,7 @@ struct StepSelection {
   [[nodiscard]] bool all() const noexcept { return !step && !latest; }
 };
 
-// StoreT: a Store, or an object::ObjectStore (the same find, latest, steps and path).
-template <class StoreT>
-[[nodiscard]] Result<std::vector<StepInfo>> select_steps(const StoreT& store, const StepSelection& sel) {
+[[nodiscard]] inline Result<std::vector<StepInfo>> select_steps(const Store& store, const StepSelection& sel) {
   std::vector<StepInfo> out;
   if (sel.step) {
     CKPT_ASSIGN_OR_RETURN(StepInfo info, store.find(*sel.step));

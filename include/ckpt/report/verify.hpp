@@ -22,9 +22,6 @@
 #include "pins.hpp"
 #include "steps.hpp"
 
-namespace ckpt::object {
-class ObjectStore;
-}  // namespace ckpt::object
 
 namespace ckpt::report {
 
@@ -102,9 +99,9 @@ struct VerifyPathsReport {
 // (named with the path); engine is "cpu" or "gpu".
 [[nodiscard]] FileOutcome check_shard(FsRef fs, const std::string& path, const FileVerifier& verify_one, const char* engine = "cpu");
 
-// A store on object storage, already open: its log objects (damage), then every selected step, each chunk
+// A store, already open: its log (damage), then every selected step, each chunk
 // read by ranged GETs (spec/OBJECT.md 4). Fails only when steps cannot be selected (a missing --step).
-[[nodiscard]] Status verify_object_store(object::ObjectStore& store, const VerifyPathsOptions& options, VerifyPathsReport& into);
+[[nodiscard]] Status verify_open_store(Store& store, const VerifyPathsOptions& options, VerifyPathsReport& into);
 
 // Verifies what `path` names (a file, directory or s3:// URL) and appends its outcomes to `into`.
 void verify_path(FsRef fs, const std::string& path, const VerifyPathsOptions& options, VerifyPathsReport& into);

@@ -147,83 +147,19 @@ struct SaveTicket {
   std::chrono::nanoseconds stall{0};  // how long save() blocked the caller
 };
 
-// Where an AsyncSaver's worker commits: a Store, or a store with the same calls (object::ObjectStore,
-// spec/OBJECT.md 4). One transaction at a time, driven only through these.
-class SaveTarget {
- public:
-  class Txn {
-   public:
-    virtual ~Txn() = default;  // an unfinished transaction is dropped as its store drops one
-    [[nodiscard]] virtual Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
-                                             const Shape& local_shape) = 0;
-    [[nodiscard]] virtual Status write(const void* data, std::size_t size) = 0;
-    [[nodiscard]] virtual Status end_piece() = 0;
-    [[nodiscard]] virtual TrainingState& state() = 0;
-    virtual void set_save_timing(std::chrono::steady_clock::time_point started, std::chrono::nanoseconds stall, bool async) = 0;
-    [[nodiscard]] virtual Status abort(const Status& reason) = 0;
-    [[nodiscard]] virtual Result<CommitResult> commit() = 0;
-  };
-  virtual ~SaveTarget() = default;
-  [[nodiscard]] virtual std::string path() const = 0;
-  [[nodiscard]] virtual bool writable() const = 0;
-  [[nodiscard]] virtual int world_size() const = 0;
-  [[nodiscard]] virtual SaveEstimate estimate_save() const = 0;
-  [[nodiscard]] virtual Result<std::unique_ptr<Txn>> begin(std::uint64_t step) = 0;
-};
-
-// A SaveTarget over any store with Store's calls; it refers to the store, which must outlive it.
-template <class StoreT>
-class StoreTarget final : public SaveTarget {
- public:
-  explicit StoreTarget(StoreT& store) : store_(store) {}
-  std::string path() const override { return store_.path(); }
-  bool writable() const override { return store_.access() == Access::read_write; }
-  int world_size() const override { return store_.world_size(); }
-  SaveEstimate estimate_save() const override { return store_.estimate_save(); }
-  Result<std::unique_ptr<Txn>> begin(std::uint64_t step) override {
-    auto begun = store_.begin(step);
-    if (!begun.ok()) return begun.status();
-    return std::unique_ptr<Txn>(new Adapter(std::move(begun).value()));
-  }
-
- private:
-  using TxnT = typename std::remove_reference_t<decltype(*std::declval<StoreT&>().begin(0).value())>;
-  class Adapter final : public Txn {
-   public:
-    explicit Adapter(std::unique_ptr<TxnT> tx) : tx_(std::move(tx)) {}
-    Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
-                       const Shape& local_shape) override {
-      return tx_->begin_piece(name, dtype, global_shape, offsets, local_shape);
-    }
-    Status write(const void* data, std::size_t size) override { return tx_->write(data, size); }
-    Status end_piece() override { return tx_->end_piece(); }
-    TrainingState& state() override { return tx_->state(); }
-    void set_save_timing(std::chrono::steady_clock::time_point started, std::chrono::nanoseconds stall, bool async) override {
-      tx_->set_save_timing(started, stall, async);
-    }
-    Status abort(const Status& reason) override { return tx_->abort(reason); }
-    Result<CommitResult> commit() override { return tx_->commit(); }
-
-   private:
-    std::unique_ptr<TxnT> tx_;
-  };
-  StoreT& store_;
-};
-
 class AsyncSaver {
  public:
-  // A saver over `store` (opened read_write): a Store, or an object::ObjectStore. Across ranks (a store opened
+  // A saver over `store` (opened read_write), on a file system or on object storage. Across ranks (a store opened
   // with a communicator, spec/SHARDING.md 3) every rank's worker joins the same BEGIN and COMMIT on the store's
   // communicator, from its own thread: MPI needs MPI_THREAD_MULTIPLE.
-  template <class StoreT>
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(StoreT& store, AsyncSaveOptions options = {}) {
-    return create_with(std::make_unique<StoreTarget<StoreT>>(store), std::move(options), std::nullopt);
+  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store& store, AsyncSaveOptions options = {}) {
+    return create_with(store, std::move(options), std::nullopt);
   }
   // `control` is a second communicator of the same ranks (MpiComm::duplicate) on which save() agrees whether
   // to skip, so that every rank skips the same steps; it is needed only for WhenBusy::skip across ranks.
-  template <class StoreT, class Control>
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(StoreT& store, AsyncSaveOptions options, Control& control) {
-    return create_with(std::make_unique<StoreTarget<StoreT>>(store), std::move(options), CommRef(control));
+  template <class Control>
+  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store& store, AsyncSaveOptions options, Control& control) {
+    return create_with(store, std::move(options), CommRef(control));
   }
 
   AsyncSaver(const AsyncSaver&) = delete;
@@ -287,9 +223,9 @@ class AsyncSaver {
     explicit Job(SaveRequest r) : request(std::move(r)) {}
   };
 
-  AsyncSaver(std::unique_ptr<SaveTarget> target, AsyncSaveOptions options, std::optional<CommRef> control)
-      : target_(std::move(target)), options_(std::move(options)), control_(control) {}
-  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create_with(std::unique_ptr<SaveTarget> target, AsyncSaveOptions options,
+  AsyncSaver(Store& target, AsyncSaveOptions options, std::optional<CommRef> control)
+      : target_(&target), options_(std::move(options)), control_(control) {}
+  [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create_with(Store& target, AsyncSaveOptions options,
                                                                        std::optional<CommRef> control);
   [[nodiscard]] int world() const { return target_->world_size(); }
   // The deadline in force: flush()'s, or a signal's request when obeyed.
@@ -306,7 +242,7 @@ class AsyncSaver {
   [[nodiscard]] bool past_deadline(std::uint64_t remaining_bytes, std::uint64_t done_bytes,
                                    std::chrono::steady_clock::time_point began) const;
 
-  std::unique_ptr<SaveTarget> target_;
+  Store* target_;
   AsyncSaveOptions options_;
   std::optional<CommRef> control_;
   std::unique_ptr<StagingPool> pool_;

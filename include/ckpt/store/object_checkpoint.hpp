@@ -8,7 +8,7 @@
 
 #include "sharded.hpp"
 #include "../io/object/client.hpp"
-#include "object_store.hpp"
+#include "store.hpp"
 
 namespace ckpt::object {
 
@@ -18,8 +18,8 @@ namespace ckpt::object {
 [[nodiscard]] Result<Checkpoint> open_checkpoint(FsRef fs, const std::string& path, const StepSelector& selector,
                                                  const ObjectOpener& open_objects);
 
-// reshard_to_store, and for an s3:// destination the step written by M ranks each with its own ObjectStore
-// over one client, committed once by rank 0 (spec/OBJECT.md 4.4, 4.7): whole or not at all.
+// reshard_to_store, and for an s3:// destination the step written by M ranks each with its own Store over
+// the object log of one client, committed once by rank 0 (spec/OBJECT.md 4.4, 4.7): whole or not at all.
 // options.store's layout (chunk size, alignment, buffer) applies to either.
 [[nodiscard]] Result<ReshardSummary> reshard_to_path(FsRef fs, Checkpoint& source, const std::string& destination,
                                                      const ReshardOptions& options, const ObjectOpener& open_objects);

@@ -24,6 +24,9 @@
 #include "../core/error.hpp"
 #include "../io/fs.hpp"
 #include "../io/posix_fs.hpp"
+#include "commit_log.hpp"
+#include "journal_log.hpp"
+#include "object_log.hpp"
 #include "journal.hpp"
 #include "manifest.hpp"
 #include "../shard/shard_reader.hpp"
@@ -34,117 +37,10 @@
 
 namespace ckpt {
 
-enum class Access : std::uint8_t { read_only, read_write };
-
-// Which committed steps to keep (spec/JOURNAL.md 10). The most recent commit is always kept.
-struct RetentionPolicy {
-  std::uint64_t keep_last = 0;   // keep the N most recent commits; 0 disables retention
-  std::uint64_t keep_every = 0;  // also keep every step whose number is a multiple of K; 0: none
-  [[nodiscard]] bool enabled() const noexcept { return keep_last > 0; }
-};
-
-struct StoreOptions {
-  bool create_if_missing = false;      // read_write: create the directory and an empty journal
-  bool allow_corrupt_journal = false;  // read_only: open despite mid-log damage and report it
-  RetentionPolicy retention;           // applied after each commit
-  // Shard files (spec/FORMAT.md): alignment and chunk size of what this store writes.
-  std::uint32_t alignment_log2 = format::kDefaultAlignmentLog2;
-  std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;
-  std::size_t buffer_size = std::size_t{4} << 20;
-  // Opt-in: before a rank reports its finished shard, read it back through the reader's checks and verify
-  // every chunk (spec/FORMAT.md 7.2). Off: the commit takes the pieces from what the writer wrote.
-  bool verify_written = false;
-};
-
-enum class TxnState : std::uint8_t {
-  open,       // BEGIN without COMMIT or ABORT: in progress, or left by a crash
-  committed,  // COMMIT durable: the step exists
-  aborted,    // ABORT durable: its files may be removed
-  retired,    // committed, then RETIRE durable: its files may be removed
-};
-[[nodiscard]] const char* txn_state_name(TxnState s) noexcept;
-
-// Everything the journal says about one transaction.
-struct TxnInfo {
-  std::uint64_t txn = 0, step = 0;
-  std::uint32_t world_size = 1;
-  std::vector<TxnFile> files;  // from BEGIN; MANIFEST is implied
-  TxnState state = TxnState::open;
-  std::uint64_t begin_offset = 0;
-  std::uint64_t end_offset = 0;     // COMMIT or ABORT record
-  std::uint64_t retire_offset = 0;  // RETIRE record
-  CommitRecord commit;              // when committed or retired
-  std::optional<SaveRecord> save;   // SAVE_STATS of the commit, when the writer recorded one (spec 4.8)
-  AbortReason abort_reason = AbortReason::user;
-  // Whether its step directory may still exist: compaction keeps the records of an aborted or retired
-  // transaction until its files are gone (spec 5.7).
-  bool dir_present = true;
-  [[nodiscard]] std::string dir() const { return step_dir_name(step, txn); }
-};
-
-enum class RecoveryActionKind : std::uint8_t {
-  truncate_journal,  // drop the torn tail at offset (done by the rewrite)
-  append_abort,      // write ABORT for a transaction left open
-  remove_file,       // a file named by an aborted or retired transaction, or a leftover temporary journal
-  remove_dir,        // its step directory, once empty
-  sync_dir,          // make the removals durable
-  append_commit,     // roll forward: an open transaction whose MANIFEST and shards all verify (spec 6.4)
-  quarantine,        // move a step directory whose fate is ambiguous to quarantine/ (spec 6.8)
-  rewrite_journal,   // write the journal anew from the records recovery keeps (spec 5.7, 6.4)
-};
-[[nodiscard]] const char* recovery_action_name(RecoveryActionKind k) noexcept;
-
-struct RecoveryAction {
-  RecoveryActionKind kind = RecoveryActionKind::sync_dir;
-  std::string path;
-  std::uint64_t txn = 0;
-  std::uint64_t offset = 0, length = 0;  // truncate_journal: the torn bytes
-  std::string to;                        // quarantine: where the directory goes
-  CommitRecord commit;                   // append_commit: the record, from the MANIFEST on disk
-  bool done = false;
-  std::string error;  // set when the action was tried and failed
-  [[nodiscard]] std::string describe() const;
-};
-
-// What recovery found in a store and what it did (or, in a dry run, would do). Deterministic: the same
-// journal bytes and directory contents always give the same report and actions, in the same order.
-struct RecoveryReport {
-  std::string store;
-  JournalScan journal;                       // records, torn tail, corruption
-  std::vector<TxnInfo> transactions;         // every transaction the journal names, by txn id
-  std::vector<std::string> problems;         // valid records that break the protocol: blocks recovery
-  std::vector<std::string> unknown_entries;  // store entries no record explains: reported, never removed
-  std::vector<std::string> notes;            // e.g. files kept because no record names them
-  std::vector<std::string> salvaged;         // digest-valid records of a damaged tail that recovery applies
-  std::vector<RecoveryAction> actions;       // in execution order
-  std::uint64_t next_txn = 1;                // above every txn id in the journal and in any step-<s>-<t> name
-  bool dry_run = true;
-  bool applied = false;  // actions were carried out
-
-  // Mid-log damage or protocol problems: only ckpt-repair may change such a store.
-  [[nodiscard]] bool corrupt() const noexcept { return journal.corrupt() || !problems.empty(); }
-  // A damaged tail that is not a clean tear (spec 6.3): recovery salvages it, readers report it.
-  [[nodiscard]] bool tail_damaged() const noexcept { return journal.tail_damaged(); }
-  // Nothing torn, nothing corrupt, nothing to clean up (the rewrite every writable open does aside).
-  [[nodiscard]] bool clean() const noexcept;
-  // Code::corrupt naming every problem and telling the user to run ckpt-repair; ok when not corrupt.
-  [[nodiscard]] Status corruption_status() const;
-};
-
-// Reads a store and plans its recovery without writing or locking anything (a dry run).
-[[nodiscard]] Result<RecoveryReport> check_store(FsRef fs, const std::string& path);
-// Takes the writer lock, then plans and (unless dry_run) runs recovery. A corrupt journal is reported,
-// not changed: the report comes back with corrupt() set and applied false.
-[[nodiscard]] Result<RecoveryReport> recover_store(FsRef fs, const std::string& path, bool dry_run);
-
 class Store;
 
 namespace detail {
 struct RankOutcome;  // what the coordinator decided at commit or abort (impl/store_ranks_inl.hpp)
-// Rewrites the journal from the transaction table (spec/JOURNAL.md 5.7) and reopens the writer on the
-// new file (compaction's step; ckpt-bench-journal drives it directly).
-[[nodiscard]] Status rewrite_journal(FsRef fs, JournalWriter& journal, const Uuid& uuid, std::uint64_t next_txn,
-                                     std::vector<TxnInfo>& txns);
 }  // namespace detail
 
 // How long a save of some size takes here, from the store's recorded saves (spec/JOURNAL.md 4.8).
@@ -282,43 +178,58 @@ class Transaction {
 
 class Store {
  public:
+  // A store over its commit log (store/journal_log.hpp, store/object_log.hpp); open_store picks the log
+  // a path or URL names. For read_write the log's writer opens (the journal's LOCK and recovery, or the
+  // object store's probe and identity); read_only never writes.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(std::unique_ptr<CommitLog> log, Access access,
+                                                           StoreOptions options = {});
+  // The directory store at `path` on `fs` (the journal file, spec/JOURNAL.md).
   [[nodiscard]] static Result<std::unique_ptr<Store>> open(FsRef fs, std::string path, Access access,
                                                            StoreOptions options = {});
   // Collective open for a save across ranks (spec/SHARDING.md 3.1): every rank of comm calls it. For
-  // read_write, rank 0 takes the lock and runs recovery; then every other rank reads the journal as a
-  // read-only open does and becomes a participant, which writes only its own shard files. Every rank
-  // returns the same Status (the lowest failing rank's error). The store keeps comm (which must outlive
-  // it) for every begin, commit and abort. A world of one is the plain open.
+  // read_write, rank 0 opens the log's writer; then every other rank reads the log as a read-only open does
+  // (or decodes what rank 0 read, on object storage) and becomes a participant, which writes only its own
+  // shard files. Every rank returns the same Status (the lowest failing rank's error). The store keeps comm
+  // (which must outlive it) for every begin, commit and abort. A world of one is the plain open.
+  template <class Comm>
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open(std::unique_ptr<CommitLog> log, Access access, StoreOptions options,
+                                                           Comm& comm) {
+    return open_with(std::move(log), access, options, CommRef(comm));
+  }
   template <class Comm>
   [[nodiscard]] static Result<std::unique_ptr<Store>> open(FsRef fs, std::string path, Access access, StoreOptions options,
                                                            Comm& comm) {
-    return open_with(fs, std::move(path), access, options, CommRef(comm));
+    return open_with(journal_log(fs, std::move(path)), access, options, CommRef(comm));
   }
   // A save whose ranks the caller coordinates, carrying the messages of spec/SHARDING.md 3.5 itself (e.g.
-  // inside PyTorch DCP's save plans; spec/SHARDING.md 3.6). Rank 0 opens writable (lock, recovery); any
-  // other rank is a participant that reads nothing at open (it knows no steps: open read-only to read)
-  // and learns each transaction from rank 0's begin decision, so the opens may come in any order. Its
-  // saves run through the phases below, which begin() and commit() run over a Comm; begin() and
-  // commit() themselves are refused.
+  // inside PyTorch DCP's save plans; spec/SHARDING.md 3.6). Rank 0 opens writable; any other rank is a
+  // participant that reads nothing at open (it knows no steps: open read-only to read) and learns each
+  // transaction from rank 0's begin decision, so the opens may come in any order. Its saves run through
+  // the phases below, which begin() and commit() run over a Comm; begin() and commit() themselves are refused.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_rank(std::unique_ptr<CommitLog> log, int rank, int world,
+                                                                StoreOptions options = {});
   [[nodiscard]] static Result<std::unique_ptr<Store>> open_rank(FsRef fs, std::string path, int rank, int world,
                                                                 StoreOptions options = {});
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
-  ~Store();  // aborts a transaction still open, then releases the lock
+  ~Store();  // aborts a transaction still open, then closes the log (releasing the journal's LOCK)
 
-  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] const std::string& path() const noexcept { return log_->location(); }  // the path or URL
   [[nodiscard]] Access access() const noexcept { return access_; }
   [[nodiscard]] const Uuid& uuid() const noexcept { return uuid_; }
-  [[nodiscard]] FsRef fs() noexcept { return fs_; }
+  [[nodiscard]] FsRef fs() noexcept { return log_->fs(); }
+  // The prefix of step directories on fs(): the store's path, or "" on object storage.
+  [[nodiscard]] const std::string& step_root() const noexcept { return log_->step_root(); }
+  [[nodiscard]] CommitLog& log() noexcept { return *log_; }
   // What open found and, when writable, did.
   [[nodiscard]] const RecoveryReport& recovery_report() const noexcept { return report_; }
   // Every transaction known now (open, committed, aborted, retired), by txn id.
   [[nodiscard]] const std::vector<TxnInfo>& transactions() const noexcept { return txns_; }
-  // Committed, not retired steps in commit order.
+  // Committed, not retired steps, by step number (spec/JOURNAL.md 10: a step number is live at most once).
   [[nodiscard]] std::vector<StepInfo> steps() const;
-  // The last committed, not retired step.
+  // The live step with the highest number.
   [[nodiscard]] std::optional<StepInfo> latest() const;
-  // The most recent live commit of this step number (a step saved again after a rollback shadows the older).
+  // The live commit of this step number.
   [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const;
   // What every committed save (retired ones too) recorded, in commit order (spec/JOURNAL.md 4.8).
   [[nodiscard]] std::vector<SaveRecord> save_records() const;
@@ -327,7 +238,8 @@ class Store {
   [[nodiscard]] SaveEstimate estimate_save(std::optional<std::uint64_t> bytes = std::nullopt, std::size_t window = 8) const;
   // Does a save fit in `seconds` of hold-up (e.g. a UPS's)? nullopt when no save has been recorded.
   [[nodiscard]] std::optional<bool> save_fits(double seconds, std::optional<std::uint64_t> bytes = std::nullopt) const;
-  // Read-only: re-reads the journal to see steps committed since open. Writable: nothing to do.
+  // Reads the log again to see steps committed since open (collective across ranks). A writer that
+  // excludes every other writer (the journal's LOCK) has nothing to read.
   [[nodiscard]] Status refresh();
 
   [[nodiscard]] Result<StepReader> open_step(std::uint64_t step);
@@ -336,15 +248,16 @@ class Store {
   // Every chunk of every shard file; damage is in the report, the Status fails only on misuse.
   [[nodiscard]] Result<StepVerifyReport> verify_step(std::uint64_t step, const VerifyOptions& options = {});
 
-  // Starts a transaction for `step`; only one may be open at a time. Across ranks (a store opened with a
-  // communicator) the call is collective: every rank passes the same step and returns the same Status
-  // (spec/SHARDING.md 3.2).
+  // Starts a transaction for `step`; only one may be open at a time, and the step number must not be live
+  // (Code::conflict; retire it first to save it again, spec/JOURNAL.md 10). Across ranks (a store opened
+  // with a communicator) the call is collective: every rank passes the same step and returns the same
+  // Status (spec/SHARDING.md 3.2).
   [[nodiscard]] Result<std::unique_ptr<Transaction>> begin(std::uint64_t step);
   // The phases of begin (spec/SHARDING.md 3.2), for a caller-coordinated save (3.6). Every rank: its begin
   // request for `step`, to be delivered to rank 0.
   [[nodiscard]] std::string begin_request(std::uint64_t step) const;
-  // Rank 0: checks every rank's request (rank order), appends BEGIN and makes the step directory durable.
-  // Returns the begin decision for every rank; it carries the error when nothing was begun.
+  // Rank 0: checks every rank's request (rank order), begins the transaction in the log. Returns the begin
+  // decision for every rank; it carries the error when nothing was begun.
   [[nodiscard]] std::string decide_begin(std::uint64_t step, const std::vector<std::string>& requests);
   // Every rank: takes rank 0's decision and creates this rank's shard file under the name BEGIN gave it.
   [[nodiscard]] Result<std::unique_ptr<Transaction>> join(const std::string& decision);
@@ -352,54 +265,56 @@ class Store {
   // The communicator the store was opened with: rank and world of its saves.
   [[nodiscard]] int rank() const { return comm_.rank(); }
   [[nodiscard]] int world_size() const { return comm_.size(); }
-  // The process that holds the lock and writes the journal: a single-process writer, or rank 0.
-  [[nodiscard]] bool coordinator() const noexcept { return journal_.has_value(); }
-  // A rank other than 0 of a collective writable open: no lock, no journal, its own shard files only.
+  // The process that writes the log: a single-process writer, or rank 0.
+  [[nodiscard]] bool coordinator() const noexcept { return writer_; }
+  // A rank other than 0 of a collective writable open: it writes its own shard files only.
   [[nodiscard]] bool participant() const noexcept { return participant_; }
-  // Writes RETIRE for every live commit of this step number, then removes their files.
+  // Writes RETIRE for the live commit of this step number, then removes its files.
   [[nodiscard]] Status retire(std::uint64_t step);
   // Retires what the policy does not keep; returns the retired steps.
   [[nodiscard]] Result<std::vector<StepInfo>> apply_retention(const RetentionPolicy& policy);
+  // Removes what transactions proven dead left behind (spec/OBJECT.md 4.5); dry_run lists it. A journal's
+  // recovery does this at every writable open, so a directory store reports nothing to do.
+  [[nodiscard]] Result<GarbageReport> collect_garbage(bool dry_run);
 
-  // A journal write or sync failed: the store refuses writes until it is reopened (spec 5.4).
-  [[nodiscard]] bool failed() const noexcept { return journal_ && journal_->failed(); }
-  [[nodiscard]] Status failure() const { return journal_ ? journal_->failure() : Status(); }
+  // A log write failed in a way that may or may not be durable: the store refuses writes until it is
+  // reopened (spec/JOURNAL.md 5.4).
+  [[nodiscard]] bool failed() const { return writer_ && !log_->failure().ok(); }
+  [[nodiscard]] Status failure() const { return writer_ ? log_->failure() : Status(); }
   [[nodiscard]] std::uint64_t next_txn() const noexcept { return next_txn_; }
-  // Rewrites the journal now from the live records (spec 5.7); between saves only. Writers do it on
-  // their own when the journal has doubled since its last rewrite, and every writable open does it.
+  // Rewrites the journal now from the live records (spec/JOURNAL.md 5.7); between saves only. Writers do it
+  // on their own when the journal has doubled since its last rewrite, and every writable open does it.
   [[nodiscard]] Status compact();
 
  private:
   friend class Transaction;
-  Store(FsRef fs, std::string path, Access access, StoreOptions options, CommRef comm)
-      : fs_(fs), path_(std::move(path)), access_(access), options_(options), comm_(comm) {}
+  Store(std::unique_ptr<CommitLog> log, Access access, StoreOptions options, CommRef comm)
+      : log_(std::move(log)), access_(access), options_(std::move(options)), comm_(comm) {}
   // The one open: every rank of comm (a world of one for the plain open) calls it.
-  [[nodiscard]] static Result<std::unique_ptr<Store>> open_with(FsRef fs, std::string path, Access access,
+  [[nodiscard]] static Result<std::unique_ptr<Store>> open_with(std::unique_ptr<CommitLog> log, Access access,
                                                                 StoreOptions options, CommRef comm);
-  [[nodiscard]] Status open_read_only();
+  // This process reads the log (a reader, or a participant after rank 0's open).
+  [[nodiscard]] Status read_log(const std::string& from_rank0);
   // decide_begin over what the gather returned (an error there is the decision).
   [[nodiscard]] std::string decide_begin(std::uint64_t step, Result<std::vector<std::string>> requests);
   // join's two halves: the decision read (and mirrored), then this rank's shard created.
   [[nodiscard]] Result<TxnInfo> accept_begin(const std::string& decision);
   [[nodiscard]] Result<std::unique_ptr<Transaction>> create_shard(const TxnInfo& t);
-  [[nodiscard]] Status open_writable();
   void adopt(RecoveryReport report);
   [[nodiscard]] Status check_writable() const;
   [[nodiscard]] TxnInfo* find_txn(std::uint64_t txn);
   [[nodiscard]] StepInfo step_info(const TxnInfo& t) const;
-  // Participants keep their view of the journal in step with what rank 0 broadcasts.
+  [[nodiscard]] std::string step_path(const std::string& dir) const;
+  // Participants keep their view of the log in step with what rank 0 broadcasts.
   void mirror_txn(const TxnInfo& t);
-  // Removes the files of an aborted or retired transaction that exist; errors are collected, not fatal.
-  [[nodiscard]] Status remove_txn_files(const TxnInfo& t);
-  // ABORT (unless the journal has failed), then remove what the transaction created.
+  // The log's ABORT and the removal of what the transaction created.
   [[nodiscard]] Status abandon(std::uint64_t txn, AbortReason reason);
   [[nodiscard]] Status retire_txns(const std::vector<std::uint64_t>& txns);
-  // Rewrites the journal when it has outgrown the live steps (spec 5.7).
-  [[nodiscard]] Status compact_if_due();
+  // The log's upkeep between saves (the journal's compaction, spec/JOURNAL.md 5.7).
+  [[nodiscard]] Status maintain(bool force);
   void reindex();
 
-  FsRef fs_;
-  std::string path_;
+  std::unique_ptr<CommitLog> log_;
   Access access_;
   StoreOptions options_;
   CommRef comm_;
@@ -409,17 +324,21 @@ class Store {
   std::vector<TxnInfo> txns_;
   std::map<std::uint64_t, std::size_t> by_txn_;
   std::uint64_t next_txn_ = 1;
-  std::optional<JournalWriter> journal_;
-  FileHandle lock_;
   Transaction* open_txn_ = nullptr;
+  bool writer_ = false;  // this process opened the log's writer: a single process, or rank 0
   bool participant_ = false;
-  std::uint64_t compacted_end_ = 0;  // journal size after its last rewrite
 };
+
+// The commit log a path or URL names, the one place that tells them apart: s3://bucket/prefix is the object
+// log through options.open_objects (Code::unsupported when the build has none); anything else is the
+// journal of a directory on this machine's file system.
+[[nodiscard]] Result<std::unique_ptr<CommitLog>> commit_log(const std::string& location, const StoreOptions& options);
+// The store there (Store::open over commit_log).
+[[nodiscard]] Result<std::unique_ptr<Store>> open_store(const std::string& location, Access access, StoreOptions options = {});
 
 }  // namespace ckpt
 
 #if !CKPT_DECLARATIONS_ONLY
-#include "impl/recovery_inl.hpp"
 #include "impl/store_ranks_inl.hpp"
 #include "impl/store_inl.hpp"
 #endif

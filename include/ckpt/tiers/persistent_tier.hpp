@@ -1,10 +1,8 @@
 // ckpt: the persistent tier (spec/TIERS.md 4.4, 7.1, 10): a store directory, or a store on object
 // storage named "s3://bucket/prefix" (spec/OBJECT.md), behind the few calls that promotion, resume and
-// the memory-root tools make. One path serves both: a step is written through a transaction of either
-// kind with the same calls (begin_piece, write, end_piece, commit, abort), and read back through the Fs
-// the store lives on (the job's, or the object store's ObjectFs), every chunk verified.
-//
-// Only object/object_store.hpp is included: the S3 client (libcurl) comes from the caller's ObjectOpener.
+// the memory-root tools make. One Store serves both (its commit log tells them apart): a step is written
+// through its Transaction and read back through the Fs the store lives on (the job's, or the object
+// store's ObjectFs), every chunk verified. The S3 client (libcurl) comes from the caller's ObjectOpener.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +10,6 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "../dist/comm.hpp"
@@ -20,14 +17,14 @@
 #include "../core/error.hpp"
 #include "../io/fs.hpp"
 #include "../io/object/client.hpp"
-#include "../store/object_store.hpp"
+#include "../store/object_log.hpp"
 #include "../store/step_reader.hpp"
 #include "../store/store.hpp"
 
 namespace ckpt::tiers {
 
-// One save into the persistent tier; std::visit calls the same members on either kind.
-using PersistentTransaction = std::variant<std::unique_ptr<Transaction>, std::unique_ptr<object::ObjectTransaction>>;
+// One save into the persistent tier.
+using PersistentTransaction = std::unique_ptr<Transaction>;
 
 struct PersistentWriteOptions {
   std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;  // the memory tier's: content digests compare
@@ -49,33 +46,31 @@ class PersistentTier {
                                                                           const PersistentWriteOptions& options, CommRef comm);
   PersistentTier(const PersistentTier&) = delete;
   PersistentTier& operator=(const PersistentTier&) = delete;
-  ~PersistentTier() = default;  // an object store before the client it reads through
+  ~PersistentTier() = default;
 
-  [[nodiscard]] bool on_objects() const noexcept { return objects_ != nullptr; }
+  [[nodiscard]] bool on_objects() const noexcept { return object::is_object_url(store_->path()); }
   // The directory or the URL: messages, and the PATH of SET_ASIDE records (spec/TIERS.md 5.2).
-  [[nodiscard]] std::string path() const;
+  [[nodiscard]] std::string path() const { return store_->path(); }
   // What its steps are read through: the job's Fs, or the object store's ObjectFs.
-  [[nodiscard]] FsRef fs();
+  [[nodiscard]] FsRef fs() { return store_->fs(); }
   // The store's path inside fs(): the directory, or "" (an object store's root).
-  [[nodiscard]] std::string root() const;
-  [[nodiscard]] const Uuid& uuid() const noexcept;
-  [[nodiscard]] std::vector<StepInfo> steps() const;
-  [[nodiscard]] std::optional<StepInfo> latest() const;
-  [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const;
-  [[nodiscard]] Result<StepReader> open_step(const StepInfo& info);
+  [[nodiscard]] std::string root() const { return store_->step_root(); }
+  [[nodiscard]] const Uuid& uuid() const noexcept { return store_->uuid(); }
+  [[nodiscard]] std::vector<StepInfo> steps() const { return store_->steps(); }
+  [[nodiscard]] std::optional<StepInfo> latest() const { return store_->latest(); }
+  [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const { return store_->find(step); }
+  [[nodiscard]] Result<StepReader> open_step(const StepInfo& info) { return store_->open_step(info); }
   // Damage found at open, with the file it is in: a corrupt journal, log objects that do not decode.
   [[nodiscard]] std::vector<std::pair<Status, std::string>> damage() const;
-  // Whether `step` can still be committed: on object storage a step number is committed once, above every
-  // committed one (spec/OBJECT.md 4.4); a directory takes any step. Every rank's answer is the same.
+  // Whether `step` can still be committed: a step number is live at most once (spec/JOURNAL.md 10), so a
+  // number the store holds is not promoted again. Every rank's answer is the same.
   [[nodiscard]] Status can_commit(std::uint64_t step) const;
   // Collective (the communicator of open_write).
-  [[nodiscard]] Result<PersistentTransaction> begin(std::uint64_t step);
+  [[nodiscard]] Result<PersistentTransaction> begin(std::uint64_t step) { return store_->begin(step); }
 
  private:
   PersistentTier() = default;
   std::unique_ptr<Store> store_;
-  std::unique_ptr<object::ObjectClient> client_;  // declared before objects_, so destroyed after it
-  std::unique_ptr<object::ObjectStore> objects_;
 };
 
 }  // namespace ckpt::tiers

@@ -19,8 +19,8 @@ ckpt-repair, ckpt-reshard and ckpt-merge work on the result; each byte dcp.load 
 
 ``store_path`` may be ``s3://bucket/prefix``: the same phases run over the store on objects (spec/OBJECT.md
 4.8): each rank uploads its shard object, and the coordinator's ``finish`` creates the step's commit object
-(``If-None-Match: *``) only after every rank's report. Steps there are committed once: a save must use a step
-above the latest.
+(``If-None-Match: *``) only after every rank's report. On either store a step number is committed once while
+it is live (spec/JOURNAL.md 10): retire it to save it again.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "../../store/object_store.hpp"
+#include "../../store/store.hpp"
 #include "../../store/sharded.hpp"
 #include "../steps.hpp"
 #include "../diff.hpp"
@@ -76,12 +76,14 @@ CKPT_INLINE Result<DiffReport> diff_paths(FsRef fs, const std::string& a_path, c
   auto load = [&](const std::string& path, const std::optional<std::uint64_t>& step) -> Result<Content> {
     if (object::is_object_url(path)) {
       // A store on objects: its step's manifest and shard indexes, through the commit object (spec/OBJECT.md 4).
-      CKPT_ASSIGN_OR_RETURN(object::OpenedObjectStore opened, object::open_store_url(options.open_objects, path, Access::read_only));
+      StoreOptions o;
+      o.open_objects = options.open_objects;
+      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, open_store(path, Access::read_only, o));
       StepSelection selection;
       selection.step = step;
       selection.latest = !step;
-      CKPT_ASSIGN_OR_RETURN(auto selected, select_steps(*opened.store, selection));
-      CKPT_ASSIGN_OR_RETURN(StepReader reader, opened.store->open_step(selected.front()));
+      CKPT_ASSIGN_OR_RETURN(auto selected, select_steps(*store, selection));
+      CKPT_ASSIGN_OR_RETURN(StepReader reader, store->open_step(selected.front()));
       return content_of_step(reader, "step " + std::to_string(selected.front().step) + " of " + path);
     }
     ContentOptions content_options;

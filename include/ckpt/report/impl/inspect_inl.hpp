@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "../../store/object_store.hpp"
+#include "../../store/store.hpp"
 #include "../../identity/sidecar.hpp"
 #include "../inspect.hpp"
 
@@ -35,9 +35,7 @@ namespace detail {
 
 // A committed step of a store: opened through its COMMIT record, so the manifest and every shard's
 // size, UUID and index digest are checked on the way (spec/JOURNAL.md 7.5).
-// StoreT: a Store, or an object::ObjectStore (the same open_step and path).
-template <class StoreT>
-[[nodiscard]] Result<json> inspect_committed_step(StoreT& store, const StepInfo& info, bool with_chunks) {
+[[nodiscard]] inline Result<json> inspect_committed_step(Store& store, const StepInfo& info, bool with_chunks) {
   CKPT_ASSIGN_OR_RETURN(auto reader, store.open_step(info));
   json shards = json::array();
   for (std::size_t i = 0; i < reader.shard_count(); ++i) shards.push_back(shard_json(reader.shard(i), with_chunks));
@@ -86,23 +84,9 @@ template <class StoreT>
   return true;
 }
 
-// The same on objects: retire objects come before any delete (spec/OBJECT.md 4.5), so a step whose objects
-// went missing and that log/ no longer lists was retired meanwhile.
-[[nodiscard]] inline bool retired_meanwhile(object::ObjectStore& store, const StepInfo& info, const Status& failure,
-                                            std::string& state) {
-  if (failure.code() != Code::not_found || !store.refresh().ok()) return false;
-  for (const auto& s : store.steps())
-    if (s.step == info.step && s.txn == info.txn) return false;  // still a step: the missing object is damage
-  state = "not in the log";
-  for (const auto& s : store.log().retired)
-    if (s.step == info.step && s.txn == info.txn) state = "retired";
-  return true;
-}
-
 // Every committed step of a store, one row each; a step that cannot be opened is shown with its error,
 // or as retired when the writer retired it while it was being read.
-template <class StoreT>
-[[nodiscard]] json store_steps(StoreT& store, bool& damaged) {
+[[nodiscard]] inline json store_steps(Store& store, bool& damaged) {
   json steps = json::array();
   const std::vector<StepInfo> listed = store.steps();  // a copy: a recheck refreshes the store
   for (const auto& info : listed) {
@@ -139,46 +123,28 @@ template <class StoreT>
   return steps;
 }
 
-// A directory store: its journal, transactions and what recovery found, then its steps.
+// A store: its log, transactions and what recovery found, then its steps. A store on objects has no
+// journal ("journal" null): its transactions come from the commit, retire and abort objects of log/
+// (spec/OBJECT.md 4.2), and log objects that do not decode are its problems (damage).
 [[nodiscard]] inline json store_doc(Store& store, bool& damaged) {
   const RecoveryReport& report = store.recovery_report();
+  const bool on_objects = object::is_object_url(store.path());
+  std::vector<std::string> problems = report.problems;
+  problems.insert(problems.end(), report.log_damage.begin(), report.log_damage.end());
   json doc = {{"store", store.path()},
               {"uuid", uuid_string(store.uuid())},
-              {"journal", journal_json(report.journal)},
+              {"journal", on_objects ? json(nullptr) : journal_json(report.journal)},
               {"transactions", transactions_json(report.transactions)},
               {"unknown_entries", report.unknown_entries},
-              {"problems", report.problems}};
-  damaged = report.corrupt() || report.tail_damaged();
-  return doc;
-}
-
-// A store on objects: no journal ("journal" null); its transactions from the commit, retire and abort
-// objects of log/ (spec/OBJECT.md 4.2); log objects that do not decode are its problems (damage), and keys
-// under log/ no rule names its unknown entries.
-[[nodiscard]] inline json store_doc(object::ObjectStore& store, bool& damaged) {
-  const object::ObjectLog& log = store.log();
-  json transactions = json::array();
-  auto add = [&](std::uint64_t step, std::uint64_t txn, const char* state) {
-    transactions.push_back({{"txn", txn}, {"step", step}, {"state", state}, {"dir", step_dir_name(step, txn)}});
-  };
-  for (const auto& s : log.steps) add(s.step, s.txn, "committed");
-  for (const auto& s : log.retired) add(s.step, s.txn, "retired");
-  for (const auto& [step, txn] : log.aborted) add(step, txn, "aborted");
-  json doc = {{"store", store.url()},
-              {"uuid", uuid_string(store.uuid())},
-              {"object_store", true},
-              {"journal", nullptr},
-              {"transactions", std::move(transactions)},
-              {"unknown_entries", log.unknown},
-              {"problems", log.problems}};
-  damaged = !log.problems.empty();
+              {"problems", problems}};
+  if (on_objects) doc["object_store"] = true;
+  damaged = report.corrupt() || report.tail_damaged() || !report.log_damage.empty();
   return doc;
 }
 
 // Every committed step of a store, one row each; a step that cannot be opened is shown with its error,
 // or as retired when the writer retired it while it was being read.
-template <class StoreT>
-[[nodiscard]] json inspect_store(StoreT& store, bool& damaged) {
+[[nodiscard]] inline json inspect_store(Store& store, bool& damaged) {
   json doc = store_doc(store, damaged);
   bool steps_damaged = false;
   doc["steps"] = store_steps(store, steps_damaged);
@@ -187,8 +153,7 @@ template <class StoreT>
 }
 
 // A store's listing, or the step options.selection picks (kind "store" or "step").
-template <class StoreT>
-[[nodiscard]] Status inspect_store_or_step(StoreT& store, const InspectOptions& options, Inspection& out) {
+[[nodiscard]] inline Status inspect_store_or_step(Store& store, const InspectOptions& options, Inspection& out) {
   if (options.selection.all()) {
     bool damaged = false;
     out.doc = inspect_store(store, damaged);
@@ -239,8 +204,10 @@ CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, c
   // A store on objects (spec/OBJECT.md 4) is described as a directory store is, read-only.
   if (object::is_object_url(path)) {
     if (!options.persistent.empty()) return misuse("--persistent applies to a memory root or rank directory");
-    CKPT_ASSIGN_OR_RETURN(object::OpenedObjectStore opened, object::open_store_url(options.open_objects, path, Access::read_only));
-    CKPT_TRY(detail::inspect_store_or_step(*opened.store, options, out));
+    StoreOptions o;
+    o.open_objects = options.open_objects;
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, open_store(path, Access::read_only, o));
+    CKPT_TRY(detail::inspect_store_or_step(*store, options, out));
     return out;
   }
   // Formats ckpt did not write are told apart first; ckpt's own files and directories never match.

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <utility>
 
-#include "../../store/object_store.hpp"
+#include "../../store/store.hpp"
 #include "../verify.hpp"
 
 namespace ckpt::report {
@@ -74,7 +74,7 @@ inline void finish_step(StepOutcome& step, const std::vector<FileOutcome>& files
   step.dir = join_path(store.path(), info.dir);
   step.label = "step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ", " + step.dir + ")";
   const std::size_t first = files.size();
-  StepVerifyReport report = verify_step(fs, store.path(), info, store.uuid(), recording_verifier(fs, options, files));
+  StepVerifyReport report = verify_step(fs, store.step_root(), info, store.uuid(), recording_verifier(fs, options, files));
   const bool missing = report.files_missing();  // before the problems are moved out of the report
   take_step_report(step, std::move(report), first, files);
   if (missing) {
@@ -116,12 +116,22 @@ inline void finish_step(StepOutcome& step, const std::vector<FileOutcome>& files
   return step;
 }
 
-// A store: its journal (damage, or what a crash normally leaves), then the selected committed steps.
+// A store: its log (damage, or what a crash normally leaves), then the selected committed steps.
 [[nodiscard]] inline Status verify_store(FsRef fs, const std::string& path, const VerifyPathsOptions& options, VerifyPathsReport& into) {
-  StoreOutcome out;
-  out.path = path;
   CKPT_ASSIGN_OR_RETURN(auto store, open_store_for_reading(fs, path));
-  const RecoveryReport& report = store->recovery_report();
+  return verify_open_store(*store, options, into);
+}
+
+[[nodiscard]] inline Status selection_misuse(const std::string& path) {
+  return make_error(Code::invalid_argument, path + ": --step and --latest apply to store directories only");
+}
+
+}  // namespace detail
+
+CKPT_INLINE Status verify_open_store(Store& store, const VerifyPathsOptions& options, VerifyPathsReport& into) {
+  StoreOutcome out;
+  out.path = store.path();
+  const RecoveryReport& report = store.recovery_report();
   out.journal = report.journal;
   if (report.corrupt()) out.problems.push_back(report.corruption_status());
   if (report.tail_damaged())  // every byte there and not checking out: damage to durable data (spec/JOURNAL.md 6.3)
@@ -133,50 +143,20 @@ inline void finish_step(StepOutcome& step, const std::vector<FileOutcome>& files
     out.notes.push_back("torn journal tail at offset " + std::to_string(report.journal.torn_tail->offset) + " (" +
                         std::to_string(report.journal.torn_tail->length) +
                         " bytes, left by a crash; the next writer or ckpt-repair truncates it)");
+  // A log object that does not decode is damage to durable data (spec/OBJECT.md 4.2).
+  for (const auto& p : report.log_damage) out.problems.push_back(make_error(Code::corrupt, p));
   for (const auto& u : report.unknown_entries)
     out.notes.push_back("unknown entry '" + u + "' in the store: no journal record accounts for it (a symlink, device or FIFO is never followed)");
   for (const auto& t : report.transactions)
     if (t.state == TxnState::open)
       out.notes.push_back("transaction " + std::to_string(t.txn) + " (step " + std::to_string(t.step) +
                           ") is open: a save in progress, or left by a crash (not a step)");
-  CKPT_ASSIGN_OR_RETURN(auto selected, select_steps(*store, options.selection));
-  for (const auto& info : selected) {
-    into.steps.push_back(verify_committed_step(fs, *store, info, options, into.files));
-    out.steps.push_back(into.steps.size() - 1);
-  }
-  out.ok = out.problems.empty();
-  for (const auto k : out.steps) out.ok = out.ok && into.steps[k].ok;
-  into.stores.push_back(std::move(out));
-  return Status();
-}
-
-[[nodiscard]] inline Status selection_misuse(const std::string& path) {
-  return make_error(Code::invalid_argument, path + ": --step and --latest apply to store directories only");
-}
-
-}  // namespace detail
-
-CKPT_INLINE Status verify_object_store(object::ObjectStore& store, const VerifyPathsOptions& options, VerifyPathsReport& into) {
-  StoreOutcome out;
-  out.path = store.url();
-  // A log object that does not decode is damage to durable data (spec/OBJECT.md 4.2).
-  for (const auto& p : store.log().problems) out.problems.push_back(make_error(Code::corrupt, p));
-  for (const auto& key : store.log().unknown)
-    out.notes.push_back("unknown object '" + key + "' under log/: no rule of spec/OBJECT.md 4.2 names it (left alone)");
   CKPT_ASSIGN_OR_RETURN(auto selected, select_steps(store, options.selection));
-  FsRef fs = store.fs();
-  VerifyPathsOptions on_objects = options;
-  on_objects.check_shard = nullptr;  // the caller's checker reads files; these shards are objects
+  // The caller's checker (a GPU, say) reads files; shards on object storage are read through the store's Fs.
+  VerifyPathsOptions through_store = options;
+  if (is_object_url(store.path())) through_store.check_shard = nullptr;
   for (const auto& info : selected) {
-    StepOutcome step;
-    step.info = info;
-    step.dir = store.url() + info.dir;
-    step.label = "step " + std::to_string(info.step) + " (txn " + std::to_string(info.txn) + ", " + step.dir + ")";
-    const std::size_t first = into.files.size();
-    detail::take_step_report(step, verify_step(fs, "", info, store.uuid(), detail::recording_verifier(fs, on_objects, into.files)),
-                             first, into.files);
-    detail::finish_step(step, into.files);
-    into.steps.push_back(std::move(step));
+    into.steps.push_back(detail::verify_committed_step(store.fs(), store, info, through_store, into.files));
     out.steps.push_back(into.steps.size() - 1);
   }
   out.ok = out.problems.empty();
@@ -188,9 +168,11 @@ CKPT_INLINE Status verify_object_store(object::ObjectStore& store, const VerifyP
 CKPT_INLINE void verify_path(FsRef fs, const std::string& path, const VerifyPathsOptions& options, VerifyPathsReport& into) {
   auto fail = [&](Status s) { into.errors.push_back({path, std::move(s)}); };
   if (is_object_url(path)) {
-    auto opened = object::open_store_url(options.open_objects, path, Access::read_only);
+    StoreOptions o;
+    o.open_objects = options.open_objects;
+    auto opened = open_store(path, Access::read_only, o);
     if (!opened.ok()) return fail(opened.status());
-    Status s = verify_object_store(*opened->store, options, into);
+    Status s = verify_open_store(**opened, options, into);
     if (!s.ok()) fail(s);
     return;
   }

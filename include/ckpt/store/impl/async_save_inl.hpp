@@ -5,10 +5,9 @@
 
 namespace ckpt {
 
-CKPT_INLINE Result<std::unique_ptr<AsyncSaver>> AsyncSaver::create_with(std::unique_ptr<SaveTarget> target,
-                                                                     AsyncSaveOptions options, std::optional<CommRef> control) {
-  SaveTarget& store = *target;
-  if (!store.writable())
+CKPT_INLINE Result<std::unique_ptr<AsyncSaver>> AsyncSaver::create_with(Store& store, AsyncSaveOptions options,
+                                                                     std::optional<CommRef> control) {
+  if (store.access() != Access::read_write)
     return make_error(Code::invalid_argument, store.path() + ": an async saver needs a store opened read_write");
   if (options.max_in_flight == 0) return make_error(Code::invalid_argument, "max_in_flight must be at least 1");
   if (control && store.world_size() != control->size())
@@ -19,7 +18,7 @@ CKPT_INLINE Result<std::unique_ptr<AsyncSaver>> AsyncSaver::create_with(std::uni
                       "WhenBusy::skip across ranks needs a control communicator, so every rank skips the same steps");
   // At least two slabs: one being filled while the worker writes the other (spec/ASYNC.md 3).
   std::size_t slab = std::max<std::size_t>(StagingPool::kPage, std::min(options.slab_bytes, options.staging_bytes / 2));
-  std::unique_ptr<AsyncSaver> saver(new AsyncSaver(std::move(target), options, control));
+  std::unique_ptr<AsyncSaver> saver(new AsyncSaver(store, options, control));
   auto pool = StagingPool::create(options.staging_bytes, slab, options.memory);
   if (!pool.ok()) return pool.status();
   saver->pool_ = std::move(pool).value();

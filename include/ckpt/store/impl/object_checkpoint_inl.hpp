@@ -11,18 +11,20 @@ namespace ckpt::object {
 CKPT_INLINE Result<Checkpoint> open_checkpoint(FsRef fs, const std::string& path, const StepSelector& selector,
                                              const ObjectOpener& open_objects) {
   if (!is_object_url(path)) return Checkpoint::open(fs, path, selector);
-  CKPT_ASSIGN_OR_RETURN(OpenedObjectStore opened, open_store_url(open_objects, path, Access::read_only));
-  ObjectStore& store = *opened.store;
+  StoreOptions o;
+  o.open_objects = open_objects;
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Store> opened, open_store(path, Access::read_only, o));
+  Store& store = *opened;
   std::optional<StepInfo> chosen;
   if (selector.step) {
     CKPT_ASSIGN_OR_RETURN(chosen, store.find(*selector.step));
   } else {
     chosen = store.latest();
-    if (!chosen) return make_error(Code::not_found, store.url() + ": the store has no committed step");
+    if (!chosen) return make_error(Code::not_found, store.path() + ": the store has no committed step");
   }
   CKPT_ASSIGN_OR_RETURN(StepReader reader, store.open_step(*chosen));
-  const std::string name = store.url();
-  return Result<Checkpoint>(Checkpoint::from_step(std::move(reader), *chosen, name, std::make_shared<OpenedObjectStore>(std::move(opened))));
+  const std::string name = store.path();
+  return Result<Checkpoint>(Checkpoint::from_step(std::move(reader), *chosen, name, opened));
 }
 
 CKPT_INLINE Result<ReshardSummary> reshard_to_path(FsRef fs, Checkpoint& source, const std::string& destination,
@@ -31,16 +33,12 @@ CKPT_INLINE Result<ReshardSummary> reshard_to_path(FsRef fs, Checkpoint& source,
   if (!open_objects)
     return make_error(Code::unsupported, destination + ": this build has no object-store client (ckpt::s3: libcurl, pugixml)");
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ObjectClient> client, open_objects(destination));
-  ObjectStoreOptions store_options;
+  StoreOptions store_options = options.store;
   store_options.create_if_missing = true;
-  store_options.chunk_size_log2 = options.store.chunk_size_log2;
-  store_options.alignment_log2 = options.store.alignment_log2;
-  store_options.buffer_size = options.store.buffer_size;
-  store_options.retention = options.store.retention;
   return reshard_with(source, options, [&](ThreadComm& comm, std::uint64_t step) -> Result<std::unique_ptr<RankSave>> {
-    CKPT_ASSIGN_OR_RETURN(auto store, ObjectStore::open(*client, Access::read_write, store_options, comm));
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(*client), Access::read_write, store_options, comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
-    return std::unique_ptr<RankSave>(std::make_unique<RankSaveOf<ObjectStore, ObjectTransaction>>(std::move(store), std::move(tx)));
+    return std::unique_ptr<RankSave>(std::make_unique<RankSaveOf<Store, Transaction>>(std::move(store), std::move(tx)));
   });
 }
 

@@ -2,6 +2,8 @@
 // the plan (a pure function of journal bytes and directory contents) and its execution.
 #pragma once
 
+#include "../journal_log.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
+
 #include <algorithm>
 #include <set>
 

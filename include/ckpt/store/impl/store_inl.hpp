@@ -116,72 +116,14 @@ CKPT_INLINE Store::~Store() {
     tx->drop(make_error(Code::cancelled, "its store was closed before commit() or abort()"));
     tx->store_ = nullptr;
   }
-  journal_.reset();
-  if (lock_.valid()) fs_.close(lock_).ignore_error();  // releases the writer lock
 }
 
 CKPT_INLINE void Store::adopt(RecoveryReport report) {
   txns_ = report.transactions;
-  by_txn_.clear();
-  for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.insert({txns_[i].txn, i});
+  reindex();
   next_txn_ = std::max(next_txn_, report.next_txn);
   uuid_ = report.journal.header.store_uuid;
   report_ = std::move(report);
-}
-
-CKPT_INLINE Status Store::open_read_only() {
-  // Reads only: no lock, no recovery; an open transaction or a torn tail is simply not a step (spec 6.5).
-  CKPT_ASSIGN_OR_RETURN(RecoveryReport report, check_store(fs_, path_));
-  if (report.corrupt() && !options_.allow_corrupt_journal) return report.corruption_status();
-  adopt(std::move(report));
-  return Status();
-}
-
-CKPT_INLINE Status Store::open_writable() {
-  auto info = fs_.stat(path_);
-  if (!info.ok()) {
-    if (info.status().code() != Code::not_found || !options_.create_if_missing) return info.status().with_context("store");
-    Status s = fs_.mkdir(path_);
-    if (!s.ok() && s.code() != Code::conflict) return s;
-    // The new directory's entry must be durable before anything inside it matters (R3).
-    CKPT_TRY(fs_.sync_dir(parent_path(path_)));
-  } else if (!info->is_dir) {
-    return make_error(Code::invalid_argument, path_ + ": not a directory");
-  }
-  auto lock = fs_.lock(join_path(path_, std::string(journal::kLockName)));
-  if (!lock.ok()) {
-    if (lock.status().code() == Code::conflict)
-      return make_error(Code::conflict, path_ + ": another writer has this store open (LOCK is held); open it read-only to read");
-    return lock.status();
-  }
-  lock_ = *lock;
-
-  const std::string journal_path = join_path(path_, std::string(journal::kJournalName));
-  auto journal_info = fs_.stat(journal_path);
-  if (!journal_info.ok()) {
-    if (journal_info.status().code() != Code::not_found) return journal_info.status();
-    if (!options_.create_if_missing)
-      return make_error(Code::not_found, path_ + ": not a ckpt store (no JOURNAL); pass create_if_missing to make one");
-    // Only an empty directory (or one left by an interrupted creation) becomes a store.
-    CKPT_ASSIGN_OR_RETURN(auto entries, fs_.list_dir(path_));
-    for (const auto& e : entries)
-      if (e != journal::kLockName && e.rfind(std::string(journal::kJournalName) + ".tmp-", 0) != 0)
-        return make_error(Code::conflict, path_ + ": holds '" + e + "' but no JOURNAL; refusing to make a store over other files");
-    JournalHeader header;
-    header.store_uuid = random_uuid();
-    CKPT_TRY(JournalWriter::create(fs_, journal_path, header));
-  }
-
-  auto file = fs_.open(journal_path, OpenMode::read_write);
-  if (!file.ok()) return file.status();
-  auto report = detail::scan_and_plan(fs_, path_, *file);
-  journal_.emplace(fs_, journal_path, *file, report.ok() ? report->journal.end : 0);  // owns the handle now
-  if (!report.ok()) return report.status();
-  if (report->corrupt()) return report->corruption_status();
-  CKPT_TRY(detail::apply_recovery(fs_, *journal_, *report));
-  adopt(std::move(report).value());
-  compacted_end_ = journal_->end();
-  return Status();
 }
 
 CKPT_INLINE void Store::reindex() {
@@ -189,29 +131,55 @@ CKPT_INLINE void Store::reindex() {
   for (std::size_t i = 0; i < txns_.size(); ++i) by_txn_.insert({txns_[i].txn, i});
 }
 
-CKPT_INLINE Status Store::compact_if_due() {
-  // The journal grows with live steps, not history (spec 5.7): rewrite once it has doubled since the last rewrite.
-  if (!journal_ || journal_->failed() || open_txn_ != nullptr) return Status();
-  if (!journal::compaction_due(journal_->end(), compacted_end_)) return Status();
-  return compact();
+CKPT_INLINE std::string Store::step_path(const std::string& dir) const {
+  return step_root().empty() ? dir : join_path(step_root(), dir);
+}
+
+CKPT_INLINE Status Store::maintain(bool force) {
+  if (!writer_ || (!force && (open_txn_ != nullptr || !log_->failure().ok()))) return Status();
+  Status s = log_->maintain(txns_, next_txn_, force);
+  reindex();
+  return s;
 }
 
 CKPT_INLINE Status Store::compact() {
   CKPT_TRY(check_writable());
   if (open_txn_ != nullptr)
-    return make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " is open; compact between saves");
-  Status s = detail::rewrite_journal(fs_, *journal_, uuid_, next_txn_, txns_);
-  reindex();
-  if (!s.ok()) return s.with_context(path_ + ": journal compaction");
-  compacted_end_ = journal_->end();
-  return Status();
+    return make_error(Code::conflict, path() + ": transaction " + std::to_string(open_txn_->txn()) + " is open; compact between saves");
+  return maintain(true);
 }
 
 CKPT_INLINE Status Store::refresh() {
-  if (access_ == Access::read_write) return Status();
-  CKPT_ASSIGN_OR_RETURN(RecoveryReport report, check_store(fs_, path_));
-  if (report.corrupt() && !options_.allow_corrupt_journal) return report.corruption_status();
-  adopt(std::move(report));
+  // A writer that excludes every other writer has nothing new to read (the journal's LOCK).
+  if (access_ == Access::read_write && log_->exclusive()) return Status();
+  if (log_->exclusive()) {  // each rank reads the journal itself: nothing to agree on
+    CKPT_ASSIGN_OR_RETURN(std::string none, log_->read(options_));
+    return read_log(none);
+  }
+  if (caller_coordinated()) {
+    if (!writer_) return Status();  // a participant knows no steps (open read-only to read)
+    CKPT_ASSIGN_OR_RETURN(std::string listing, log_->read(options_));
+    return read_log(listing);
+  }
+  // Collective like the open: rank 0 reads, every rank decodes what it read.
+  Status local;
+  std::string listing;
+  if (comm_.rank() == 0) {
+    auto read = log_->read(options_);
+    if (read.ok()) listing = std::move(*read);
+    else local = read.status();
+  }
+  if (comm_.size() > 1) {
+    CKPT_TRY(wire::agree(comm_, local));
+    CKPT_TRY(comm_.broadcast(listing, 0));
+  } else {
+    CKPT_TRY(local);
+  }
+  // A writer keeps the transactions it has open or knows better than the listing (offsets, failures).
+  std::vector<TxnInfo> mine = txns_;
+  CKPT_TRY(read_log(listing));
+  for (const auto& t : mine)
+    if (find_txn(t.txn) == nullptr && t.state == TxnState::open) mirror_txn(t);
   return Status();
 }
 
@@ -263,23 +231,26 @@ CKPT_INLINE std::vector<StepInfo> Store::steps() const {
   std::vector<StepInfo> out;
   for (const auto& t : txns_)
     if (t.state == TxnState::committed) out.push_back(step_info(t));
+  std::stable_sort(out.begin(), out.end(), [](const StepInfo& a, const StepInfo& b) { return a.step < b.step; });
   return out;
 }
 
 CKPT_INLINE std::optional<StepInfo> Store::latest() const {
-  for (auto it = txns_.rbegin(); it != txns_.rend(); ++it)
-    if (it->state == TxnState::committed) return step_info(*it);
-  return std::nullopt;
+  const TxnInfo* best = nullptr;
+  for (const auto& t : txns_)
+    if (t.state == TxnState::committed && (best == nullptr || t.step >= best->step)) best = &t;
+  if (best == nullptr) return std::nullopt;
+  return step_info(*best);
 }
 
 CKPT_INLINE Result<StepInfo> Store::find(std::uint64_t step) const {
   for (auto it = txns_.rbegin(); it != txns_.rend(); ++it)
     if (it->state == TxnState::committed && it->step == step) return step_info(*it);
-  return make_error(Code::not_found, path_ + ": no committed step " + std::to_string(step));
+  return make_error(Code::not_found, path() + ": no committed step " + std::to_string(step));
 }
 
 CKPT_INLINE Result<StepReader> Store::open_step(const StepInfo& info) {
-  return StepReader::open(fs_, path_, info, uuid_);
+  return StepReader::open(fs(), step_root(), info, uuid_);
 }
 
 CKPT_INLINE Result<StepReader> Store::open_step(std::uint64_t step) {
@@ -289,83 +260,37 @@ CKPT_INLINE Result<StepReader> Store::open_step(std::uint64_t step) {
 
 CKPT_INLINE Result<StepReader> Store::open_latest() {
   auto info = latest();
-  if (!info) return make_error(Code::not_found, path_ + ": no committed step");
+  if (!info) return make_error(Code::not_found, path() + ": no committed step");
   return open_step(*info);
 }
 
 CKPT_INLINE Result<StepVerifyReport> Store::verify_step(std::uint64_t step, const VerifyOptions& options) {
   CKPT_ASSIGN_OR_RETURN(StepInfo info, find(step));
-  return ckpt::verify_step(fs_, path_, info, uuid_, cpu_file_verifier(fs_, options));
+  return ckpt::verify_step(fs(), step_root(), info, uuid_, cpu_file_verifier(fs(), options));
 }
 
 CKPT_INLINE Status Store::check_writable() const {
-  if (access_ != Access::read_write) return make_error(Code::invalid_argument, path_ + ": store is open read-only");
-  if (!journal_)
-    return make_error(Code::invalid_argument, path_ + ": this rank is a participant: only rank 0 writes the journal (spec/SHARDING.md 3.1)");
-  if (journal_->failed())
-    return journal_->failure().with_context(path_ + ": the journal failed earlier; reopen the store so its recovery decides what is durable");
-  return Status();
-}
-
-CKPT_INLINE Status Store::remove_txn_files(const TxnInfo& t) {
-  std::vector<RecoveryAction> actions;
-  std::vector<std::string> notes;
-  detail::plan_removal(fs_, path_, t, actions, notes);
-  if (actions.empty()) return Status();
-  RecoveryAction sync;
-  sync.kind = RecoveryActionKind::sync_dir;
-  sync.path = path_;
-  actions.push_back(sync);
-  detail::run_removals(fs_, actions, 0);
-  bool dir_gone = false;
-  for (const auto& a : actions) dir_gone = dir_gone || (a.kind == RecoveryActionKind::remove_dir && a.done);
-  if (dir_gone)
-    if (TxnInfo* mine = find_txn(t.txn)) mine->dir_present = false;
-  std::string errors;
-  for (const auto& a : actions)
-    if (!a.error.empty()) errors += (errors.empty() ? "" : "; ") + a.describe();
-  for (const auto& n : notes) errors += (errors.empty() ? "" : "; ") + n;
-  if (errors.empty()) return Status();
-  return make_error(Code::io, errors + " (the next writable open retries)");
+  if (access_ != Access::read_write) return make_error(Code::invalid_argument, path() + ": store is open read-only");
+  if (!writer_)
+    return make_error(Code::invalid_argument, path() + ": this rank is a participant: only rank 0 writes the log (spec/SHARDING.md 3.1)");
+  return log_->failure();
 }
 
 CKPT_INLINE Status Store::abandon(std::uint64_t txn, AbortReason reason) {
   TxnInfo* t = find_txn(txn);
   if (t == nullptr) return make_error(Code::invalid_argument, "no transaction " + std::to_string(txn));
-  Status result;
-  if (!journal_->failed()) {
-    Status s = journal_->append_group({abort_record(AbortRecord{txn, t->step, reason})});
-    if (s.ok()) {
-      t->state = TxnState::aborted;
-      t->abort_reason = reason;
-      t->end_offset = journal_->last_offsets().front();
-    } else {
-      result = s;
-    }
-  }
-  // No COMMIT was written for this transaction, so removing its files cannot break a step (spec 5.5).
-  Status removed = remove_txn_files(*t);
-  if (result.ok() && removed.ok()) result = compact_if_due();
-  return result.ok() ? removed : result;
+  // No commit was written for this transaction, so removing its files cannot break a step (spec/JOURNAL.md 5.5).
+  Status result = log_->abort(*t, reason);
+  Status upkeep = result.ok() ? maintain(false) : Status();
+  return result.ok() ? upkeep : result;
 }
 
 CKPT_INLINE Status Store::retire_txns(const std::vector<std::uint64_t>& txns) {
-  std::vector<PendingRecord> records;
-  for (const auto id : txns) records.push_back(retire_record(RetireRecord{id, find_txn(id)->step}));
-  // RETIRE is durable before any file goes: a crash mid-removal leaves a retired step, never a broken live one (R8).
-  CKPT_TRY(journal_->append_group(records));
-  Status result;
-  for (std::size_t k = 0; k < txns.size(); ++k) {
-    TxnInfo* t = find_txn(txns[k]);
-    t->state = TxnState::retired;
-    t->retire_offset = journal_->last_offsets()[k];
-  }
-  for (const auto id : txns) {
-    Status s = remove_txn_files(*find_txn(id));
-    if (result.ok() && !s.ok()) result = s;
-  }
-  Status compacted = compact_if_due();
-  return result.ok() ? compacted : result;
+  std::vector<TxnInfo*> victims;
+  for (const auto id : txns) victims.push_back(find_txn(id));
+  Status result = log_->retire(victims);
+  Status upkeep = maintain(false);
+  return result.ok() ? upkeep : result;
 }
 
 CKPT_INLINE Status Store::retire(std::uint64_t step) {
@@ -373,7 +298,7 @@ CKPT_INLINE Status Store::retire(std::uint64_t step) {
   std::vector<std::uint64_t> victims;
   for (const auto& t : txns_)
     if (t.state == TxnState::committed && t.step == step) victims.push_back(t.txn);
-  if (victims.empty()) return make_error(Code::not_found, path_ + ": no committed step " + std::to_string(step));
+  if (victims.empty()) return make_error(Code::not_found, path() + ": no committed step " + std::to_string(step));
   return retire_txns(victims);
 }
 
@@ -394,6 +319,28 @@ CKPT_INLINE Result<std::vector<StepInfo>> Store::apply_retention(const Retention
   if (victims.empty()) return retired;
   CKPT_TRY(retire_txns(victims));
   return Result<std::vector<StepInfo>>(std::move(retired));
+}
+
+CKPT_INLINE Result<GarbageReport> Store::collect_garbage(bool dry_run) {
+  if (!dry_run) CKPT_TRY(check_writable());
+  CKPT_TRY(refresh());
+  return log_->collect_garbage(txns_, dry_run);
+}
+
+CKPT_INLINE Result<std::unique_ptr<CommitLog>> commit_log(const std::string& location, const StoreOptions& options) {
+  if (object::is_object_url(location)) {
+    if (!options.open_objects)
+      return make_error(Code::unsupported, location + ": this build has no object-store client (ckpt::s3: libcurl, pugixml)");
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<object::ObjectClient> client, options.open_objects(location));
+    return object_log(std::move(client));
+  }
+  static PosixFs posix;  // stateless
+  return journal_log(FsRef(posix), location);
+}
+
+CKPT_INLINE Result<std::unique_ptr<Store>> open_store(const std::string& location, Access access, StoreOptions options) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CommitLog> log, commit_log(location, options));
+  return Store::open(std::move(log), access, std::move(options));
 }
 
 CKPT_INLINE Result<StepRecheck> recheck_step(Store& store, std::uint64_t step, std::uint64_t txn) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 
 namespace ckpt {
@@ -198,38 +199,69 @@ CKPT_INLINE std::string encode_outcome(const RankOutcome& o) {
 
 // --- Store: open and begin ------------------------------------------------------------------------
 
-CKPT_INLINE Result<std::unique_ptr<Store>> Store::open(FsRef fs, std::string path, Access access, StoreOptions options) {
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open(std::unique_ptr<CommitLog> log, Access access, StoreOptions options) {
   static LocalComm local;  // stateless
-  return open_with(fs, std::move(path), access, options, CommRef(local));
+  return open_with(std::move(log), access, std::move(options), CommRef(local));
 }
 
-CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_with(FsRef fs, std::string path, Access access, StoreOptions options,
-                                                        CommRef comm) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  std::unique_ptr<Store> store(new Store(fs, std::move(path), access, options, comm));
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open(FsRef fs, std::string path, Access access, StoreOptions options) {
+  return open(journal_log(fs, std::move(path)), access, std::move(options));
+}
+
+CKPT_INLINE Status Store::read_log(const std::string& from_rank0) {
+  CKPT_ASSIGN_OR_RETURN(RecoveryReport report, log_->decode(from_rank0, options_));
+  adopt(std::move(report));
+  return Status();
+}
+
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_with(std::unique_ptr<CommitLog> log, Access access, StoreOptions options,
+                                                            CommRef comm) {
+  std::unique_ptr<Store> store(new Store(std::move(log), access, std::move(options), comm));
+  store->log_->configure(store->options_);
   const int rank = comm.rank(), world = comm.size();
+  // Rank 0 (or the one process) opens the log: the writer's open, or a read. What it read goes to the
+  // others, which decode it (a journal on a shared file system is read by each rank itself, after rank 0's
+  // recovery has finished with it: spec/SHARDING.md 3.1).
+  Status local;
+  std::string listing;
+  if (rank == 0) {
+    if (access == Access::read_write) {
+      auto opened = store->log_->open_writer(store->options_);
+      if (opened.ok()) {
+        store->adopt(std::move(opened).value());
+        store->writer_ = true;
+        if (world > 1) {
+          auto read = store->log_->read(store->options_);
+          if (read.ok()) listing = std::move(*read);
+          else local = read.status();
+        }
+      } else {
+        local = opened.status();
+      }
+    } else {
+      auto read = store->log_->read(store->options_);
+      if (read.ok()) listing = std::move(*read);
+      else local = read.status();
+      if (local.ok()) local = store->read_log(listing);
+    }
+  }
+  // No other rank waits on a world of one: its Status is the answer (and carries no rank name).
   if (world == 1) {
-    // No other rank waits on this open: its Status is the answer (and carries no rank name).
-    CKPT_TRY(access == Access::read_only ? store->open_read_only() : store->open_writable());
+    CKPT_TRY(local);
     return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
   }
-  Status local;
-  if (access == Access::read_only) {
-    local = store->open_read_only();
-  } else {
-    // Participants read the journal only once rank 0's recovery has finished with it (spec/SHARDING.md 3.1).
-    if (rank == 0) local = store->open_writable();
-    Encoder first;
-    wire::put_status(first, local);
-    std::string bytes = rank == 0 ? std::move(first.str()) : std::string();
-    CKPT_TRY(comm.broadcast(bytes, 0));
-    if (rank != 0) {
-      Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-      Status coordinator;
-      if (!wire::get_status(in, coordinator)) local = make_error(Code::corrupt, "rank 0 broadcast a malformed status");
-      else if (coordinator.ok()) local = store->open_read_only();  // rank 0's failure is reported by wire::agree()
-      store->participant_ = true;
-    }
+  Encoder first;
+  wire::put_status(first, local);
+  wire::put_text(first, listing);
+  std::string bytes = rank == 0 ? std::move(first.str()) : std::string();
+  CKPT_TRY(comm.broadcast(bytes, 0));
+  if (rank != 0) {
+    Decoder in = wire::decoder(bytes);
+    Status coordinator;
+    if (!wire::get_status(in, coordinator) || !wire::get_text(in, listing, std::numeric_limits<std::uint32_t>::max()))
+      local = make_error(Code::corrupt, "rank 0 broadcast a malformed open");
+    else if (coordinator.ok()) local = store->read_log(listing);  // rank 0's failure is reported by agree()
+    store->participant_ = access == Access::read_write;
   }
   CKPT_TRY(wire::agree(comm, local));
   return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
@@ -246,21 +278,30 @@ CKPT_INLINE void Store::mirror_txn(const TxnInfo& t) {
   next_txn_ = std::max(next_txn_, t.txn + 1);
 }
 
-CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_rank(FsRef fs, std::string path, int rank, int world,
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_rank(std::unique_ptr<CommitLog> log, int rank, int world,
                                                             StoreOptions options) {
   if (world < 1 || rank < 0 || rank >= world)
-    return make_error(Code::invalid_argument, path + ": rank " + std::to_string(rank) + " is not a rank of a world of " +
+    return make_error(Code::invalid_argument, log->location() + ": rank " + std::to_string(rank) + " is not a rank of a world of " +
                                                   std::to_string(world));
   static LocalComm local;  // replaced below, before anything uses it
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  std::unique_ptr<Store> store(new Store(fs, std::move(path), Access::read_write, options, CommRef(local)));
+  std::unique_ptr<Store> store(new Store(std::move(log), Access::read_write, std::move(options), CommRef(local)));
+  store->log_->configure(store->options_);
   store->caller_comm_.emplace(rank, world);
   store->comm_ = CommRef(*store->caller_comm_);
-  // Rank 0 opens as the collective open does (3.1). Another rank reads nothing: it writes only its own
-  // shard, and learns the transaction from rank 0's begin decision, so its open may come in any order.
-  if (rank == 0) CKPT_TRY(store->open_writable());
-  else store->participant_ = true;
+  // Rank 0 opens the log's writer as the collective open does (3.1). Another rank reads nothing: it writes
+  // only its own shard, and learns the transaction from rank 0's begin decision, so its open may come in any order.
+  if (rank == 0) {
+    CKPT_ASSIGN_OR_RETURN(RecoveryReport report, store->log_->open_writer(store->options_));
+    store->adopt(std::move(report));
+    store->writer_ = true;
+  } else {
+    store->participant_ = true;
+  }
   return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
+}
+
+CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_rank(FsRef fs, std::string path, int rank, int world, StoreOptions options) {
+  return open_rank(journal_log(fs, std::move(path)), rank, world, std::move(options));
 }
 
 CKPT_INLINE std::string Store::begin_request(std::uint64_t step) const {
@@ -268,9 +309,9 @@ CKPT_INLINE std::string Store::begin_request(std::uint64_t step) const {
   Status local;
   if (coordinator()) local = check_writable();
   else if (access_ != Access::read_write || !participant_)
-    local = make_error(Code::invalid_argument, path_ + ": rank " + std::to_string(comm_.rank()) + " did not open this store read_write");
+    local = make_error(Code::invalid_argument, path() + ": rank " + std::to_string(comm_.rank()) + " did not open this store read_write");
   if (local.ok() && open_txn_ != nullptr)
-    local = make_error(Code::conflict, path_ + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
+    local = make_error(Code::conflict, path() + ": transaction " + std::to_string(open_txn_->txn()) + " for step " +
                                            std::to_string(open_txn_->step()) + " is still open");
   Encoder request;
   request.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_request));
@@ -290,7 +331,7 @@ CKPT_INLINE std::string Store::decide_begin(std::uint64_t step, Result<std::vect
   TxnInfo t;
   Status decision = gathered.ok() ? Status() : gathered.status();
   if (decision.ok() && !coordinator())
-    decision = make_error(Code::invalid_argument, path_ + ": only rank 0, which holds the lock, decides a begin");
+    decision = make_error(Code::invalid_argument, path() + ": only rank 0, which holds the lock, decides a begin");
   if (decision.ok() && gathered->size() != static_cast<std::size_t>(world))
     decision = make_error(Code::invalid_argument, "begin: gathered " + std::to_string(gathered->size()) +
                                                       " requests from a world of " + std::to_string(world));
@@ -310,36 +351,25 @@ CKPT_INLINE std::string Store::decide_begin(std::uint64_t step, Result<std::vect
                                                         std::to_string(their_world) + ", rank 0 step " + std::to_string(step) +
                                                         " in a world of " + std::to_string(world));
   }
-  bool begun = false;
+  // A step number is live at most once, on every log (spec/JOURNAL.md 10): saved again only once retired.
+  for (const auto& live : txns_)
+    if (decision.ok() && live.state == TxnState::committed && live.step == step)
+      decision = make_error(Code::conflict, path() + ": step " + std::to_string(step) + " is committed (txn " + std::to_string(live.txn) +
+                                                "); a step number is committed once while it is live: retire it to save it again (spec/JOURNAL.md 10)");
   if (decision.ok()) {
     // The id is spent even if BEGIN fails: ids are never reused (spec/JOURNAL.md 5.6).
-    BeginRecord b;
-    b.txn = next_txn_++;
-    b.step = step;
-    b.world_size = static_cast<std::uint32_t>(world);
-    for (std::uint32_t r = 0; r < b.world_size; ++r) b.files.push_back(TxnFile{r, shard_file_name(r, b.world_size)});
-    // Step 1: BEGIN + fdatasync before any file exists: recovery can always find what to remove (R7).
-    auto record = begin_record(b);
-    decision = record.ok() ? journal_->append_group({*record}) : record.status();
-    if (decision.ok()) {
-      t.txn = b.txn;
-      t.step = step;
-      t.world_size = b.world_size;
-      t.files = b.files;
-      t.begin_offset = journal_->last_offsets().front();
-      mirror_txn(t);
-      begun = true;
-      // Step 2: the step directory is durable in the store before any rank creates a file in it (R3).
-      const std::string dir_path = join_path(path_, t.dir());
-      decision = fs_.mkdir(dir_path);
-      if (decision.ok()) decision = fs_.sync_dir(path_);
+    t.txn = log_->new_txn(next_txn_++);
+    t.step = step;
+    t.world_size = static_cast<std::uint32_t>(world);
+    for (std::uint32_t r = 0; r < t.world_size; ++r) t.files.push_back(TxnFile{r, shard_file_name(r, t.world_size)});
+    decision = log_->begin(t, txns_);
+    if (decision.ok() || t.begin_offset != 0) mirror_txn(t);  // BEGIN is durable: the transaction exists
+    if (!decision.ok() && t.begin_offset != 0) {
+      Status removed = abandon(t.txn, AbortReason::writer_error);
+      std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ")" + detail::abandoned_words(world);
+      if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
+      decision = decision.with_context(msg);
     }
-  }
-  if (!decision.ok() && begun) {
-    Status removed = abandon(t.txn, AbortReason::writer_error);
-    std::string msg = "step " + std::to_string(step) + " (txn " + std::to_string(t.txn) + ")" + detail::abandoned_words(world);
-    if (!removed.ok()) msg += " (cleanup: " + removed.message() + ")";
-    decision = decision.with_context(msg);
   }
   Encoder out;
   out.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_decision));
@@ -374,7 +404,7 @@ CKPT_INLINE Result<TxnInfo> Store::accept_begin(const std::string& decision_byte
 
 CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::create_shard(const TxnInfo& t) {
   // Phase 3: every rank creates its shard under the final name BEGIN gave it (O_EXCL).
-  const std::string dir_path = join_path(path_, t.dir());
+  const std::string dir_path = step_path(t.dir());
   const std::string shard_name = shard_file_name(static_cast<std::uint32_t>(comm_.rank()), t.world_size);
   WriterOptions wo;
   wo.alignment_log2 = options_.alignment_log2;
@@ -382,7 +412,7 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::create_shard(const TxnIn
   wo.buffer_size = options_.buffer_size;
   wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
   wo.durable = true;
-  CKPT_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::create(fs_, join_path(dir_path, shard_name), wo));
+  CKPT_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::create(fs(), join_path(dir_path, shard_name), wo));
   std::unique_ptr<Transaction> tx(new Transaction(this, t.txn, t.step, dir_path, shard_name, std::move(writer)));
   open_txn_ = tx.get();
   return Result<std::unique_ptr<Transaction>>(std::move(tx));  // explicit: nvcc (EDG) has no C++20 implicit move
@@ -394,7 +424,7 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::join(const std::string& 
 }
 
 CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step) {
-  if (caller_coordinated()) return CallerComm::refusal().with_context(path_);
+  if (caller_coordinated()) return CallerComm::refusal().with_context(path());
   // The phases of spec/SHARDING.md 3.2, with the messages carried by the store's communicator.
   const int rank = comm_.rank(), world = comm_.size();
   auto gathered = comm_.gather(begin_request(step), 0);
@@ -452,7 +482,6 @@ CKPT_INLINE Status Transaction::add_replicated_tensor(std::string_view name, DTy
 
 CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<std::string>> reports) {
   Store& store = *store_;
-  FsRef fs = store.fs_;
   const std::string where = "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ")";
   detail::RankOutcome outcome;
   Status decision = reports.ok() ? Status() : reports.status();
@@ -499,41 +528,26 @@ CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<
   bool in_doubt = false;
   if (decision.ok()) decision = detail::complete_manifest(m, txn_, step_, world_, store.uuid_, state_, optimizer);
   if (decision.ok()) {
-    // Step 4 of spec/JOURNAL.md 5.3: every shard is durable (each rank synced file and directory before it
-    // reported), so the MANIFEST may now refer to them: under its final name (the journal implies it), fsynced.
+    // Steps 4-6 of spec/JOURNAL.md 5.3: the MANIFEST durable under its final name, then the commit point.
     const std::string bytes = encode_manifest(m);
-    const std::string manifest_path = join_path(dir_path_, std::string(journal::kManifestName));
-    auto file = fs.open(manifest_path, OpenMode::create_new);
-    if (!file.ok()) {
-      decision = file.status().with_context(manifest_path);
-    } else {
-      ScopedFile scoped(fs, *file);
-      decision = fs.pwrite(scoped.get(), bytes.data(), bytes.size(), 0);
-      if (decision.ok()) decision = fs.sync(scoped.get());
-      if (decision.ok()) decision = scoped.close();
-      if (!decision.ok()) decision = decision.with_context(manifest_path);
-    }
-    // Step 5: the MANIFEST entry is durable before COMMIT refers to it (R3).
-    if (decision.ok()) decision = fs.sync_dir(dir_path_).with_context(dir_path_);
+    TxnInfo* t = store.find_txn(txn_);
+    decision = store.log_->write_manifest(*t, bytes).with_context(where);
     if (decision.ok()) {
-      // Step 6: COMMIT + fdatasync: the step exists once this returns.
       CommitRecord c{txn_, step_, bytes.size(), manifest_digest(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size())};
       const SaveRecord stats = save_record(c, m);
-      decision = store.journal_->append_group({commit_record(c), save_stats_record(stats)});
+      CommitDoubt doubt = CommitDoubt::none;
+      decision = store.log_->commit(*t, c, stats, doubt);
       if (!decision.ok()) {
-        in_doubt = true;  // the COMMIT may be on disk: nothing may be removed (spec/JOURNAL.md 5.4)
-        decision = decision.with_context(where + ": the COMMIT record could not be made durable, so it may or may not have "
-                                                 "committed; the store refuses writes until it is reopened, and its recovery decides");
+        in_doubt = doubt == CommitDoubt::in_doubt;  // the commit may be durable: nothing may be removed
+        decision = decision.with_context(where);
       } else {
-        TxnInfo* t = store.find_txn(txn_);
         t->state = TxnState::committed;
         t->commit = c;
         t->save = stats;
-        t->end_offset = store.journal_->last_offsets().front();
         outcome.committed = true;
         outcome.commit = c;
         outcome.commit_offset = t->end_offset;
-        // The transaction is over once COMMIT is durable: retention and compaction run between saves (spec 5.7).
+        // The transaction is over once the commit is durable: retention and upkeep run between saves (spec 5.7).
         finished_ = true;
         if (store.open_txn_ == this) store.open_txn_ = nullptr;
         if (store.options_.retention.enabled()) {
@@ -647,7 +661,7 @@ CKPT_INLINE std::string Transaction::make_report(bool commit, const Status& reas
     auto summary = writer_->finish();
     if (summary.ok() && store.options_.verify_written) {
       // Opt-in: the finished file read back through the reader's checks and every chunk verified (FORMAT 7.2).
-      auto checked = verify_file(store.fs_, summary->path, VerifyOptions{});
+      auto checked = verify_file(store.fs(), summary->path, VerifyOptions{});
       if (!checked.ok()) summary = checked.status();
       else if (!checked->ok())
         summary = make_error(Code::corrupt, summary->path + ": reads back with " + std::to_string(checked->problems.size()) +

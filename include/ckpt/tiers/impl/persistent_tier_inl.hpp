@@ -21,18 +21,22 @@ namespace detail {
 
 }  // namespace detail
 
+// The commit log `where` names: the journal of a directory on fs, or the log of an object store.
+[[nodiscard]] CKPT_INLINE Result<std::unique_ptr<CommitLog>> persistent_log(FsRef fs, const std::string& where,
+                                                                          const object::ObjectOpener& open_objects) {
+  if (!object::is_object_url(where)) return journal_log(fs, where);
+  CKPT_ASSIGN_OR_RETURN(auto client, detail::open_persistent_client(open_objects, where));
+  return object_log(std::move(client));
+}
+
 CKPT_INLINE Result<std::unique_ptr<PersistentTier>> PersistentTier::open_read(FsRef fs, const std::string& where,
                                                                            const object::ObjectOpener& open_objects, bool allow_damage) {
   std::unique_ptr<PersistentTier> tier(new PersistentTier());
-  if (object::is_object_url(where)) {
-    // A read-only open never writes; log objects that do not decode are reported, not fatal (spec/OBJECT.md 4.2).
-    CKPT_ASSIGN_OR_RETURN(tier->client_, detail::open_persistent_client(open_objects, where));
-    CKPT_ASSIGN_OR_RETURN(tier->objects_, object::ObjectStore::open(*tier->client_, Access::read_only));
-    return tier;
-  }
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CommitLog> log, persistent_log(fs, where, open_objects));
+  // A read-only open never writes; log objects that do not decode are reported, not fatal (spec/OBJECT.md 4.2).
   StoreOptions o;
   o.allow_corrupt_journal = allow_damage;
-  CKPT_ASSIGN_OR_RETURN(tier->store_, Store::open(fs, where, Access::read_only, o));
+  CKPT_ASSIGN_OR_RETURN(tier->store_, Store::open(std::move(log), Access::read_only, o));
   return tier;
 }
 
@@ -40,72 +44,32 @@ CKPT_INLINE Result<std::unique_ptr<PersistentTier>> PersistentTier::open_write(F
                                                                             const object::ObjectOpener& open_objects,
                                                                             const PersistentWriteOptions& options, CommRef comm) {
   std::unique_ptr<PersistentTier> tier(new PersistentTier());
-  if (object::is_object_url(where)) {
-    // Each rank its own client (its own connections, spec/OBJECT.md 4.7); every rank must have one before
-    // the collective open, or rank 0 would wait for a rank that is not coming.
-    auto client = detail::open_persistent_client(open_objects, where);
-    CKPT_TRY(wire::agree(comm, client.status()));
-    tier->client_ = std::move(*client);
-    object::ObjectStoreOptions o;
-    o.create_if_missing = true;
-    o.chunk_size_log2 = options.chunk_size_log2;
-    o.retention.keep_last = options.keep;
-    CKPT_ASSIGN_OR_RETURN(tier->objects_, object::ObjectStore::open(*tier->client_, Access::read_write, o, comm));
-    return tier;
-  }
+  // Each rank its own log (on object storage its own client and connections, spec/OBJECT.md 4.7); every
+  // rank must have one before the collective open, or rank 0 would wait for a rank that is not coming.
+  auto log = persistent_log(fs, where, open_objects);
+  CKPT_TRY(wire::agree(comm, log.status()));
   StoreOptions o;
   o.create_if_missing = true;
   o.chunk_size_log2 = options.chunk_size_log2;
   o.retention.keep_last = options.keep;
-  CKPT_ASSIGN_OR_RETURN(tier->store_, Store::open(fs, where, Access::read_write, o, comm));
+  CKPT_ASSIGN_OR_RETURN(tier->store_, Store::open(std::move(*log), Access::read_write, o, comm));
   return tier;
-}
-
-CKPT_INLINE std::string PersistentTier::path() const { return objects_ ? objects_->url() : store_->path(); }
-
-CKPT_INLINE FsRef PersistentTier::fs() { return objects_ ? objects_->fs() : store_->fs(); }
-
-CKPT_INLINE std::string PersistentTier::root() const { return objects_ ? std::string() : store_->path(); }
-
-CKPT_INLINE const Uuid& PersistentTier::uuid() const noexcept { return objects_ ? objects_->uuid() : store_->uuid(); }
-
-CKPT_INLINE std::vector<StepInfo> PersistentTier::steps() const { return objects_ ? objects_->steps() : store_->steps(); }
-
-CKPT_INLINE std::optional<StepInfo> PersistentTier::latest() const { return objects_ ? objects_->latest() : store_->latest(); }
-
-CKPT_INLINE Result<StepInfo> PersistentTier::find(std::uint64_t step) const { return objects_ ? objects_->find(step) : store_->find(step); }
-
-CKPT_INLINE Result<StepReader> PersistentTier::open_step(const StepInfo& info) {
-  return objects_ ? objects_->open_step(info) : store_->open_step(info);
 }
 
 CKPT_INLINE std::vector<std::pair<Status, std::string>> PersistentTier::damage() const {
   std::vector<std::pair<Status, std::string>> out;
-  if (objects_) {
-    for (const auto& p : objects_->log().problems)
-      out.emplace_back(make_error(Code::corrupt, p), objects_->client().url(std::string(object::layout::kLogPrefix)));
-  } else if (store_->recovery_report().corrupt()) {
-    out.emplace_back(store_->recovery_report().corruption_status(), join_path(store_->path(), std::string(journal::kJournalName)));
-  }
+  const RecoveryReport& r = store_->recovery_report();
+  for (const auto& p : r.log_damage)
+    out.emplace_back(make_error(Code::corrupt, p), join_path(store_->path(), std::string(object::layout::kLogPrefix)));
+  if (r.corrupt()) out.emplace_back(r.corruption_status(), join_path(store_->path(), std::string(journal::kJournalName)));
   return out;
 }
 
 CKPT_INLINE Status PersistentTier::can_commit(std::uint64_t step) const {
-  if (!objects_) return Status();
-  const auto last = objects_->latest();
-  if (last && step <= last->step)
-    return make_error(Code::conflict, objects_->url() + ": step " + std::to_string(step) + " is not above the latest committed step " +
-                                          std::to_string(last->step) + " (a step number is committed once, spec/OBJECT.md 4.4)");
+  if (auto live = store_->find(step); live.ok())
+    return make_error(Code::conflict, path() + ": step " + std::to_string(step) + " is committed there (txn " + std::to_string(live->txn) +
+                                          "; a step number is live once, spec/JOURNAL.md 10)");
   return Status();
-}
-
-CKPT_INLINE Result<PersistentTransaction> PersistentTier::begin(std::uint64_t step) {
-  if (objects_) {
-    CKPT_ASSIGN_OR_RETURN(auto tx, objects_->begin(step));
-    return PersistentTransaction(std::move(tx));
-  }
-  CKPT_ASSIGN_OR_RETURN(auto tx, store_->begin(step));
-  return PersistentTransaction(std::move(tx));
 }
 
 }  // namespace ckpt::tiers

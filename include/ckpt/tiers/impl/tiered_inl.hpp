@@ -784,7 +784,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   }
   phase("promoting", step);
   CKPT_ASSIGN_OR_RETURN(PersistentTransaction tx, persistent_->begin(step));
-  auto committed = std::visit([&](auto& t) { return detail::promote_shard(*t, mine.shard(0), mine.state(), step); }, tx);
+  auto committed = detail::promote_shard(*tx, mine.shard(0), mine.state(), step);
   CKPT_TRY(committed.status());
   // The persistent copy must be the same content: its shard digest against the memory shard's.
   Status same;
