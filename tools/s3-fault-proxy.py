@@ -17,7 +17,7 @@ Faults come from rules, set through the control API between a test's operations:
   DELETE /rules     no rules: forward everything
   GET    /log       the request log, one line per request: seq TAB method TAB path TAB query TAB status TAB action
                     (status 0 where no status reached the client); ?json=1 for a JSON list
-  DELETE /log       clears the log
+  DELETE /log       clears the log: a request that arrived before it is not recorded, however late it ends
   POST   /release   releases every hung request (its connection is closed without an answer)
 
 A rule is an object:
@@ -94,6 +94,7 @@ class State:
         self.rules = []
         self.log = []
         self.seq = 0
+        self.cleared_through = 0  # DELETE /log: requests that arrived before it stay out, however late they end
         self.release = threading.Event()
 
     def set_rules(self, rules):
@@ -150,6 +151,8 @@ class State:
 
     def record(self, seq, method, path, query, status, action):
         with self.lock:
+            if seq <= self.cleared_through:
+                return  # answered before the log was cleared, recorded after (the answer is sent first)
             self.log.append({"seq": seq, "method": method, "path": path, "query": query, "status": status,
                              "action": action, "time": time.time()})
 
@@ -424,6 +427,7 @@ class ControlHandler(BaseHTTPRequestHandler):
         elif self.path == "/log":
             with state.lock:
                 state.log.clear()
+                state.cleared_through = state.seq
         else:
             return self.reply(404, "no such control resource\n")
         return self.reply(200, "ok\n")

@@ -426,6 +426,16 @@ class PyAsyncSaver;
 // A store of steps: a directory (spec/JOURNAL.md) or an "s3://bucket/prefix" on object storage (spec/OBJECT.md 4);
 // ckpt::open_store tells them apart.
 class PyStore {
+  // (Defined before their uses: their return types are deduced.)
+  ckpt::Store& live() {
+    if (!store_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
+    return *store_;
+  }
+  template <class F>
+  decltype(auto) released(F&& f) {
+    ckpt::Store& s = live();
+    return without_gil([&] { return f(s); });
+  }
  public:
   static std::unique_ptr<PyStore> open(const std::string& path, bool read_only, bool create, std::uint64_t keep_last,
                                        std::uint64_t keep_every, std::uint32_t chunk_size_log2, bool verify_written) {
@@ -508,15 +518,6 @@ class PyStore {
 
  private:
   explicit PyStore(std::unique_ptr<ckpt::Store> s) : store_(std::move(s)) {}
-  ckpt::Store& live() {
-    if (!store_) throw StatusError{ckpt::make_error(Code::invalid_argument, "the store is closed")};
-    return *store_;
-  }
-  template <class F>
-  decltype(auto) released(F&& f) {
-    ckpt::Store& s = live();
-    return without_gil([&] { return f(s); });
-  }
   static ckpt::StoreOptions options(bool create, std::uint64_t keep_last, std::uint64_t keep_every, std::uint32_t chunk_size_log2,
                                     bool verify_written) {
     ckpt::StoreOptions o;
