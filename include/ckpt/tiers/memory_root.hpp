@@ -22,6 +22,7 @@
 #include "../identity/identity.hpp"
 #include "../io/fs.hpp"
 #include "../io/object/client.hpp"
+#include "../store/memory_layout.hpp"
 #include "../store/path_kind.hpp"
 #include "../core/problem.hpp"
 #include "../store/step_reader.hpp"
@@ -30,12 +31,6 @@
 #include "tiered.hpp"
 
 namespace ckpt::tiers {
-
-// path_kind.hpp recognises memory roots without parsing this header; both must spell the layout alike.
-static_assert(memory_layout::kRankDirPrefix == layout::kRankDirPrefix, "rank directory prefix");
-static_assert(memory_layout::kOwnStore == layout::kOwnStore, "own store name");
-static_assert(memory_layout::kHeldPrefix == layout::kHeldPrefix, "held store prefix");
-static_assert(memory_layout::kTierLog == tier_log::kLogName, "tier log name");
 
 // One committed step of a memory store: one copy of one shard.
 struct ShardCopy {
