@@ -22,7 +22,6 @@
 #include "../identity/identity.hpp"
 #include "../io/fs.hpp"
 #include "../io/object/client.hpp"
-#include "../store/memory_layout.hpp"
 #include "../store/path_kind.hpp"
 #include "../core/problem.hpp"
 #include "../store/step_reader.hpp"

@@ -17,7 +17,6 @@
 #include "../identity/identity.hpp"
 #include "../io/fs.hpp"
 #include "../store/journal.hpp"
-#include "../store/memory_layout.hpp"
 
 namespace ckpt::tiers {
 

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "../../store/memory_layout.hpp"
 #include "../../store/path_kind.hpp"
 #include "../../store/step_reader.hpp"
 #include "../../store/store.hpp"

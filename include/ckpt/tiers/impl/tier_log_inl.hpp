@@ -3,6 +3,7 @@
 
 #include "../../core/coding.hpp"
 #include "../../core/uuid.hpp"
+#include "../../store/memory_layout.hpp"
 #include "../tier_log.hpp"
 
 namespace ckpt::tiers {
