@@ -360,7 +360,7 @@ struct TieredCheckpointer::Resume {
   };
 
   Resume(TieredCheckpointer& owner, const std::function<Status(TierView&)>& load_fn)
-      : t(owner), load(load_fn), me(static_cast<std::uint32_t>(owner.rank())), world(static_cast<std::uint32_t>(owner.world())),
+      : tiers(owner), load(load_fn), me(static_cast<std::uint32_t>(owner.rank())), world(static_cast<std::uint32_t>(owner.world())),
         persistent_scanned(owner.options_.persistent.empty()) {}
 
   // Scan (spec/TIERS.md 7.1).
@@ -375,10 +375,10 @@ struct TieredCheckpointer::Resume {
   // Fetch, verify, load (7.2) and the verdicts (7.3); true when every rank loaded.
   [[nodiscard]] Result<bool> fetch_and_load();
   [[nodiscard]] Fetch sources();
-  [[nodiscard]] Status exchange_copies(Fetch& f);
-  void verify_fetched(Fetch& f);
+  [[nodiscard]] Status exchange_copies(Fetch& fetch);
+  void verify_fetched(Fetch& fetch);
   [[nodiscard]] Status load_view();
-  [[nodiscard]] Result<bool> judge(const Fetch& f, bool needs_met, const Status& load_status);
+  [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
   [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
   // Finish (7.4).
   [[nodiscard]] Result<Resumed> finish();
@@ -387,7 +387,7 @@ struct TieredCheckpointer::Resume {
   [[nodiscard]] Status refill();
   [[nodiscard]] std::string refill_list() const;
 
-  TieredCheckpointer& t;
+  TieredCheckpointer& tiers;
   const std::function<Status(TierView&)>& load;
   const std::uint32_t me, world;
   Resumed out;
@@ -437,21 +437,21 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
 
 CKPT_INLINE void TieredCheckpointer::Resume::scan_memory() {
   // The rank directories of the node's memory root (a root that cannot be listed holds nothing to resume).
-  auto dirs = memory_layout::scan_memory_root(t.fs_, t.options_.memory_root);
+  auto dirs = memory_layout::scan_memory_root(tiers.fs_, tiers.options_.memory_root);
   if (dirs.ok()) {
     // Every log of the node first: a rank may have set aside a copy in another rank's directory.
     std::set<std::pair<std::string, std::uint64_t>> aside_paths;
     for (const auto& d : *dirs) {
-      auto records = d.rank == me ? Result<std::vector<TierRecord>>(t.records()) : read_tier_log(t.fs_, d.path);
+      auto records = d.rank == me ? Result<std::vector<TierRecord>>(tiers.records()) : read_tier_log(tiers.fs_, d.path);
       if (records.ok()) detail::scan_log(*records, d.path, scan, aside_paths);
       else scan.notes.push_back(records.status().message());
     }
     for (const auto& d : *dirs)
       for (const auto& s : d.stores)
         if (Store* store = open_store(d, s))
-          detail::scan_store(t.fs_, *store, s.own ? detail::CopyKind::own : detail::CopyKind::held, s.shard, aside_paths, scan);
+          detail::scan_store(tiers.fs_, *store, s.own ? detail::CopyKind::own : detail::CopyKind::held, s.shard, aside_paths, scan);
   }
-  out.setbacks = t.notes();
+  out.setbacks = tiers.notes();
   // What the scan could not read is a setback too: a copy this rank should reach and does not (spec/TIERS.md 7.1).
   out.setbacks.insert(out.setbacks.end(), scan.notes.begin(), scan.notes.end());
 }
@@ -459,13 +459,13 @@ CKPT_INLINE void TieredCheckpointer::Resume::scan_memory() {
 // This rank's own stores are its open ones; another rank's directory is opened read-only.
 CKPT_INLINE Store* TieredCheckpointer::Resume::open_store(const memory_layout::RankDirEntry& dir, const memory_layout::StoreEntry& store) {
   if (dir.rank == me) {
-    if (store.own) return t.own_.get();
-    auto held = t.held(store.shard);
+    if (store.own) return tiers.own_.get();
+    auto held = tiers.held(store.shard);
     if (held.ok()) return *held;
     scan.notes.push_back(held.status().message());
     return nullptr;
   }
-  auto opened = Store::open(t.fs_, store.path, Access::read_only);
+  auto opened = Store::open(tiers.fs_, store.path, Access::read_only);
   if (!opened.ok()) {
     scan.notes.push_back(opened.status().message());
     return nullptr;
@@ -476,7 +476,7 @@ CKPT_INLINE Store* TieredCheckpointer::Resume::open_store(const memory_layout::R
 
 CKPT_INLINE Status TieredCheckpointer::Resume::open_persistent() {
   if (persistent) return Status();
-  CKPT_ASSIGN_OR_RETURN(persistent, PersistentTier::open_read(t.fs_, t.options_.persistent, t.options_.open_objects));
+  CKPT_ASSIGN_OR_RETURN(persistent, PersistentTier::open_read(tiers.fs_, tiers.options_.persistent, tiers.options_.open_objects));
   return Status();
 }
 
@@ -491,7 +491,7 @@ CKPT_INLINE void TieredCheckpointer::Resume::scan_persistent() {
     return;
   }
   std::set<std::pair<std::string, std::uint64_t>> aside_here;
-  for (const auto& r : t.records())
+  for (const auto& r : tiers.records())
     if (r.event == TierEvent::set_aside) aside_here.insert({r.detail, r.txn});
   for (const StepInfo& info : persistent->steps()) {
     auto reader = persistent->open_step(info);
@@ -516,7 +516,7 @@ CKPT_INLINE void TieredCheckpointer::Resume::scan_persistent() {
 }
 
 CKPT_INLINE Status TieredCheckpointer::Resume::gather_reports() {
-  CKPT_ASSIGN_OR_RETURN(auto gathered, t.comm_.gather(detail::encode_report(scan), 0));
+  CKPT_ASSIGN_OR_RETURN(auto gathered, tiers.comm_.gather(detail::encode_report(scan), 0));
   if (me != 0) return Status();
   for (std::uint32_t r = 0; r < world; ++r) {
     CKPT_ASSIGN_OR_RETURN(detail::RankReport rep, detail::decode_report(gathered[r], static_cast<int>(r)));
@@ -531,7 +531,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::gather_reports() {
 // Rank 0's choice. The persistent store is read only when memory cannot serve the newest recorded step:
 // a restarted job whose memory tier holds it never touches storage (spec/TIERS.md 7.1).
 CKPT_INLINE void TieredCheckpointer::Resume::plan() {
-  decision = detail::plan_resume(reports, failed, aside, world, t.options_.load_all_shards);
+  decision = detail::plan_resume(reports, failed, aside, world, tiers.options_.load_all_shards);
   if (persistent_scanned) return;
   std::uint64_t newest_claim = 0;
   bool any_claim = false;
@@ -539,7 +539,7 @@ CKPT_INLINE void TieredCheckpointer::Resume::plan() {
     for (const auto& c : rep.claims) newest_claim = std::max(newest_claim, c.step), any_claim = true;
   if (decision.verdict != detail::Verdict::load || !any_claim || newest_claim > decision.step) {
     scan_persistent();
-    decision = detail::plan_resume(reports, failed, aside, world, t.options_.load_all_shards);
+    decision = detail::plan_resume(reports, failed, aside, world, tiers.options_.load_all_shards);
   }
 }
 
@@ -551,7 +551,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_decision() {
     decision.failed.assign(newly_failed.begin(), newly_failed.end());
     bytes = detail::encode_decision(decision);
   }
-  CKPT_TRY(t.comm_.broadcast(bytes, 0));
+  CKPT_TRY(tiers.comm_.broadcast(bytes, 0));
   CKPT_ASSIGN_OR_RETURN(decision, detail::decode_decision(bytes));
   return Status();
 }
@@ -560,77 +560,77 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_decision() {
 
 CKPT_INLINE Result<bool> TieredCheckpointer::Resume::fetch_and_load() {
   out.step = decision.step, out.digest = decision.digest;
-  t.phase("resuming", decision.step);
+  tiers.phase("resuming", decision.step);
   open_steps.clear(), loaded.clear(), loaded_copies.clear();
-  Fetch f = sources();
-  CKPT_TRY(exchange_copies(f));  // the communicator failed: no agreement is possible
-  if (f.local.ok()) verify_fetched(f);
-  const bool needs_met = f.bad.empty() && f.local.ok();
+  Fetch fetch = sources();
+  CKPT_TRY(exchange_copies(fetch));  // the communicator failed: no agreement is possible
+  if (fetch.local.ok()) verify_fetched(fetch);
+  const bool needs_met = fetch.bad.empty() && fetch.local.ok();
   const Status load_status = needs_met ? load_view() : Status();
-  return judge(f, needs_met, load_status);
+  return judge(fetch, needs_met, load_status);
 }
 
 // Where this rank reads each shard the plan gives it: its own copies, a held store for a peer's, or the
 // persistent store (the plan's persistent entries are rank 0's; every rank opens the store itself).
 CKPT_INLINE TieredCheckpointer::Resume::Fetch TieredCheckpointer::Resume::sources() {
-  Fetch f;
+  Fetch fetch;
   std::vector<const detail::PlanEntry*> from_persistent;
   for (const auto& p : decision.plan) {
     if (p.rank != me) continue;
     if (p.how == detail::How::local) {
-      f.mine[p.shard] = scan.copies.at(p.copy);
+      fetch.mine[p.shard] = scan.copies.at(p.copy);
     } else if (p.how == detail::How::peer) {
-      auto store = t.held(p.shard);
-      f.incoming.emplace_back(&p, store.ok() ? *store : nullptr);  // without a store the stream is still drained
-      if (!store.ok()) f.local = store.status();
+      auto store = tiers.held(p.shard);
+      fetch.incoming.emplace_back(&p, store.ok() ? *store : nullptr);  // without a store the stream is still drained
+      if (!store.ok()) fetch.local = store.status();
     } else {
       from_persistent.push_back(&p);
     }
   }
-  if (from_persistent.empty()) return f;
+  if (from_persistent.empty()) return fetch;
   Status opened = open_persistent();
   if (!opened.ok()) {
-    f.local = opened;
-    return f;
+    fetch.local = opened;
+    return fetch;
   }
   for (const detail::PlanEntry* p : from_persistent) {
     auto info = persistent->find(decision.step);
     if (!info.ok()) {
-      f.bad.emplace_back(p->holder, p->copy);
+      fetch.bad.emplace_back(p->holder, p->copy);
       continue;
     }
-    f.mine[p->shard] = detail::persistent_copy(*persistent, *info, p->shard, decision.shards[p->shard]);
+    fetch.mine[p->shard] = detail::persistent_copy(*persistent, *info, p->shard, decision.shards[p->shard]);
   }
-  return f;
+  return fetch;
 }
 
 // Sends the copies peers need from this rank while receiving the ones it needs (spec/TIERS.md 7.2).
-CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& f) {
+CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
   return detail::exchange(
       [&]() -> Status {
         for (const auto& p : decision.plan) {
           if (p.how != detail::How::peer || p.holder != me) continue;
-          CKPT_TRY(detail::send_copy(t.comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), detail::kFetchTag,
-                                     t.options_.transfer_block));
+          CKPT_TRY(detail::send_copy(tiers.comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), detail::kFetchTag,
+                                     tiers.options_.transfer_block));
         }
         return Status();
       },
       [&]() -> Status {
-        for (const auto& [p, store] : f.incoming) {
+        for (const auto& [p, store] : fetch.incoming) {
           std::optional<detail::Received> got;
           Status copy_failure;
-          CKPT_TRY(detail::receive_shard(t.fs_, t.comm_, store ? Result<Store*>(store) : Result<Store*>(f.local), static_cast<int>(p->holder),
+          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store ? Result<Store*>(store) : Result<Store*>(fetch.local), static_cast<int>(p->holder),
                                          detail::kFetchTag, decision.step, p->shard, decision.shards[p->shard], got, copy_failure));
           if (!got) {
             out.setbacks.push_back(copy_failure.message());
-            f.bad.emplace_back(p->holder, p->copy);
+            fetch.bad.emplace_back(p->holder, p->copy);
             continue;
           }
           detail::LocalCopy c;
           c.step = decision.step, c.shard = p->shard, c.digest = decision.shards[p->shard], c.kind = detail::CopyKind::held;
-          c.store_path = store->path(), c.fs = t.fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
-          f.mine[p->shard] = c;
-          (void)t.log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
+          c.store_path = store->path(), c.fs = tiers.fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
+          fetch.mine[p->shard] = c;
+          (void)tiers.log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
                                   decision.digest, decision.shards[p->shard], got->info.txn, 0, std::string(), 0}});
         }
         return Status();
@@ -639,8 +639,8 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& f) {
 
 // Verifies every byte of every shard this rank will load and its content digest (spec/TIERS.md 7.2); a
 // copy that fails is blamed (set aside by the root), the others are kept open for the load.
-CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& f) {
-  for (auto& [s, c] : f.mine) {
+CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
+  for (auto& [s, c] : fetch.mine) {
     auto reader = detail::open_copy(c);
     Status ok = reader.ok() ? Status() : reader.status();
     VerifyOptions whole;
@@ -653,7 +653,7 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& f) {
     if (!ok.ok()) {
       out.setbacks.push_back(ok.message());
       for (const auto& p : decision.plan)
-        if (p.rank == me && p.shard == s) f.bad.emplace_back(p.holder, p.copy);
+        if (p.rank == me && p.shard == s) fetch.bad.emplace_back(p.holder, p.copy);
       continue;
     }
     open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
@@ -686,15 +686,15 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_view() {
 }
 
 // Every rank's verdict to the root, the root's judgement back: true when every rank loaded.
-CKPT_INLINE Result<bool> TieredCheckpointer::Resume::judge(const Fetch& f, bool needs_met, const Status& load_status) {
+CKPT_INLINE Result<bool> TieredCheckpointer::Resume::judge(const Fetch& fetch, bool needs_met, const Status& load_status) {
   Encoder verdict;
   wire::put_status(verdict, needs_met ? load_status : Status());
-  verdict.u32(static_cast<std::uint32_t>(f.bad.size()));
-  for (const auto& b : f.bad) verdict.u32(b.first), verdict.u32(b.second);
-  if (!f.local.ok()) wire::put_status(verdict, f.local);
-  CKPT_ASSIGN_OR_RETURN(auto verdicts, t.comm_.gather(std::move(verdict.str()), 0));
+  verdict.u32(static_cast<std::uint32_t>(fetch.bad.size()));
+  for (const auto& b : fetch.bad) verdict.u32(b.first), verdict.u32(b.second);
+  if (!fetch.local.ok()) wire::put_status(verdict, fetch.local);
+  CKPT_ASSIGN_OR_RETURN(auto verdicts, tiers.comm_.gather(std::move(verdict.str()), 0));
   std::string next = me == 0 ? root_verdict(verdicts) : std::string();
-  CKPT_TRY(t.comm_.broadcast(next, 0));
+  CKPT_TRY(tiers.comm_.broadcast(next, 0));
   Decoder nd = wire::decoder(next);
   std::uint8_t all_ok = 0;
   std::string why;
@@ -737,12 +737,12 @@ CKPT_INLINE std::string TieredCheckpointer::Resume::root_verdict(const std::vect
 CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   std::vector<TierRecord> learned = learned_records();
   if (decision.verdict == detail::Verdict::fail) {
-    CKPT_TRY(t.log(learned));
+    CKPT_TRY(tiers.log(learned));
     return make_error(Code::corrupt, decision.reason);
   }
-  t.resumed_ = true;
+  tiers.resumed_ = true;
   if (decision.verdict != detail::Verdict::done) {
-    CKPT_TRY(t.log(learned));
+    CKPT_TRY(tiers.log(learned));
     return std::move(out);  // fresh: nothing recorded anywhere
   }
   out.fresh = false;
@@ -753,9 +753,9 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   for (const auto& [s, c] : loaded_copies)
     out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
   CKPT_TRY(retire_abandoned(learned));
-  CKPT_TRY(t.log(learned));
+  CKPT_TRY(tiers.log(learned));
   // A replacement node gets its peers' replicas again (same world): every holder the placement names.
-  if (out.world == world && t.placement_.achievable > 0) CKPT_TRY(refill());
+  if (out.world == world && tiers.placement_.achievable > 0) CKPT_TRY(refill());
   return std::move(out);
 }
 
@@ -784,8 +784,8 @@ CKPT_INLINE std::vector<TierRecord> TieredCheckpointer::Resume::learned_records(
 
 // Steps newer than the one resumed belong to a timeline the job abandoned: retired from this rank's memory.
 CKPT_INLINE Status TieredCheckpointer::Resume::retire_abandoned(std::vector<TierRecord>& learned) {
-  std::vector<std::pair<Store*, std::uint32_t>> stores{{t.own_.get(), me}};
-  for (auto& [s, store] : t.held_) stores.emplace_back(store.get(), s);
+  std::vector<std::pair<Store*, std::uint32_t>> stores{{tiers.own_.get(), me}};
+  for (auto& [s, store] : tiers.held_) stores.emplace_back(store.get(), s);
   for (auto& [store, shard] : stores)
     for (const StepInfo& info : store->steps()) {
       if (info.step <= decision.step) continue;
@@ -802,7 +802,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::retire_abandoned(std::vector<Tier
 CKPT_INLINE std::string TieredCheckpointer::Resume::refill_list() const {
   std::vector<CopyRef> list;  // (shard, holder)
   for (std::uint32_t s = 0; s < world; ++s)
-    for (int h : t.placement_.holders[s]) {
+    for (int h : tiers.placement_.holders[s]) {
       const auto holder = static_cast<std::uint32_t>(h);
       bool has = false;
       const auto& copies = reports[holder].copies;
@@ -821,7 +821,7 @@ CKPT_INLINE std::string TieredCheckpointer::Resume::refill_list() const {
 // The owners send the copies the list names (tag 0x103); the holders verify them and record HELD.
 CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
   std::string bytes = me == 0 ? refill_list() : std::string();
-  CKPT_TRY(t.comm_.broadcast(bytes, 0));
+  CKPT_TRY(tiers.comm_.broadcast(bytes, 0));
   Decoder d = wire::decoder(bytes);
   std::uint32_t n = 0;
   std::vector<CopyRef> list;  // (shard, holder)
@@ -836,17 +836,17 @@ CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
       [&]() -> Status {
         for (const auto& [s, h] : list) {
           if (s != me) continue;
-          CKPT_TRY(detail::send_copy(t.comm_, loaded_copies.at(s), decision, static_cast<int>(h), detail::kRefillTag, t.options_.transfer_block));
+          CKPT_TRY(detail::send_copy(tiers.comm_, loaded_copies.at(s), decision, static_cast<int>(h), detail::kRefillTag, tiers.options_.transfer_block));
         }
         return Status();
       },
       [&]() -> Status {
         for (const auto& [s, h] : list) {
           if (h != me) continue;
-          auto store = t.held(s);
+          auto store = tiers.held(s);
           std::optional<detail::Received> got;
           Status copy_failure;
-          CKPT_TRY(detail::receive_shard(t.fs_, t.comm_, store, static_cast<int>(s), detail::kRefillTag, decision.step, s, decision.shards[s],
+          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store, static_cast<int>(s), detail::kRefillTag, decision.step, s, decision.shards[s],
                                          got, copy_failure));
           if (!got) {
             out.setbacks.push_back("refill: " + copy_failure.message());
@@ -859,7 +859,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
         return Status();
       });
   CKPT_TRY(refilled);
-  return t.log(held_records);
+  return tiers.log(held_records);
 }
 
 }  // namespace ckpt::tiers
