@@ -86,6 +86,7 @@ TEST_CASE("a held store is held-<s> under the same rule", "[memory_layout]") {
 TEST_CASE("the layout's paths are built from the same names the scanner parses", "[memory_layout]") {
   CHECK(memory_layout::rank_dir_name(0) == "rank-0");
   CHECK(memory_layout::held_store_name(17) == "held-17");
+  CHECK(memory_layout::set_aside_log_name(0) == "TIERS.corrupt-0");
   CHECK(memory_layout::rank_dir("/dev/shm/job", 3) == "/dev/shm/job/rank-3");
   CHECK(memory_layout::own_store("/dev/shm/job", 3) == "/dev/shm/job/rank-3/own");
   CHECK(memory_layout::held_store("/dev/shm/job", 3, 2) == "/dev/shm/job/rank-3/held-2");

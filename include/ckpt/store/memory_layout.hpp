@@ -41,9 +41,13 @@ inline constexpr std::string_view kRankDirPrefix = "rank-";  // ROOT/rank-<r>/: 
 inline constexpr std::string_view kOwnStore = "own";         // rank-<r>/own: r's shards (a store of one rank)
 inline constexpr std::string_view kHeldPrefix = "held-";     // rank-<r>/held-<s>: replicas of s's shards r keeps
 inline constexpr std::string_view kTierLog = "TIERS";        // rank-<r>/TIERS: the tier log (spec/TIERS.md 5)
+inline constexpr std::string_view kSetAsideLogInfix = ".corrupt-";  // rank-<r>/TIERS.corrupt-<n>: a damaged log set aside (5.1)
 
 [[nodiscard]] inline std::string rank_dir_name(std::uint32_t rank) { return std::string(kRankDirPrefix) + std::to_string(rank); }
 [[nodiscard]] inline std::string held_store_name(std::uint32_t shard) { return std::string(kHeldPrefix) + std::to_string(shard); }
+[[nodiscard]] inline std::string set_aside_log_name(std::uint32_t n) {
+  return std::string(kTierLog) + std::string(kSetAsideLogInfix) + std::to_string(n);
+}
 [[nodiscard]] inline std::string rank_dir(const std::string& root, std::uint32_t rank) { return join_path(root, rank_dir_name(rank)); }
 [[nodiscard]] inline std::string own_store(const std::string& root, std::uint32_t rank) {
   return join_path(rank_dir(root, rank), std::string(kOwnStore));

@@ -619,8 +619,9 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
         for (const auto& [p, store] : fetch.incoming) {
           std::optional<detail::Received> got;
           Status copy_failure;
-          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store ? Result<Store*>(store) : Result<Store*>(fetch.local), static_cast<int>(p->holder),
-                                         detail::kFetchTag, decision.step, p->shard, decision.shards[p->shard], got, copy_failure));
+          const Result<Store*> into = store ? Result<Store*>(store) : Result<Store*>(fetch.local);
+          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, into, static_cast<int>(p->holder), detail::kFetchTag, decision.step,
+                                         p->shard, decision.shards[p->shard], got, copy_failure));
           if (!got) {
             out.setbacks.push_back(copy_failure.message());
             fetch.bad.emplace_back(p->holder, p->copy);
@@ -674,7 +675,8 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_view() {
   const TensorRecord* st = view.find_tensor(layout::state_tensor(whose));
   if (st == nullptr) return make_error(Code::corrupt, where + " has no training state of rank " + std::to_string(whose));
   std::uint64_t n = 0;
-  if (!shape_bytes(st->shape, st->dtype, n) || n > journal::kMaxPayload) return make_error(Code::corrupt, "training state tensor too large");
+  if (!shape_bytes(st->shape, st->dtype, n) || n > journal::kMaxPayload)
+    return make_error(Code::corrupt, "training state tensor too large");
   std::string state_bytes(static_cast<std::size_t>(n), '\0');
   Status status = view.read_tensor(layout::state_tensor(whose), state_bytes.empty() ? nullptr : &state_bytes[0], state_bytes.size());
   Decoder d = wire::decoder(state_bytes);
@@ -748,7 +750,8 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   out.fresh = false;
   out.world = static_cast<std::uint32_t>(decision.shards.size());
   TierRecord r;
-  r.event = TierEvent::resumed, r.step = decision.step, r.world = out.world, r.shard = std::min(me, out.world - 1), r.step_digest = decision.digest;
+  r.event = TierEvent::resumed, r.step = decision.step, r.world = out.world, r.shard = std::min(me, out.world - 1);
+  r.step_digest = decision.digest;
   learned.push_back(r);
   for (const auto& [s, c] : loaded_copies)
     out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
@@ -836,7 +839,8 @@ CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
       [&]() -> Status {
         for (const auto& [s, h] : list) {
           if (s != me) continue;
-          CKPT_TRY(detail::send_copy(tiers.comm_, loaded_copies.at(s), decision, static_cast<int>(h), detail::kRefillTag, tiers.options_.transfer_block));
+          CKPT_TRY(detail::send_copy(tiers.comm_, loaded_copies.at(s), decision, static_cast<int>(h), detail::kRefillTag,
+                                     tiers.options_.transfer_block));
         }
         return Status();
       },
@@ -846,8 +850,8 @@ CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
           auto store = tiers.held(s);
           std::optional<detail::Received> got;
           Status copy_failure;
-          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store, static_cast<int>(s), detail::kRefillTag, decision.step, s, decision.shards[s],
-                                         got, copy_failure));
+          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store, static_cast<int>(s), detail::kRefillTag, decision.step, s,
+                                         decision.shards[s], got, copy_failure));
           if (!got) {
             out.setbacks.push_back("refill: " + copy_failure.message());
             continue;

@@ -430,7 +430,7 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
       // deleted) and a fresh one begun; the other ranks' logs still claim the steps (spec/TIERS.md 5.1).
       const std::string from = join_path(t->rank_dir_, std::string(memory_layout::kTierLog));
       std::string to;
-      for (int n = 0; to.empty() || fs.stat(to).ok(); ++n) to = from + ".corrupt-" + std::to_string(n);
+      for (std::uint32_t n = 0; to.empty() || fs.stat(to).ok(); ++n) to = join_path(t->rank_dir_, memory_layout::set_aside_log_name(n));
       Status moved = fs.rename(from, to);
       if (moved.ok()) moved = fs.sync_dir(t->rank_dir_);
       if (moved.ok()) {
