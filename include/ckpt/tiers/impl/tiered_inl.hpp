@@ -20,15 +20,6 @@ namespace ckpt::tiers {
 // --- Layout and digests ---------------------------------------------------------------------------
 
 namespace layout {
-CKPT_INLINE std::string rank_dir(const std::string& root, std::uint32_t rank) {
-  return join_path(root, std::string(kRankDirPrefix) + std::to_string(rank));
-}
-CKPT_INLINE std::string own_store(const std::string& root, std::uint32_t rank) {
-  return join_path(rank_dir(root, rank), std::string(kOwnStore));
-}
-CKPT_INLINE std::string held_store(const std::string& root, std::uint32_t rank, std::uint32_t shard) {
-  return join_path(rank_dir(root, rank), std::string(kHeldPrefix) + std::to_string(shard));
-}
 CKPT_INLINE std::string state_tensor(std::uint32_t rank) { return std::string(kStateTensorPrefix) + std::to_string(rank); }
 }  // namespace layout
 
@@ -437,9 +428,9 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     if (!log.ok() && log.status().code() == Code::corrupt) {
       // A damaged log must not keep the job from starting: it is set aside under a new name (never
       // deleted) and a fresh one begun; the other ranks' logs still claim the steps (spec/TIERS.md 5.1).
-      const std::string from = join_path(t->rank_dir_, std::string(tier_log::kLogName));
+      const std::string from = join_path(t->rank_dir_, std::string(memory_layout::kTierLog));
       std::string to;
-      for (int n = 0; to.empty() || fs.stat(to).ok(); ++n) to = from + ".corrupt-" + std::to_string(n);
+      for (std::uint32_t n = 0; to.empty() || fs.stat(to).ok(); ++n) to = join_path(t->rank_dir_, memory_layout::set_aside_log_name(n));
       Status moved = fs.rename(from, to);
       if (moved.ok()) moved = fs.sync_dir(t->rank_dir_);
       if (moved.ok()) {
@@ -618,32 +609,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     else local = reader.status();
   }
   if (local.ok()) phase("captured", step);
-  Encoder report;
-  wire::put_status(report, local);
-  wire::put_digest(report, my_digest);
-  CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(std::move(report.str()), 0));
-  Encoder verdict;
-  if (me == 0) {
-    Status first;
-    std::vector<Digest128> digests(world);
-    for (std::uint32_t r = 0; r < world; ++r) {
-      Decoder d = wire::decoder(gathered[r]);
-      Status s;
-      if (!wire::get_status(d, s) || !wire::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
-      if (!s.ok() && first.ok()) first = s.with_context("rank " + std::to_string(r) + " did not capture step " + std::to_string(step));
-    }
-    wire::put_status(verdict, first);
-    for (const auto& d : digests) wire::put_digest(verdict, d);
-  }
-  std::string verdict_bytes = std::move(verdict.str());
-  CKPT_TRY(comm_.broadcast(verdict_bytes, 0));
-  Decoder vd = wire::decoder(verdict_bytes);
-  Status captured;
-  std::vector<Digest128> shards(world);
-  bool decoded = wire::get_status(vd, captured);
-  for (auto& d : shards) decoded = decoded && wire::get_digest(vd, d);
-  if (!decoded) return make_error(Code::corrupt, "undecodable capture verdict");
-  if (!captured.ok()) return captured;  // not captured on every rank: not a step of the memory tier
+  CKPT_ASSIGN_OR_RETURN(const std::vector<Digest128> shards, agree_on_capture(step, local, my_digest));
   const Digest128 digest = step_digest(step, shards);
   TierRecord rec;
   rec.event = TierEvent::captured, rec.step = step, rec.world = world, rec.shard = me, rec.step_digest = digest;
@@ -729,6 +695,51 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
   if (options_.persist_every > 0 && step % options_.persist_every == 0) CKPT_TRY(promote(step, *mine, my_digest, digest));
   // 5. Retention of this rank's own memory steps.
+  CKPT_TRY(retire_memory(sources));
+  CKPT_TRY(compact_log());
+  if (!exchanged.ok()) return exchanged;
+  return receive_failure;
+}
+
+// Every rank's capture of `step` (its status and shard digest) to rank 0, and back the shard digests
+// of every rank, or the first rank's failure: a step not captured on every rank is no step of the tier.
+CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(std::uint64_t step, const Status& local,
+                                                                              const Digest128& my_digest) {
+  const auto world = static_cast<std::uint32_t>(this->world());
+  Encoder report;
+  wire::put_status(report, local);
+  wire::put_digest(report, my_digest);
+  CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(std::move(report.str()), 0));
+  Encoder verdict;
+  if (rank() == 0) {
+    Status first;
+    std::vector<Digest128> digests(world);
+    for (std::uint32_t r = 0; r < world; ++r) {
+      Decoder d = wire::decoder(gathered[r]);
+      Status s;
+      if (!wire::get_status(d, s) || !wire::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
+      if (!s.ok() && first.ok()) first = s.with_context("rank " + std::to_string(r) + " did not capture step " + std::to_string(step));
+    }
+    wire::put_status(verdict, first);
+    for (const auto& d : digests) wire::put_digest(verdict, d);
+  }
+  std::string verdict_bytes = std::move(verdict.str());
+  CKPT_TRY(comm_.broadcast(verdict_bytes, 0));
+  Decoder vd = wire::decoder(verdict_bytes);
+  Status captured;
+  std::vector<Digest128> shards(world);
+  bool decoded = wire::get_status(vd, captured);
+  for (auto& d : shards) decoded = decoded && wire::get_digest(vd, d);
+  if (!decoded) return make_error(Code::corrupt, "undecodable capture verdict");
+  if (!captured.ok()) return captured;  // not captured on every rank: not a step of the memory tier
+  return shards;
+}
+
+// Retention of this rank's own memory steps (memory_keep), and of the shards it fetched at a resume
+// that the placement does not give it (`sources` are the shards it holds by placement).
+CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sources) {
+  const auto me = static_cast<std::uint32_t>(rank());
+  const auto world = static_cast<std::uint32_t>(this->world());
   RetentionPolicy keep;
   keep.keep_last = options_.memory_keep;
   CKPT_ASSIGN_OR_RETURN(auto retired, own_->apply_retention(keep));
@@ -738,8 +749,8 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     e.event = TierEvent::evicted, e.step = old.step, e.world = world, e.shard = me, e.txn = old.txn;
     evicted.push_back(e);
   }
-  // Shards fetched at a resume that the placement does not give this rank: kept only while older than
-  // nothing the own store keeps, so a resume costs no memory for longer than memory_keep captures.
+  // Fetched shards are kept only while older than nothing the own store keeps, so a resume costs no
+  // memory for longer than memory_keep captures.
   const auto own_steps = own_->steps();
   if (own_steps.size() >= options_.memory_keep) {
     const std::uint64_t oldest = own_steps.front().step;
@@ -756,9 +767,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     }
   }
   if (!evicted.empty()) CKPT_TRY(log(evicted));
-  CKPT_TRY(compact_log());
-  if (!exchanged.ok()) return exchanged;
-  return receive_failure;
+  return Status();
 }
 
 // Promotion (spec/TIERS.md 4.4), on every rank: its sealed memory shard into one collective transaction of
