@@ -172,7 +172,7 @@ def main():
 
     rows = []
     labels = [("raw", "raw S3: multipart upload / ranged GETs", "raw_save", "raw_load"),
-              ("ckpt", "ckpt ObjectStore (load: every chunk verified)", "ckpt_save", "ckpt_load_verify"),
+              ("ckpt", "ckpt Store on objects (load: every chunk verified)", "ckpt_save", "ckpt_load_verify"),
               ("dcp", "DCP FsspecWriter / FsspecReader (s3fs)", "dcp_save", "dcp_load")]
     best = {k: min(v) for k, v in runs.items() if v}
     median = {k: statistics.median(v) for k, v in runs.items() if v}

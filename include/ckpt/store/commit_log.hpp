@@ -179,6 +179,8 @@ class CommitLog {
   [[nodiscard]] virtual Status abort(TxnInfo& t, AbortReason reason) = 0;
   // RETIRE for each, durable before any of their files go; then the files.
   [[nodiscard]] virtual Status retire(const std::vector<TxnInfo*>& txns) = 0;
+  // RETIRE, and the files kept out of the way instead of removed (a directory's go to quarantine/, spec/JOURNAL.md 6.8).
+  [[nodiscard]] virtual Status set_aside(TxnInfo& t) = 0;
   // Between saves: the journal is rewritten when it has outgrown the live steps (force: now; spec/JOURNAL.md 5.7).
   [[nodiscard]] virtual Status maintain(std::vector<TxnInfo>& table, std::uint64_t next_txn, bool force) = 0;
   // Removes what transactions proven dead left (objects, spec/OBJECT.md 4.5); a journal's recovery does it at open.

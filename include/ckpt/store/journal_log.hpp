@@ -42,6 +42,7 @@ class JournalLog final : public CommitLog {
   [[nodiscard]] Status commit(TxnInfo& t, const CommitRecord& c, const SaveRecord& stats, CommitDoubt& doubt) override;
   [[nodiscard]] Status abort(TxnInfo& t, AbortReason reason) override;
   [[nodiscard]] Status retire(const std::vector<TxnInfo*>& txns) override;
+  [[nodiscard]] Status set_aside(TxnInfo& t) override;
   [[nodiscard]] Status maintain(std::vector<TxnInfo>& table, std::uint64_t next_txn, bool force) override;
   [[nodiscard]] Result<GarbageReport> collect_garbage(const std::vector<TxnInfo>& table, bool dry_run) override;
 

@@ -93,6 +93,7 @@ class ObjectLog final : public CommitLog {
   [[nodiscard]] Status commit(TxnInfo& t, const CommitRecord& c, const SaveRecord& stats, CommitDoubt& doubt) override;
   [[nodiscard]] Status abort(TxnInfo& t, AbortReason reason) override;
   [[nodiscard]] Status retire(const std::vector<TxnInfo*>& txns) override;
+  [[nodiscard]] Status set_aside(TxnInfo& t) override;
   [[nodiscard]] Status maintain(std::vector<TxnInfo>&, std::uint64_t, bool) override { return Status(); }
   [[nodiscard]] Result<GarbageReport> collect_garbage(const std::vector<TxnInfo>& table, bool dry_run) override;
 

@@ -186,8 +186,8 @@ struct ReshardSummary {
   std::uint64_t tensors = 0, bytes = 0;
 };
 
-// One rank's part of a multi-rank save, as reshard writes it: a directory store's Transaction or an object
-// store's ObjectTransaction (object/object_checkpoint.hpp), each holding its open store.
+// One rank's part of a multi-rank save, as reshard writes it: a Transaction holding its open store (on a
+// file system, or on object storage: store/object_checkpoint.hpp).
 class RankSave {
  public:
   virtual ~RankSave() = default;
@@ -202,11 +202,10 @@ class RankSave {
   [[nodiscard]] virtual Result<CommitResult> commit() = 0;
 };
 
-// RankSave over a store type and its transaction type; the store stays open as long as the transaction.
-template <class StoreT, class TransactionT>
-class RankSaveOf final : public RankSave {
+// RankSave over a Store's Transaction; the store stays open as long as the transaction.
+class StoreRankSave final : public RankSave {
  public:
-  RankSaveOf(std::unique_ptr<StoreT> store, std::unique_ptr<TransactionT> tx) : store_(std::move(store)), tx_(std::move(tx)) {}
+  StoreRankSave(std::unique_ptr<Store> store, std::unique_ptr<Transaction> tx) : store_(std::move(store)), tx_(std::move(tx)) {}
   TrainingState& state() override { return tx_->state(); }
   ShardWriter& shard_writer() override { return tx_->shard_writer(); }
   Status begin_piece(std::string_view name, DType dtype, const Shape& global_shape, const Shape& offsets,
@@ -215,17 +214,12 @@ class RankSaveOf final : public RankSave {
   }
   Status write(const void* data, std::size_t size) override { return tx_->write(data, size); }
   Status end_piece() override { return tx_->end_piece(); }
-  Status abort(const Status& reason) override { return abort_with(*tx_, reason, 0); }
+  Status abort(const Status& reason) override { return tx_->abort(reason); }
   Result<CommitResult> commit() override { return tx_->commit(); }
 
  private:
-  // A Transaction takes the reason; an ObjectTransaction's abort is already collective without one.
-  template <class T>
-  static auto abort_with(T& tx, const Status& reason, int) -> decltype(tx.abort(reason)) { return tx.abort(reason); }
-  template <class T>
-  static Status abort_with(T& tx, const Status&, long) { return tx.abort(); }
-  std::unique_ptr<StoreT> store_;
-  std::unique_ptr<TransactionT> tx_;  // destroyed before its store
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Transaction> tx_;  // destroyed before its store
 };
 
 // Opens the destination store on one rank (collective over comm) and begins the step there.

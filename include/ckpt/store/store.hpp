@@ -271,6 +271,10 @@ class Store {
   [[nodiscard]] bool participant() const noexcept { return participant_; }
   // Writes RETIRE for the live commit of this step number, then removes its files.
   [[nodiscard]] Status retire(std::uint64_t step);
+  // Takes the live commit of this step number out of the store without removing its files (a copy found
+  // bad, kept for inspection: a directory store moves it to quarantine/, spec/JOURNAL.md 6.8); the number
+  // can then be saved again.
+  [[nodiscard]] Status set_aside(std::uint64_t step);
   // Retires what the policy does not keep; returns the retired steps.
   [[nodiscard]] Result<std::vector<StepInfo>> apply_retention(const RetentionPolicy& policy);
   // Removes what transactions proven dead left behind (spec/OBJECT.md 4.5); dry_run lists it. A journal's

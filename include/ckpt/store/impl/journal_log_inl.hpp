@@ -172,6 +172,21 @@ CKPT_INLINE Status JournalLog::retire(const std::vector<TxnInfo*>& txns) {
   return result;
 }
 
+CKPT_INLINE Status JournalLog::set_aside(TxnInfo& t) {
+  // RETIRE first: the step is gone for readers before its directory moves (R8); the bytes stay for inspection.
+  CKPT_TRY(journal_->append_group({retire_record(RetireRecord{t.txn, t.step})}));
+  t.state = TxnState::retired;
+  t.retire_offset = journal_->last_offsets().front();
+  RecoveryAction move;
+  move.kind = RecoveryActionKind::quarantine;
+  move.path = join_path(path_, t.dir());
+  move.to = join_path(join_path(path_, std::string(journal::kQuarantineName)), t.dir());
+  move.txn = t.txn;
+  CKPT_TRY(detail::quarantine_dir(fs_, path_, move));
+  t.dir_present = false;
+  return Status();
+}
+
 CKPT_INLINE Status JournalLog::maintain(std::vector<TxnInfo>& table, std::uint64_t next_txn, bool force) {
   // The journal grows with live steps, not history (spec 5.7): rewrite once it has doubled since the last rewrite.
   if (!journal_ || journal_->failed()) return force ? failure() : Status();

@@ -38,7 +38,7 @@ CKPT_INLINE Result<ReshardSummary> reshard_to_path(FsRef fs, Checkpoint& source,
   return reshard_with(source, options, [&](ThreadComm& comm, std::uint64_t step) -> Result<std::unique_ptr<RankSave>> {
     CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(*client), Access::read_write, store_options, comm));
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(step));
-    return std::unique_ptr<RankSave>(std::make_unique<RankSaveOf<Store, Transaction>>(std::move(store), std::move(tx)));
+    return std::unique_ptr<RankSave>(std::make_unique<StoreRankSave>(std::move(store), std::move(tx)));
   });
 }
 

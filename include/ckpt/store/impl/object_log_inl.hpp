@@ -390,6 +390,15 @@ CKPT_INLINE Status ObjectLog::retire(const std::vector<TxnInfo*>& txns) {
   return Status();
 }
 
+CKPT_INLINE Status ObjectLog::set_aside(TxnInfo& t) {
+  // The retire object alone: the step's objects stay until garbage collection, which a retire proves dead (4.5).
+  const std::string bytes = log_object({retire_record(RetireRecord{t.txn, t.step})});
+  auto put = client_.put(object::retire_key(t.step, t.txn), bytes.data(), bytes.size(), object::Condition::create_only);
+  if (!put.ok() && put.status().code() != Code::conflict) return put.status();
+  t.state = TxnState::retired;
+  return Status();
+}
+
 CKPT_INLINE Result<GarbageReport> ObjectLog::collect_garbage(const std::vector<TxnInfo>& table, bool dry_run) {
   GarbageReport report;
   report.dry_run = dry_run;

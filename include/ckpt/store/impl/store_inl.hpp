@@ -302,6 +302,17 @@ CKPT_INLINE Status Store::retire(std::uint64_t step) {
   return retire_txns(victims);
 }
 
+CKPT_INLINE Status Store::set_aside(std::uint64_t step) {
+  CKPT_TRY(check_writable());
+  for (auto& t : txns_)
+    if (t.state == TxnState::committed && t.step == step) {
+      Status s = log_->set_aside(t);
+      Status upkeep = s.ok() ? maintain(false) : Status();
+      return s.ok() ? upkeep : s;
+    }
+  return make_error(Code::not_found, path() + ": no committed step " + std::to_string(step));
+}
+
 CKPT_INLINE Result<std::vector<StepInfo>> Store::apply_retention(const RetentionPolicy& policy) {
   CKPT_TRY(check_writable());
   std::vector<StepInfo> retired;

@@ -255,6 +255,9 @@ struct Received {
   Decoder sd = wire::decoder(state_bytes);
   if (s.ok()) s = decode_training_state(sd, state, from);
   if (s.ok() && !into.ok()) s = into.status();
+  // A copy of this step already there was set aside or belongs to an abandoned run: a step number is live
+  // once (spec/JOURNAL.md 10), so it leaves the store, its bytes kept in quarantine/ (spec/TIERS.md 5.2).
+  if (s.ok() && (*into)->find(step).ok()) s = (*into)->set_aside(step);
   std::unique_ptr<Transaction> tx;
   if (s.ok()) {
     auto begun = (*into)->begin(step);
