@@ -69,6 +69,9 @@ enum class PersistentState : std::uint8_t {
   different,    // another content under the same number
   unreadable,   // the step is committed but does not open (manifest, shard size, UUID, index)
 };
+[[nodiscard]] constexpr EnumBounds<PersistentState> enum_bounds(PersistentState) noexcept {
+  return {PersistentState::not_checked, PersistentState::unreadable};
+}
 [[nodiscard]] const char* persistent_state_name(PersistentState s) noexcept;
 
 // A tier log record and the rank directory whose log holds it.

@@ -20,14 +20,7 @@
 namespace ckpt::tiers {
 
 CKPT_INLINE const char* persistent_state_name(PersistentState s) noexcept {
-  switch (s) {
-    case PersistentState::not_checked: return "not checked";
-    case PersistentState::absent: return "absent";
-    case PersistentState::same: return "same";
-    case PersistentState::different: return "different";
-    case PersistentState::unreadable: return "unreadable";
-  }
-  return "unknown";
+  return enum_name(s, {"not checked", "absent", "same", "different", "unreadable"});
 }
 
 CKPT_INLINE std::size_t MemoryStep::shards_here() const noexcept {
