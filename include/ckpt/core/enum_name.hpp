@@ -45,9 +45,9 @@ template <class E, std::size_t N>
   static_assert(bounds.contiguous(), "an enum with gaps names (value, name) pairs");
   static_assert(N == bounds.count, "one name per enumerator, in declaration order");
   using U = std::underlying_type_t<E>;
-  const U value = static_cast<U>(e), first = static_cast<U>(bounds.first);
-  if (value < first || static_cast<std::size_t>(value - first) >= N) return unknown;
-  return names[value - first];
+  // Below first wraps around to a huge index: one comparison rejects both sides.
+  const std::size_t index = static_cast<std::size_t>(static_cast<U>(e)) - static_cast<std::size_t>(static_cast<U>(bounds.first));
+  return index < N ? names[index] : unknown;
 }
 
 // One enumerator and its name, for an enum whose values have gaps.
