@@ -12,13 +12,4 @@ endif()
 if(TARGET test_planner)
   set_tests_properties(test_planner PROPERTIES LABELS plan)
 endif()
-find_package(Python3 COMPONENTS Interpreter QUIET)
-if(Python3_Interpreter_FOUND AND CKPT_BUILD_TOOLS)
-  add_test(NAME interop_plan_oracle
-    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/interop/test_plan_oracle.py ${PROJECT_BINARY_DIR})
-  set_tests_properties(interop_plan_oracle PROPERTIES
-    LABELS "interop;plan"
-    SKIP_RETURN_CODE 77
-    TIMEOUT 300
-    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
-endif()
+ckpt_python_oracle_test(interop_plan_oracle test_plan_oracle.py LABELS interop plan TIMEOUT 300)

@@ -15,6 +15,31 @@ foreach(src ${CKPT_TEST_SOURCES})
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endforeach()
+
+# A Python oracle test: tests/interop/<script> checks the built tools against an independent
+# implementation, given the build directory. It exits 77 (reported as skipped, not passed) when its
+# Python package is not installed. LABELS default to interop, TIMEOUT to 600 s.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+function(ckpt_python_oracle_test name script)
+  cmake_parse_arguments(arg "" "TIMEOUT" "LABELS" ${ARGN})
+  if(NOT Python3_Interpreter_FOUND OR NOT CKPT_BUILD_TOOLS)
+    return()
+  endif()
+  if(NOT arg_LABELS)
+    set(arg_LABELS interop)
+  endif()
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name}
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/interop/${script} ${PROJECT_BINARY_DIR})
+  set_tests_properties(${name} PROPERTIES
+    LABELS "${arg_LABELS}"
+    SKIP_RETURN_CODE 77
+    TIMEOUT ${arg_TIMEOUT}
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+endfunction()
+
 # Extra test registrations (interop scripts, consumer project, CUDA, MPI) live in their own files.
 file(GLOB CKPT_TEST_EXTRAS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/tests-*.cmake)
 foreach(extra ${CKPT_TEST_EXTRAS})

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,37 @@ TEST_CASE("random data is deterministic per seed and not constant", "[bench]") {
   std::size_t zeros = 0;
   for (std::size_t i = 0; i < a.size(); ++i) zeros += a.data()[i] == 0;
   CHECK(zeros < 20);
+}
+
+TEST_CASE("the synthetic model's tensors cover the buffer in order, the last one shorter", "[bench]") {
+  const auto tensors = model_tensors(2500, 1000);
+  REQUIRE(tensors.size() == 3);
+  CHECK(tensors[0].name == "layers.000.weight");
+  CHECK(tensors[2].name == "layers.002.weight");
+  CHECK(tensors[1].offset == 1000);
+  CHECK(tensors[1].size == 1000);
+  CHECK(tensors[2].offset == 2000);
+  CHECK(tensors[2].size == 500);
+  CHECK(model_tensors(0, 1000).empty());
+  CHECK(model_tensors(1000, 1000).size() == 1);
+}
+
+TEST_CASE("a measurement run once prepares, then runs its body and records one timing", "[bench]") {
+  struct {
+    std::function<void()> before, body;
+    std::vector<double> secs, cpu_secs;
+  } m;
+  std::vector<std::string> calls;
+  m.before = [&] { calls.push_back("before"); };
+  m.body = [&] { calls.push_back("body"); };
+  run_once(m);
+  run_once(m);
+  CHECK(calls == std::vector<std::string>{"before", "body", "before", "body"});
+  CHECK(m.secs.size() == 2);
+  CHECK(m.cpu_secs.size() == 2);
+  m.before = nullptr;  // optional
+  run_once(m);
+  CHECK(calls.size() == 5);
 }
 
 TEST_CASE("the raw write, copy and read loops move every byte", "[bench]") {

@@ -152,6 +152,10 @@ TEST_CASE("damage to a DCP directory gives the problems that name it", "[dcp][co
     std::string region, file_suffix, tensor;
     std::string message_part;
   };
+  const auto bad_metadata = [](const char* what, const char* metadata, const char* file_suffix, const char* tensor,
+                               const char* message_part) {
+    return Case{what, metadata, kWorld2Files, Code::corrupt, "layout", file_suffix, tensor, message_part};
+  };
   const std::vector<Case> cases = {
       {"missing .distcp", "world2", {{"__0_0.distcp", 3154}}, Code::corrupt, "missing", "__1_0.distcp", "a", "file missing"},
       {"truncated .distcp (torchtitan #4011)", "world2", {{"__0_0.distcp", 3154}, {"__1_0.distcp", 5000}}, Code::incomplete, "layout",
@@ -160,18 +164,18 @@ TEST_CASE("damage to a DCP directory gives the problems that name it", "[dcp][co
        "__1_0.distcp", "step", "(4 items of this file end past it)"},
       {"trailing bytes", "world2", {{"__0_0.distcp", 3154}, {"__1_0.distcp", 6000}}, Code::corrupt, "layout", "__1_0.distcp", "",
        "8 trailing bytes belong to no item"},
-      {"overlapping items", "world2_overlap", kWorld2Files, Code::corrupt, "layout", "__1_0.distcp", "a",
-       "expected an item starting at 1261 or later, found it overlaps tensor 'step'"},
-      {"uncovered tensor", "world2_uncovered", kWorld2Files, Code::corrupt, "layout", ".metadata", "a",
-       "expected chunks covering all 20 elements of [5, 4], found 16 elements in 2 chunks"},
-      {"chunk outside the shape", "world2_outside", kWorld2Files, Code::corrupt, "layout", ".metadata", "a",
-       "chunk outside the tensor: expected a chunk inside the tensor's shape [5, 4], found offsets [3, 0] sizes [3, 4]"},
-      {"overlapping chunks", "world2_chunks_overlap", kWorld2Files, Code::corrupt, "layout", ".metadata", "a",
-       "chunk 0 (offsets [0, 0] sizes [3, 4]) and chunk 1 (offsets [2, 0] sizes [3, 4]) overlap"},
-      {"a path with ..", "world2_dotdot", kWorld2Files, Code::corrupt, "layout", ".metadata", "a",
-       "found relative_path '../__1_0.distcp'"},
-      {"a chunk without storage", "world2_no_storage", kWorld2Files, Code::corrupt, "layout", ".metadata", "b",
-       "expected a storage_data entry for MetadataIndex('b', [0, 3]), found none"},
+      // The shards as written, their .metadata damaged: each a layout problem that makes the directory corrupt.
+      bad_metadata("overlapping items", "world2_overlap", "__1_0.distcp", "a",
+                   "expected an item starting at 1261 or later, found it overlaps tensor 'step'"),
+      bad_metadata("uncovered tensor", "world2_uncovered", ".metadata", "a",
+                   "expected chunks covering all 20 elements of [5, 4], found 16 elements in 2 chunks"),
+      bad_metadata("chunk outside the shape", "world2_outside", ".metadata", "a",
+                   "chunk outside the tensor: expected a chunk inside the tensor's shape [5, 4], found offsets [3, 0] sizes [3, 4]"),
+      bad_metadata("overlapping chunks", "world2_chunks_overlap", ".metadata", "a",
+                   "chunk 0 (offsets [0, 0] sizes [3, 4]) and chunk 1 (offsets [2, 0] sizes [3, 4]) overlap"),
+      bad_metadata("a path with ..", "world2_dotdot", ".metadata", "a", "found relative_path '../__1_0.distcp'"),
+      bad_metadata("a chunk without storage", "world2_no_storage", ".metadata", "b",
+                   "expected a storage_data entry for MetadataIndex('b', [0, 3]), found none"),
   };
   PosixFs fs;
   for (const auto& c : cases) {

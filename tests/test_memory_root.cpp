@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ckpt/io/posix_fs.hpp>
@@ -291,6 +292,35 @@ TEST_CASE("a persistent step that is not the content recorded as persisted is na
   CHECK(alone->ok());
   o.persistent = (dir / "no-such-store").string();
   CHECK_FALSE(describe_memory_root(fs, (dir / "mem").string(), o).ok());
+}
+
+TEST_CASE("a root problem is the Problem found, its message naming where in the root it is", "[memory_root]") {
+  STATIC_REQUIRE(std::is_base_of_v<Problem, RootProblem>);
+  const auto dir = fixture::fresh_copy("root-problem-is-a-problem");
+  PosixFs fs;
+  {
+    auto store = Store::open(fs, (dir / "persistent").string(), Access::read_write);
+    REQUIRE(store.ok());
+    auto tx = (*store)->begin(4);
+    REQUIRE(tx.ok());
+    const std::vector<float> other(64, 2.5f);
+    REQUIRE((*tx)->add_tensor("w", DType::F32, {64}, other.data(), other.size() * 4).ok());
+    REQUIRE((*tx)->commit().ok());
+  }
+  auto root = describe_memory_root(fs, (dir / "mem").string(), with_persistent(dir));
+  REQUIRE(root.ok());
+  REQUIRE(root->problems.size() == 1);
+  const RootProblem& where = root->problems[0];
+  const Problem& found = where;  // what problem_json, problem_error and the reports take
+  CHECK(found.code == Code::corrupt);
+  CHECK(found.region == "content");
+  CHECK(ends_with(found.file, "/persistent/" + step_dir_name(4, where.txn)));
+  CHECK_THAT(found.message, Catch::StartsWith("persistent store ") && Catch::Contains("step 4"));
+  const Status error = problem_error(found);
+  CHECK(error.code() == Code::corrupt);
+  CHECK(error.message() == where.message);
+  REQUIRE(error.problem() != nullptr);
+  CHECK(error.problem()->region == "content");
 }
 
 TEST_CASE("a copy set aside at resume is counted apart and still never deleted", "[memory_root]") {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -101,6 +102,20 @@ namespace {
   return {status, response};
 }
 
+
+// `key` holds exactly `data`: HEAD gives its size and a GET of the whole gives its bytes. Returns what HEAD said.
+ObjectInfo check_holds(ObjectClient& client, const std::string& key, const std::vector<unsigned char>& data) {
+  auto head = client.head(key);
+  REQUIRE(head.ok());
+  CHECK(head->size == data.size());
+  std::vector<unsigned char> back(data.size());
+  auto got = client.get(key, 0, back.data(), back.size());
+  REQUIRE(got.ok());
+  CHECK(*got == data.size());
+  CHECK(back == data);
+  return *head;
+}
+
 }  // namespace
 
 TEST_CASE("s3 urls parse into a bucket and a prefix ending with a slash", "[s3]") {
@@ -156,30 +171,34 @@ TEST_CASE("S3Config::from_env reads the standard variables and their fallbacks",
   CHECK(missing.status().code() == Code::invalid_argument);
   CHECK(missing.status().message().find("AWS_ACCESS_KEY_ID") != std::string::npos);
 
-  ::setenv("AWS_ACCESS_KEY_ID", "key", 1);
-  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
-  auto defaults = S3Config::from_env();
-  REQUIRE(defaults.ok());
-  CHECK(defaults->region == "us-east-1");
-  CHECK(defaults->endpoint == "https://s3.us-east-1.amazonaws.com");
-  CHECK_FALSE(defaults->path_style);
-
-  ::setenv("AWS_DEFAULT_REGION", "eu-west-1", 1);
-  ::setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9000/", 1);
-  ::setenv("AWS_SESSION_TOKEN", "token", 1);
-  auto fallbacks = S3Config::from_env();
-  REQUIRE(fallbacks.ok());
-  CHECK(fallbacks->region == "eu-west-1");
-  CHECK(fallbacks->endpoint == "http://127.0.0.1:9000");
-  CHECK(fallbacks->path_style);
-  CHECK(fallbacks->session_token == "token");
-
-  ::setenv("AWS_REGION", "ap-south-1", 1);
-  ::setenv("AWS_ENDPOINT_URL", "http://localhost:1234", 1);
-  auto primary = S3Config::from_env();
-  REQUIRE(primary.ok());
-  CHECK(primary->region == "ap-south-1");
-  CHECK(primary->endpoint == "http://localhost:1234");
+  // Each row sets more variables on top of the rows before it; nullopt and nullptr leave a field unchecked.
+  struct Row {
+    const char* what;
+    std::vector<std::pair<const char*, const char*>> set;
+    const char* region;
+    const char* endpoint;
+    std::optional<bool> path_style;
+    const char* session_token = nullptr;
+  };
+  const Row rows[] = {
+      {"defaults", {{"AWS_ACCESS_KEY_ID", "key"}, {"AWS_SECRET_ACCESS_KEY", "secret"}}, "us-east-1",
+       "https://s3.us-east-1.amazonaws.com", false},
+      {"fallbacks",
+       {{"AWS_DEFAULT_REGION", "eu-west-1"}, {"AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9000/"}, {"AWS_SESSION_TOKEN", "token"}},
+       "eu-west-1", "http://127.0.0.1:9000", true, "token"},
+      {"primary", {{"AWS_REGION", "ap-south-1"}, {"AWS_ENDPOINT_URL", "http://localhost:1234"}}, "ap-south-1",
+       "http://localhost:1234", std::nullopt},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    for (const auto& [name, value] : row.set) ::setenv(name, value, 1);
+    auto config = S3Config::from_env();
+    REQUIRE(config.ok());
+    CHECK(config->region == row.region);
+    CHECK(config->endpoint == row.endpoint);
+    if (row.path_style) CHECK(config->path_style == *row.path_style);
+    if (row.session_token != nullptr) CHECK(config->session_token == row.session_token);
+  }
 }
 
 TEST_CASE("open refuses options that cannot work", "[s3]") {
@@ -228,16 +247,7 @@ TEST_CASE("put, get, head, list and remove round trip", "[s3][server]") {
   CHECK_FALSE(put->etag.empty());
   CHECK(put->etag.front() != '"');
 
-  std::vector<unsigned char> back(data.size());
-  auto got = client->get("dir/a.bin", 0, back.data(), back.size());
-  REQUIRE(got.ok());
-  CHECK(*got == data.size());
-  CHECK(back == data);
-
-  auto head = client->head("dir/a.bin");
-  REQUIRE(head.ok());
-  CHECK(head->size == data.size());
-  CHECK(head->etag == put->etag);
+  CHECK(check_holds(*client, "dir/a.bin", data).etag == put->etag);
 
   // Keys with characters that must be encoded in the path the request signs.
   const std::string odd_key = "dir/b c+d=(e)~_.x!*'@$&,;";
@@ -392,14 +402,7 @@ TEST_CASE("a multipart upload appears only when completed, and create-only appli
   INFO(done.status().to_string());
   REQUIRE(done.ok());
   CHECK_FALSE(done->etag.empty());
-  auto head = client->head("big.shard");
-  REQUIRE(head.ok());
-  CHECK(head->size == data.size());
-  std::vector<unsigned char> back(data.size());
-  auto got = client->get("big.shard", 0, back.data(), back.size());
-  REQUIRE(got.ok());
-  CHECK(*got == data.size());
-  CHECK(back == data);
+  check_holds(*client, "big.shard", data);
   auto after = client->list_uploads("");
   REQUIRE(after.ok());
   CHECK(after->empty());
@@ -415,7 +418,7 @@ TEST_CASE("a multipart upload appears only when completed, and create-only appli
   INFO(refused.status().message());
   CHECK(refused.status().code() == Code::conflict);
   CHECK(refused.status().message().find("CompleteMultipartUpload") != std::string::npos);
-  head = client->head("big.shard");
+  auto head = client->head("big.shard");
   REQUIRE(head.ok());
   CHECK(head->size == data.size());
   REQUIRE(client->abort_upload("big.shard", *second).ok());

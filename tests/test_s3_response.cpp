@@ -28,7 +28,7 @@ enum class Answer { list_objects, list_uploads, create_upload, complete_upload, 
 // next upload-id marker of an uploads page or of the UploadId of a create, the ETag of a complete, the Code
 // of an error; `extra` the next key marker of an uploads page or the CRC32 of a complete.
 struct Row {
-  const char* file;
+  std::string file;
   Answer answer;
   int items = 0;  // objects or uploads on a list page
   bool truncated = false;
@@ -44,61 +44,39 @@ constexpr const char* kCrc = "6oqbLQ==-2";                            // composi
 // CompleteMultipartUpload, ListObjectsV2, ListMultipartUploads, CreateMultipartUpload, ErrorResponses), MinIO
 // (cmd/api-response.go, cmd/api-errors.go, cmd/object-multipart-handlers.go), Ceph RGW (src/rgw/rgw_rest_s3.cc),
 // Cloudflare R2 (S3 API compatibility), GCS XML API (post-object-complete); the README cites each file.
-const Row kRows[] = {
-    {"moto-5.1.22/list_objects_v2-empty.xml", Answer::list_objects, 0, false},
-    {"moto-5.1.22/list_objects_v2-three.xml", Answer::list_objects, 3, false},
-    {"moto-5.1.22/list_objects_v2-truncated.xml", Answer::list_objects, 2, true, "d93f43df1e4f0bb2153b8f508f0837ae"},
-    {"moto-5.1.22/list_objects_v2-continued.xml", Answer::list_objects, 1, false},
-    {"moto-5.1.22/list_multipart_uploads-empty.xml", Answer::list_uploads, 0, false},
-    {"moto-5.1.22/list_multipart_uploads-three.xml", Answer::list_uploads, 3, false},
-    {"moto-5.1.22/list_multipart_uploads-truncated.xml", Answer::list_uploads, 3, false},  // max-uploads ignored
-    {"moto-5.1.22/create_multipart_upload.xml", Answer::create_upload, 0, false, "aj3T71Mmaku9v0UjcWcvuNSAVOJ0PL7Cs6qDWHbU"},
-    {"moto-5.1.22/complete_multipart_upload.xml", Answer::complete_upload, 0, false, kEtag, ""},
-    {"moto-5.1.22/complete_multipart_upload-already_completed.xml", Answer::complete_upload, 0, false, kEtag, ""},
-    {"moto-5.1.22/complete_multipart_upload-if_none_match_existing.xml", Answer::error, 0, false, "PreconditionFailed"},
-    {"moto-5.1.22/complete_multipart_upload-invalid_part.xml", Answer::error, 0, false, "InvalidPart"},
-    {"moto-5.1.22/complete_multipart_upload-no_such_upload.html", Answer::not_xml},  // HTTP 500, a server exception
-    {"moto-5.1.22/copy_object.xml", Answer::copy_object},
-    {"moto-5.1.22/error-no_such_bucket.xml", Answer::error, 0, false, "NoSuchBucket"},
-    {"moto-5.1.22/error-no_such_key.xml", Answer::error, 0, false, "NoSuchKey"},
-    {"moto-5.1.22/error-precondition_failed.xml", Answer::error, 0, false, "PreconditionFailed"},
+// Every moto version captured answers the same requests alike; only the UploadId of the create differs.
+[[nodiscard]] std::vector<Row> moto_rows(const std::string& version, const char* upload_id) {
+  const std::string dir = "moto-" + version + "/";
+  return {
+      {dir + "list_objects_v2-empty.xml", Answer::list_objects, 0, false},
+      {dir + "list_objects_v2-three.xml", Answer::list_objects, 3, false},
+      {dir + "list_objects_v2-truncated.xml", Answer::list_objects, 2, true, "d93f43df1e4f0bb2153b8f508f0837ae"},
+      {dir + "list_objects_v2-continued.xml", Answer::list_objects, 1, false},
+      {dir + "list_multipart_uploads-empty.xml", Answer::list_uploads, 0, false},
+      {dir + "list_multipart_uploads-three.xml", Answer::list_uploads, 3, false},
+      {dir + "list_multipart_uploads-truncated.xml", Answer::list_uploads, 3, false},  // max-uploads ignored
+      {dir + "create_multipart_upload.xml", Answer::create_upload, 0, false, upload_id},
+      {dir + "complete_multipart_upload.xml", Answer::complete_upload, 0, false, kEtag, ""},
+      {dir + "complete_multipart_upload-already_completed.xml", Answer::complete_upload, 0, false, kEtag, ""},
+      {dir + "complete_multipart_upload-if_none_match_existing.xml", Answer::error, 0, false, "PreconditionFailed"},
+      {dir + "complete_multipart_upload-invalid_part.xml", Answer::error, 0, false, "InvalidPart"},
+      {dir + "complete_multipart_upload-no_such_upload.html", Answer::not_xml},  // HTTP 500, a server exception
+      {dir + "copy_object.xml", Answer::copy_object},
+      {dir + "error-no_such_bucket.xml", Answer::error, 0, false, "NoSuchBucket"},
+      {dir + "error-no_such_key.xml", Answer::error, 0, false, "NoSuchKey"},
+      {dir + "error-precondition_failed.xml", Answer::error, 0, false, "PreconditionFailed"},
+  };
+}
 
-    {"moto-5.2.1/list_objects_v2-empty.xml", Answer::list_objects, 0, false},
-    {"moto-5.2.1/list_objects_v2-three.xml", Answer::list_objects, 3, false},
-    {"moto-5.2.1/list_objects_v2-truncated.xml", Answer::list_objects, 2, true, "d93f43df1e4f0bb2153b8f508f0837ae"},
-    {"moto-5.2.1/list_objects_v2-continued.xml", Answer::list_objects, 1, false},
-    {"moto-5.2.1/list_multipart_uploads-empty.xml", Answer::list_uploads, 0, false},
-    {"moto-5.2.1/list_multipart_uploads-three.xml", Answer::list_uploads, 3, false},
-    {"moto-5.2.1/list_multipart_uploads-truncated.xml", Answer::list_uploads, 3, false},
-    {"moto-5.2.1/create_multipart_upload.xml", Answer::create_upload, 0, false, "jp0WYGlG2N9BZXrBH6O3dddUUJkF8Q57Eo6hWsee"},
-    {"moto-5.2.1/complete_multipart_upload.xml", Answer::complete_upload, 0, false, kEtag, ""},
-    {"moto-5.2.1/complete_multipart_upload-already_completed.xml", Answer::complete_upload, 0, false, kEtag, ""},
-    {"moto-5.2.1/complete_multipart_upload-if_none_match_existing.xml", Answer::error, 0, false, "PreconditionFailed"},
-    {"moto-5.2.1/complete_multipart_upload-invalid_part.xml", Answer::error, 0, false, "InvalidPart"},
-    {"moto-5.2.1/complete_multipart_upload-no_such_upload.html", Answer::not_xml},
-    {"moto-5.2.1/copy_object.xml", Answer::copy_object},
-    {"moto-5.2.1/error-no_such_bucket.xml", Answer::error, 0, false, "NoSuchBucket"},
-    {"moto-5.2.1/error-no_such_key.xml", Answer::error, 0, false, "NoSuchKey"},
-    {"moto-5.2.1/error-precondition_failed.xml", Answer::error, 0, false, "PreconditionFailed"},
-
-    {"moto-5.2.6/list_objects_v2-empty.xml", Answer::list_objects, 0, false},
-    {"moto-5.2.6/list_objects_v2-three.xml", Answer::list_objects, 3, false},
-    {"moto-5.2.6/list_objects_v2-truncated.xml", Answer::list_objects, 2, true, "d93f43df1e4f0bb2153b8f508f0837ae"},
-    {"moto-5.2.6/list_objects_v2-continued.xml", Answer::list_objects, 1, false},
-    {"moto-5.2.6/list_multipart_uploads-empty.xml", Answer::list_uploads, 0, false},
-    {"moto-5.2.6/list_multipart_uploads-three.xml", Answer::list_uploads, 3, false},
-    {"moto-5.2.6/list_multipart_uploads-truncated.xml", Answer::list_uploads, 3, false},
-    {"moto-5.2.6/create_multipart_upload.xml", Answer::create_upload, 0, false, "JJ6JY87296GCPZQGykSclgfgz6uJ2W57D9mhnJSD"},
-    {"moto-5.2.6/complete_multipart_upload.xml", Answer::complete_upload, 0, false, kEtag, ""},
-    {"moto-5.2.6/complete_multipart_upload-already_completed.xml", Answer::complete_upload, 0, false, kEtag, ""},
-    {"moto-5.2.6/complete_multipart_upload-if_none_match_existing.xml", Answer::error, 0, false, "PreconditionFailed"},
-    {"moto-5.2.6/complete_multipart_upload-invalid_part.xml", Answer::error, 0, false, "InvalidPart"},
-    {"moto-5.2.6/complete_multipart_upload-no_such_upload.html", Answer::not_xml},
-    {"moto-5.2.6/copy_object.xml", Answer::copy_object},
-    {"moto-5.2.6/error-no_such_bucket.xml", Answer::error, 0, false, "NoSuchBucket"},
-    {"moto-5.2.6/error-no_such_key.xml", Answer::error, 0, false, "NoSuchKey"},
-    {"moto-5.2.6/error-precondition_failed.xml", Answer::error, 0, false, "PreconditionFailed"},
-
+[[nodiscard]] std::vector<Row> corpus_rows() {
+  std::vector<Row> rows;
+  for (const auto& [version, upload_id] : {std::pair{"5.1.22", "aj3T71Mmaku9v0UjcWcvuNSAVOJ0PL7Cs6qDWHbU"},
+                                           std::pair{"5.2.1", "jp0WYGlG2N9BZXrBH6O3dddUUJkF8Q57Eo6hWsee"},
+                                           std::pair{"5.2.6", "JJ6JY87296GCPZQGykSclgfgz6uJ2W57D9mhnJSD"}}) {
+    const auto moto = moto_rows(version, upload_id);
+    rows.insert(rows.end(), moto.begin(), moto.end());
+  }
+  const Row others[] = {
     {"seaweedfs-4.48/list_objects_v2-empty.xml", Answer::list_objects, 0, false},
     {"seaweedfs-4.48/list_objects_v2-three.xml", Answer::list_objects, 3, false},
     {"seaweedfs-4.48/list_objects_v2-truncated.xml", Answer::list_objects, 2, true, "p/obj-2"},
@@ -148,7 +126,12 @@ const Row kRows[] = {
 
     {"r2-docs/complete_multipart_upload.xml", Answer::complete_upload, 0, false, kEtag, kCrc},
     {"gcs-docs/complete_multipart_upload.xml", Answer::complete_upload, 0, false, "5b5b3dd4e5ab2b19a7a4d9d0e1c2f3a4-2", ""},
-};
+  };
+  rows.insert(rows.end(), std::begin(others), std::end(others));
+  return rows;
+}
+
+const std::vector<Row> kRows = corpus_rows();
 
 [[nodiscard]] bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;

@@ -20,6 +20,7 @@ table). Exit status: 0 measured, 1 a resumed state was not what the scenario say
 2 a part failed to run.
 """
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -73,19 +74,19 @@ def machine():
     return info
 
 
+def _load_host():
+    """python/ckpt/_host.py, by path: this script runs without the ckpt package installed."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python", "ckpt", "_host.py")
+    spec = importlib.util.spec_from_file_location("ckpt_host", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def fs_type(path):
     """The file system a path lives on, from /proc/mounts (longest mount point that prefixes it)."""
-    path = os.path.realpath(path)
-    best = ("", "?", "?")
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                dev, mnt, kind = line.split()[:3]
-                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[0]):
-                    best = (mnt, kind, dev)
-    except OSError:
-        pass
-    return {"mount": best[0], "type": best[1], "device": best[2]}
+    mnt, kind, dev = _load_host().mount_of(path) or ("", "?", "?")
+    return {"mount": mnt, "type": kind, "device": dev}
 
 
 class Failure(Exception):

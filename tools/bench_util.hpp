@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -110,6 +111,18 @@ class Stopwatch {
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
+// Runs a measurement once: its untimed `before` (when set), then its `body`, appending the run's wall and
+// process CPU seconds to `secs` and `cpu_secs`.
+template <class Measurement>
+void run_once(Measurement& m) {
+  if (m.before) m.before();
+  const double cpu_start = process_cpu_seconds();
+  Stopwatch watch;
+  m.body();
+  m.secs.push_back(watch.seconds());
+  m.cpu_secs.push_back(process_cpu_seconds() - cpu_start);
+}
+
 // Best, median and worst of repeated timings.
 struct Timing {
   double best = 0, median = 0, worst = 0;
@@ -165,6 +178,26 @@ inline void fill_random(unsigned char* data, std::size_t size, std::uint64_t see
     std::memcpy(data + i, &z, 8);
   }
   for (; i < size; ++i) data[i] = static_cast<unsigned char>(seed >> (8 * (i % 8)));
+}
+
+// One tensor of the synthetic model: a byte range of the data buffer, stored as 1-D BF16.
+struct TensorSpan {
+  std::string name;
+  std::size_t offset = 0, size = 0;
+};
+
+// The synthetic model the benchmarks save: `size` bytes cut into tensors of `tensor_size` bytes (the last
+// one shorter), named layers.000.weight, layers.001.weight, ... in buffer order.
+[[nodiscard]] inline std::vector<TensorSpan> model_tensors(std::size_t size, std::uint64_t tensor_size) {
+  std::vector<TensorSpan> tensors;
+  for (std::size_t off = 0, k = 0; off < size; ++k) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(tensor_size, size - off));
+    char name[48];
+    std::snprintf(name, sizeof name, "layers.%03zu.weight", k);
+    tensors.push_back({name, off, n});
+    off += n;
+  }
+  return tensors;
 }
 
 // Runs work(item) for items [0, count) on `threads` threads that take the next item as they free up.

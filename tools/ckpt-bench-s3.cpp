@@ -127,18 +127,7 @@ int run(const Config& cfg) {
 
   Buffer data(size), dst(size);
   fill_random(data.data(), size, 0x636b70742d733362ull);
-  struct TensorSpan {
-    std::string name;
-    std::size_t offset = 0, size = 0;
-  };
-  std::vector<TensorSpan> tensors;
-  for (std::size_t off = 0, k = 0; off < size; ++k) {
-    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.tensor_size, size - off));
-    char name[48];
-    std::snprintf(name, sizeof name, "layers.%03zu.weight", k);
-    tensors.push_back({name, off, len});
-    off += len;
-  }
+  const std::vector<TensorSpan> tensors = model_tensors(size, cfg.tensor_size);
   const std::size_t parts = (size + part - 1) / part;
 
   // --- raw: one object "raw", rewritten every round.
@@ -228,13 +217,7 @@ int run(const Config& cfg) {
   try {
     for (unsigned r = 0; r < cfg.repeat; ++r) {
       for (std::size_t i = 0; i < ms.size(); ++i) {
-        Measurement& m = ms[i];
-        if (m.before) m.before();
-        const double cpu_start = process_cpu_seconds();
-        Stopwatch watch;
-        m.body();
-        m.secs.push_back(watch.seconds());
-        m.cpu_secs.push_back(process_cpu_seconds() - cpu_start);
+        run_once(ms[i]);
         if (i == 2) check_dst("raw load");
         if (i == 3) check_dst("ckpt load");
       }

@@ -56,12 +56,6 @@ struct Config {
   std::string only;  // "async": only the disk group with the async rows (python -m ckpt.bench --cpp-bench)
 };
 
-// One tensor of the synthetic model: a byte range of the data buffer, stored as 1-D BF16.
-struct TensorSpan {
-  std::string name;
-  std::size_t offset = 0, size = 0;
-};
-
 struct Measurement {
   std::string id, label;
   unsigned threads = 1;
@@ -97,14 +91,6 @@ struct Comparison {
 
 // Runs each measurement of a group once per round, round after round, so that a burst of load from
 // other processes hits all of them alike instead of one measurement's every repetition.
-void run_once(Measurement& m) {
-  if (m.before) m.before();
-  const double cpu_start = process_cpu_seconds();
-  Stopwatch watch;
-  m.body();
-  m.secs.push_back(watch.seconds());
-  m.cpu_secs.push_back(process_cpu_seconds() - cpu_start);
-}
 // CPU-bound groups (cpu_bound) then rerun, up to extra_rounds more times, each measurement none of
 // whose runs had its cores to itself: on a shared machine the best run is then an uncontended one.
 void run_rounds(const std::vector<Measurement*>& group, unsigned repeat, bool cpu_bound = false, unsigned extra_rounds = 0) {
@@ -164,14 +150,7 @@ int run(const Config& cfg) {
   // The data: random, so no layer below (compression, dedup, zero pages) can make anything look faster.
   Buffer data(size), dst(size);
   fill_random(data.data(), size, 0x636b70742d62656eull);
-  std::vector<TensorSpan> tensors;
-  for (std::size_t off = 0, k = 0; off < size; ++k) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.tensor_size, size - off));
-    char name[48];
-    std::snprintf(name, sizeof name, "layers.%03zu.weight", k);
-    tensors.push_back({name, off, n});
-    off += n;
-  }
+  const std::vector<TensorSpan> tensors = model_tensors(size, cfg.tensor_size);
 
   std::map<std::string, Measurement> all;
   std::vector<std::string> limit_order, ckpt_order;

@@ -230,7 +230,7 @@ void print_pins(const std::vector<ckpt::report::PinOutcome>& pins, bool quiet) {
   for (const auto& v : r.memory_roots)
     for (const auto& p : v.problems) {
       bool in_file = false;
-      for (const auto& o : r.files) in_file = in_file || (o.path == p.detail.file && o.has_report && !o.report.ok());
+      for (const auto& o : r.files) in_file = in_file || (o.path == p.file && o.has_report && !o.report.ok());
       if (!in_file) failure(p.store, ckpt::make_error(p.code, p.message));
     }
   for (const auto& st : r.steps)

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "config.hpp"
+#include "enum_name.hpp"
 
 namespace ckpt {
 
@@ -28,21 +29,11 @@ enum class Code : std::uint8_t {
 };
 // The highest code: decoders of a Status sent between ranks accept codes up to it.
 inline constexpr Code kLastCode = Code::cancelled;
+[[nodiscard]] constexpr EnumBounds<Code> enum_bounds(Code) noexcept { return {Code::ok, kLastCode}; }
 
 [[nodiscard]] inline const char* code_name(Code c) noexcept {
-  switch (c) {
-    case Code::ok: return "ok";
-    case Code::io: return "io";
-    case Code::corrupt: return "corrupt";
-    case Code::incomplete: return "incomplete";
-    case Code::version: return "version";
-    case Code::not_found: return "not_found";
-    case Code::invalid_argument: return "invalid_argument";
-    case Code::conflict: return "conflict";
-    case Code::unsupported: return "unsupported";
-    case Code::cancelled: return "cancelled";
-  }
-  return "unknown";
+  return enum_name(c, {"ok", "io", "corrupt", "incomplete", "version", "not_found", "invalid_argument", "conflict",
+                       "unsupported", "cancelled"});
 }
 
 struct Problem;  // problem.hpp: where damage is, as a record (file, tensor, chunk, byte range)

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "enum_name.hpp"
+
 namespace ckpt::format {
 
 inline constexpr std::uint32_t kVersion = 1;
@@ -93,6 +95,7 @@ enum class DType : std::uint16_t {
   BOOL = 1, U8 = 2, I8 = 3, U16 = 4, I16 = 5, U32 = 6, I32 = 7, U64 = 8, I64 = 9,
   F16 = 10, BF16 = 11, F32 = 12, F64 = 13, F8_E4M3 = 14, F8_E5M2 = 15, F8_E8M0 = 16, C64 = 17,
 };
+[[nodiscard]] constexpr EnumBounds<DType> enum_bounds(DType) noexcept { return {DType::BOOL, DType::C64}; }
 struct DTypeInfo {
   DType dtype;
   std::string_view name;  // safetensors spelling
@@ -106,7 +109,7 @@ inline constexpr DTypeInfo kDTypes[] = {
     {DType::F64, "F64", 8},   {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
     {DType::F8_E8M0, "F8_E8M0", 1}, {DType::C64, "C64", 8},
 };
-static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == 17, "one entry per dtype code");
+static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == enum_count<DType>(), "one entry per dtype code");
 
 [[nodiscard]] constexpr const DTypeInfo* dtype_info(std::uint16_t code) noexcept {
   for (const auto& d : kDTypes)
@@ -124,5 +127,6 @@ static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == 17, "one entry per dtype c
 
 // --- Typed metadata values (spec 5.6).
 enum class ValueType : std::uint16_t { int64 = 1, float64 = 2, boolean = 3, string = 4, bytes = 5 };
+[[nodiscard]] constexpr EnumBounds<ValueType> enum_bounds(ValueType) noexcept { return {ValueType::int64, ValueType::bytes}; }
 
 }  // namespace ckpt::format

@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "enum_name.hpp"
 #include "format.hpp"
 
 namespace ckpt {
@@ -114,14 +115,7 @@ class Value {
 static_assert(static_cast<int>(format::ValueType::bytes) == 5, "variant order matches the on-disk codes");
 
 [[nodiscard]] inline const char* value_type_name(format::ValueType t) noexcept {
-  switch (t) {
-    case format::ValueType::int64: return "int64";
-    case format::ValueType::float64: return "float64";
-    case format::ValueType::boolean: return "bool";
-    case format::ValueType::string: return "string";
-    case format::ValueType::bytes: return "bytes";
-  }
-  return "unknown";
+  return enum_name(t, {"int64", "float64", "bool", "string", "bytes"});
 }
 
 }  // namespace ckpt

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../shard/index.hpp"
 
@@ -32,6 +33,9 @@ enum class CoverageIssue : std::uint8_t {
   gap,             // an element is in no piece
   replica_mismatch,  // ranks declared a replicated tensor differently, or its owner did not declare it
 };
+[[nodiscard]] constexpr EnumBounds<CoverageIssue> enum_bounds(CoverageIssue) noexcept {
+  return {CoverageIssue::dtype_mismatch, CoverageIssue::replica_mismatch};
+}
 [[nodiscard]] const char* coverage_issue_name(CoverageIssue issue) noexcept;
 
 struct CoverageProblem {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../core/hash.hpp"
 #include "../shard/index.hpp"
@@ -94,6 +95,7 @@ struct ChunkChange {
 
 // What became of a tensor or a metadata key from one side to the other.
 enum class ChangeKind : std::uint8_t { added, removed, changed };
+[[nodiscard]] constexpr EnumBounds<ChangeKind> enum_bounds(ChangeKind) noexcept { return {ChangeKind::added, ChangeKind::changed}; }
 
 struct TensorChange {
   using Kind = ChangeKind;

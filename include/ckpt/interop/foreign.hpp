@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../shard/index.hpp"
 #include "../io/fs.hpp"
@@ -27,6 +28,9 @@ enum class ForeignFormat : std::uint8_t {
   dcp = 3,                // a torch.distributed.checkpoint directory: .metadata and *.distcp
   gguf = 4,               // one GGUF file (llama.cpp)
 };
+[[nodiscard]] constexpr EnumBounds<ForeignFormat> enum_bounds(ForeignFormat) noexcept {
+  return {ForeignFormat::safetensors, ForeignFormat::gguf};
+}
 // "safetensors", "safetensors-index", "dcp", "gguf": the spelling of --json's "format".
 [[nodiscard]] const char* foreign_format_name(ForeignFormat f) noexcept;
 

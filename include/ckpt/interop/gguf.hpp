@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "../core/enum_name.hpp"
 #include "../core/format.hpp"
 
 namespace ckpt::gguf {
@@ -36,13 +37,13 @@ enum class ValueType : std::uint32_t {
   u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
   string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
 };
-inline constexpr std::uint32_t kValueTypeCount = 13;
+[[nodiscard]] constexpr EnumBounds<ValueType> enum_bounds(ValueType) noexcept { return {ValueType::u8, ValueType::f64}; }
+inline constexpr std::uint32_t kValueTypeCount = static_cast<std::uint32_t>(enum_count<ValueType>());
 
 // The name a value type has in metadata text ("[3 x u32: 1, 2, 3]"); null for an unknown code.
 [[nodiscard]] constexpr const char* value_type_name(std::uint32_t type) noexcept {
-  constexpr const char* names[kValueTypeCount] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
-                                                  "bool", "string", "array", "u64", "i64", "f64"};
-  return type < kValueTypeCount ? names[type] : nullptr;
+  return enum_name(static_cast<ValueType>(type),
+                   {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"}, nullptr);
 }
 // Bytes of a fixed-size value; 0 for string and array, whose size is in the file.
 [[nodiscard]] constexpr std::uint64_t value_fixed_size(std::uint32_t type) noexcept {

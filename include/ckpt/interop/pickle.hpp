@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 
 namespace ckpt {
@@ -36,6 +37,7 @@ enum class PickleKind : std::uint8_t {
   global,  // text: module, name: the name; nothing is imported
   object,  // REDUCE / NEWOBJ / NEWOBJ_EX / BUILD: callable (usually a global), args, state, kwargs
 };
+[[nodiscard]] constexpr EnumBounds<PickleKind> enum_bounds(PickleKind) noexcept { return {PickleKind::none, PickleKind::object}; }
 [[nodiscard]] const char* pickle_kind_name(PickleKind kind) noexcept;
 
 // Decoder limits; inputs that exceed one are refused (Code::corrupt) before memory is spent on them.

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../core/enum_name.hpp"
+
 namespace ckpt {
 
 // One value per member of the Fs concept, in the order fs.hpp lists them.
@@ -27,29 +29,12 @@ enum class FsOp : std::uint8_t {
   lock,
   map,
 };
-inline constexpr std::size_t kFsOpCount = 17;
+[[nodiscard]] constexpr EnumBounds<FsOp> enum_bounds(FsOp) noexcept { return {FsOp::open, FsOp::map}; }
+inline constexpr std::size_t kFsOpCount = enum_count<FsOp>();
 
 [[nodiscard]] inline const char* fs_op_name(FsOp op) noexcept {
-  switch (op) {
-    case FsOp::open: return "open";
-    case FsOp::close: return "close";
-    case FsOp::pread: return "pread";
-    case FsOp::pwrite: return "pwrite";
-    case FsOp::sync: return "sync";
-    case FsOp::sync_data: return "sync_data";
-    case FsOp::file_size: return "file_size";
-    case FsOp::truncate: return "truncate";
-    case FsOp::rename: return "rename";
-    case FsOp::unlink: return "unlink";
-    case FsOp::mkdir: return "mkdir";
-    case FsOp::rmdir: return "rmdir";
-    case FsOp::sync_dir: return "sync_dir";
-    case FsOp::list_dir: return "list_dir";
-    case FsOp::stat: return "stat";
-    case FsOp::lock: return "lock";
-    case FsOp::map: return "map";
-  }
-  return "unknown";
+  return enum_name(op, {"open", "close", "pread", "pwrite", "sync", "sync_data", "file_size", "truncate", "rename", "unlink",
+                        "mkdir", "rmdir", "sync_dir", "list_dir", "stat", "lock", "map"});
 }
 
 // A set of operation kinds, one bit per FsOp.

@@ -420,7 +420,7 @@ struct FileOutcome {
 [[nodiscard]] inline json digest_json(const Digest128& d) { return d == Digest128{} ? json(nullptr) : json(d.hex()); }
 
 [[nodiscard]] inline json root_problem_json(const tiers::RootProblem& p) {
-  json j = problem_json(p.detail);
+  json j = problem_json(p);
   j["rank_dir"] = p.rank_dir.empty() ? json(nullptr) : json(p.rank_dir);
   j["store"] = p.store;
   j["step"] = p.step ? json(*p.step) : json(nullptr);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../core/problem.hpp"
 #include "../io/posix_fs.hpp"
@@ -46,6 +47,9 @@ enum class StepRecheck : std::uint8_t {
   retired,     // RETIRE'd since the snapshot: its files were removed on purpose
   not_listed,  // the journal no longer names the transaction at all (rewritten meanwhile)
 };
+[[nodiscard]] constexpr EnumBounds<StepRecheck> enum_bounds(StepRecheck) noexcept {
+  return {StepRecheck::committed, StepRecheck::not_listed};
+}
 [[nodiscard]] const char* step_recheck_name(StepRecheck r) noexcept;
 
 namespace detail {

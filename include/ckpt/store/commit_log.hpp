@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../core/format.hpp"
 #include "../io/fs.hpp"
@@ -51,6 +52,7 @@ enum class TxnState : std::uint8_t {
   aborted,    // ABORT durable: its files may be removed
   retired,    // committed, then RETIRE durable: its files may be removed
 };
+[[nodiscard]] constexpr EnumBounds<TxnState> enum_bounds(TxnState) noexcept { return {TxnState::open, TxnState::retired}; }
 [[nodiscard]] const char* txn_state_name(TxnState s) noexcept;
 
 // Everything the journal says about one transaction.
@@ -81,6 +83,9 @@ enum class RecoveryActionKind : std::uint8_t {
   quarantine,        // move a step directory whose fate is ambiguous to quarantine/ (spec 6.8)
   rewrite_journal,   // write the journal anew from the records recovery keeps (spec 5.7, 6.4)
 };
+[[nodiscard]] constexpr EnumBounds<RecoveryActionKind> enum_bounds(RecoveryActionKind) noexcept {
+  return {RecoveryActionKind::truncate_journal, RecoveryActionKind::rewrite_journal};
+}
 [[nodiscard]] const char* recovery_action_name(RecoveryActionKind k) noexcept;
 
 struct RecoveryAction {

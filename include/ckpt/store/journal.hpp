@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../core/coding.hpp"
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../core/hash.hpp"
 #include "../shard/index.hpp"
@@ -79,6 +80,10 @@ enum class RecordType : std::uint16_t {
   // BEGIN whose files are the standard shard names of every rank: O(1) in the world size (spec 4.9, version 2).
   begin_shards = 8,
 };
+// Not contiguous (save_stats carries kIgnorableType): eight enumerators, named by value.
+[[nodiscard]] constexpr EnumBounds<RecordType> enum_bounds(RecordType) noexcept {
+  return {RecordType::header, RecordType::begin_shards, 8};
+}
 [[nodiscard]] const char* record_type_name(std::uint16_t type) noexcept;
 
 // --- Payloads (spec/JOURNAL.md 4). Fixed parts; every reserved field must be zero.
@@ -124,6 +129,9 @@ enum class AbortReason : std::uint32_t {
   user = 2,          // the caller abandoned the transaction
   recovery = 3,      // a writable open found BEGIN without COMMIT or ABORT
 };
+[[nodiscard]] constexpr EnumBounds<AbortReason> enum_bounds(AbortReason) noexcept {
+  return {AbortReason::writer_error, AbortReason::recovery};
+}
 [[nodiscard]] const char* abort_reason_name(AbortReason r) noexcept;
 
 struct JournalHeader {

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../io/fs.hpp"
 #include "journal.hpp"
@@ -25,18 +26,10 @@ enum class PathKind : std::uint8_t {
   memory_root,  // a memory tier's root (spec/TIERS.md 2): holds rank-<r> directories
   rank_dir,     // one rank's directory of a memory root: rank-<r> holding TIERS, own/ or held-<s>/
 };
+[[nodiscard]] constexpr EnumBounds<PathKind> enum_bounds(PathKind) noexcept { return {PathKind::file, PathKind::rank_dir}; }
 
 [[nodiscard]] inline const char* path_kind_name(PathKind k) noexcept {
-  switch (k) {
-    case PathKind::file: return "file";
-    case PathKind::store: return "store";
-    case PathKind::step_dir: return "step directory";
-    case PathKind::broken_store: return "store without a journal";
-    case PathKind::other_dir: return "directory";
-    case PathKind::memory_root: return "memory root";
-    case PathKind::rank_dir: return "rank directory";
-  }
-  return "unknown";
+  return enum_name(k, {"file", "store", "step directory", "store without a journal", "directory", "memory root", "rank directory"});
 }
 
 // A memory tier's rank directory: named rank-<r> and holding its tier log, or a store own/ or

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../io/fs.hpp"
 #include "../io/fs_op.hpp"
@@ -38,16 +39,10 @@
 namespace ckpt {
 
 enum class Fault : std::uint8_t { none, no_space, io_error, short_write, interrupted };
+[[nodiscard]] constexpr EnumBounds<Fault> enum_bounds(Fault) noexcept { return {Fault::none, Fault::interrupted}; }
 
 [[nodiscard]] inline const char* fault_name(Fault f) noexcept {
-  switch (f) {
-    case Fault::none: return "none";
-    case Fault::no_space: return "no_space";
-    case Fault::io_error: return "io_error";
-    case Fault::short_write: return "short_write";
-    case Fault::interrupted: return "interrupted";
-  }
-  return "unknown";
+  return enum_name(f, {"none", "no_space", "io_error", "short_write", "interrupted"});
 }
 
 struct FaultPlan {

@@ -73,6 +73,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../core/hash.hpp"
 #include "../io/fs.hpp"
@@ -82,15 +83,8 @@ namespace ckpt {
 
 // The fate of one unsynced item at a crash (see the model above).
 enum class Fate : std::uint8_t { lost, kept, torn, garbled };
-[[nodiscard]] inline const char* fate_name(Fate f) noexcept {
-  switch (f) {
-    case Fate::lost: return "lost";
-    case Fate::kept: return "kept";
-    case Fate::torn: return "torn";
-    case Fate::garbled: return "garbled";
-  }
-  return "unknown";
-}
+[[nodiscard]] constexpr EnumBounds<Fate> enum_bounds(Fate) noexcept { return {Fate::lost, Fate::garbled}; }
+[[nodiscard]] inline const char* fate_name(Fate f) noexcept { return enum_name(f, {"lost", "kept", "torn", "garbled"}); }
 
 // Which fates a crash may give unsynced writes; lost and kept are always possible.
 struct CrashModel {

@@ -69,6 +69,9 @@ enum class PersistentState : std::uint8_t {
   different,    // another content under the same number
   unreadable,   // the step is committed but does not open (manifest, shard size, UUID, index)
 };
+[[nodiscard]] constexpr EnumBounds<PersistentState> enum_bounds(PersistentState) noexcept {
+  return {PersistentState::not_checked, PersistentState::unreadable};
+}
 [[nodiscard]] const char* persistent_state_name(PersistentState s) noexcept;
 
 // A tier log record and the rank directory whose log holds it.
@@ -106,16 +109,14 @@ struct RankDirectory {
   Status log_error;                       // corrupt in the middle, or unreadable
 };
 
-// Something wrong in the root, named down to rank directory, store, step and shard.
-struct RootProblem {
-  Code code = Code::corrupt;
+// Something wrong in the root: the Problem found (code, region, file, tensor, chunk, byte range, expected,
+// found), named down to rank directory, store, step and shard; its message names all of them in one line.
+struct RootProblem : Problem {
   std::string rank_dir;                 // "rank-<r>"; empty for the persistent store
   std::string store;                    // the store or tier log it is in
   std::optional<std::uint64_t> step;
   std::optional<std::uint32_t> shard;
   std::uint64_t txn = 0;
-  Problem detail;                       // region, file, tensor, chunk, byte range, expected, found
-  std::string message;                  // one line naming all of the above
 };
 
 struct MemoryRoot {

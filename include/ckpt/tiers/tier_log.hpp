@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../core/config.hpp"
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../identity/identity.hpp"
 #include "../io/fs.hpp"
@@ -39,6 +40,7 @@ enum class TierEvent : std::uint16_t {
   load_failed = 7,  // the job could not load this (step, digest): never chosen again (Megatron-LM #5281)
   resumed = 8,      // the job resumed this (step, digest)
 };
+[[nodiscard]] constexpr EnumBounds<TierEvent> enum_bounds(TierEvent) noexcept { return {TierEvent::captured, TierEvent::resumed}; }
 [[nodiscard]] const char* tier_event_name(TierEvent e) noexcept;
 
 struct TierRecord {

@@ -36,6 +36,7 @@
 #include "../dist/comm.hpp"
 #include "../dist/wire.hpp"
 #include "../core/config.hpp"
+#include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../identity/identity.hpp"
 #include "../io/posix_fs.hpp"
@@ -97,6 +98,9 @@ struct TierOptions {
 
 // The policy's decision for one step.
 enum class TierAction : std::uint8_t { none, capture, capture_and_persist };
+[[nodiscard]] constexpr EnumBounds<TierAction> enum_bounds(TierAction) noexcept {
+  return {TierAction::none, TierAction::capture_and_persist};
+}
 [[nodiscard]] const char* tier_action_name(TierAction a) noexcept;
 
 struct StepOutcome {

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from dataclasses import replace
 
+from .._host import mount_of
 from ..bench import cpu_model, has_avx512, parse_size
 from . import job as _job
 from . import report as _report
@@ -98,18 +99,9 @@ def _median(values, default=0.0):
 
 
 def _mount_of(path: str) -> str:
-    """'DEVICE TYPE at MOUNTPOINT' of the file system holding path."""
-    path = os.path.realpath(path)
-    best = ("?", "?", "/")
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                dev, mnt, kind = line.split()[:3]
-                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[2]):
-                    best = (dev, kind, mnt)
-    except OSError:
-        pass
-    return f"{best[0]} ({best[1]}) at {best[2]}"
+    """'DEVICE (TYPE) at MOUNTPOINT' of the file system holding path."""
+    mnt, kind, dev = mount_of(path) or ("/", "?", "?")
+    return f"{dev} ({kind}) at {mnt}"
 
 
 def machine() -> str:

@@ -10,15 +10,7 @@
 namespace ckpt {
 
 CKPT_INLINE const char* coverage_issue_name(CoverageIssue issue) noexcept {
-  switch (issue) {
-    case CoverageIssue::dtype_mismatch: return "dtype_mismatch";
-    case CoverageIssue::shape_mismatch: return "shape_mismatch";
-    case CoverageIssue::out_of_bounds: return "out_of_bounds";
-    case CoverageIssue::overlap: return "overlap";
-    case CoverageIssue::gap: return "gap";
-    case CoverageIssue::replica_mismatch: return "replica_mismatch";
-  }
-  return "unknown";
+  return enum_name(issue, {"dtype_mismatch", "shape_mismatch", "out_of_bounds", "overlap", "gap", "replica_mismatch"});
 }
 
 namespace detail {

@@ -18,13 +18,7 @@
 namespace ckpt {
 
 CKPT_INLINE const char* foreign_format_name(ForeignFormat f) noexcept {
-  switch (f) {
-    case ForeignFormat::safetensors: return "safetensors";
-    case ForeignFormat::safetensors_index: return "safetensors-index";
-    case ForeignFormat::dcp: return "dcp";
-    case ForeignFormat::gguf: return "gguf";
-  }
-  return "unknown";
+  return enum_name(f, {"safetensors", "safetensors-index", "dcp", "gguf"});
 }
 
 CKPT_INLINE std::uint64_t ForeignCheckpoint::data_bytes() const noexcept {

@@ -13,23 +13,11 @@
 namespace ckpt {
 
 CKPT_INLINE const char* pickle_kind_name(PickleKind kind) noexcept {
-  switch (kind) {
-    case PickleKind::none: return "None";
-    case PickleKind::boolean: return "a bool";
-    case PickleKind::integer: return "an int";
-    case PickleKind::big_integer: return "an int wider than 64 bits";
-    case PickleKind::floating: return "a float";
-    case PickleKind::string: return "a str";
-    case PickleKind::bytes: return "bytes";
-    case PickleKind::tuple: return "a tuple";
-    case PickleKind::list: return "a list";
-    case PickleKind::dict: return "a dict";
-    case PickleKind::set: return "a set";
-    case PickleKind::frozenset: return "a frozenset";
-    case PickleKind::global: return "a global";
-    case PickleKind::object: return "an object";
-  }
-  return "an unknown value";
+  // Names complete a message's "found ...", so the fallback is a phrase too.
+  return enum_name(kind,
+                   {"None", "a bool", "an int", "an int wider than 64 bits", "a float", "a str", "bytes", "a tuple", "a list",
+                    "a dict", "a set", "a frozenset", "a global", "an object"},
+                   "an unknown value");
 }
 
 // --- PickleValue accessors.

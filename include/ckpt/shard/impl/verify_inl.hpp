@@ -222,12 +222,7 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
 }
 
 CKPT_INLINE const char* step_recheck_name(StepRecheck r) noexcept {
-  switch (r) {
-    case StepRecheck::committed: return "committed";
-    case StepRecheck::retired: return "retired";
-    case StepRecheck::not_listed: return "not in the journal";
-  }
-  return "unknown";
+  return enum_name(r, {"committed", "retired", "not in the journal"});
 }
 
 

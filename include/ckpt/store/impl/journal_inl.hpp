@@ -15,28 +15,24 @@ namespace ckpt {
 namespace journal {
 
 CKPT_INLINE const char* record_type_name(std::uint16_t type) noexcept {
-  switch (type) {
-    case static_cast<std::uint16_t>(RecordType::header): return "HEADER";
-    case static_cast<std::uint16_t>(RecordType::pad): return "PAD";
-    case static_cast<std::uint16_t>(RecordType::begin): return "BEGIN";
-    case static_cast<std::uint16_t>(RecordType::commit): return "COMMIT";
-    case static_cast<std::uint16_t>(RecordType::abort): return "ABORT";
-    case static_cast<std::uint16_t>(RecordType::retire): return "RETIRE";
-    case static_cast<std::uint16_t>(RecordType::save_stats): return "SAVE_STATS";
-    case static_cast<std::uint16_t>(RecordType::begin_shards): return "BEGIN_SHARDS";
-    default: return (type & kIgnorableType) != 0 ? "IGNORABLE" : "UNKNOWN";
-  }
+  const char* name = enum_name(static_cast<RecordType>(type),
+                               {{RecordType::header, "HEADER"},
+                                {RecordType::pad, "PAD"},
+                                {RecordType::begin, "BEGIN"},
+                                {RecordType::commit, "COMMIT"},
+                                {RecordType::abort, "ABORT"},
+                                {RecordType::retire, "RETIRE"},
+                                {RecordType::save_stats, "SAVE_STATS"},
+                                {RecordType::begin_shards, "BEGIN_SHARDS"}},
+                               nullptr);
+  if (name != nullptr) return name;
+  return (type & kIgnorableType) != 0 ? "IGNORABLE" : "UNKNOWN";
 }
 
 }  // namespace journal
 
 CKPT_INLINE const char* abort_reason_name(AbortReason r) noexcept {
-  switch (r) {
-    case AbortReason::writer_error: return "writer_error";
-    case AbortReason::user: return "user";
-    case AbortReason::recovery: return "recovery";
-  }
-  return "unknown";
+  return enum_name(r, {"writer_error", "user", "recovery"});
 }
 
 CKPT_INLINE std::uint64_t JournalRecord::txn() const noexcept {

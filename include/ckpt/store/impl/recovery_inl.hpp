@@ -10,27 +10,12 @@
 namespace ckpt {
 
 CKPT_INLINE const char* txn_state_name(TxnState s) noexcept {
-  switch (s) {
-    case TxnState::open: return "open";
-    case TxnState::committed: return "committed";
-    case TxnState::aborted: return "aborted";
-    case TxnState::retired: return "retired";
-  }
-  return "unknown";
+  return enum_name(s, {"open", "committed", "aborted", "retired"});
 }
 
 CKPT_INLINE const char* recovery_action_name(RecoveryActionKind k) noexcept {
-  switch (k) {
-    case RecoveryActionKind::truncate_journal: return "truncate_journal";
-    case RecoveryActionKind::append_abort: return "append_abort";
-    case RecoveryActionKind::remove_file: return "remove_file";
-    case RecoveryActionKind::remove_dir: return "remove_dir";
-    case RecoveryActionKind::sync_dir: return "sync_dir";
-    case RecoveryActionKind::append_commit: return "append_commit";
-    case RecoveryActionKind::quarantine: return "quarantine";
-    case RecoveryActionKind::rewrite_journal: return "rewrite_journal";
-  }
-  return "unknown";
+  return enum_name(k, {"truncate_journal", "append_abort", "remove_file", "remove_dir", "sync_dir", "append_commit", "quarantine",
+                       "rewrite_journal"});
 }
 
 CKPT_INLINE std::string RecoveryAction::describe() const {

@@ -20,14 +20,7 @@
 namespace ckpt::tiers {
 
 CKPT_INLINE const char* persistent_state_name(PersistentState s) noexcept {
-  switch (s) {
-    case PersistentState::not_checked: return "not checked";
-    case PersistentState::absent: return "absent";
-    case PersistentState::same: return "same";
-    case PersistentState::different: return "different";
-    case PersistentState::unreadable: return "unreadable";
-  }
-  return "unknown";
+  return enum_name(s, {"not checked", "absent", "same", "different", "unreadable"});
 }
 
 CKPT_INLINE std::size_t MemoryStep::shards_here() const noexcept {
@@ -121,14 +114,13 @@ CKPT_INLINE void read_rank_log(FsRef fs, RankDirectory& d) {
                                                    std::optional<std::uint64_t> step, std::optional<std::uint32_t> shard,
                                                    std::uint64_t txn, Problem p) {
   RootProblem out;
-  out.code = p.code;
+  static_cast<Problem&>(out) = std::move(p);
+  out.message = label + ": " + out.message;
   out.rank_dir = rank_dir;
   out.store = store;
   out.step = step;
   out.shard = shard;
   out.txn = txn;
-  out.message = label + ": " + p.message;
-  out.detail = std::move(p);
   return out;
 }
 

@@ -50,8 +50,9 @@ CKPT_INLINE Status TierView::read_slice(std::string_view name, const Shape& offs
 namespace detail {
 
 enum class CopyKind : std::uint8_t { own = 0, held = 1, persistent = 2 };
+[[nodiscard]] constexpr EnumBounds<CopyKind> enum_bounds(CopyKind) noexcept { return {CopyKind::own, CopyKind::persistent}; }
 [[nodiscard]] CKPT_INLINE const char* copy_kind_name(CopyKind k) noexcept {
-  return k == CopyKind::own ? "own memory" : k == CopyKind::held ? "replica in memory" : "persistent store";
+  return enum_name(k, {"own memory", "replica in memory", "persistent store"});
 }
 
 // A copy of one shard this rank can read without help, its content digest from its index.

@@ -9,17 +9,8 @@
 namespace ckpt::tiers {
 
 CKPT_INLINE const char* tier_event_name(TierEvent e) noexcept {
-  switch (e) {
-    case TierEvent::captured: return "CAPTURED";
-    case TierEvent::held: return "HELD";
-    case TierEvent::replicated: return "REPLICATED";
-    case TierEvent::persisted: return "PERSISTED";
-    case TierEvent::evicted: return "EVICTED";
-    case TierEvent::set_aside: return "SET_ASIDE";
-    case TierEvent::load_failed: return "LOAD_FAILED";
-    case TierEvent::resumed: return "RESUMED";
-  }
-  return "UNKNOWN";
+  // Upper case like the journal's record types, the unknown one too.
+  return enum_name(e, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED", "SET_ASIDE", "LOAD_FAILED", "RESUMED"}, "UNKNOWN");
 }
 
 CKPT_INLINE std::string TierRecord::describe() const {
