@@ -148,6 +148,12 @@ template <class StoreT>
               {"transactions", transactions_json(report.transactions)},
               {"unknown_entries", report.unknown_entries},
               {"problems", report.problems}};
+  json states = {{"committed", 0}, {"retired", 0}, {"aborted", 0}, {"open", 0}};
+  for (const auto& t : report.transactions) {
+    json& n = states[txn_state_name(t.state)];
+    n = (n.is_number() ? n.get<std::uint64_t>() : 0) + 1;
+  }
+  doc["transaction_states"] = std::move(states);
   damaged = report.corrupt() || report.tail_damaged();
   return doc;
 }
@@ -171,6 +177,7 @@ template <class StoreT>
               {"transactions", std::move(transactions)},
               {"unknown_entries", log.unknown},
               {"problems", log.problems}};
+  doc["transaction_states"] = {{"committed", log.steps.size()}, {"retired", log.retired.size()}, {"aborted", log.aborted.size()}, {"open", 0}};
   damaged = !log.problems.empty();
   return doc;
 }
@@ -230,9 +237,8 @@ template <class StoreT>
   return doc;
 }
 
-}  // namespace detail
-
-CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, const InspectOptions& options) {
+// What inspect_path describes, before its document is stamped with its kind and exit status.
+[[nodiscard]] CKPT_INLINE Result<Inspection> describe_path(FsRef fs, const std::string& path, const InspectOptions& options) {
   Inspection out;
   const bool selecting = !options.selection.all();
   auto misuse = [&](const std::string& what) { return make_error(Code::invalid_argument, path + ": " + what); };
@@ -289,6 +295,17 @@ CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, c
   out.doc["root_digest"] = content.root.hex();
   out.doc["identity"] = identity_json(content);
   out.kind = "shard";
+  return out;
+}
+
+}  // namespace detail
+
+CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, const InspectOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(Inspection out, detail::describe_path(fs, path, options));
+  // "kind" is taken in a memory root's and a foreign checkpoint's document: the report's own is "subject".
+  out.doc["report"] = "inspect";
+  out.doc["subject"] = out.kind;
+  out.doc["exit_code"] = out.exit_code;
   return out;
 }
 
