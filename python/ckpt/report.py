@@ -61,17 +61,24 @@ class Report:
     @classmethod
     def _from(cls, pair):
         doc, text = pair
-        return cls(json.loads(doc), text)
+        return cls(json.loads(doc), text.decode("utf-8", "replace"))
 
     @property
-    def kind(self) -> Optional[str]:
-        """What the report describes, as the library named it (the document's "subject")."""
-        return self.json.get("subject")
+    def kind(self) -> str:
+        """What the report describes, as the library named it (the document's "subject"; a part of a
+        document without one, such as a memory root inside a verify report, keeps its own "kind")."""
+        for key in ("subject", "kind"):
+            if key in self.json:
+                return self.json[key]
+        raise AttributeError("kind")
 
     @property
-    def exit_code(self) -> Optional[int]:
+    def exit_code(self) -> int:
         """The tool's exit status, as the library computed it."""
-        return self.json.get("exit_code")
+        try:
+            return self.json["exit_code"]
+        except KeyError:
+            raise AttributeError("exit_code") from None
 
     def __str__(self) -> str:
         return self.text

@@ -177,7 +177,11 @@ nb::dict step_dict(const ckpt::StepInfo& s) {
 
 std::string report_text(const nlohmann::json& doc) { return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-nb::tuple report_pair(const nlohmann::json& doc, const std::string& text) { return nb::make_tuple(report_text(doc), text); }
+// The text as bytes: a message may quote bytes of a damaged file that are no UTF-8 (report.py decodes with
+// replacement, as the document's dump does).
+nb::tuple report_pair(const nlohmann::json& doc, const std::string& text) {
+  return nb::make_tuple(report_text(doc), nb::bytes(text.data(), text.size()));
+}
 
 nb::tuple verify_report(const std::string& path, std::optional<std::uint64_t> step, bool latest, std::optional<std::string> expect,
                           std::optional<std::string> expect_file, const std::string& persistent, unsigned threads) {

@@ -387,7 +387,7 @@ namespace detail {
     std::string stores;
     for (const auto& st : d.stores) stores += (stores.empty() ? "" : ", ") + base_name(st);
     std::string log = !d.log_present ? "no TIERS" : "TIERS " + std::to_string(d.records.size()) + " records";
-    if (d.torn_tail) log += ", torn tail at " + std::to_string(d.torn_tail->offset);
+    if (d.torn_tail) log += (d.torn_tail->clean_tear ? ", torn tail at " : ", DAMAGED tail at ") + std::to_string(d.torn_tail->offset);
     if (!d.log_error.ok()) log += ", " + std::string(d.log_error.code() == Code::corrupt ? "CORRUPT" : "UNREADABLE");
     s += format("  rank-%u: %s; %s\n", d.rank, stores.empty() ? "no stores" : stores.c_str(), log.c_str());
   }
