@@ -13,6 +13,7 @@
 #include <ckpt/report/verify.hpp>
 #include <ckpt/store/maintenance.hpp>
 
+#include "memory_root_fixture.hpp"
 #include "store_test_util.hpp"
 #include "test_util.hpp"
 
@@ -237,4 +238,54 @@ TEST_CASE("the text reaches on_text as it is decided, piece by piece, and adds u
   CHECK(pieces.front() == "ckpt-repair: store " + store + "\n");
   // The plan is said before what was done.
   CHECK(r->text.find("will do:") < r->text.find("done:"));
+}
+
+// A memory tier's root (spec/TIERS.md 2, 5): each store recovered, each tier log's torn tail cut, every
+// copy verified afterwards; damage in a log or a copy stays and is reported.
+TEST_CASE("memory root damage table: what a dry run and a repair conclude", "[report][repair][memory_root]") {
+  namespace fixture = memory_root_fixture;
+  struct Case {
+    const char* name;
+    std::function<void(const fsys::path& mem)> damage;
+    int dry_exit, repair_exit;
+    const char* says;  // in the repair's text
+  };
+  const std::vector<Case> cases = {
+      {"intact", [](const fsys::path&) {}, 0, 0, "result: consistent"},
+      {"a tier log cut by one byte (a torn append)",
+       [](const fsys::path& mem) { fsys::resize_file(mem / "rank-1" / "TIERS", fsys::file_size(mem / "rank-1" / "TIERS") - 1); }, 1, 0,
+       ": cut (the end of the log)"},
+      {"a byte flipped in the middle of a tier log", [](const fsys::path& mem) { fixture::flip_byte(mem / "rank-1" / "TIERS", 4096 + 30); }, 1,
+       1, "DAMAGED: "},
+      {"a copy's data flipped", [](const fsys::path& mem) { fixture::flip_shard_data(mem / "rank-0" / "own", 6); }, 1, 1,
+       "DAMAGE REMAINS (see above)"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const fsys::path dir = fixture::fresh_copy("report-repair");
+    const fsys::path mem = dir / "mem";
+    c.damage(mem);
+    PosixFs fs;
+    const auto before = ckpt_test::directory_tree(mem.string());
+    const report::RepairReport dry = repair(fs, mem.string(), true);
+    INFO(dry.text);
+    CHECK(dry.kind == "memory root");
+    CHECK(dry.exit_code == c.dry_exit);
+    CHECK(dry.doc["subject"] == "memory root");
+    CHECK(dry.doc["exit_code"] == c.dry_exit);
+    CHECK(ckpt_test::directory_tree(mem.string()) == before);
+    const report::RepairReport r = repair(fs, mem.string(), false);
+    INFO(r.text);
+    CHECK(r.exit_code == c.repair_exit);
+    CHECK(r.doc["exit"] == c.repair_exit);
+    CHECK(r.doc["consistent"] == (c.repair_exit == 0));
+    CHECK(r.text.rfind("ckpt-repair: memory root ", 0) == 0);
+    CHECK(r.text.find(c.says) != std::string::npos);
+  }
+  report::RepairOptions purge;
+  purge.purge = true;
+  PosixFs fs;
+  auto refused = report::repair_path(fs, (fixture::fresh_copy("report-repair") / "mem").string(), purge);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::invalid_argument);
 }
