@@ -92,6 +92,17 @@ TEST_CASE("verify's text follows the report: per path, then pins and a summary l
   INFO(text);
   CHECK(says(text, store + ": store, journal intact, 2 steps selected\n"));
   CHECK(says(text, "2 steps: 2 intact, 0 damaged (2 shard files checked)\n"));
+  // The text's counts are the document's: counted once (verify_summary).
+  const report::VerifySummary n = report::verify_summary(r);
+  const report::json summary = report::verify_json(r)["summary"];
+  CHECK(summary["files"] == n.files);
+  CHECK(summary["intact"] == n.intact);
+  CHECK(summary["damaged"] == n.damaged);
+  CHECK(summary["errors"] == n.errors);
+  CHECK(summary["retired"] == n.retired);
+  CHECK(summary["problems"] == n.problems);
+  CHECK(summary["steps_intact"] == n.steps_intact);
+  CHECK(summary["steps_retired"] == n.steps_retired);
   // Quiet: a store's line stays, nothing intact below it is said.
   CHECK(report::verify_text(r, true) == store + ": store, journal intact, 2 steps selected\n");
   // What was appended since a mark, and only that.

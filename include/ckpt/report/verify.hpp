@@ -136,6 +136,13 @@ void conclude_paths(FsRef fs, const std::vector<std::string>& paths, const Verif
 // pinned one, 2 a path that could not be checked or a file that changed during verification.
 [[nodiscard]] int exit_code(const StepOutcome& step, const std::vector<FileOutcome>& files);
 [[nodiscard]] int exit_code(const VerifyPathsReport& report);
+// The counts of a report, counted once: the document's "summary" and the text's summary line.
+struct VerifySummary {
+  std::size_t files = 0, intact = 0, damaged = 0, errors = 0, retired = 0, problems = 0;  // shard files
+  std::size_t steps = 0, steps_intact = 0, steps_retired = 0;
+};
+[[nodiscard]] VerifySummary verify_summary(const VerifyPathsReport& report);
+
 // What the paths named, the way the Python package has always said it: "store" (any store), else "step
 // directory", "foreign", "memory root", else "file".
 [[nodiscard]] const char* verify_kind(const VerifyPathsReport& report) noexcept;

@@ -445,22 +445,14 @@ CKPT_INLINE std::string verify_text(const VerifyPathsReport& r, const VerifyMark
 CKPT_INLINE std::string verify_conclusion_text(const VerifyPathsReport& r, bool quiet) {
   std::string s = detail::pins_text(r.pins, quiet);
   if (quiet) return s;
-  if (!r.steps.empty()) {
-    std::size_t intact = 0, retired = 0;
-    for (const auto& st : r.steps) {
-      retired += st.retired ? 1 : 0;
-      intact += st.ok && !st.retired ? 1 : 0;
-    }
-    const std::string retired_text = retired == 0 ? "" : ", " + std::to_string(retired) + " retired while being verified";
-    s += detail::format("%zu step%s: %zu intact, %zu damaged%s (%zu shard files checked)\n", r.steps.size(), r.steps.size() == 1 ? "" : "s",
-                        intact, r.steps.size() - intact - retired, retired_text.c_str(), r.files.size());
-  } else if (r.files.size() > 1) {
-    std::size_t intact = 0, damaged = 0;
-    for (const auto& o : r.files) {
-      if (o.has_report && o.report.ok()) ++intact;
-      else if (o.has_report) ++damaged;
-    }
-    s += detail::format("%zu files: %zu intact, %zu damaged, %zu unreadable\n", r.files.size(), intact, damaged, r.files.size() - intact - damaged);
+  const VerifySummary n = verify_summary(r);  // the document's summary, counted once
+  if (n.steps != 0) {
+    const std::string retired_text = n.steps_retired == 0 ? "" : ", " + std::to_string(n.steps_retired) + " retired while being verified";
+    s += detail::format("%zu step%s: %zu intact, %zu damaged%s (%zu shard files checked)\n", n.steps, n.steps == 1 ? "" : "s", n.steps_intact,
+                        n.steps - n.steps_intact - n.steps_retired, retired_text.c_str(), n.files);
+  } else if (n.files > 1) {
+    // A file not read, and one retired with its step, are both "unreadable" here.
+    s += detail::format("%zu files: %zu intact, %zu damaged, %zu unreadable\n", n.files, n.intact, n.damaged, n.files - n.intact - n.damaged);
   }
   return s;
 }

@@ -402,17 +402,13 @@ CKPT_INLINE json verify_json(const VerifyPathsReport& r) {
                             {"notes", so.notes},
                             {"steps", std::move(steps)}});
     }
-    std::size_t intact = 0, retired = 0;
-    for (const auto& st : r.steps) {
-      step_docs.push_back(detail::step_outcome_json(st, r.files));
-      if (st.retired) ++retired;
-      else if (st.ok) ++intact;
-    }
+    for (const auto& st : r.steps) step_docs.push_back(detail::step_outcome_json(st, r.files));
+    const VerifySummary summary = verify_summary(r);
     doc["stores"] = std::move(store_docs);
     doc["steps"] = std::move(step_docs);
-    doc["summary"]["steps"] = r.steps.size();
-    doc["summary"]["steps_intact"] = intact;
-    doc["summary"]["steps_retired"] = retired;
+    doc["summary"]["steps"] = summary.steps;
+    doc["summary"]["steps_intact"] = summary.steps_intact;
+    doc["summary"]["steps_retired"] = summary.steps_retired;
   }
   json errors = json::array();
   for (const auto& e : r.errors) errors.push_back({{"path", e.path}, {"code", code_name(e.status.code())}, {"message", e.status.message()}});
@@ -423,6 +419,24 @@ CKPT_INLINE json verify_json(const VerifyPathsReport& r) {
   doc["report"] = "verify";
   doc["subject"] = verify_kind(r);
   return doc;
+}
+
+CKPT_INLINE VerifySummary verify_summary(const VerifyPathsReport& r) {
+  VerifySummary s;
+  s.files = r.files.size();
+  for (const auto& o : r.files) {
+    if (o.retired) ++s.retired;
+    else if (!o.has_report) ++s.errors;
+    else if (o.report.ok()) ++s.intact;
+    else ++s.damaged;
+    if (o.has_report) s.problems += o.report.problems.size();
+  }
+  s.steps = r.steps.size();
+  for (const auto& st : r.steps) {
+    if (st.retired) ++s.steps_retired;
+    else if (st.ok) ++s.steps_intact;
+  }
+  return s;
 }
 
 CKPT_INLINE const char* verify_kind(const VerifyPathsReport& r) noexcept {
