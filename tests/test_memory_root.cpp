@@ -99,6 +99,26 @@ TEST_CASE("a memory root and a rank directory are told apart from stores and oth
   CHECK(describe_memory_root(fs, (dir / "nothing").string()).status().code() == Code::not_found);
 }
 
+TEST_CASE("a directory named rank-01 is no rank directory of the root: described, verified and repaired by no one", "[memory_root]") {
+  // spec/TIERS.md 2.1: decimal, no leading zero; the reports read a root as resume does.
+  const auto dir = fixture::fresh_copy("misnamed-rank-dir");
+  fsys::copy(dir / "mem" / "rank-1", dir / "mem" / "rank-01", fsys::copy_options::recursive);
+  fixture::flip_shard_data(dir / "mem" / "rank-01" / "own", 6);  // damage no report may see
+  PosixFs fs;
+  auto described = describe_memory_root(fs, (dir / "mem").string());
+  REQUIRE(described.ok());
+  REQUIRE(described->rank_dirs.size() == 4);
+  for (const auto& d : described->rank_dirs) CHECK(d.path.find("rank-01") == std::string::npos);
+  for (const auto& c : described->copies) CHECK(c.store.find("rank-01") == std::string::npos);
+  auto verified = verify_memory_root(fs, (dir / "mem").string());
+  REQUIRE(verified.ok());
+  CHECK(verified->ok());
+  auto repaired = repair_memory_root(fs, (dir / "mem").string(), /*dry_run=*/true);
+  REQUIRE(repaired.ok());
+  for (const auto& st : repaired->stores) CHECK(st.store.find("rank-01") == std::string::npos);
+  CHECK(describe_memory_root(fs, (dir / "mem" / "rank-01").string()).status().code() == Code::invalid_argument);
+}
+
 TEST_CASE("each step is described: where every shard is held, its copies, replicated and persisted", "[memory_root]") {
   const MemoryRoot root = examine_pristine(&describe_memory_root);
   CHECK(root.kind == PathKind::memory_root);

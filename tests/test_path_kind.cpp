@@ -128,3 +128,26 @@ TEST_CASE("a memory root and its rank directories are classified by their layout
     CHECK_FALSE(parse_numbered_name(bad, "rank-", n));
   }
 }
+
+TEST_CASE("a directory named rank-01 is no rank directory, whatever it holds", "[path_kind]") {
+  // spec/TIERS.md 2.1: decimal, no leading zero; path recognition reads a root as resume does.
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string root = dir.file("mem");
+  for (const char* name : {"rank-01", "rank-", "rank-4294967296"}) {
+    fsys::create_directories(root + "/" + name);
+    ckpt_test::write_file(root + "/" + name + "/TIERS", "");
+    REQUIRE(Store::open(fs, root + "/" + name + "/own", Access::read_write, ckpt_test::small_store_options()).ok());
+  }
+  for (const char* name : {"rank-01", "rank-", "rank-4294967296"}) {
+    INFO(name);
+    CHECK_FALSE(is_rank_directory(fs, root + "/" + name));
+    CHECK(classify_path(fs, root + "/" + name).value() == PathKind::other_dir);
+    CHECK(classify_path(fs, root + "/" + name + "/own").value() == PathKind::store);
+  }
+  CHECK(classify_path(fs, root).value() == PathKind::other_dir);  // no rank directory in it
+  fsys::create_directories(root + "/rank-1");
+  ckpt_test::write_file(root + "/rank-1/TIERS", "");
+  CHECK(is_rank_directory(fs, root + "/rank-1"));
+  CHECK(classify_path(fs, root).value() == PathKind::memory_root);
+}

@@ -306,6 +306,27 @@ TEST_CASE("a byte flipped in a memory copy is caught and the next source is used
   CHECK(again.resumed[1].setbacks.empty());
 }
 
+TEST_CASE("a directory named rank-01 is no rank directory: resume neither reads it nor counts rank-1 twice", "[tiered]") {
+  // spec/TIERS.md 2.1: <r> is decimal without a leading zero. An intact copy of rank 1's directory under
+  // a name the layout forbids is no source, and it does not make rank 1's own (flipped) copy count twice.
+  const auto dir = trained_to_7("misnamed-rank-dir");
+  fsys::copy(dir / "node-n1" / "rank-1", dir / "node-n1" / "rank-01", fsys::copy_options::recursive);
+  flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 6);
+  auto r = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(r, 10);
+  for (const auto& res : r.resumed) {
+    CHECK(res.step == 6);
+    for (const auto& s : res.sources) CHECK_THAT(s, !Catch::Contains("rank-01"));
+    for (const auto& s : res.setbacks) CHECK_THAT(s, !Catch::Contains("rank-01"));
+  }
+  CHECK_THAT(r.resumed[1].sources.at(0), Catch::Contains("replica"));
+  std::size_t set_aside = 0;
+  for (const auto& s : r.resumed[1].setbacks) set_aside += s.find("set aside") != std::string::npos ? 1 : 0;
+  CHECK(set_aside == 1);  // the flipped copy, once
+  CHECK(count(r.records[1], TierEvent::set_aside) == 1);
+  CHECK(fsys::exists(dir / "node-n1" / "rank-01" / "own" / "JOURNAL"));  // read by no one, left as it is
+}
+
 TEST_CASE("a byte flipped in a replica is caught on fetch and the next source is used", "[tiered]") {
   const auto dir = trained_to_7("flip-replica");
   fsys::remove_all(dir / "node-n2");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/hash.hpp"
 #include "../shard/index.hpp"
 #include "../io/fs.hpp"
 #include "../core/value.hpp"
@@ -25,19 +26,9 @@ inline constexpr unsigned char kTensorTag[8] = {'C', 'K', 'P', 'T', 'T', 'N', 'S
 inline constexpr unsigned char kMetadataTag[8] = {'C', 'K', 'P', 'T', 'M', 'E', 'T', 'A'};
 inline constexpr unsigned char kRootTag[8] = {'C', 'K', 'P', 'T', 'R', 'O', 'O', 'T'};
 inline constexpr std::uint32_t kVersion = 1;
-inline constexpr std::size_t kHexLength = 32;  // a Digest128 as lowercase hex
+inline constexpr std::size_t kHexLength = kDigest128HexLength;
 }  // namespace identity
 
-// XXH3-128 (seed 0), high half first: its hex is xxhash's canonical (big-endian) form.
-struct Digest128 {
-  std::uint64_t high = 0, low = 0;
-  bool operator==(const Digest128& o) const noexcept { return high == o.high && low == o.low; }
-  bool operator!=(const Digest128& o) const noexcept { return !(*this == o); }
-  [[nodiscard]] std::string hex() const;
-};
-[[nodiscard]] Digest128 xxh3_128(const void* data, std::size_t size) noexcept;
-// 32 hex digits, either case, optionally after "ckpt:" (how pins may spell it); nullopt otherwise.
-[[nodiscard]] std::optional<Digest128> parse_digest(std::string_view text) noexcept;
 
 struct ContentPiece {
   Shape offsets, shape;  // where in the tensor (global offsets, local shape)

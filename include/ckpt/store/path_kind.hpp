@@ -10,6 +10,7 @@
 #include "../core/error.hpp"
 #include "../io/fs.hpp"
 #include "journal.hpp"
+#include "memory_layout.hpp"
 #include "step_reader.hpp"
 #include "store.hpp"
 
@@ -38,49 +39,11 @@ enum class PathKind : std::uint8_t {
   return "unknown";
 }
 
-// The memory tier's names (spec/TIERS.md 2). tiers/tiered.hpp writes them (its namespace layout) and
-// tiers/memory_root.hpp static_asserts that both spell them alike; they are here so that telling a
-// path apart does not parse the tiered checkpointer.
-namespace memory_layout {
-inline constexpr std::string_view kRankDirPrefix = "rank-";  // ROOT/rank-<r>/
-inline constexpr std::string_view kOwnStore = "own";         // rank-<r>/own: r's shards
-inline constexpr std::string_view kHeldPrefix = "held-";     // rank-<r>/held-<s>: replicas of s's shards
-inline constexpr std::string_view kTierLog = "TIERS";        // rank-<r>/TIERS: the tier log
-}  // namespace memory_layout
-
-// "<prefix><decimal>" with 1 to 9 digits and no leading zero (spec/TIERS.md 2.1): the number in *out.
-// Anything else (a sign, a space, a tenth digit, "rank-01") is not such a name.
-[[nodiscard]] inline bool parse_numbered_name(std::string_view name, std::string_view prefix, std::uint32_t& out) noexcept {
-  if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 || name.substr(0, prefix.size()) != prefix) return false;
-  if (name[prefix.size()] == '0' && name.size() > prefix.size() + 1) return false;
-  std::uint32_t n = 0;
-  for (const char c : name.substr(prefix.size())) {
-    if (c < '0' || c > '9') return false;
-    n = n * 10 + static_cast<std::uint32_t>(c - '0');
-  }
-  out = n;
-  return true;
-}
-
 // A memory tier's rank directory: named rank-<r> and holding its tier log, or a store own/ or
-// held-<s>/ (a directory with a JOURNAL). Symlinks are not followed (FsRef::stat).
+// held-<s>/ (a directory with a JOURNAL), as memory_layout's scanner reads it. Symlinks are not followed.
 [[nodiscard]] inline bool is_rank_directory(FsRef fs, const std::string& path) {
-  std::string trimmed = path;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  std::uint32_t rank = 0;
-  if (!parse_numbered_name(base_name(trimmed), memory_layout::kRankDirPrefix, rank)) return false;
-  auto info = fs.stat(trimmed);
-  if (!info.ok() || !info->is_dir) return false;
-  auto log = fs.stat(join_path(trimmed, std::string(memory_layout::kTierLog)));
-  if (log.ok() && log->kind == EntryKind::file) return true;
-  auto entries = fs.list_dir(trimmed);
-  if (!entries.ok()) return false;
-  for (const auto& e : *entries) {
-    std::uint32_t shard = 0;
-    if (e != memory_layout::kOwnStore && !parse_numbered_name(e, memory_layout::kHeldPrefix, shard)) continue;
-    if (fs.stat(join_path(join_path(trimmed, e), std::string(journal::kJournalName))).ok()) return true;
-  }
-  return false;
+  auto dir = memory_layout::scan_rank_dir(fs, path);
+  return dir.ok() && dir->recognized();
 }
 
 // What a path names; not_found when it does not exist.
@@ -99,11 +62,10 @@ inline constexpr std::string_view kTierLog = "TIERS";        // rank-<r>/TIERS: 
     if (parse_step_dir_name(e, step, txn)) return PathKind::broken_store;
   }
   if (is_rank_directory(fs, path)) return PathKind::rank_dir;
-  for (const auto& e : *entries) {
-    std::uint32_t rank = 0;
-    if (parse_numbered_name(e, memory_layout::kRankDirPrefix, rank) && is_rank_directory(fs, join_path(path, e)))
-      return PathKind::memory_root;
-  }
+  auto ranks = memory_layout::scan_memory_root(fs, path);
+  if (ranks.ok())
+    for (const auto& r : *ranks)
+      if (r.recognized()) return PathKind::memory_root;
   return PathKind::other_dir;
 }
 

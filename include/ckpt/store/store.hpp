@@ -20,6 +20,7 @@
 
 #include "../dist/comm.hpp"
 #include "../dist/coverage.hpp"
+#include "../dist/wire.hpp"
 #include "../core/error.hpp"
 #include "../io/fs.hpp"
 #include "../io/posix_fs.hpp"

@@ -31,12 +31,6 @@
 
 namespace ckpt::tiers {
 
-// path_kind.hpp recognises memory roots without parsing this header; both must spell the layout alike.
-static_assert(memory_layout::kRankDirPrefix == layout::kRankDirPrefix, "rank directory prefix");
-static_assert(memory_layout::kOwnStore == layout::kOwnStore, "own store name");
-static_assert(memory_layout::kHeldPrefix == layout::kHeldPrefix, "held store prefix");
-static_assert(memory_layout::kTierLog == tier_log::kLogName, "tier log name");
-
 // One committed step of a memory store: one copy of one shard.
 struct ShardCopy {
   std::uint32_t rank_dir = 0;  // the rank-<r> directory that holds it

@@ -21,7 +21,6 @@
 namespace ckpt::tiers {
 
 namespace tier_log {
-inline constexpr std::string_view kLogName = "TIERS";
 // Record type = journal::kIgnorableType | kTypeBase | event (spec/TIERS.md 5.2).
 inline constexpr std::uint16_t kTypeBase = 0x0100;
 // step u64, world u32, shard u32, step digest 16, shard digest 16, txn u64, copies u32, detail length u32.

@@ -32,7 +32,9 @@
 #include <vector>
 
 #include "../store/async_save.hpp"
+#include "../store/memory_layout.hpp"
 #include "../dist/comm.hpp"
+#include "../dist/wire.hpp"
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../identity/identity.hpp"
@@ -45,17 +47,15 @@
 
 namespace ckpt::tiers {
 
-// Names inside a memory root (spec/TIERS.md 2). Each rank that ever ran on the node has a directory.
+// Names inside a memory root: store/memory_layout.hpp holds them (spec/TIERS.md 2.1); the path
+// builders are named here too, where a training program looks for them.
 namespace layout {
-inline constexpr std::string_view kRankDirPrefix = "rank-";   // rank-<r>/
-inline constexpr std::string_view kOwnStore = "own";          // rank-<r>/own: r's shards (a store of one rank)
-inline constexpr std::string_view kHeldPrefix = "held-";      // rank-<r>/held-<s>: replicas of s's shards r keeps
+using memory_layout::held_store;
+using memory_layout::own_store;
+using memory_layout::rank_dir;
 // Every rank's training state rides in its own shard as this U8 tensor, so every tier and every
 // digest covers it (spec/TIERS.md 6).
 inline constexpr std::string_view kStateTensorPrefix = "__ckpt_tiers__/state/rank-";
-[[nodiscard]] std::string rank_dir(const std::string& root, std::uint32_t rank);
-[[nodiscard]] std::string own_store(const std::string& root, std::uint32_t rank);
-[[nodiscard]] std::string held_store(const std::string& root, std::uint32_t rank, std::uint32_t shard);
 [[nodiscard]] std::string state_tensor(std::uint32_t rank);
 }  // namespace layout
 
@@ -176,11 +176,13 @@ class TieredCheckpointer {
  private:
   TieredCheckpointer(FsRef fs, CommRef comm, TierOptions options) : fs_(fs), comm_(comm), options_(std::move(options)) {}
   [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create_with(FsRef fs, CommRef comm, TierOptions options);
-  struct Impl;
+  struct Resume;  // one resume(): its state and phases (impl/resume_inl.hpp)
   [[nodiscard]] Status start_saver(std::size_t bytes);
   [[nodiscard]] Status check_capacity(std::uint64_t bytes);
   void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
+  [[nodiscard]] Result<std::vector<Digest128>> agree_on_capture(std::uint64_t step, const Status& local, const Digest128& my_digest);
+  [[nodiscard]] Status retire_memory(const std::vector<int>& sources);
   [[nodiscard]] Status promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest, const Digest128& digest);
   [[nodiscard]] Result<Store*> held(std::uint32_t shard);
   [[nodiscard]] Status log(std::vector<TierRecord> records);

@@ -63,7 +63,7 @@ struct ObjectOutcome {
 
 [[nodiscard]] inline std::string encode_object_outcome(const ObjectOutcome& o) {
   Encoder out;
-  ckpt::detail::encode_status(out, o.decision);
+  wire::put_status(out, o.decision);
   out.u8(o.committed ? 1 : 0);
   out.u64(o.step.step);
   out.u64(o.step.txn);
@@ -72,7 +72,7 @@ struct ObjectOutcome {
   out.u64(o.step.manifest_digest);
   out.u32(static_cast<std::uint32_t>(o.retired.size()));
   for (auto s : o.retired) out.u64(s);
-  ckpt::detail::encode_status(out, o.retention);
+  wire::put_status(out, o.retention);
   return std::move(out.str());
 }
 
@@ -80,7 +80,7 @@ struct ObjectOutcome {
   Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   std::uint8_t committed = 0;
   std::uint32_t n = 0;
-  bool ok = ckpt::detail::decode_status(in, o.decision) && ckpt::detail::decode_u8(in, committed) && in.u64(o.step.step) &&
+  bool ok = wire::get_status(in, o.decision) && wire::get_u8(in, committed) && in.u64(o.step.step) &&
             in.u64(o.step.txn) && in.u32(o.step.world_size) && in.u64(o.step.manifest_size) && in.u64(o.step.manifest_digest) &&
             in.u32(n) && n <= in.remaining() / 8;
   for (std::uint32_t i = 0; ok && i < n; ++i) {
@@ -88,7 +88,7 @@ struct ObjectOutcome {
     ok = in.u64(s);
     o.retired.push_back(s);
   }
-  ok = ok && ckpt::detail::decode_status(in, o.retention) && in.remaining() == 0;
+  ok = ok && wire::get_status(in, o.retention) && in.remaining() == 0;
   if (!ok) return make_error(Code::corrupt, "rank 0 broadcast a malformed outcome");
   o.committed = committed != 0;
   o.step.dir = step_dir_name(o.step.step, o.step.txn);
@@ -280,8 +280,8 @@ CKPT_INLINE Result<std::string> ObjectStore::read_log_objects() {
     } else {
       bytes = "oversized";  // decodes as damage, named by the scan
     }
-    ckpt::detail::encode_string32(out, o.key);
-    ckpt::detail::encode_string32(out, bytes);
+    wire::put_text(out, o.key);
+    wire::put_text(out, bytes);
   }
   return std::move(out.str());
 }
@@ -296,8 +296,8 @@ CKPT_INLINE Status ObjectStore::adopt_log(const std::string& encoded) {
   bool ok = in.u32(n);
   for (std::uint32_t i = 0; ok && i < n; ++i) {
     std::string key, bytes;
-    ok = ckpt::detail::decode_string32(in, key, 1024) &&
-         ckpt::detail::decode_string32(in, bytes, static_cast<std::uint32_t>(layout::kMaxLogObject));
+    ok = wire::get_text(in, key, 1024) &&
+         wire::get_text(in, bytes, static_cast<std::uint32_t>(layout::kMaxLogObject));
     objects.emplace_back(std::move(key), std::move(bytes));
   }
   if (!ok) return make_error(Code::corrupt, "rank 0 broadcast a malformed log listing");
@@ -326,7 +326,7 @@ CKPT_INLINE Status ObjectStore::list_log(bool opening) {
       else local = read.status();
     }
   }
-  CKPT_TRY(ckpt::detail::agree(comm_, local));
+  CKPT_TRY(wire::agree(comm_, local));
   if (comm_.size() > 1) CKPT_TRY(comm_.broadcast(listing, 0));
   return adopt_log(listing);
 }
@@ -377,14 +377,14 @@ CKPT_INLINE Result<std::unique_ptr<ObjectTransaction>> ObjectStore::begin(std::u
   } else if (access_ != Access::read_write) {
     local = make_error(Code::invalid_argument, url() + ": opened read-only");
   }
-  CKPT_TRY(ckpt::detail::agree(comm_, local));
+  CKPT_TRY(wire::agree(comm_, local));
   if (comm_.size() > 1) CKPT_TRY(comm_.broadcast(decision, 0));
   Decoder in(reinterpret_cast<const unsigned char*>(decision.data()), decision.size());
   std::uint64_t txn = 0;
   if (!in.u64(txn) || in.remaining() != 0) return make_error(Code::corrupt, "rank 0 broadcast a malformed begin decision");
   auto started = start(txn, step);
   Status created = started.ok() ? Status() : started.status();
-  CKPT_TRY(ckpt::detail::agree(comm_, created));
+  CKPT_TRY(wire::agree(comm_, created));
   return started;
 }
 
@@ -430,7 +430,7 @@ CKPT_INLINE std::string ObjectStore::begin_request(std::uint64_t step) const {
   Encoder out;
   Status local;
   if (open_txn_ != nullptr) local = make_error(Code::conflict, url() + ": rank " + std::to_string(comm_.rank()) + " has a transaction open");
-  ckpt::detail::encode_status(out, local);
+  wire::put_status(out, local);
   out.u64(step);
   out.u32(static_cast<std::uint32_t>(comm_.size()));
   return std::move(out.str());
@@ -449,10 +449,10 @@ CKPT_INLINE std::string ObjectStore::decide_begin(std::uint64_t step, const std:
     Status theirs;
     std::uint64_t their_step = 0;
     std::uint32_t their_world = 0;
-    if (!ckpt::detail::decode_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world) || in.remaining() != 0)
+    if (!wire::get_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world) || in.remaining() != 0)
       decision = make_error(Code::corrupt, url() + ": rank " + std::to_string(r) + " sent a malformed begin request");
     else if (!theirs.ok())
-      decision = ckpt::detail::from_rank(theirs, static_cast<int>(r), comm_.size());
+      decision = wire::from_rank(theirs, static_cast<int>(r), comm_.size());
     else if (their_step != step || their_world != static_cast<std::uint32_t>(comm_.size()))
       decision = make_error(Code::invalid_argument, url() + ": rank " + std::to_string(r) + " asked to begin step " +
                                                         std::to_string(their_step) + " of a world of " + std::to_string(their_world) +
@@ -460,7 +460,7 @@ CKPT_INLINE std::string ObjectStore::decide_begin(std::uint64_t step, const std:
   }
   if (decision.ok()) decision = check_begin(step);
   Encoder out;
-  ckpt::detail::encode_status(out, decision);
+  wire::put_status(out, decision);
   out.u64(step);
   out.u64(decision.ok() ? detail::random_txn() : 0);
   return std::move(out.str());
@@ -471,7 +471,7 @@ CKPT_INLINE Result<std::unique_ptr<ObjectTransaction>> ObjectStore::join(const s
   Decoder in(reinterpret_cast<const unsigned char*>(decision.data()), decision.size());
   Status decided;
   std::uint64_t step = 0, txn = 0;
-  if (!ckpt::detail::decode_status(in, decided) || !in.u64(step) || !in.u64(txn) || in.remaining() != 0)
+  if (!wire::get_status(in, decided) || !in.u64(step) || !in.u64(txn) || in.remaining() != 0)
     return make_error(Code::corrupt, url() + ": a malformed begin decision");
   CKPT_TRY(decided);
   if (open_txn_ != nullptr) return make_error(Code::conflict, url() + ": a transaction is already open");
@@ -650,7 +650,7 @@ CKPT_INLINE std::string ObjectTransaction::make_report(bool commit, Status* loca
   if (local_out != nullptr) *local_out = local;
   Encoder report;
   report.u8(commit && local.ok() ? 1 : 0);
-  ckpt::detail::encode_status(report, local);
+  wire::put_status(report, local);
   report.bytes(body);
   return std::move(report.str());
 }
@@ -674,11 +674,11 @@ CKPT_INLINE std::string ObjectTransaction::coordinate(bool commit, Result<std::v
     Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
     std::uint8_t yes = 0;
     Status theirs;
-    if (!ckpt::detail::decode_u8(in, yes) || !ckpt::detail::decode_status(in, theirs)) {
+    if (!wire::get_u8(in, yes) || !wire::get_status(in, theirs)) {
       decision = make_error(Code::corrupt, "rank " + std::to_string(r) + " sent a malformed shard report");
       break;
     }
-    if (!theirs.ok()) decision = ckpt::detail::from_rank(theirs, static_cast<int>(r), world_);
+    if (!theirs.ok()) decision = wire::from_rank(theirs, static_cast<int>(r), world_);
     if (!decision.ok() || yes == 0) {
       if (decision.ok()) wants_commit = false;
       continue;

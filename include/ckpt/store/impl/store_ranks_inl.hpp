@@ -15,7 +15,7 @@ namespace detail {
 // Every rank message starts with its kind, so a rank that is in a different collective than rank 0
 // is named instead of misread (spec/SHARDING.md 3.5).
 enum class RankMessage : std::uint8_t {
-  status = 1,          // agree(): one Status
+  status = 1,          // wire::agree(): one Status
   begin_request = 2,   // rank -> 0: readiness, step, world size
   begin_decision = 3,  // 0 -> all: Status, txn, step, world size, BEGIN offset
   shard_report = 4,    // rank -> 0: commit or abort, Status, shard entry, optimizer names, replicas, pieces
@@ -23,44 +23,10 @@ enum class RankMessage : std::uint8_t {
 };
 inline constexpr std::uint32_t kMaxReportNames = std::uint32_t{1} << 24;
 
-// u32 length, bytes: the string form of every rank message (spec/SHARDING.md 3.5); decode_string32 reads it.
-CKPT_INLINE void encode_string32(Encoder& out, std::string_view text) {
-  out.u32(static_cast<std::uint32_t>(text.size()));
-  out.bytes(text);
-}
-
-CKPT_INLINE void encode_status(Encoder& out, const Status& s) {
-  out.u8(static_cast<std::uint8_t>(s.code()));
-  encode_string32(out, s.message());
-}
-
-[[nodiscard]] CKPT_INLINE bool decode_u8(Decoder& in, std::uint8_t& v) {
-  if (!in.has(1)) return false;
-  v = *in.cursor();
-  return in.skip(1);
-}
-
-[[nodiscard]] CKPT_INLINE bool decode_string32(Decoder& in, std::string& out, std::uint32_t limit) {
-  std::uint32_t n = 0;
-  if (!in.u32(n) || n > limit || !in.has(n)) return false;
-  out.assign(reinterpret_cast<const char*>(in.cursor()), n);
-  return in.skip(n);
-}
-
-[[nodiscard]] CKPT_INLINE bool decode_status(Decoder& in, Status& s) {
-  std::uint8_t code = 0;
-  std::string message;
-  if (!decode_u8(in, code) || code > static_cast<std::uint8_t>(kLastCode) ||
-      !decode_string32(in, message, std::uint32_t{64} << 20))
-    return false;
-  s = code == 0 ? Status() : Status(static_cast<Code>(code), std::move(message));
-  return true;
-}
-
 // Opens a message of the expected kind, or says what arrived instead.
 [[nodiscard]] CKPT_INLINE Status open_message(Decoder& in, RankMessage kind, const std::string& from) {
   std::uint8_t k = 0;
-  if (!decode_u8(in, k)) return make_error(Code::corrupt, from + " sent an empty message");
+  if (!wire::get_u8(in, k)) return make_error(Code::corrupt, from + " sent an empty message");
   if (k != static_cast<std::uint8_t>(kind))
     return make_error(Code::invalid_argument, from + " is in another collective call (message kind " + std::to_string(k) +
                                                   ", expected " + std::to_string(static_cast<int>(kind)) +
@@ -68,65 +34,9 @@ CKPT_INLINE void encode_status(Encoder& out, const Status& s) {
   return Status();
 }
 
-[[nodiscard]] CKPT_INLINE std::string rank_name(int rank) { return "rank " + std::to_string(rank); }
-
-// A rank's Status as the others see it: named by its rank when there are others to tell it from.
-[[nodiscard]] CKPT_INLINE Status from_rank(const Status& s, int rank, int world) {
-  return world > 1 ? s.with_context(rank_name(rank)) : s;
-}
-
 // "abandoned on every rank" or, for one process, "abandoned" (spec/SHARDING.md 3.4).
 [[nodiscard]] CKPT_INLINE const char* abandoned_words(int world) noexcept {
   return world > 1 ? " abandoned on every rank" : " abandoned";
-}
-
-// Every rank's Status goes to rank 0, which picks the lowest failing rank's ("rank r: ...") and may act
-// on it (on_root, e.g. abandon the transaction); the verdict is broadcast, so every rank returns it.
-CKPT_INLINE Status agree(CommRef comm, const Status& local, const std::function<Status(Status)>& on_root = {}) {
-  Encoder mine;
-  mine.u8(static_cast<std::uint8_t>(RankMessage::status));
-  encode_status(mine, local);
-  auto gathered = comm.gather(std::move(mine.str()), 0);
-  std::string verdict;
-  if (comm.rank() == 0) {
-    Status combined = gathered.ok() ? from_rank(local, 0, comm.size()) : gathered.status();
-    if (combined.ok() && gathered->size() != static_cast<std::size_t>(comm.size()))
-      combined = make_error(Code::invalid_argument, "gathered " + std::to_string(gathered->size()) + " statuses from a world of " +
-                                                        std::to_string(comm.size()));
-    if (combined.ok())
-      for (std::size_t r = 0; r < gathered->size() && combined.ok(); ++r) {
-        const std::string& bytes = (*gathered)[r];
-        Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-        Status theirs;
-        combined = open_message(in, RankMessage::status, rank_name(static_cast<int>(r)));
-        if (combined.ok() && !decode_status(in, theirs))
-          combined = make_error(Code::corrupt, rank_name(static_cast<int>(r)) + " sent a malformed status");
-        if (combined.ok() && !theirs.ok()) combined = from_rank(theirs, static_cast<int>(r), comm.size());
-      }
-    if (on_root) combined = on_root(combined);
-    Encoder out;
-    encode_status(out, combined);
-    verdict = std::move(out.str());
-  } else if (!gathered.ok()) {
-    return gathered.status();
-  }
-  CKPT_TRY(comm.broadcast(verdict, 0));
-  Decoder in(reinterpret_cast<const unsigned char*>(verdict.data()), verdict.size());
-  Status result;
-  if (!decode_status(in, result)) return make_error(Code::corrupt, "rank 0 broadcast a malformed status");
-  return result;
-}
-
-CKPT_INLINE void encode_dims(Encoder& out, const Shape& dims) {
-  for (const auto d : dims) out.u64(d);
-}
-
-[[nodiscard]] CKPT_INLINE bool decode_dims(Decoder& in, std::size_t n, Shape& dims) {
-  if (n > in.remaining() / 8) return false;
-  dims.resize(n);
-  for (auto& d : dims)
-    if (!in.u64(d)) return false;
-  return true;
 }
 
 // The body of an ok commit report (spec/SHARDING.md 3.5) of the shard `writer` finished as `summary`: shard
@@ -140,24 +50,24 @@ CKPT_INLINE std::string report_body(const ShardWriter& writer, std::uint32_t ran
   Encoder out;
   encode_manifest_shard(out, manifest_shard(rank, shard_name, summary));
   out.u32(static_cast<std::uint32_t>(optimizer.size()));
-  for (const auto& name : optimizer) encode_string32(out, name);
+  for (const auto& name : optimizer) wire::put_text(out, name);
   out.u32(static_cast<std::uint32_t>(replicas.size()));
   for (const auto& r : replicas) {
-    encode_string32(out, r.tensor);
+    wire::put_text(out, r.tensor);
     out.u16(static_cast<std::uint16_t>(r.dtype));
     out.u16(static_cast<std::uint16_t>(r.shape.size()));
     out.u32(r.owner);
     out.u64(r.digest);
-    encode_dims(out, r.shape);
+    wire::put_dims(out, r.shape);
   }
   out.u32(static_cast<std::uint32_t>(pieces.size()));
   for (const auto& p : pieces) {
-    encode_string32(out, p.tensor);
+    wire::put_text(out, p.tensor);
     out.u16(static_cast<std::uint16_t>(p.dtype));
     out.u16(static_cast<std::uint16_t>(p.global_shape.size()));
-    encode_dims(out, p.global_shape);
-    encode_dims(out, p.offsets);
-    encode_dims(out, p.shape);
+    wire::put_dims(out, p.global_shape);
+    wire::put_dims(out, p.offsets);
+    wire::put_dims(out, p.shape);
   }
   return std::move(out.str());
 }
@@ -166,7 +76,7 @@ CKPT_INLINE std::string report_body(const ShardWriter& writer, std::uint32_t ran
 [[nodiscard]] CKPT_INLINE Status decode_report_body(Decoder& in, std::uint32_t rank, ManifestShard& entry,
                                                std::vector<std::string>& optimizer, std::vector<ReplicaDecl>& replicas,
                                                std::vector<GlobalPiece>& pieces) {
-  const std::string from = rank_name(static_cast<int>(rank));
+  const std::string from = wire::rank_name(static_cast<int>(rank));
   auto bad = [&](const std::string& what) {
     return make_error(Code::corrupt, from + " sent a malformed shard report at byte " + std::to_string(in.position()) + ": " + what);
   };
@@ -175,15 +85,15 @@ CKPT_INLINE std::string report_body(const ShardWriter& writer, std::uint32_t ran
   if (!in.u32(n) || n > kMaxReportNames || n > in.remaining() / 4) return bad("optimizer name count");
   for (std::uint32_t i = 0; i < n; ++i) {
     std::string name;
-    if (!decode_string32(in, name, static_cast<std::uint32_t>(format::kMaxNameLength))) return bad("optimizer name");
+    if (!wire::get_text(in, name, static_cast<std::uint32_t>(format::kMaxNameLength))) return bad("optimizer name");
     optimizer.push_back(std::move(name));
   }
   if (!in.u32(n) || n > kMaxReportNames || n > in.remaining() / 20) return bad("replica count");
   for (std::uint32_t i = 0; i < n; ++i) {
     ReplicaDecl r;
     std::uint16_t dtype = 0, ndim = 0;
-    if (!decode_string32(in, r.tensor, static_cast<std::uint32_t>(format::kMaxNameLength)) || !in.u16(dtype) || !in.u16(ndim) ||
-        ndim > format::kMaxRank || !in.u32(r.owner) || !in.u64(r.digest) || !decode_dims(in, ndim, r.shape))
+    if (!wire::get_text(in, r.tensor, static_cast<std::uint32_t>(format::kMaxNameLength)) || !in.u16(dtype) || !in.u16(ndim) ||
+        ndim > format::kMaxRank || !in.u32(r.owner) || !in.u64(r.digest) || !wire::get_dims(in, ndim, r.shape))
       return bad("replica " + std::to_string(i));
     if (format::dtype_info(dtype) == nullptr) return bad("replica '" + r.tensor + "': unknown dtype " + std::to_string(dtype));
     r.dtype = static_cast<DType>(dtype);
@@ -194,9 +104,9 @@ CKPT_INLINE std::string report_body(const ShardWriter& writer, std::uint32_t ran
   for (std::uint32_t i = 0; i < n; ++i) {
     GlobalPiece p;
     std::uint16_t dtype = 0, ndim = 0;
-    if (!decode_string32(in, p.tensor, static_cast<std::uint32_t>(format::kMaxNameLength)) || !in.u16(dtype) || !in.u16(ndim) ||
-        ndim > format::kMaxRank || !decode_dims(in, ndim, p.global_shape) || !decode_dims(in, ndim, p.offsets) ||
-        !decode_dims(in, ndim, p.shape))
+    if (!wire::get_text(in, p.tensor, static_cast<std::uint32_t>(format::kMaxNameLength)) || !in.u16(dtype) || !in.u16(ndim) ||
+        ndim > format::kMaxRank || !wire::get_dims(in, ndim, p.global_shape) || !wire::get_dims(in, ndim, p.offsets) ||
+        !wire::get_dims(in, ndim, p.shape))
       return bad("piece " + std::to_string(i));
     if (format::dtype_info(dtype) == nullptr) return bad("piece of '" + p.tensor + "': unknown dtype " + std::to_string(dtype));
     p.dtype = static_cast<DType>(dtype);
@@ -242,8 +152,8 @@ struct RankOutcome {
 CKPT_INLINE std::string encode_outcome(const RankOutcome& o) {
   Encoder out;
   out.u8(static_cast<std::uint8_t>(RankMessage::outcome));
-  encode_status(out, o.decision);
-  encode_status(out, o.cleanup);
+  wire::put_status(out, o.decision);
+  wire::put_status(out, o.cleanup);
   out.u8(o.committed ? 1 : 0);
   out.u64(o.commit.txn);
   out.u64(o.commit.step);
@@ -258,7 +168,7 @@ CKPT_INLINE std::string encode_outcome(const RankOutcome& o) {
     out.u64(txn);
     out.u64(offset);
   }
-  encode_status(out, o.retention);
+  wire::put_status(out, o.retention);
   return std::move(out.str());
 }
 
@@ -267,16 +177,16 @@ CKPT_INLINE std::string encode_outcome(const RankOutcome& o) {
   CKPT_TRY(open_message(in, RankMessage::outcome, "rank 0"));
   std::uint8_t committed = 0, aborted = 0;
   std::uint32_t reason = 0, n = 0;
-  bool ok = decode_status(in, o.decision) && decode_status(in, o.cleanup) && decode_u8(in, committed) &&
+  bool ok = wire::get_status(in, o.decision) && wire::get_status(in, o.cleanup) && wire::get_u8(in, committed) &&
             in.u64(o.commit.txn) && in.u64(o.commit.step) && in.u64(o.commit.manifest_size) &&
-            in.u64(o.commit.manifest_digest) && in.u64(o.commit_offset) && decode_u8(in, aborted) &&
+            in.u64(o.commit.manifest_digest) && in.u64(o.commit_offset) && wire::get_u8(in, aborted) &&
             in.u64(o.abort_offset) && in.u32(reason) && in.u32(n) && n <= in.remaining() / 16;
   for (std::uint32_t i = 0; ok && i < n; ++i) {
     std::uint64_t txn = 0, offset = 0;
     ok = in.u64(txn) && in.u64(offset);
     o.retired.emplace_back(txn, offset);
   }
-  ok = ok && decode_status(in, o.retention) && in.remaining() == 0;
+  ok = ok && wire::get_status(in, o.retention) && in.remaining() == 0;
   if (!ok) return make_error(Code::corrupt, "rank 0 broadcast a malformed transaction outcome");
   o.committed = committed != 0;
   o.abort_written = aborted != 0;
@@ -310,18 +220,18 @@ CKPT_INLINE Result<std::unique_ptr<Store>> Store::open_with(FsRef fs, std::strin
     // Participants read the journal only once rank 0's recovery has finished with it (spec/SHARDING.md 3.1).
     if (rank == 0) local = store->open_writable();
     Encoder first;
-    detail::encode_status(first, local);
+    wire::put_status(first, local);
     std::string bytes = rank == 0 ? std::move(first.str()) : std::string();
     CKPT_TRY(comm.broadcast(bytes, 0));
     if (rank != 0) {
       Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
       Status coordinator;
-      if (!detail::decode_status(in, coordinator)) local = make_error(Code::corrupt, "rank 0 broadcast a malformed status");
-      else if (coordinator.ok()) local = store->open_read_only();  // rank 0's failure is reported by agree()
+      if (!wire::get_status(in, coordinator)) local = make_error(Code::corrupt, "rank 0 broadcast a malformed status");
+      else if (coordinator.ok()) local = store->open_read_only();  // rank 0's failure is reported by wire::agree()
       store->participant_ = true;
     }
   }
-  CKPT_TRY(detail::agree(comm, local));
+  CKPT_TRY(wire::agree(comm, local));
   return Result<std::unique_ptr<Store>>(std::move(store));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
@@ -364,7 +274,7 @@ CKPT_INLINE std::string Store::begin_request(std::uint64_t step) const {
                                            std::to_string(open_txn_->step()) + " is still open");
   Encoder request;
   request.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_request));
-  detail::encode_status(request, local);
+  wire::put_status(request, local);
   request.u64(step);
   request.u32(static_cast<std::uint32_t>(comm_.size()));
   return std::move(request.str());
@@ -386,15 +296,15 @@ CKPT_INLINE std::string Store::decide_begin(std::uint64_t step, Result<std::vect
                                                       " requests from a world of " + std::to_string(world));
   for (std::size_t r = 0; decision.ok() && r < gathered->size(); ++r) {
     const std::string& bytes = (*gathered)[r];
-    const std::string from = detail::rank_name(static_cast<int>(r));
+    const std::string from = wire::rank_name(static_cast<int>(r));
     Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
     Status theirs;
     std::uint64_t their_step = 0;
     std::uint32_t their_world = 0;
     decision = detail::open_message(in, detail::RankMessage::begin_request, from);
-    if (decision.ok() && (!detail::decode_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world) || in.remaining() != 0))
+    if (decision.ok() && (!wire::get_status(in, theirs) || !in.u64(their_step) || !in.u32(their_world) || in.remaining() != 0))
       decision = make_error(Code::corrupt, from + " sent a malformed begin request");
-    if (decision.ok() && !theirs.ok()) decision = detail::from_rank(theirs, static_cast<int>(r), world);
+    if (decision.ok() && !theirs.ok()) decision = wire::from_rank(theirs, static_cast<int>(r), world);
     if (decision.ok() && (their_step != step || their_world != static_cast<std::uint32_t>(world)))
       decision = make_error(Code::invalid_argument, from + " begins step " + std::to_string(their_step) + " in a world of " +
                                                         std::to_string(their_world) + ", rank 0 step " + std::to_string(step) +
@@ -433,7 +343,7 @@ CKPT_INLINE std::string Store::decide_begin(std::uint64_t step, Result<std::vect
   }
   Encoder out;
   out.u8(static_cast<std::uint8_t>(detail::RankMessage::begin_decision));
-  detail::encode_status(out, decision);
+  wire::put_status(out, decision);
   out.u64(t.txn);
   out.u64(t.step);
   out.u32(t.world_size);
@@ -446,7 +356,7 @@ CKPT_INLINE Result<TxnInfo> Store::accept_begin(const std::string& decision_byte
   Decoder in(reinterpret_cast<const unsigned char*>(decision_bytes.data()), decision_bytes.size());
   Status decision = detail::open_message(in, detail::RankMessage::begin_decision, "rank 0");
   Status verdict;
-  if (decision.ok() && (!detail::decode_status(in, verdict) || !in.u64(t.txn) || !in.u64(t.step) || !in.u32(t.world_size) ||
+  if (decision.ok() && (!wire::get_status(in, verdict) || !in.u64(t.txn) || !in.u64(t.step) || !in.u32(t.world_size) ||
                         !in.u64(t.begin_offset) || in.remaining() != 0))
     decision = make_error(Code::corrupt, "rank 0 sent a malformed begin decision");
   if (decision.ok()) decision = verdict;
@@ -494,7 +404,7 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::begin(std::uint64_t step
   CKPT_TRY(comm_.broadcast(decision, 0));
   CKPT_ASSIGN_OR_RETURN(TxnInfo t, accept_begin(decision));
   auto created = create_shard(t);
-  Status agreed = detail::agree(comm_, created.ok() ? Status() : created.status(), [&](Status combined) {
+  Status agreed = wire::agree(comm_, created.ok() ? Status() : created.status(), [&](Status combined) {
     if (combined.ok()) return combined;
     // No rank writes after this point, so rank 0 may remove every file BEGIN named (spec/JOURNAL.md 5.5).
     Status removed = abandon(t.txn, AbortReason::writer_error);
@@ -556,14 +466,14 @@ CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<
   std::vector<GlobalPiece> pieces;
   for (std::size_t r = 0; decision.ok() && r < reports->size(); ++r) {
     const std::string& bytes = (*reports)[r];
-    const std::string from = detail::rank_name(static_cast<int>(r));
+    const std::string from = wire::rank_name(static_cast<int>(r));
     Decoder in(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
     std::uint8_t wants_commit = 0;
     Status theirs;
     decision = detail::open_message(in, detail::RankMessage::shard_report, from);
-    if (decision.ok() && (!detail::decode_u8(in, wants_commit) || !detail::decode_status(in, theirs)))
+    if (decision.ok() && (!wire::get_u8(in, wants_commit) || !wire::get_status(in, theirs)))
       decision = make_error(Code::corrupt, from + " sent a malformed shard report");
-    if (decision.ok() && !theirs.ok()) decision = detail::from_rank(theirs, static_cast<int>(r), world_);
+    if (decision.ok() && !theirs.ok()) decision = wire::from_rank(theirs, static_cast<int>(r), world_);
     if (!decision.ok() || wants_commit == 0) {
       if (decision.ok() && aborting_rank < 0) aborting_rank = static_cast<int>(r);
       continue;
@@ -577,7 +487,7 @@ CKPT_INLINE std::string Transaction::coordinate(bool commit, Result<std::vector<
   }
   const bool failed_by_error = !decision.ok();
   if (decision.ok() && aborting_rank >= 0)
-    decision = make_error(Code::conflict, detail::rank_name(aborting_rank) + " abandoned the transaction (abort())");
+    decision = make_error(Code::conflict, wire::rank_name(aborting_rank) + " abandoned the transaction (abort())");
   // Every tensor covered exactly once, every replica declared alike (spec/SHARDING.md 4).
   if (decision.ok()) {
     auto problems = check_coverage(pieces);
@@ -698,7 +608,7 @@ CKPT_INLINE Result<std::string> Transaction::report() {
   }
   if (!mine.ok())
     return mine.with_context("step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ") " +
-                             detail::rank_name(rank_) + ": the shard was not finished, rank 0 must not commit");
+                             wire::rank_name(rank_) + ": the shard was not finished, rank 0 must not commit");
   return bytes;
 }
 
@@ -753,7 +663,7 @@ CKPT_INLINE std::string Transaction::make_report(bool commit, const Status& reas
   Encoder report;
   report.u8(static_cast<std::uint8_t>(detail::RankMessage::shard_report));
   report.u8(commit && local.ok() ? 1 : 0);
-  detail::encode_status(report, local);
+  wire::put_status(report, local);
   report.bytes(local.ok() ? body : std::string());
   if (local_out != nullptr) *local_out = local;
   return std::move(report.str());
@@ -769,7 +679,7 @@ CKPT_INLINE Result<detail::RankOutcome> Transaction::finish(bool commit, const S
     Encoder none;  // what every other rank would report when it aborts
     none.u8(static_cast<std::uint8_t>(detail::RankMessage::shard_report));
     none.u8(0);
-    detail::encode_status(none, Status());
+    wire::put_status(none, Status());
     gathered->assign(static_cast<std::size_t>(world_), none.str());
     if (!reported_) (*gathered)[0] = std::move(mine);
   } else {
@@ -824,7 +734,7 @@ CKPT_INLINE void Transaction::drop(const Status& why) {
   if (store.open_txn_ == this) store.open_txn_ = nullptr;
   const std::string where = "step " + std::to_string(step_) + " (txn " + std::to_string(txn_) + ")";
   // The others' next collective fails instead of waiting for this rank (spec/SHARDING.md 3.4).
-  if (world_ > 1) comm_.leave(why.with_context(detail::rank_name(rank_) + " dropped " + where));
+  if (world_ > 1) comm_.leave(why.with_context(wire::rank_name(rank_) + " dropped " + where));
   // The coordinator's journal is its own: ABORT and removal need no other rank. A participant's files go
   // with rank 0's abandonment, or with the next writable open's recovery.
   if (rank_ == 0 && store.coordinator()) store.abandon(txn_, AbortReason::user).ignore_error();

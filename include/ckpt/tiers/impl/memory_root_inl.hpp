@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "../../store/memory_layout.hpp"
 #include "../../store/path_kind.hpp"
 #include "../../store/step_reader.hpp"
 #include "../../store/store.hpp"
@@ -62,13 +63,13 @@ CKPT_INLINE bool MemoryRootRepair::consistent() const noexcept {
 
 namespace detail {
 
-[[nodiscard]] CKPT_INLINE std::string rank_dir_name(std::uint32_t rank) { return std::string(layout::kRankDirPrefix) + std::to_string(rank); }
+using memory_layout::rank_dir_name;
 
-// The root and its rank directories, from a path naming either.
+// The root and its rank directories (memory_layout's scan, in rank order), from a path naming either.
 struct RootPaths {
   std::string path, root;
   PathKind kind = PathKind::memory_root;
-  std::vector<std::uint32_t> ranks;
+  std::vector<memory_layout::RankDirEntry> ranks;
 };
 
 [[nodiscard]] CKPT_INLINE Result<RootPaths> find_rank_dirs(FsRef fs, const std::string& path) {
@@ -78,10 +79,9 @@ struct RootPaths {
   while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
   CKPT_ASSIGN_OR_RETURN(out.kind, classify_path(fs, trimmed));
   if (out.kind == PathKind::rank_dir) {
-    std::uint32_t rank = 0;
-    if (!parse_numbered_name(base_name(trimmed), layout::kRankDirPrefix, rank)) return make_error(Code::invalid_argument, trimmed + ": not rank-<r>");
+    CKPT_ASSIGN_OR_RETURN(memory_layout::RankDirEntry dir, memory_layout::scan_rank_dir(fs, trimmed));
     out.root = parent_path(trimmed);
-    out.ranks.push_back(rank);
+    out.ranks.push_back(std::move(dir));
     return out;
   }
   if (out.kind != PathKind::memory_root)
@@ -89,42 +89,15 @@ struct RootPaths {
                                                   ", not a memory root (a directory of rank-<r> directories, each holding TIERS, own/ "
                                                   "or held-<s>/) nor one of its rank directories");
   out.root = trimmed;
-  CKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(trimmed));
-  for (const auto& e : entries) {
-    std::uint32_t rank = 0;
-    if (parse_numbered_name(e, layout::kRankDirPrefix, rank) && is_rank_directory(fs, join_path(trimmed, e))) out.ranks.push_back(rank);
-  }
-  std::sort(out.ranks.begin(), out.ranks.end());
-  return out;
-}
-
-// A rank directory's stores: own and held-<s> directories, by name; `shard` is whose shards each holds.
-struct StoreDir {
-  std::string name, path;
-  std::uint32_t shard = 0;
-};
-
-[[nodiscard]] CKPT_INLINE std::vector<StoreDir> store_dirs(FsRef fs, const std::string& dir, std::uint32_t rank,
-                                                           std::vector<std::string>* unknown) {
-  std::vector<StoreDir> out;
-  auto entries = fs.list_dir(dir);
-  if (!entries.ok()) return out;
-  std::vector<std::string> names = *entries;
-  std::sort(names.begin(), names.end());
-  for (const auto& name : names) {
-    StoreDir s{name, join_path(dir, name), rank};
-    const bool own = name == layout::kOwnStore;
-    const bool held = parse_numbered_name(name, layout::kHeldPrefix, s.shard);
-    auto info = fs.stat(s.path);
-    if ((own || held) && info.ok() && info->is_dir) out.push_back(std::move(s));
-    else if (name != tier_log::kLogName && unknown != nullptr) unknown->push_back(name);
-  }
+  CKPT_ASSIGN_OR_RETURN(auto dirs, memory_layout::scan_memory_root(fs, trimmed));
+  for (auto& d : dirs)
+    if (d.recognized()) out.ranks.push_back(std::move(d));
   return out;
 }
 
 // Reads a tier log without writing: its records up to any damage, its torn tail, its damage.
 CKPT_INLINE void read_rank_log(FsRef fs, RankDirectory& d) {
-  const std::string path = join_path(d.path, std::string(tier_log::kLogName));
+  const std::string path = join_path(d.path, std::string(memory_layout::kTierLog));
   auto file = fs.open(path, OpenMode::read);
   if (!file.ok()) {
     if (file.status().code() != Code::not_found) d.log_error = file.status();
@@ -210,11 +183,11 @@ struct RootScan {
   return d == c.where || (d.size() > tail.size() && d.compare(d.size() - tail.size(), tail.size(), tail) == 0);
 }
 
-CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d, const StoreDir& sd) {
+CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d, const memory_layout::StoreEntry& sd) {
   MemoryRoot& root = scan.root;
   const std::string rank = rank_dir_name(d.rank);
   const std::string where = rank + "/" + sd.name;
-  if (!fs.stat(join_path(sd.path, std::string(journal::kJournalName))).ok()) {
+  if (!sd.has_journal) {
     auto kind = classify_path(fs, sd.path);
     if (kind.ok() && *kind == PathKind::broken_store)
       root.problems.push_back(root_problem(where, rank, sd.path, std::nullopt, std::nullopt, 0,
@@ -252,7 +225,7 @@ CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d
   for (const auto& u : report.unknown_entries) root.notes.push_back(where + ": unknown entry '" + u + "' (listed, never deleted)");
   for (const StepInfo& info : store.steps()) {
     ShardCopy c;
-    c.rank_dir = d.rank, c.store = sd.path, c.where = where, c.own = sd.name == layout::kOwnStore;
+    c.rank_dir = d.rank, c.store = sd.path, c.where = where, c.own = sd.own;
     c.step = info.step, c.shard = sd.shard, c.info = info;
     auto reader = StepReader::open(fs, sd.path, info, store.uuid());
     if (!reader.ok()) {
@@ -278,8 +251,8 @@ CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d
 CKPT_INLINE void place_records(MemoryRoot& root, std::map<RootStepKey, MemoryStep>& steps) {
   for (const auto& d : root.rank_dirs) {
     const std::string rank = rank_dir_name(d.rank);
-    const std::string log_path = join_path(d.path, std::string(tier_log::kLogName));
-    const std::string label = rank + "/" + std::string(tier_log::kLogName);
+    const std::string log_path = join_path(d.path, std::string(memory_layout::kTierLog));
+    const std::string label = rank + "/" + std::string(memory_layout::kTierLog);
     for (const auto& r : d.records) {
       if (r.event == TierEvent::set_aside || r.event == TierEvent::evicted || r.step_digest == Digest128{}) continue;
       const std::uint32_t world = r.event == TierEvent::load_failed ? 0 : r.world;  // LOAD_FAILED records no world
@@ -454,34 +427,32 @@ CKPT_INLINE void compare_persistent(RootScan& scan) {
     if (!p.ok()) return p.status().with_context("persistent store");
     scan.persistent = std::move(*p);
   }
-  for (const std::uint32_t r : where.ranks) {
+  for (const memory_layout::RankDirEntry& dir : where.ranks) {
     RankDirectory d;
-    d.rank = r;
-    d.path = layout::rank_dir(where.root, r);
+    d.rank = dir.rank;
+    d.path = dir.path;
     read_rank_log(fs, d);
-    const std::string rank = rank_dir_name(r);
-    const std::string log_path = join_path(d.path, std::string(tier_log::kLogName));
+    const std::string rank = rank_dir_name(dir.rank);
+    const std::string log_path = join_path(d.path, std::string(memory_layout::kTierLog));
     if (!d.log_error.ok())
-      root.problems.push_back(root_problem(rank + "/" + std::string(tier_log::kLogName), rank, log_path, std::nullopt, std::nullopt, 0,
+      root.problems.push_back(root_problem(rank + "/" + std::string(memory_layout::kTierLog), rank, log_path, std::nullopt, std::nullopt, 0,
                                            ::ckpt::detail::step_problem(d.log_error, "tier log", log_path)));
     else if (d.torn_tail && !d.torn_tail->clean_tear)
-      root.problems.push_back(root_problem(rank + "/" + std::string(tier_log::kLogName), rank, log_path, std::nullopt, std::nullopt, 0,
+      root.problems.push_back(root_problem(rank + "/" + std::string(memory_layout::kTierLog), rank, log_path, std::nullopt, std::nullopt, 0,
                                            ::ckpt::detail::step_problem(make_error(Code::corrupt, log_path + ": damaged tail at offset " +
                                                                                         std::to_string(d.torn_tail->offset) + " (" +
                                                                                         std::to_string(d.torn_tail->length) +
                                                                                         " bytes, not a torn append: " + d.torn_tail->reason + ")"),
                                                           "tier log", log_path)));
     else if (d.torn_tail)
-      root.notes.push_back(rank + "/" + std::string(tier_log::kLogName) + ": torn tail at offset " + std::to_string(d.torn_tail->offset) +
+      root.notes.push_back(rank + "/" + std::string(memory_layout::kTierLog) + ": torn tail at offset " + std::to_string(d.torn_tail->offset) +
                            " (" + std::to_string(d.torn_tail->length) + " bytes, an interrupted append: end of log; the next job or "
                            "ckpt-repair cuts it)");
     if (!d.log_present && d.log_error.ok()) root.notes.push_back(rank + ": no tier log (TIERS)");
-    std::vector<std::string> unknown;
-    const auto dirs = store_dirs(fs, d.path, r, &unknown);
-    for (const auto& u : unknown) root.notes.push_back(rank + ": unknown entry '" + u + "' (listed, never deleted)");
-    for (const auto& sd : dirs) d.stores.push_back(sd.path);
+    for (const auto& u : dir.unknown) root.notes.push_back(rank + ": unknown entry '" + u + "' (listed, never deleted)");
+    for (const auto& sd : dir.stores) d.stores.push_back(sd.path);
     root.rank_dirs.push_back(std::move(d));
-    for (const auto& sd : dirs) describe_store(fs, scan, root.rank_dirs.back(), sd);
+    for (const auto& sd : dir.stores) describe_store(fs, scan, root.rank_dirs.back(), sd);
   }
   std::map<RootStepKey, MemoryStep> steps;
   place_records(root, steps);
@@ -562,14 +533,15 @@ CKPT_INLINE Result<MemoryRootRepair> repair_memory_root(FsRef fs, const std::str
   MemoryRootRepair out;
   out.root = where.root;
   out.dry_run = dry_run;
-  for (const std::uint32_t r : where.ranks) {
-    const std::string dir = layout::rank_dir(where.root, r);
+  for (const memory_layout::RankDirEntry& entry : where.ranks) {
+    const std::uint32_t r = entry.rank;
+    const std::string& dir = entry.path;
     const std::string rank = detail::rank_dir_name(r);
-    for (const auto& sd : detail::store_dirs(fs, dir, r, nullptr)) {
+    for (const auto& sd : entry.stores) {
       StoreRepair s;
       s.rank_dir = rank;
       s.store = sd.path;
-      if (!fs.stat(join_path(sd.path, std::string(journal::kJournalName))).ok()) {
+      if (!sd.has_journal) {
         auto kind = classify_path(fs, sd.path);
         if (!kind.ok() || *kind != PathKind::broken_store) continue;  // an empty directory: not a store yet, nothing to repair
         s.error = not_a_store_error(sd.path, *kind);
@@ -595,7 +567,7 @@ CKPT_INLINE Result<MemoryRootRepair> repair_memory_root(FsRef fs, const std::str
     }
     TierLogRepair l;
     l.rank_dir = rank;
-    l.path = join_path(dir, std::string(tier_log::kLogName));
+    l.path = join_path(dir, std::string(memory_layout::kTierLog));
     RankDirectory d;
     d.rank = r;
     d.path = dir;
@@ -612,7 +584,7 @@ CKPT_INLINE Result<MemoryRootRepair> repair_memory_root(FsRef fs, const std::str
                                               "; left as it is");
     } else if (d.torn_tail && !dry_run) {
       // Under the rank's own store lock: a live rank holds it and appends to its log (TierLog::open cuts the tail).
-      const std::string own = layout::own_store(where.root, r);
+      const std::string own = memory_layout::own_store(where.root, r);
       std::optional<ScopedFile> lock;
       Status locked;
       if (fs.stat(join_path(own, std::string(journal::kJournalName))).ok()) {

@@ -44,7 +44,7 @@ CKPT_INLINE Result<std::unique_ptr<PersistentTier>> PersistentTier::open_write(F
     // Each rank its own client (its own connections, spec/OBJECT.md 4.7); every rank must have one before
     // the collective open, or rank 0 would wait for a rank that is not coming.
     auto client = detail::open_persistent_client(open_objects, where);
-    CKPT_TRY(::ckpt::detail::agree(comm, client.status()));
+    CKPT_TRY(wire::agree(comm, client.status()));
     tier->client_ = std::move(*client);
     object::ObjectStoreOptions o;
     o.create_if_missing = true;

@@ -133,15 +133,15 @@ CKPT_INLINE void scan_log(const std::vector<TierRecord>& records, const std::str
 }
 
 CKPT_INLINE void put_claim(Encoder& e, const Claim& c) {
-  e.u64(c.step), put_digest(e, c.digest), e.u32(static_cast<std::uint32_t>(c.shards.size()));
-  for (const auto& d : c.shards) put_digest(e, d);
+  e.u64(c.step), wire::put_digest(e, c.digest), e.u32(static_cast<std::uint32_t>(c.shards.size()));
+  for (const auto& d : c.shards) wire::put_digest(e, d);
 }
 [[nodiscard]] CKPT_INLINE bool get_claim(Decoder& d, Claim& c) {
   std::uint32_t n = 0;
-  if (!d.u64(c.step) || !get_digest(d, c.digest) || !d.u32(n) || n == 0 || n > journal::kMaxWorldSize || !d.has(std::size_t{16} * n)) return false;
+  if (!d.u64(c.step) || !wire::get_digest(d, c.digest) || !d.u32(n) || n == 0 || n > journal::kMaxWorldSize || !d.has(std::size_t{16} * n)) return false;
   c.shards.assign(n, Digest128{});
   for (auto& s : c.shards)
-    if (!get_digest(d, s)) return false;
+    if (!wire::get_digest(d, s)) return false;
   return step_digest(c.step, c.shards) == c.digest;  // a claim must add up
 }
 
@@ -163,7 +163,7 @@ struct RankReport {
   e.u32(static_cast<std::uint32_t>(scan.claims.size()));
   for (const auto& c : scan.claims) put_claim(e, c);
   e.u32(static_cast<std::uint32_t>(scan.copies.size()));
-  for (const auto& c : scan.copies) e.u64(c.step), e.u32(c.shard), put_digest(e, c.digest), e.u8(static_cast<std::uint8_t>(c.kind));
+  for (const auto& c : scan.copies) e.u64(c.step), e.u32(c.shard), wire::put_digest(e, c.digest), e.u8(static_cast<std::uint8_t>(c.kind));
   e.u32(static_cast<std::uint32_t>(scan.failed.size()));
   for (const auto& f : scan.failed) e.u64(std::get<0>(f)), e.u64(std::get<1>(f)), e.u64(std::get<2>(f));
   return std::move(e.str());
@@ -171,7 +171,7 @@ struct RankReport {
 
 [[nodiscard]] CKPT_INLINE Result<RankReport> decode_report(const std::string& bytes, int rank) {
   const auto bad = [&] { return make_error(Code::corrupt, "resume report of rank " + std::to_string(rank) + " is undecodable"); };
-  Decoder d = decoder(bytes);
+  Decoder d = wire::decoder(bytes);
   RankReport r;
   std::uint32_t n = 0;
   if (!d.u32(n)) return bad();
@@ -184,7 +184,7 @@ struct RankReport {
   for (std::uint32_t i = 0; i < n; ++i) {
     RankReport::Copy c;
     std::uint8_t kind = 0;
-    if (!d.u64(c.step) || !d.u32(c.shard) || !get_digest(d, c.digest) || !d.u8(kind) || kind > 2) return bad();
+    if (!d.u64(c.step) || !d.u32(c.shard) || !wire::get_digest(d, c.digest) || !d.u8(kind) || kind > 2) return bad();
     c.kind = static_cast<CopyKind>(kind);
     r.copies.push_back(c);
   }
@@ -220,30 +220,30 @@ struct Decision {
 
 [[nodiscard]] CKPT_INLINE std::string encode_decision(const Decision& x) {
   Encoder e;
-  e.u8(static_cast<std::uint8_t>(x.verdict)), e.u64(x.step), put_digest(e, x.digest);
+  e.u8(static_cast<std::uint8_t>(x.verdict)), e.u64(x.step), wire::put_digest(e, x.digest);
   e.u32(static_cast<std::uint32_t>(x.shards.size()));
-  for (const auto& s : x.shards) put_digest(e, s);
+  for (const auto& s : x.shards) wire::put_digest(e, s);
   e.u32(static_cast<std::uint32_t>(x.plan.size()));
   for (const auto& p : x.plan) e.u32(p.rank), e.u32(p.shard), e.u8(static_cast<std::uint8_t>(p.how)), e.u32(p.holder), e.u32(p.copy);
   e.u32(static_cast<std::uint32_t>(x.set_aside.size()));
   for (const auto& s : x.set_aside) e.u32(s.first), e.u32(s.second);
   e.u32(static_cast<std::uint32_t>(x.failed.size()));
   for (const auto& f : x.failed) e.u64(std::get<0>(f)), e.u64(std::get<1>(f)), e.u64(std::get<2>(f));
-  put_text(e, x.reason);
+  wire::put_text(e, x.reason);
   return std::move(e.str());
 }
 
 [[nodiscard]] CKPT_INLINE Result<Decision> decode_decision(const std::string& bytes) {
   const auto bad = [] { return make_error(Code::corrupt, "resume decision is undecodable"); };
-  Decoder d = decoder(bytes);
+  Decoder d = wire::decoder(bytes);
   Decision x;
   std::uint8_t v = 0;
   std::uint32_t n = 0;
-  if (!d.u8(v) || v > 3 || !d.u64(x.step) || !get_digest(d, x.digest) || !d.u32(n) || !d.has(std::size_t{16} * n)) return bad();
+  if (!d.u8(v) || v > 3 || !d.u64(x.step) || !wire::get_digest(d, x.digest) || !d.u32(n) || !d.has(std::size_t{16} * n)) return bad();
   x.verdict = static_cast<Verdict>(v);
   x.shards.resize(n);
   for (auto& s : x.shards)
-    if (!get_digest(d, s)) return bad();
+    if (!wire::get_digest(d, s)) return bad();
   if (!d.u32(n) || !d.has(std::size_t{17} * n)) return bad();
   x.plan.resize(n);
   for (auto& p : x.plan) {
@@ -262,7 +262,7 @@ struct Decision {
     if (!d.u64(s) || !d.u64(h) || !d.u64(l)) return bad();
     f = StepKey{s, h, l};
   }
-  if (!get_text(d, x.reason)) return bad();
+  if (!wire::get_text(d, x.reason, journal::kMaxPayload)) return bad();
   return x;
 }
 
@@ -343,329 +343,437 @@ struct Decision {
 
 // --- resume -------------------------------------------------------------------------------------------
 
-CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Status(TierView&)>& load) {
-  using namespace detail;
-  if (saver_) return make_error(Code::invalid_argument, "resume() must come before the first step()");
-  const auto me = static_cast<std::uint32_t>(rank());
-  const auto world = static_cast<std::uint32_t>(this->world());
-  // 1. What this rank reaches: every rank directory of its node's memory root, and (rank 0) the persistent store.
-  MemoryScan scan;
-  std::vector<std::unique_ptr<Store>> readers;  // other ranks' directories, read-only
-  {
-    auto entries = fs_.list_dir(options_.memory_root);
-    std::vector<std::uint32_t> dirs;
-    if (entries.ok())
-      for (const auto& e : *entries) {
-        const std::string_view prefix = layout::kRankDirPrefix;
-        if (e.rfind(prefix, 0) != 0 || e.size() == prefix.size() || e.size() > prefix.size() + 9 ||
-            e.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
-          continue;
-        dirs.push_back(static_cast<std::uint32_t>(std::stoul(e.substr(prefix.size()))));
-      }
-    std::sort(dirs.begin(), dirs.end());
-    // Every log of the node first: a rank may have set aside a copy in another rank's directory.
-    std::set<std::pair<std::string, std::uint64_t>> aside;
-    for (std::uint32_t d : dirs) {
-      const std::string dir = layout::rank_dir(options_.memory_root, d);
-      auto records = d == me ? Result<std::vector<TierRecord>>(this->records()) : read_tier_log(fs_, dir);
-      if (records.ok()) scan_log(*records, dir, scan, aside);
-      else scan.notes.push_back(records.status().message());
-    }
-    for (std::uint32_t d : dirs) {
-      const std::string dir = layout::rank_dir(options_.memory_root, d);
-      auto names = fs_.list_dir(dir);
-      if (!names.ok()) continue;
-      for (const auto& name : *names) {
-        CopyKind kind;
-        std::uint32_t shard = d;
-        const std::string_view held_prefix = layout::kHeldPrefix;
-        if (name == layout::kOwnStore) kind = CopyKind::own;
-        else if (name.rfind(held_prefix, 0) == 0 && name.size() > held_prefix.size() && name.size() <= held_prefix.size() + 9 &&
-                 name.find_first_not_of("0123456789", held_prefix.size()) == std::string::npos) {
-          kind = CopyKind::held;
-          shard = static_cast<std::uint32_t>(std::stoul(name.substr(held_prefix.size())));
-        } else continue;
-        Store* store = nullptr;
-        if (d == me) {
-          if (kind == CopyKind::own) store = own_.get();
-          else {
-            auto h = held(shard);
-            if (h.ok()) store = *h;
-            else scan.notes.push_back(h.status().message());
-          }
-        } else {
-          auto opened = Store::open(fs_, join_path(dir, name), Access::read_only);
-          if (opened.ok()) store = opened->get(), readers.push_back(std::move(*opened));
-          else scan.notes.push_back(opened.status().message());
-        }
-        if (store != nullptr) scan_store(fs_, *store, kind, shard, aside, scan);
-      }
-    }
-  }
-  // The persistent store is read only when memory cannot serve the newest recorded step: a restarted job
-  // whose memory tier holds it never touches storage (spec/TIERS.md 7.1). Rank 0 scans it for everyone.
+// One resume() (spec/TIERS.md 7): what it has found and decided so far, and its phases.
+//   scan:   what this rank reaches: every rank directory of its memory root (store/memory_layout.hpp's
+//           scanner, as the tools read it), and on rank 0 the persistent store when memory cannot serve;
+//   plan:   rank 0 chooses the step and each shard's source, and every rank learns the decision;
+//   fetch:  the copies cross between ranks, are verified whole and loaded, and rank 0 hears every verdict;
+//   finish: what was learned goes to the log, abandoned steps are retired, holders are refilled.
+struct TieredCheckpointer::Resume {
+  using CopyRef = std::pair<std::uint32_t, std::uint32_t>;  // (holder, index into the holder's copy table)
+  // One round's sources of this rank.
+  struct Fetch {
+    std::vector<CopyRef> bad;                             // copies that failed this round
+    std::map<std::uint32_t, detail::LocalCopy> mine;      // shard -> where this rank reads it
+    std::vector<std::pair<const detail::PlanEntry*, Store*>> incoming;  // from peers, into held stores
+    Status local;  // this rank cannot take part: a held store or the persistent tier did not open
+  };
+
+  Resume(TieredCheckpointer& owner, const std::function<Status(TierView&)>& load_fn)
+      : tiers(owner), load(load_fn), me(static_cast<std::uint32_t>(owner.rank())), world(static_cast<std::uint32_t>(owner.world())),
+        persistent_scanned(owner.options_.persistent.empty()) {}
+
+  // Scan (spec/TIERS.md 7.1).
+  void scan_memory();
+  [[nodiscard]] Store* open_store(const memory_layout::RankDirEntry& dir, const memory_layout::StoreEntry& store);
+  [[nodiscard]] Status open_persistent();
+  void scan_persistent();
+  [[nodiscard]] Status gather_reports();
+  // Plan.
+  void plan();
+  [[nodiscard]] Status share_decision();
+  // Fetch, verify, load (7.2) and the verdicts (7.3); true when every rank loaded.
+  [[nodiscard]] Result<bool> fetch_and_load();
+  [[nodiscard]] Fetch sources();
+  [[nodiscard]] Status exchange_copies(Fetch& fetch);
+  void verify_fetched(Fetch& fetch);
+  [[nodiscard]] Status load_view();
+  [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
+  [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
+  // Finish (7.4).
+  [[nodiscard]] Result<Resumed> finish();
+  [[nodiscard]] std::vector<TierRecord> learned_records();
+  [[nodiscard]] Status retire_abandoned(std::vector<TierRecord>& learned);
+  [[nodiscard]] Status refill();
+  [[nodiscard]] std::string refill_list() const;
+
+  TieredCheckpointer& tiers;
+  const std::function<Status(TierView&)>& load;
+  const std::uint32_t me, world;
   Resumed out;
-  out.setbacks = notes();
-  // What the scan could not read is a setback too: a copy this rank should reach and does not (spec/TIERS.md 7.1).
-  out.setbacks.insert(out.setbacks.end(), scan.notes.begin(), scan.notes.end());
-  bool persistent_scanned = options_.persistent.empty();
+  // Scan.
+  detail::MemoryScan scan;
+  std::vector<std::unique_ptr<Store>> readers;  // other ranks' stores, read-only
+  bool persistent_scanned;
   // The persistent tier read-only, opened by this rank alone when first needed; it outlives every copy
   // read through it (the loaded steps, the refill).
   std::unique_ptr<PersistentTier> persistent;
-  const auto open_persistent = [&]() -> Status {
-    if (persistent) return Status();
-    CKPT_ASSIGN_OR_RETURN(persistent, PersistentTier::open_read(fs_, options_.persistent, options_.open_objects));
-    return Status();
-  };
-  const auto scan_persistent = [&](RankReport& into) {
-    persistent_scanned = true;
-    out.read_persistent = true;
-    Status opened = open_persistent();
-    if (!opened.ok()) {
-      if (opened.code() != Code::not_found) scan.notes.push_back(opened.message());
-      return;
-    }
-    std::set<std::pair<std::string, std::uint64_t>> aside_here;
-    for (const auto& r : this->records())
-      if (r.event == TierEvent::set_aside) aside_here.insert({r.detail, r.txn});
-    for (const StepInfo& info : persistent->steps()) {
-      auto reader = persistent->open_step(info);
-      if (!reader.ok()) {
-        scan.notes.push_back(reader.status().with_context(persistent->path()).message());
-        continue;
-      }
-      Claim claim;
-      claim.step = info.step;
-      for (std::size_t s = 0; s < reader->shard_count(); ++s) claim.shards.push_back(shard_digest(reader->shard(s)));
-      claim.digest = step_digest(info.step, claim.shards);
-      for (std::uint32_t s = 0; s < claim.shards.size(); ++s) {
-        if (aside_here.count({persistent->path() + "#" + std::to_string(s), info.txn})) continue;
-        LocalCopy c = persistent_copy(*persistent, info, s, claim.shards[s]);
-        // Rank 0's table and its report grow together: a copy's index is the same in both.
-        into.copies.push_back(RankReport::Copy{c.step, c.shard, c.digest, c.kind});
-        scan.copies.push_back(std::move(c));
-      }
-      into.claims.push_back(claim);
-      scan.claims.push_back(std::move(claim));
-    }
-  };
+  // Plan: every rank's report, the failed steps and the copies set aside (rank 0's), and the decision.
+  std::vector<detail::RankReport> reports;
+  std::set<detail::StepKey> failed, newly_failed;
+  std::set<CopyRef> aside;
+  detail::Decision decision;
+  // Fetch: what this rank loaded in the last round.
+  std::vector<std::unique_ptr<StepReader>> open_steps;
+  std::vector<std::pair<std::uint32_t, ShardReader*>> loaded;  // (shard, reader)
+  std::map<std::uint32_t, detail::LocalCopy> loaded_copies;
+};
+
+CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Status(TierView&)>& load) {
+  if (saver_) return make_error(Code::invalid_argument, "resume() must come before the first step()");
+  Resume run(*this, load);
+  // 1. Scan: what this rank reaches; rank 0 hears every rank's report.
+  run.scan_memory();
+  CKPT_TRY(run.gather_reports());
   // 2. Rounds: the root plans, every rank fetches and verifies its shards and loads them, the root hears
   // every verdict; a bad copy is set aside and the round repeats, a step that cannot load is failed.
-  std::vector<RankReport> reports;
-  std::set<StepKey> failed;
-  std::set<std::pair<std::uint32_t, std::uint32_t>> aside;
-  CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(encode_report(scan), 0));
-  if (me == 0) {
-    for (std::uint32_t r = 0; r < world; ++r) {
-      CKPT_ASSIGN_OR_RETURN(RankReport rep, decode_report(gathered[r], static_cast<int>(r)));
-      for (const auto& f : rep.failed) failed.insert(f);
-      reports.push_back(std::move(rep));
-    }
-  }
-  std::vector<std::unique_ptr<StepReader>> open_steps;
-  std::vector<std::pair<std::uint32_t, ShardReader*>> loaded;  // (shard, reader) this rank loaded
-  std::map<std::uint32_t, LocalCopy> loaded_copies;
-  Decision decision;
-  std::set<StepKey> newly_failed;
   for (int round = 0;; ++round) {
-    std::string bytes;
-    if (me == 0) {
-      decision = plan_resume(reports, failed, aside, world, options_.load_all_shards);
-      if (!persistent_scanned) {
-        std::uint64_t newest_claim = 0;
-        bool any_claim = false;
-        for (const auto& rep : reports)
-          for (const auto& c : rep.claims) newest_claim = std::max(newest_claim, c.step), any_claim = true;
-        if (decision.verdict != Verdict::load || !any_claim || newest_claim > decision.step) {
-          scan_persistent(reports[0]);
-          decision = plan_resume(reports, failed, aside, world, options_.load_all_shards);
-        }
-      }
-      decision.set_aside.assign(aside.begin(), aside.end());
-      decision.failed.assign(newly_failed.begin(), newly_failed.end());
-      bytes = encode_decision(decision);
-    }
-    CKPT_TRY(comm_.broadcast(bytes, 0));
-    CKPT_ASSIGN_OR_RETURN(decision, decode_decision(bytes));
-    if (decision.verdict != Verdict::load) break;
-    out.step = decision.step, out.digest = decision.digest;
-    phase("resuming", decision.step);
-    // Fetch: send the copies peers need from this rank while receiving the ones it needs.
-    open_steps.clear(), loaded.clear(), loaded_copies.clear();
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> bad;  // (holder, copy)
-    std::map<std::uint32_t, LocalCopy> mine;                   // shard -> where this rank reads it
-    std::vector<std::pair<const PlanEntry*, Store*>> incoming;
-    Status local;
-    for (const auto& p : decision.plan) {
-      if (p.rank != me) continue;
-      if (p.how == How::local) mine[p.shard] = scan.copies.at(p.copy);
-      else if (p.how == How::peer) {
-        auto store = held(p.shard);
-        incoming.emplace_back(&p, store.ok() ? *store : nullptr);  // without a store the stream is still drained
-        if (!store.ok()) local = store.status();
-      }
-    }
-    // Persistent copies are rank 0's entries; every rank opens the store itself.
-    std::vector<std::pair<const PlanEntry*, std::uint32_t>> from_persistent;
-    for (const auto& p : decision.plan)
-      if (p.rank == me && p.how == How::persistent) from_persistent.emplace_back(&p, p.shard);
-    if (!from_persistent.empty()) {
-      Status opened = open_persistent();
-      if (!opened.ok()) local = opened;
-      else {
-        for (const auto& [p, s] : from_persistent) {
-          auto info = persistent->find(decision.step);
-          if (!info.ok()) {
-            bad.emplace_back(p->holder, p->copy);
-            continue;
-          }
-          mine[s] = persistent_copy(*persistent, *info, s, decision.shards[s]);
-        }
-      }
-    }
-    Status exchanged = exchange(
-        [&]() -> Status {
-          for (const auto& p : decision.plan) {
-            if (p.how != How::peer || p.holder != me) continue;
-            CKPT_TRY(send_copy(comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), kFetchTag, options_.transfer_block));
-          }
-          return Status();
-        },
-        [&]() -> Status {
-          for (const auto& [p, store] : incoming) {
-            std::optional<Received> got;
-            Status copy_failure;
-            CKPT_TRY(receive_shard(fs_, comm_, store ? Result<Store*>(store) : Result<Store*>(local), static_cast<int>(p->holder), kFetchTag, decision.step, p->shard,
-                                   decision.shards[p->shard], got, copy_failure));
-            if (!got) {
-              out.setbacks.push_back(copy_failure.message());
-              bad.emplace_back(p->holder, p->copy);
-              continue;
-            }
-            LocalCopy c;
-            c.step = decision.step, c.shard = p->shard, c.digest = decision.shards[p->shard], c.kind = CopyKind::held;
-            c.store_path = store->path(), c.fs = fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
-            mine[p->shard] = c;
-            (void)log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
-                                  decision.digest, decision.shards[p->shard], got->info.txn, 0, std::string(), 0}});
-          }
-          return Status();
-        });
-    if (!exchanged.ok()) return exchanged;  // the communicator failed: no agreement is possible
-    // Verify every byte of every shard this rank will load (spec/TIERS.md 7.3), then load.
-    Status loaded_status = local;
-    if (loaded_status.ok()) {
-      for (auto& [s, c] : mine) {
-        auto reader = open_copy(c);
-        Status ok = reader.ok() ? Status() : reader.status();
-        VerifyOptions whole;
-        whole.use_mmap = c.fs && c.fs->can_map();  // hash the pages in place: one pass over the bytes, no copy
-        if (ok.ok()) ok = verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
-        if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[s])
-          ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " +
-                                             std::to_string(decision.step) + "'s shard " + std::to_string(s));
-        if (!ok.ok() && reader.ok() && c.root != c.store_path) ok = ok.with_context(c.store_path);  // an object key names no store
-        if (!ok.ok()) {
-          out.setbacks.push_back(ok.message());
-          for (const auto& p : decision.plan)
-            if (p.rank == me && p.shard == s) bad.emplace_back(p.holder, p.copy);
-          continue;
-        }
-        open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
-        loaded.emplace_back(s, &open_steps.back()->shard(c.shard_in_step));
-        loaded_copies[s] = c;
-      }
-    }
-    bool needs_met = bad.empty() && loaded_status.ok();
-    Status load_status;
-    if (needs_met) {
-      TierView view;
-      view.step_ = decision.step;
-      view.world_ = static_cast<std::uint32_t>(decision.shards.size());
-      for (auto& [s, r] : loaded) view.shards_.push_back(r);
-      // This rank's state: its own rank's in the step, or rank 0's when the world changed.
-      const std::uint32_t whose = decision.shards.size() == world ? me : 0;  // a rank of the step that still exists
-      std::string state_bytes;
-      const TensorRecord* st = view.find_tensor(layout::state_tensor(whose));
-      if (st == nullptr) load_status = make_error(Code::corrupt, "step " + std::to_string(decision.step) + " has no training state of rank " + std::to_string(whose));
-      else {
-        std::uint64_t n = 0;
-        if (!shape_bytes(st->shape, st->dtype, n) || n > journal::kMaxPayload) load_status = make_error(Code::corrupt, "training state tensor too large");
-        else {
-          state_bytes.resize(static_cast<std::size_t>(n));
-          load_status = view.read_tensor(layout::state_tensor(whose), state_bytes.empty() ? nullptr : &state_bytes[0], state_bytes.size());
-          Decoder d = decoder(state_bytes);
-          if (load_status.ok()) load_status = decode_training_state(d, view.state_, "step " + std::to_string(decision.step) + " state");
-          view.state_.step = decision.step;
-        }
-      }
-      if (load_status.ok()) load_status = load(view);
-      if (load_status.ok()) out.state = view.state_;
-    }
-    // 3. Verdicts to the root.
-    Encoder verdict;
-    encode_status(verdict, needs_met ? load_status : Status());
-    verdict.u32(static_cast<std::uint32_t>(bad.size()));
-    for (const auto& b : bad) verdict.u32(b.first), verdict.u32(b.second);
-    if (!loaded_status.ok()) encode_status(verdict, loaded_status);
-    CKPT_ASSIGN_OR_RETURN(auto verdicts, comm_.gather(std::move(verdict.str()), 0));
-    Encoder next;
-    if (me == 0) {
-      bool all_ok = true, any_bad = false;
-      std::string why;
-      for (std::uint32_t r = 0; r < world; ++r) {
-        Decoder d = decoder(verdicts[r]);
-        Status s;
-        std::uint32_t n = 0;
-        if (!decode_status(d, s) || !d.u32(n)) s = make_error(Code::corrupt, "undecodable verdict");
-        for (std::uint32_t i = 0; i < n; ++i) {
-          std::uint32_t h = 0, c = 0;
-          if (d.u32(h) && d.u32(c)) aside.insert({h, c}), any_bad = true;
-        }
-        Status other;
-        if (d.remaining() > 0 && decode_status(d, other) && !other.ok()) s = other;
-        if (!s.ok() || n > 0) all_ok = false;
-        if (!s.ok() && why.empty()) why = "rank " + std::to_string(r) + ": " + s.message();
-      }
-      // A load that failed with no copy to blame fails the step for everyone (spec/TIERS.md 7.4).
-      if (!all_ok && !any_bad) {
-        failed.insert(step_key(decision.step, decision.digest));
-        newly_failed.insert(step_key(decision.step, decision.digest));
-      }
-      next.u8(all_ok ? 1 : 0);
-      put_text(next, why);
-    }
-    std::string next_bytes = std::move(next.str());
-    CKPT_TRY(comm_.broadcast(next_bytes, 0));
-    Decoder nd = decoder(next_bytes);
-    std::uint8_t all_ok = 0;
-    std::string why;
-    if (!nd.u8(all_ok) || !get_text(nd, why)) return make_error(Code::corrupt, "undecodable round verdict");
+    if (run.me == 0) run.plan();
+    CKPT_TRY(run.share_decision());
+    if (run.decision.verdict != detail::Verdict::load) break;
+    CKPT_ASSIGN_OR_RETURN(const bool all_ok, run.fetch_and_load());
     if (all_ok) {
-      if (me == 0) {
-        decision.verdict = Verdict::done;
-        decision.set_aside.assign(aside.begin(), aside.end());
-        decision.failed.assign(newly_failed.begin(), newly_failed.end());
-        bytes = encode_decision(decision);
-      }
-      CKPT_TRY(comm_.broadcast(bytes, 0));
-      CKPT_ASSIGN_OR_RETURN(decision, decode_decision(bytes));
+      if (run.me == 0) run.decision.verdict = detail::Verdict::done;
+      CKPT_TRY(run.share_decision());
       break;
     }
-    if (!why.empty()) out.setbacks.push_back("step " + std::to_string(decision.step) + " did not load: " + why);
     if (round > 4096) return make_error(Code::corrupt, "resume did not converge");
   }
-  // 4. Record what was learned, on every rank: copies set aside (never deleted), failed steps, the resume.
+  // 3. Record what was learned, on every rank, and refill the holders that lost their copies.
+  return run.finish();
+}
+
+// --- scan ---
+
+CKPT_INLINE void TieredCheckpointer::Resume::scan_memory() {
+  // The rank directories of the node's memory root (a root that cannot be listed holds nothing to resume).
+  auto dirs = memory_layout::scan_memory_root(tiers.fs_, tiers.options_.memory_root);
+  if (dirs.ok()) {
+    // Every log of the node first: a rank may have set aside a copy in another rank's directory.
+    std::set<std::pair<std::string, std::uint64_t>> aside_paths;
+    for (const auto& d : *dirs) {
+      auto records = d.rank == me ? Result<std::vector<TierRecord>>(tiers.records()) : read_tier_log(tiers.fs_, d.path);
+      if (records.ok()) detail::scan_log(*records, d.path, scan, aside_paths);
+      else scan.notes.push_back(records.status().message());
+    }
+    for (const auto& d : *dirs)
+      for (const auto& s : d.stores)
+        if (Store* store = open_store(d, s))
+          detail::scan_store(tiers.fs_, *store, s.own ? detail::CopyKind::own : detail::CopyKind::held, s.shard, aside_paths, scan);
+  }
+  out.setbacks = tiers.notes();
+  // What the scan could not read is a setback too: a copy this rank should reach and does not (spec/TIERS.md 7.1).
+  out.setbacks.insert(out.setbacks.end(), scan.notes.begin(), scan.notes.end());
+}
+
+// This rank's own stores are its open ones; another rank's directory is opened read-only.
+CKPT_INLINE Store* TieredCheckpointer::Resume::open_store(const memory_layout::RankDirEntry& dir, const memory_layout::StoreEntry& store) {
+  if (dir.rank == me) {
+    if (store.own) return tiers.own_.get();
+    auto held = tiers.held(store.shard);
+    if (held.ok()) return *held;
+    scan.notes.push_back(held.status().message());
+    return nullptr;
+  }
+  auto opened = Store::open(tiers.fs_, store.path, Access::read_only);
+  if (!opened.ok()) {
+    scan.notes.push_back(opened.status().message());
+    return nullptr;
+  }
+  readers.push_back(std::move(*opened));
+  return readers.back().get();
+}
+
+CKPT_INLINE Status TieredCheckpointer::Resume::open_persistent() {
+  if (persistent) return Status();
+  CKPT_ASSIGN_OR_RETURN(persistent, PersistentTier::open_read(tiers.fs_, tiers.options_.persistent, tiers.options_.open_objects));
+  return Status();
+}
+
+// Rank 0 reads the persistent store for everyone: a claim and a copy per shard of each committed step,
+// skipping the copies its own log set aside.
+CKPT_INLINE void TieredCheckpointer::Resume::scan_persistent() {
+  persistent_scanned = true;
+  out.read_persistent = true;
+  Status opened = open_persistent();
+  if (!opened.ok()) {
+    if (opened.code() != Code::not_found) scan.notes.push_back(opened.message());
+    return;
+  }
+  std::set<std::pair<std::string, std::uint64_t>> aside_here;
+  for (const auto& r : tiers.records())
+    if (r.event == TierEvent::set_aside) aside_here.insert({r.detail, r.txn});
+  for (const StepInfo& info : persistent->steps()) {
+    auto reader = persistent->open_step(info);
+    if (!reader.ok()) {
+      scan.notes.push_back(reader.status().with_context(persistent->path()).message());
+      continue;
+    }
+    detail::Claim claim;
+    claim.step = info.step;
+    for (std::size_t s = 0; s < reader->shard_count(); ++s) claim.shards.push_back(shard_digest(reader->shard(s)));
+    claim.digest = step_digest(info.step, claim.shards);
+    for (std::uint32_t s = 0; s < claim.shards.size(); ++s) {
+      if (aside_here.count({persistent->path() + "#" + std::to_string(s), info.txn})) continue;
+      detail::LocalCopy c = detail::persistent_copy(*persistent, info, s, claim.shards[s]);
+      // Rank 0's table and its report grow together: a copy's index is the same in both.
+      reports[0].copies.push_back(detail::RankReport::Copy{c.step, c.shard, c.digest, c.kind});
+      scan.copies.push_back(std::move(c));
+    }
+    reports[0].claims.push_back(claim);
+    scan.claims.push_back(std::move(claim));
+  }
+}
+
+CKPT_INLINE Status TieredCheckpointer::Resume::gather_reports() {
+  CKPT_ASSIGN_OR_RETURN(auto gathered, tiers.comm_.gather(detail::encode_report(scan), 0));
+  if (me != 0) return Status();
+  for (std::uint32_t r = 0; r < world; ++r) {
+    CKPT_ASSIGN_OR_RETURN(detail::RankReport rep, detail::decode_report(gathered[r], static_cast<int>(r)));
+    for (const auto& f : rep.failed) failed.insert(f);
+    reports.push_back(std::move(rep));
+  }
+  return Status();
+}
+
+// --- plan ---
+
+// Rank 0's choice. The persistent store is read only when memory cannot serve the newest recorded step:
+// a restarted job whose memory tier holds it never touches storage (spec/TIERS.md 7.1).
+CKPT_INLINE void TieredCheckpointer::Resume::plan() {
+  decision = detail::plan_resume(reports, failed, aside, world, tiers.options_.load_all_shards);
+  if (persistent_scanned) return;
+  std::uint64_t newest_claim = 0;
+  bool any_claim = false;
+  for (const auto& rep : reports)
+    for (const auto& c : rep.claims) newest_claim = std::max(newest_claim, c.step), any_claim = true;
+  if (decision.verdict != detail::Verdict::load || !any_claim || newest_claim > decision.step) {
+    scan_persistent();
+    decision = detail::plan_resume(reports, failed, aside, world, tiers.options_.load_all_shards);
+  }
+}
+
+// Rank 0's decision, with the copies set aside and the steps failed so far, to every rank.
+CKPT_INLINE Status TieredCheckpointer::Resume::share_decision() {
+  std::string bytes;
+  if (me == 0) {
+    decision.set_aside.assign(aside.begin(), aside.end());
+    decision.failed.assign(newly_failed.begin(), newly_failed.end());
+    bytes = detail::encode_decision(decision);
+  }
+  CKPT_TRY(tiers.comm_.broadcast(bytes, 0));
+  CKPT_ASSIGN_OR_RETURN(decision, detail::decode_decision(bytes));
+  return Status();
+}
+
+// --- fetch, verify, load ---
+
+CKPT_INLINE Result<bool> TieredCheckpointer::Resume::fetch_and_load() {
+  out.step = decision.step, out.digest = decision.digest;
+  tiers.phase("resuming", decision.step);
+  open_steps.clear(), loaded.clear(), loaded_copies.clear();
+  Fetch fetch = sources();
+  CKPT_TRY(exchange_copies(fetch));  // the communicator failed: no agreement is possible
+  if (fetch.local.ok()) verify_fetched(fetch);
+  const bool needs_met = fetch.bad.empty() && fetch.local.ok();
+  const Status load_status = needs_met ? load_view() : Status();
+  return judge(fetch, needs_met, load_status);
+}
+
+// Where this rank reads each shard the plan gives it: its own copies, a held store for a peer's, or the
+// persistent store (the plan's persistent entries are rank 0's; every rank opens the store itself).
+CKPT_INLINE TieredCheckpointer::Resume::Fetch TieredCheckpointer::Resume::sources() {
+  Fetch fetch;
+  std::vector<const detail::PlanEntry*> from_persistent;
+  for (const auto& p : decision.plan) {
+    if (p.rank != me) continue;
+    if (p.how == detail::How::local) {
+      fetch.mine[p.shard] = scan.copies.at(p.copy);
+    } else if (p.how == detail::How::peer) {
+      auto store = tiers.held(p.shard);
+      fetch.incoming.emplace_back(&p, store.ok() ? *store : nullptr);  // without a store the stream is still drained
+      if (!store.ok()) fetch.local = store.status();
+    } else {
+      from_persistent.push_back(&p);
+    }
+  }
+  if (from_persistent.empty()) return fetch;
+  Status opened = open_persistent();
+  if (!opened.ok()) {
+    fetch.local = opened;
+    return fetch;
+  }
+  for (const detail::PlanEntry* p : from_persistent) {
+    auto info = persistent->find(decision.step);
+    if (!info.ok()) {
+      fetch.bad.emplace_back(p->holder, p->copy);
+      continue;
+    }
+    fetch.mine[p->shard] = detail::persistent_copy(*persistent, *info, p->shard, decision.shards[p->shard]);
+  }
+  return fetch;
+}
+
+// Sends the copies peers need from this rank while receiving the ones it needs (spec/TIERS.md 7.2).
+CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
+  return detail::exchange(
+      [&]() -> Status {
+        for (const auto& p : decision.plan) {
+          if (p.how != detail::How::peer || p.holder != me) continue;
+          CKPT_TRY(detail::send_copy(tiers.comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), detail::kFetchTag,
+                                     tiers.options_.transfer_block));
+        }
+        return Status();
+      },
+      [&]() -> Status {
+        for (const auto& [p, store] : fetch.incoming) {
+          std::optional<detail::Received> got;
+          Status copy_failure;
+          const Result<Store*> into = store ? Result<Store*>(store) : Result<Store*>(fetch.local);
+          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, into, static_cast<int>(p->holder), detail::kFetchTag, decision.step,
+                                         p->shard, decision.shards[p->shard], got, copy_failure));
+          if (!got) {
+            out.setbacks.push_back(copy_failure.message());
+            fetch.bad.emplace_back(p->holder, p->copy);
+            continue;
+          }
+          detail::LocalCopy c;
+          c.step = decision.step, c.shard = p->shard, c.digest = decision.shards[p->shard], c.kind = detail::CopyKind::held;
+          c.store_path = store->path(), c.fs = tiers.fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
+          fetch.mine[p->shard] = c;
+          (void)tiers.log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
+                                  decision.digest, decision.shards[p->shard], got->info.txn, 0, std::string(), 0}});
+        }
+        return Status();
+      });
+}
+
+// Verifies every byte of every shard this rank will load and its content digest (spec/TIERS.md 7.2); a
+// copy that fails is blamed (set aside by the root), the others are kept open for the load.
+CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
+  for (auto& [s, c] : fetch.mine) {
+    auto reader = detail::open_copy(c);
+    Status ok = reader.ok() ? Status() : reader.status();
+    VerifyOptions whole;
+    whole.use_mmap = c.fs && c.fs->can_map();  // hash the pages in place: one pass over the bytes, no copy
+    if (ok.ok()) ok = detail::verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
+    if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[s])
+      ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " +
+                                         std::to_string(decision.step) + "'s shard " + std::to_string(s));
+    if (!ok.ok() && reader.ok() && c.root != c.store_path) ok = ok.with_context(c.store_path);  // an object key names no store
+    if (!ok.ok()) {
+      out.setbacks.push_back(ok.message());
+      for (const auto& p : decision.plan)
+        if (p.rank == me && p.shard == s) fetch.bad.emplace_back(p.holder, p.copy);
+      continue;
+    }
+    open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
+    loaded.emplace_back(s, &open_steps.back()->shard(c.shard_in_step));
+    loaded_copies[s] = c;
+  }
+}
+
+// The caller's load over the verified shards, with this rank's training state: its own rank's in the
+// step, or rank 0's when the world changed (spec/TIERS.md 2.3).
+CKPT_INLINE Status TieredCheckpointer::Resume::load_view() {
+  TierView view;
+  view.step_ = decision.step;
+  view.world_ = static_cast<std::uint32_t>(decision.shards.size());
+  for (auto& [s, r] : loaded) view.shards_.push_back(r);
+  const std::uint32_t whose = decision.shards.size() == world ? me : 0;  // a rank of the step that still exists
+  const std::string where = "step " + std::to_string(decision.step);
+  const TensorRecord* st = view.find_tensor(layout::state_tensor(whose));
+  if (st == nullptr) return make_error(Code::corrupt, where + " has no training state of rank " + std::to_string(whose));
+  std::uint64_t n = 0;
+  if (!shape_bytes(st->shape, st->dtype, n) || n > journal::kMaxPayload)
+    return make_error(Code::corrupt, "training state tensor too large");
+  std::string state_bytes(static_cast<std::size_t>(n), '\0');
+  Status status = view.read_tensor(layout::state_tensor(whose), state_bytes.empty() ? nullptr : &state_bytes[0], state_bytes.size());
+  Decoder d = wire::decoder(state_bytes);
+  if (status.ok()) status = decode_training_state(d, view.state_, where + " state");
+  view.state_.step = decision.step;
+  if (status.ok()) status = load(view);
+  if (status.ok()) out.state = view.state_;
+  return status;
+}
+
+// Every rank's verdict to the root, the root's judgement back: true when every rank loaded.
+CKPT_INLINE Result<bool> TieredCheckpointer::Resume::judge(const Fetch& fetch, bool needs_met, const Status& load_status) {
+  Encoder verdict;
+  wire::put_status(verdict, needs_met ? load_status : Status());
+  verdict.u32(static_cast<std::uint32_t>(fetch.bad.size()));
+  for (const auto& b : fetch.bad) verdict.u32(b.first), verdict.u32(b.second);
+  if (!fetch.local.ok()) wire::put_status(verdict, fetch.local);
+  CKPT_ASSIGN_OR_RETURN(auto verdicts, tiers.comm_.gather(std::move(verdict.str()), 0));
+  std::string next = me == 0 ? root_verdict(verdicts) : std::string();
+  CKPT_TRY(tiers.comm_.broadcast(next, 0));
+  Decoder nd = wire::decoder(next);
+  std::uint8_t all_ok = 0;
+  std::string why;
+  if (!nd.u8(all_ok) || !wire::get_text(nd, why, journal::kMaxPayload)) return make_error(Code::corrupt, "undecodable round verdict");
+  if (!all_ok && !why.empty()) out.setbacks.push_back("step " + std::to_string(decision.step) + " did not load: " + why);
+  return all_ok != 0;
+}
+
+// Rank 0: the copies blamed are set aside; a load that failed with no copy to blame fails the step for
+// everyone (spec/TIERS.md 7.3).
+CKPT_INLINE std::string TieredCheckpointer::Resume::root_verdict(const std::vector<std::string>& verdicts) {
+  bool all_ok = true, any_bad = false;
+  std::string why;
+  for (std::uint32_t r = 0; r < world; ++r) {
+    Decoder d = wire::decoder(verdicts[r]);
+    Status s;
+    std::uint32_t n = 0;
+    if (!wire::get_status(d, s) || !d.u32(n)) s = make_error(Code::corrupt, "undecodable verdict");
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t h = 0, c = 0;
+      if (d.u32(h) && d.u32(c)) aside.insert({h, c}), any_bad = true;
+    }
+    Status other;
+    if (d.remaining() > 0 && wire::get_status(d, other) && !other.ok()) s = other;
+    if (!s.ok() || n > 0) all_ok = false;
+    if (!s.ok() && why.empty()) why = "rank " + std::to_string(r) + ": " + s.message();
+  }
+  if (!all_ok && !any_bad) {
+    failed.insert(detail::step_key(decision.step, decision.digest));
+    newly_failed.insert(detail::step_key(decision.step, decision.digest));
+  }
+  Encoder next;
+  next.u8(all_ok ? 1 : 0);
+  wire::put_text(next, why);
+  return std::move(next.str());
+}
+
+// --- finish ---
+
+CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
+  std::vector<TierRecord> learned = learned_records();
+  if (decision.verdict == detail::Verdict::fail) {
+    CKPT_TRY(tiers.log(learned));
+    return make_error(Code::corrupt, decision.reason);
+  }
+  tiers.resumed_ = true;
+  if (decision.verdict != detail::Verdict::done) {
+    CKPT_TRY(tiers.log(learned));
+    return std::move(out);  // fresh: nothing recorded anywhere
+  }
+  out.fresh = false;
+  out.world = static_cast<std::uint32_t>(decision.shards.size());
+  TierRecord r;
+  r.event = TierEvent::resumed, r.step = decision.step, r.world = out.world, r.shard = std::min(me, out.world - 1);
+  r.step_digest = decision.digest;
+  learned.push_back(r);
+  for (const auto& [s, c] : loaded_copies)
+    out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
+  CKPT_TRY(retire_abandoned(learned));
+  CKPT_TRY(tiers.log(learned));
+  // A replacement node gets its peers' replicas again (same world): every holder the placement names.
+  if (out.world == world && tiers.placement_.achievable > 0) CKPT_TRY(refill());
+  return std::move(out);
+}
+
+// The copies of this rank set aside (recorded, never deleted) and the steps that failed to load.
+CKPT_INLINE std::vector<TierRecord> TieredCheckpointer::Resume::learned_records() {
   std::vector<TierRecord> learned;
   for (const auto& [h, c] : decision.set_aside) {
     if (h != me || c >= scan.copies.size()) continue;
-    const LocalCopy& copy = scan.copies[c];
+    const detail::LocalCopy& copy = scan.copies[c];
     TierRecord r;
     r.event = TierEvent::set_aside, r.step = copy.step, r.world = std::max<std::uint32_t>(copy.shard + 1, 1), r.shard = copy.shard;
     r.shard_digest = copy.digest, r.txn = copy.info.txn;
-    r.detail = copy.kind == CopyKind::persistent ? copy.store_path + "#" + std::to_string(copy.shard) : copy.store_path;
+    r.detail = copy.kind == detail::CopyKind::persistent ? copy.store_path + "#" + std::to_string(copy.shard) : copy.store_path;
     learned.push_back(r);
-    out.setbacks.push_back("set aside " + std::string(copy_kind_name(copy.kind)) + " copy of shard " + std::to_string(copy.shard) +
+    out.setbacks.push_back("set aside " + std::string(detail::copy_kind_name(copy.kind)) + " copy of shard " + std::to_string(copy.shard) +
                            " of step " + std::to_string(copy.step) + " (" + copy.store_path + ")");
   }
   for (const auto& f : decision.failed) {
@@ -674,97 +782,88 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     r.step_digest = Digest128{std::get<1>(f), std::get<2>(f)}, r.detail = "the job could not load it";
     learned.push_back(r);
   }
-  if (decision.verdict == Verdict::fail) {
-    CKPT_TRY(log(learned));
-    return make_error(Code::corrupt, decision.reason);
+  return learned;
+}
+
+// Steps newer than the one resumed belong to a timeline the job abandoned: retired from this rank's memory.
+CKPT_INLINE Status TieredCheckpointer::Resume::retire_abandoned(std::vector<TierRecord>& learned) {
+  std::vector<std::pair<Store*, std::uint32_t>> stores{{tiers.own_.get(), me}};
+  for (auto& [s, store] : tiers.held_) stores.emplace_back(store.get(), s);
+  for (auto& [store, shard] : stores)
+    for (const StepInfo& info : store->steps()) {
+      if (info.step <= decision.step) continue;
+      CKPT_TRY(store->retire(info.step));
+      TierRecord e;
+      e.event = TierEvent::evicted, e.step = info.step, e.world = std::max(world, shard + 1), e.shard = shard, e.txn = info.txn;
+      e.detail = "newer than the resumed step " + std::to_string(decision.step);
+      learned.push_back(e);
+    }
+  return Status();
+}
+
+// Rank 0: every (shard, holder) of the placement whose holder reaches no copy of the resumed step.
+CKPT_INLINE std::string TieredCheckpointer::Resume::refill_list() const {
+  std::vector<CopyRef> list;  // (shard, holder)
+  for (std::uint32_t s = 0; s < world; ++s)
+    for (int h : tiers.placement_.holders[s]) {
+      const auto holder = static_cast<std::uint32_t>(h);
+      bool has = false;
+      const auto& copies = reports[holder].copies;
+      for (std::uint32_t i = 0; i < copies.size() && !has; ++i)
+        has = copies[i].step == decision.step && copies[i].shard == s && copies[i].digest == decision.shards[s] &&
+              copies[i].kind != detail::CopyKind::persistent && !aside.count({holder, i});
+      for (const auto& p : decision.plan) has = has || (p.rank == holder && p.shard == s && p.how == detail::How::peer);
+      if (!has) list.emplace_back(s, holder);
+    }
+  Encoder e;
+  e.u32(static_cast<std::uint32_t>(list.size()));
+  for (const auto& [s, h] : list) e.u32(s), e.u32(h);
+  return std::move(e.str());
+}
+
+// The owners send the copies the list names (tag 0x103); the holders verify them and record HELD.
+CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
+  std::string bytes = me == 0 ? refill_list() : std::string();
+  CKPT_TRY(tiers.comm_.broadcast(bytes, 0));
+  Decoder d = wire::decoder(bytes);
+  std::uint32_t n = 0;
+  std::vector<CopyRef> list;  // (shard, holder)
+  if (!d.u32(n) || !d.has(std::size_t{8} * n)) return make_error(Code::corrupt, "undecodable refill list");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t s = 0, h = 0;
+    if (!d.u32(s) || !d.u32(h)) return make_error(Code::corrupt, "undecodable refill list");
+    list.emplace_back(s, h);
   }
-  resumed_ = true;
-  if (decision.verdict != Verdict::done) {
-    CKPT_TRY(log(learned));
-    return out;  // fresh: nothing recorded anywhere
-  }
-  out.fresh = false;
-  out.world = static_cast<std::uint32_t>(decision.shards.size());
-  TierRecord r;
-  r.event = TierEvent::resumed, r.step = decision.step, r.world = out.world, r.shard = std::min(me, out.world - 1), r.step_digest = decision.digest;
-  learned.push_back(r);
-  for (const auto& [s, c] : loaded_copies)
-    out.sources.push_back("shard " + std::to_string(s) + " from " + copy_kind_name(c.kind) + " (" + c.store_path + ")");
-  // Steps newer than the one resumed belong to a timeline the job abandoned: retire them from this rank's memory.
-  std::vector<std::pair<Store*, std::uint32_t>> mine_stores{{own_.get(), me}};
-  for (auto& [s, store] : held_) mine_stores.emplace_back(store.get(), s);
-  for (auto& [store, shard] : mine_stores)
-    for (const StepInfo& info : store->steps())
-      if (info.step > decision.step) {
-        CKPT_TRY(store->retire(info.step));
-        TierRecord e;
-        e.event = TierEvent::evicted, e.step = info.step, e.world = std::max(world, shard + 1), e.shard = shard, e.txn = info.txn;
-        e.detail = "newer than the resumed step " + std::to_string(decision.step);
-        learned.push_back(e);
-      }
-  CKPT_TRY(log(learned));
-  // 5. Refill (same world): every holder the placement names gets a verified copy again (a replacement node).
-  if (out.world == world && placement_.achievable > 0) {
-    std::string refill;
-    if (me == 0) {
-      Encoder e;
-      std::vector<std::pair<std::uint32_t, std::uint32_t>> list;  // (shard, holder)
-      for (std::uint32_t s = 0; s < world; ++s)
-        for (int h : placement_.holders[s]) {
-          bool has = false;
-          const auto& copies = reports[static_cast<std::size_t>(h)].copies;
-          for (std::uint32_t i = 0; i < copies.size() && !has; ++i)
-            has = copies[i].step == decision.step && copies[i].shard == s && copies[i].digest == decision.shards[s] &&
-                  copies[i].kind != CopyKind::persistent && !aside.count({static_cast<std::uint32_t>(h), i});
-          for (const auto& p : decision.plan)
-            has = has || (p.rank == static_cast<std::uint32_t>(h) && p.shard == s && p.how == How::peer);
-          if (!has) list.emplace_back(s, static_cast<std::uint32_t>(h));
+  std::vector<TierRecord> held_records;
+  Status refilled = detail::exchange(
+      [&]() -> Status {
+        for (const auto& [s, h] : list) {
+          if (s != me) continue;
+          CKPT_TRY(detail::send_copy(tiers.comm_, loaded_copies.at(s), decision, static_cast<int>(h), detail::kRefillTag,
+                                     tiers.options_.transfer_block));
         }
-      e.u32(static_cast<std::uint32_t>(list.size()));
-      for (const auto& [s, h] : list) e.u32(s), e.u32(h);
-      refill = std::move(e.str());
-    }
-    CKPT_TRY(comm_.broadcast(refill, 0));
-    Decoder d = decoder(refill);
-    std::uint32_t n = 0;
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> list;
-    if (!d.u32(n) || !d.has(std::size_t{8} * n)) return make_error(Code::corrupt, "undecodable refill list");
-    for (std::uint32_t i = 0; i < n; ++i) {
-      std::uint32_t s = 0, h = 0;
-      if (!d.u32(s) || !d.u32(h)) return make_error(Code::corrupt, "undecodable refill list");
-      list.emplace_back(s, h);
-    }
-    std::vector<TierRecord> held_records;
-    Status refilled = exchange(
-        [&]() -> Status {
-          for (const auto& [s, h] : list) {
-            if (s != me) continue;
-            CKPT_TRY(send_copy(comm_, loaded_copies.at(s), decision, static_cast<int>(h), kRefillTag, options_.transfer_block));
+        return Status();
+      },
+      [&]() -> Status {
+        for (const auto& [s, h] : list) {
+          if (h != me) continue;
+          auto store = tiers.held(s);
+          std::optional<detail::Received> got;
+          Status copy_failure;
+          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store, static_cast<int>(s), detail::kRefillTag, decision.step, s,
+                                         decision.shards[s], got, copy_failure));
+          if (!got) {
+            out.setbacks.push_back("refill: " + copy_failure.message());
+            continue;
           }
-          return Status();
-        },
-        [&]() -> Status {
-          for (const auto& [s, h] : list) {
-            if (h != me) continue;
-            auto store = held(s);
-            std::optional<Received> got;
-            Status copy_failure;
-            CKPT_TRY(receive_shard(fs_, comm_, store, static_cast<int>(s), kRefillTag, decision.step, s, decision.shards[s], got,
-                                   copy_failure));
-            if (!got) {
-              out.setbacks.push_back("refill: " + copy_failure.message());
-              continue;
-            }
-            held_records.push_back(TierRecord{TierEvent::held, decision.step, world, s, decision.digest, decision.shards[s], got->info.txn,
-                                              0, std::string(), 0});
-            out.sources.push_back("refilled a replica of shard " + std::to_string(s));
-          }
-          return Status();
-        });
-    CKPT_TRY(refilled);
-    CKPT_TRY(log(held_records));
-  }
-  return out;
+          held_records.push_back(TierRecord{TierEvent::held, decision.step, world, s, decision.digest, decision.shards[s], got->info.txn, 0,
+                                            std::string(), 0});
+          out.sources.push_back("refilled a replica of shard " + std::to_string(s));
+        }
+        return Status();
+      });
+  CKPT_TRY(refilled);
+  return tiers.log(held_records);
 }
 
 }  // namespace ckpt::tiers

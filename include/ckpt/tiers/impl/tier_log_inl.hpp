@@ -3,6 +3,7 @@
 
 #include "../../core/coding.hpp"
 #include "../../core/uuid.hpp"
+#include "../../store/memory_layout.hpp"
 #include "../tier_log.hpp"
 
 namespace ckpt::tiers {
@@ -103,7 +104,7 @@ namespace detail {
 }  // namespace detail
 
 CKPT_INLINE Result<std::vector<TierRecord>> read_tier_log(FsRef fs, const std::string& dir) {
-  const std::string path = join_path(dir, std::string(tier_log::kLogName));
+  const std::string path = join_path(dir, std::string(memory_layout::kTierLog));
   auto file = fs.open(path, OpenMode::read);
   if (!file.ok()) {
     if (file.status().code() == Code::not_found) return std::vector<TierRecord>{};
@@ -116,7 +117,7 @@ CKPT_INLINE Result<std::vector<TierRecord>> read_tier_log(FsRef fs, const std::s
 }
 
 CKPT_INLINE Result<TierLog> TierLog::open(FsRef fs, const std::string& dir) {
-  const std::string path = join_path(dir, std::string(tier_log::kLogName));
+  const std::string path = join_path(dir, std::string(memory_layout::kTierLog));
   auto probe = fs.stat(path);
   if (!probe.ok()) {
     if (probe.status().code() != Code::not_found) return probe.status();

@@ -20,15 +20,6 @@ namespace ckpt::tiers {
 // --- Layout and digests ---------------------------------------------------------------------------
 
 namespace layout {
-CKPT_INLINE std::string rank_dir(const std::string& root, std::uint32_t rank) {
-  return join_path(root, std::string(kRankDirPrefix) + std::to_string(rank));
-}
-CKPT_INLINE std::string own_store(const std::string& root, std::uint32_t rank) {
-  return join_path(rank_dir(root, rank), std::string(kOwnStore));
-}
-CKPT_INLINE std::string held_store(const std::string& root, std::uint32_t rank, std::uint32_t shard) {
-  return join_path(rank_dir(root, rank), std::string(kHeldPrefix) + std::to_string(shard));
-}
 CKPT_INLINE std::string state_tensor(std::uint32_t rank) { return std::string(kStateTensorPrefix) + std::to_string(rank); }
 }  // namespace layout
 
@@ -59,31 +50,6 @@ inline constexpr int kFetchTag = 0x102;      // a shard fetched at resume
 inline constexpr int kRefillTag = 0x103;     // copies refilled after resume
 
 [[nodiscard]] CKPT_INLINE std::string_view as_view(Encoder& e) { return std::string_view(e.str()); }
-[[nodiscard]] CKPT_INLINE Decoder decoder(const std::string& s) {
-  return Decoder(reinterpret_cast<const unsigned char*>(s.data()), s.size());
-}
-CKPT_INLINE void put_digest(Encoder& e, const Digest128& d) { e.u64(d.high), e.u64(d.low); }
-[[nodiscard]] CKPT_INLINE bool get_digest(Decoder& d, Digest128& out) { return d.u64(out.high) && d.u64(out.low); }
-CKPT_INLINE void put_text(Encoder& e, const std::string& s) { ::ckpt::detail::encode_string32(e, s); }
-[[nodiscard]] CKPT_INLINE bool get_text(Decoder& d, std::string& out) {
-  return ::ckpt::detail::decode_string32(d, out, journal::kMaxPayload);
-}
-CKPT_INLINE void put_shape(Encoder& e, const Shape& s) {
-  e.u32(static_cast<std::uint32_t>(s.size()));
-  for (auto v : s) e.u64(v);
-}
-[[nodiscard]] CKPT_INLINE bool get_shape(Decoder& d, Shape& out) {
-  std::uint32_t n = 0;
-  if (!d.u32(n) || n > format::kMaxRank || !d.has(std::size_t{8} * n)) return false;
-  out.assign(n, 0);
-  for (auto& v : out)
-    if (!d.u64(v)) return false;
-  return true;
-}
-// Statuses and strings travel as the store's rank messages carry them (impl/store_ranks_inl.hpp).
-using ::ckpt::detail::decode_status;
-using ::ckpt::detail::encode_status;
-
 // The first problem of a verify report, as an error.
 [[nodiscard]] CKPT_INLINE Status verify_status(const Result<VerifyReport>& report) {
   if (!report.ok()) return report.status();
@@ -110,7 +76,7 @@ struct BodyOut {
   }
   [[nodiscard]] Status status(const Status& st) {
     Encoder e;
-    encode_status(e, st);
+    wire::put_status(e, st);
     if (!pending.empty() && pending.size() + e.size() > block) CKPT_TRY(flush());
     pending.append(e.str());
     return Status();
@@ -149,7 +115,7 @@ struct BodyIn {
   [[nodiscard]] Status status(Status& out, bool& decoded) {
     if (pos == msg.size()) CKPT_TRY(refill());
     Decoder d(reinterpret_cast<const unsigned char*>(msg.data()) + pos, msg.size() - pos);
-    decoded = decode_status(d, out);
+    decoded = wire::get_status(d, out);
     pos += d.position();
     return Status();
   }
@@ -182,24 +148,24 @@ struct ShardSource {
   Encoder h;
   if (src.reader == nullptr) {
     const Status unavailable = make_error(Code::not_found, src.where);
-    encode_status(h, unavailable);
+    wire::put_status(h, unavailable);
     if (copy_failure) *copy_failure = unavailable;
     return comm.send(as_view(h), dest, tag);
   }
-  encode_status(h, Status());
+  wire::put_status(h, Status());
   ShardReader& r = *src.reader;
   const Index& index = r.index();
   h.u64(step), h.u32(shard), h.u32(world);
-  put_digest(h, step_d), put_digest(h, shard_d);
+  wire::put_digest(h, step_d), wire::put_digest(h, shard_d);
   Encoder state;
   encode_training_state(state, src.state);
-  put_text(h, state.str());
+  wire::put_text(h, state.str());
   h.u32(static_cast<std::uint32_t>(index.pieces.size()));
   for (const auto& p : index.pieces) {
     const TensorRecord& t = index.tensors[static_cast<std::size_t>(p.tensor)];
-    put_text(h, t.name);
+    wire::put_text(h, t.name);
     h.u32(static_cast<std::uint32_t>(t.dtype));
-    put_shape(h, t.shape), put_shape(h, p.offsets), put_shape(h, p.shape);
+    wire::put_shape(h, t.shape), wire::put_shape(h, p.offsets), wire::put_shape(h, p.shape);
     h.u64(p.data_length);
   }
   CKPT_TRY(comm.send(as_view(h), dest, tag));
@@ -252,9 +218,9 @@ struct Received {
   copy_failure = Status();
   std::string msg;
   CKPT_TRY(comm.recv(msg, source, tag));
-  Decoder h = decoder(msg);
+  Decoder h = wire::decoder(msg);
   Status sender;
-  if (!decode_status(h, sender)) return make_error(Code::corrupt, from + ": undecodable header");
+  if (!wire::get_status(h, sender)) return make_error(Code::corrupt, from + ": undecodable header");
   if (!sender.ok()) {
     copy_failure = make_error(Code::corrupt, from + ": the sender has no verified copy: " + sender.message());
     return Status();
@@ -263,8 +229,8 @@ struct Received {
   std::uint64_t got_step = 0;
   std::uint32_t got_shard = 0, pieces = 0;
   std::string state_bytes;
-  if (!h.u64(got_step) || !h.u32(got_shard) || !h.u32(got.world) || !get_digest(h, got.step_digest) ||
-      !get_digest(h, got.shard_digest) || !get_text(h, state_bytes) || !h.u32(pieces))
+  if (!h.u64(got_step) || !h.u32(got_shard) || !h.u32(got.world) || !wire::get_digest(h, got.step_digest) ||
+      !wire::get_digest(h, got.shard_digest) || !wire::get_text(h, state_bytes, journal::kMaxPayload) || !h.u32(pieces))
     return make_error(Code::corrupt, from + ": truncated header");
   struct PieceHead {
     std::string name;
@@ -275,7 +241,7 @@ struct Received {
   std::vector<PieceHead> heads;
   for (std::uint32_t k = 0; k < pieces; ++k) {
     PieceHead p;
-    if (!get_text(h, p.name) || !h.u32(p.dtype) || !get_shape(h, p.global) || !get_shape(h, p.offsets) || !get_shape(h, p.local) ||
+    if (!wire::get_text(h, p.name, journal::kMaxPayload) || !h.u32(p.dtype) || !wire::get_shape(h, p.global) || !wire::get_shape(h, p.offsets) || !wire::get_shape(h, p.local) ||
         !h.u64(p.length))
       return make_error(Code::corrupt, from + ": undecodable piece " + std::to_string(k));
     heads.push_back(std::move(p));
@@ -286,7 +252,7 @@ struct Received {
                                       expected.hex() + ", the sender offers step " + std::to_string(got_step) + " shard " +
                                       std::to_string(got_shard) + " digest " + got.shard_digest.hex());
   TrainingState state;
-  Decoder sd = decoder(state_bytes);
+  Decoder sd = wire::decoder(state_bytes);
   if (s.ok()) s = decode_training_state(sd, state, from);
   if (s.ok() && !into.ok()) s = into.status();
   std::unique_ptr<Transaction> tx;
@@ -414,7 +380,7 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     local = make_error(Code::unsupported, "TierOptions: the persistent tier " + options.persistent +
                                               " is on object storage and open_objects is empty (a build with ckpt::s3 "
                                               "passes object::open_s3_url)");
-  CKPT_TRY(::ckpt::detail::agree(comm, local));
+  CKPT_TRY(wire::agree(comm, local));
   std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, std::move(options)));
   if (t->options_.topology) {
     t->topology_ = *t->options_.topology;
@@ -462,9 +428,9 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     if (!log.ok() && log.status().code() == Code::corrupt) {
       // A damaged log must not keep the job from starting: it is set aside under a new name (never
       // deleted) and a fresh one begun; the other ranks' logs still claim the steps (spec/TIERS.md 5.1).
-      const std::string from = join_path(t->rank_dir_, std::string(tier_log::kLogName));
+      const std::string from = join_path(t->rank_dir_, std::string(memory_layout::kTierLog));
       std::string to;
-      for (int n = 0; to.empty() || fs.stat(to).ok(); ++n) to = from + ".corrupt-" + std::to_string(n);
+      for (std::uint32_t n = 0; to.empty() || fs.stat(to).ok(); ++n) to = join_path(t->rank_dir_, memory_layout::set_aside_log_name(n));
       Status moved = fs.rename(from, to);
       if (moved.ok()) moved = fs.sync_dir(t->rank_dir_);
       if (moved.ok()) {
@@ -475,7 +441,7 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     if (log.ok()) t->log_ = std::make_unique<TierLog>(std::move(*log));
     else local = log.status();
   }
-  CKPT_TRY(::ckpt::detail::agree(comm, local));
+  CKPT_TRY(wire::agree(comm, local));
   return t;
 }
 
@@ -601,7 +567,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     // The first capture: every rank checks its node's free space against what the policy keeps (collective).
     Status local = options_.check_free_space ? check_capacity(request.bytes()) : Status();
     if (local.ok()) local = start_saver(static_cast<std::size_t>(request.bytes()));
-    CKPT_TRY(::ckpt::detail::agree(comm_, local));
+    CKPT_TRY(wire::agree(comm_, local));
   }
   auto ticket = saver_->save(std::move(request));
   if (!ticket.ok()) {
@@ -643,32 +609,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     else local = reader.status();
   }
   if (local.ok()) phase("captured", step);
-  Encoder report;
-  detail::encode_status(report, local);
-  detail::put_digest(report, my_digest);
-  CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(std::move(report.str()), 0));
-  Encoder verdict;
-  if (me == 0) {
-    Status first;
-    std::vector<Digest128> digests(world);
-    for (std::uint32_t r = 0; r < world; ++r) {
-      Decoder d = detail::decoder(gathered[r]);
-      Status s;
-      if (!detail::decode_status(d, s) || !detail::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
-      if (!s.ok() && first.ok()) first = s.with_context("rank " + std::to_string(r) + " did not capture step " + std::to_string(step));
-    }
-    detail::encode_status(verdict, first);
-    for (const auto& d : digests) detail::put_digest(verdict, d);
-  }
-  std::string verdict_bytes = std::move(verdict.str());
-  CKPT_TRY(comm_.broadcast(verdict_bytes, 0));
-  Decoder vd = detail::decoder(verdict_bytes);
-  Status captured;
-  std::vector<Digest128> shards(world);
-  bool decoded = detail::decode_status(vd, captured);
-  for (auto& d : shards) decoded = decoded && detail::get_digest(vd, d);
-  if (!decoded) return make_error(Code::corrupt, "undecodable capture verdict");
-  if (!captured.ok()) return captured;  // not captured on every rank: not a step of the memory tier
+  CKPT_ASSIGN_OR_RETURN(const std::vector<Digest128> shards, agree_on_capture(step, local, my_digest));
   const Digest128 digest = step_digest(step, shards);
   TierRecord rec;
   rec.event = TierEvent::captured, rec.step = step, rec.world = world, rec.shard = me, rec.step_digest = digest;
@@ -732,7 +673,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   if (me == 0) {
     std::vector<std::uint32_t> copies(world, 0);
     for (const auto& a : acks) {
-      Decoder d = detail::decoder(a);
+      Decoder d = wire::decoder(a);
       std::uint32_t n = 0, s = 0;
       if (!d.u32(n)) continue;
       while (d.u32(s))
@@ -743,7 +684,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   std::string copies_bytes = std::move(copies_msg.str());
   CKPT_TRY(comm_.broadcast(copies_bytes, 0));
   std::uint32_t fewest = 0;
-  Decoder cd = detail::decoder(copies_bytes);
+  Decoder cd = wire::decoder(copies_bytes);
   if (!cd.u32(fewest)) return make_error(Code::corrupt, "undecodable replication verdict");
   if (placement_.achievable > 0 && fewest >= static_cast<std::uint32_t>(placement_.achievable)) {
     TierRecord r;
@@ -754,6 +695,51 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
   if (options_.persist_every > 0 && step % options_.persist_every == 0) CKPT_TRY(promote(step, *mine, my_digest, digest));
   // 5. Retention of this rank's own memory steps.
+  CKPT_TRY(retire_memory(sources));
+  CKPT_TRY(compact_log());
+  if (!exchanged.ok()) return exchanged;
+  return receive_failure;
+}
+
+// Every rank's capture of `step` (its status and shard digest) to rank 0, and back the shard digests
+// of every rank, or the first rank's failure: a step not captured on every rank is no step of the tier.
+CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(std::uint64_t step, const Status& local,
+                                                                              const Digest128& my_digest) {
+  const auto world = static_cast<std::uint32_t>(this->world());
+  Encoder report;
+  wire::put_status(report, local);
+  wire::put_digest(report, my_digest);
+  CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(std::move(report.str()), 0));
+  Encoder verdict;
+  if (rank() == 0) {
+    Status first;
+    std::vector<Digest128> digests(world);
+    for (std::uint32_t r = 0; r < world; ++r) {
+      Decoder d = wire::decoder(gathered[r]);
+      Status s;
+      if (!wire::get_status(d, s) || !wire::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
+      if (!s.ok() && first.ok()) first = s.with_context("rank " + std::to_string(r) + " did not capture step " + std::to_string(step));
+    }
+    wire::put_status(verdict, first);
+    for (const auto& d : digests) wire::put_digest(verdict, d);
+  }
+  std::string verdict_bytes = std::move(verdict.str());
+  CKPT_TRY(comm_.broadcast(verdict_bytes, 0));
+  Decoder vd = wire::decoder(verdict_bytes);
+  Status captured;
+  std::vector<Digest128> shards(world);
+  bool decoded = wire::get_status(vd, captured);
+  for (auto& d : shards) decoded = decoded && wire::get_digest(vd, d);
+  if (!decoded) return make_error(Code::corrupt, "undecodable capture verdict");
+  if (!captured.ok()) return captured;  // not captured on every rank: not a step of the memory tier
+  return shards;
+}
+
+// Retention of this rank's own memory steps (memory_keep), and of the shards it fetched at a resume
+// that the placement does not give it (`sources` are the shards it holds by placement).
+CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sources) {
+  const auto me = static_cast<std::uint32_t>(rank());
+  const auto world = static_cast<std::uint32_t>(this->world());
   RetentionPolicy keep;
   keep.keep_last = options_.memory_keep;
   CKPT_ASSIGN_OR_RETURN(auto retired, own_->apply_retention(keep));
@@ -763,8 +749,8 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     e.event = TierEvent::evicted, e.step = old.step, e.world = world, e.shard = me, e.txn = old.txn;
     evicted.push_back(e);
   }
-  // Shards fetched at a resume that the placement does not give this rank: kept only while older than
-  // nothing the own store keeps, so a resume costs no memory for longer than memory_keep captures.
+  // Fetched shards are kept only while older than nothing the own store keeps, so a resume costs no
+  // memory for longer than memory_keep captures.
   const auto own_steps = own_->steps();
   if (own_steps.size() >= options_.memory_keep) {
     const std::uint64_t oldest = own_steps.front().step;
@@ -781,9 +767,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     }
   }
   if (!evicted.empty()) CKPT_TRY(log(evicted));
-  CKPT_TRY(compact_log());
-  if (!exchanged.ok()) return exchanged;
-  return receive_failure;
+  return Status();
 }
 
 // Promotion (spec/TIERS.md 4.4), on every rank: its sealed memory shard into one collective transaction of
@@ -818,7 +802,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   else if (shard_digest(reader->shard(me)) != my_digest)
     same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
                                          " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
-  CKPT_TRY(::ckpt::detail::agree(comm_, same));
+  CKPT_TRY(wire::agree(comm_, same));
   TierRecord r;
   r.event = TierEvent::persisted, r.step = step, r.world = static_cast<std::uint32_t>(world()), r.shard = me, r.step_digest = digest;
   r.shard_digest = my_digest, r.txn = committed->step.txn;
