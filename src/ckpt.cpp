@@ -17,6 +17,8 @@
 #include "ckpt/report/verify.hpp"
 #include "ckpt/report/inspect.hpp"
 #include "ckpt/report/diff.hpp"
+#include "ckpt/report/repair.hpp"
+#include "ckpt/report/text.hpp"
 #include "ckpt/io/object/object_fs.hpp"
 #include "ckpt/store/object_log.hpp"
 #include "ckpt/store/object_checkpoint.hpp"

@@ -1,6 +1,8 @@
 // ckpt-verify: checks every byte of one or more shard files (chunk digests, superblock, index and
 // footer digests, zero padding, nothing after the footer) and reports each problem precisely.
-// Store directories (all steps, --step N or --latest) and step directories are checked by the library (ckpt/report/verify.hpp).
+// Store directories (all steps, --step N or --latest) and step directories are checked by the library
+// (ckpt/report/verify.hpp), which also writes the text, the JSON and the JUnit XML; this tool parses
+// arguments, picks the shard back end (CPU or GPU, with a progress bar), and prints.
 // Exit status: 0 all intact, 1 damage or an incomplete file found, 2 usage error or unreadable path.
 // A store's step that the writer retires while it is being verified is reported as retired, not damaged.
 // A memory tier's root (or one rank directory) has every copy of every shard checked, every tier log
@@ -14,11 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include <ckpt/report/text.hpp>
 #include <ckpt/report/verify.hpp>
 
 #include "cli.hpp"
 #include "gpu_verify.hpp"
-#include "memory_root_cli.hpp"
 
 namespace {
 
@@ -57,80 +59,6 @@ struct Settings {
   return ckpt::report::check_shard(fs, path, ckpt::cpu_file_verifier(fs, options));
 }
 
-// Human output for one file: a status line, then one line per problem; errors go to stderr.
-void print_outcome(const FileOutcome& o, bool quiet) {
-  if (!o.has_report) {
-    std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(o.error.message()).c_str());
-    return;
-  }
-  const auto& r = o.report;
-  const std::string path = ckpt::tools::printable(o.path);
-  if (r.ok()) {
-    if (!quiet)
-      std::printf("%s: ok (%llu chunks, %s checked)\n", path.c_str(), static_cast<unsigned long long>(r.chunks_checked),
-                  ckpt::cli::human_bytes(static_cast<double>(r.bytes_checked)).c_str());
-    return;
-  }
-  std::printf("%s: DAMAGED (%zu problem%s)\n", path.c_str(), r.problems.size(), r.problems.size() == 1 ? "" : "s");
-  for (const auto& p : r.problems) std::printf("  %s\n", ckpt::tools::problem_line(o.path, p).c_str());
-  std::fflush(stdout);
-}
-
-// --- Stores and step directories (spec/JOURNAL.md 7.5) ----------------------------------------
-
-using ckpt::tools::json;
-using ckpt::report::StepOutcome;
-using ckpt::report::StoreOutcome;
-
-void print_step(const StepOutcome& step, const std::vector<FileOutcome>& outcomes, bool quiet) {
-  if (step.retired) {
-    if (!quiet)
-      std::printf("%s: retired while being verified (%s in the journal re-read after its files went missing; not damage)\n",
-                  ckpt::tools::printable(step.label).c_str(), step.retired_state.c_str());
-    return;
-  }
-  if (step.ok) {
-    if (!quiet)
-      std::printf("%s: ok (%zu file%s, %llu chunks, %s checked)%s\n", ckpt::tools::printable(step.label).c_str(), step.files.size(),
-                  step.files.size() == 1 ? "" : "s", static_cast<unsigned long long>(step.chunks),
-                  ckpt::cli::human_bytes(static_cast<double>(step.bytes)).c_str(),
-                  step.state.empty() || step.state == "committed" ? "" : (" (note: " + step.state + " in its store, not a step)").c_str());
-    return;
-  }
-  std::printf("%s: DAMAGED\n", ckpt::tools::printable(step.label).c_str());
-  // Each problem once: a shard the verifier could not read is one of the step's problems.
-  for (const auto& p : step.problems) std::printf("  %s: %s\n", ckpt::code_name(p.code), ckpt::tools::printable(p.message).c_str());
-  for (const auto k : step.files)
-    for (const auto& p : outcomes[k].report.problems) std::printf("  %s\n", ckpt::tools::problem_line(outcomes[k].path, p).c_str());
-  std::fflush(stdout);
-}
-
-// --- Memory roots (spec/TIERS.md 2, 5) -----------------------------------------------------------
-
-void print_memory_root(const ckpt::tiers::MemoryRootVerification& v, bool quiet) {
-  namespace tools = ckpt::tools;
-  const ckpt::tiers::MemoryRoot& root = v.root;
-  if (!quiet || !v.ok()) tools::print_root_header(root);
-  tools::print_root_problems(v.problems);
-  if (!quiet) {
-    for (const auto& s : root.steps) {
-      std::string counts;
-      for (const auto& sh : s.shards)
-        if (!sh.copies.empty()) counts += (counts.empty() ? "" : " ") + std::to_string(sh.shard) + ":" + std::to_string(sh.verified);
-      std::printf("  %s: verified copies per shard held here %s%s\n", tools::step_label(s).c_str(), counts.empty() ? "(none)" : counts.c_str(),
-                  s.persistent == ckpt::tiers::PersistentState::not_checked
-                      ? ""
-                      : ("; persistent store: " + std::string(ckpt::tiers::persistent_state_name(s.persistent))).c_str());
-    }
-    tools::print_notes(v.notes);
-    std::printf("%s: %s (%llu copies, %llu chunks, %s checked)\n", tools::printable(root.path).c_str(),
-                v.ok() ? "ok" : ("DAMAGED, " + std::to_string(v.problems.size()) + " problem" + (v.problems.size() == 1 ? "" : "s")).c_str(),
-                static_cast<unsigned long long>(v.copies_checked), static_cast<unsigned long long>(v.chunks_checked),
-                ckpt::cli::human_bytes(static_cast<double>(v.bytes_checked)).c_str());
-  }
-  std::fflush(stdout);
-}
-
 [[nodiscard]] ckpt::Status write_text_file(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return ckpt::make_error(ckpt::Code::io, path + ": cannot create the JUnit file");
@@ -140,33 +68,15 @@ void print_memory_root(const ckpt::tiers::MemoryRootVerification& v, bool quiet)
   return ckpt::Status();
 }
 
-// --- Foreign formats and sidecars (spec/FOREIGN.md, spec/IDENTITY.md 4) ----------------------------
-
-void print_foreign_report(const ckpt::ForeignVerifyReport& r, bool quiet) {
-  const std::string path = ckpt::tools::printable(r.path);
-  const std::string format = r.format ? ckpt::foreign_format_name(*r.format) : "unknown format";
-  if (r.ok()) {
-    if (quiet) return;
-    if (r.data_checked)
-      std::printf("%s: ok, %s, every byte matches its sidecar (%llu chunks, %s checked), root %s\n", path.c_str(), format.c_str(),
-                  static_cast<unsigned long long>(r.chunks_checked), ckpt::cli::human_bytes(static_cast<double>(r.bytes_checked)).c_str(),
-                  r.root->hex().c_str());
-    else
-      std::printf("%s: %s, structure ok; the data carries no digests (not checked): ckpt-verify --write-sidecar %s records them\n",
-                  path.c_str(), format.c_str(), path.c_str());
-    return;
-  }
-  std::printf("%s: DAMAGED, %s (%zu problem%s)%s\n", path.c_str(), format.c_str(), r.problems.size(), r.problems.size() == 1 ? "" : "s",
-              r.data_checked ? "" : "; without a sidecar only the structure was checked");
-  for (const auto& p : r.problems) std::printf("  %s\n", ckpt::tools::problem_line(p.file.empty() ? r.path : p.file, p).c_str());
-  std::fflush(stdout);
+void print_errors(const std::vector<std::string>& messages) {
+  for (const auto& m : messages) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
 }
 
 // --write-sidecar: records the digests of each foreign checkpoint beside it; the checkpoint is only read.
 [[nodiscard]] int write_sidecars(ckpt::PosixFs& fs, const std::vector<std::string>& paths, std::uint32_t chunk_log2, bool as_json,
                                  bool quiet) {
   int exit_code = ckpt::cli::kOk;
-  json written = json::array();
+  ckpt::tools::json written = ckpt::tools::json::array();
   for (const auto& path : paths) {
     std::unique_ptr<ckpt::cli::Progress> bar;
     auto progress = [&](std::uint64_t done, std::uint64_t total) {
@@ -177,84 +87,15 @@ void print_foreign_report(const ckpt::ForeignVerifyReport& r, bool quiet) {
     auto doc = ckpt::report::write_sidecar_for(fs, path, chunk_log2, progress);
     bar.reset();
     if (!doc.ok()) {
-      std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(doc.status().message()).c_str());
+      std::fprintf(stderr, "%s: %s\n", kTool, ckpt::report::printable(doc.status().message()).c_str());
       exit_code = std::max(exit_code, ckpt::cli::exit_for(doc.status().code()));
       continue;
     }
-    const json& d = *doc;
-    if (!as_json)
-      std::printf("%s: wrote %s (%s file%s, %s tensors, %s chunks over %s), root %s\n", ckpt::tools::printable(path).c_str(),
-                  ckpt::tools::printable(d["sidecar"].get<std::string>()).c_str(), d["files"].dump().c_str(),
-                  d["files"].get<std::size_t>() == 1 ? "" : "s", d["tensors"].dump().c_str(), d["chunks"].dump().c_str(),
-                  ckpt::cli::human_bytes(d["bytes"].get<double>()).c_str(), d["root_digest"].get<std::string>().c_str());
+    if (!as_json) std::fputs(ckpt::report::sidecar_text(path, *doc).c_str(), stdout);
     written.push_back(std::move(doc).value());
   }
   if (as_json) ckpt::cli::print_json({{"ok", exit_code == ckpt::cli::kOk}, {"sidecars", std::move(written)}});
   return exit_code;
-}
-
-void print_store(const StoreOutcome& so, bool quiet) {
-  const char* journal = !so.problems.empty() ? "journal CORRUPT" : so.journal && so.journal->torn_tail ? "journal intact up to a torn tail" : "journal intact";
-  std::printf("%s: store, %s, %zu step%s selected\n", ckpt::tools::printable(so.path).c_str(), journal, so.steps.size(),
-              so.steps.size() == 1 ? "" : "s");
-  for (const auto& p : so.problems) std::printf("  journal: %s\n", ckpt::tools::printable(p.message()).c_str());
-  if (!quiet)
-    for (const auto& n : so.notes) std::printf("  note: %s\n", ckpt::tools::printable(n).c_str());
-}
-
-void print_pins(const std::vector<ckpt::report::PinOutcome>& pins, bool quiet) {
-  for (const auto& p : pins) {
-    const std::string path = ckpt::tools::printable(p.path);
-    if (!p.error.ok()) {
-      std::printf("%s: %s\n", path.c_str(), ckpt::tools::printable(p.error.message()).c_str());
-    } else if (p.check.ok) {
-      if (!quiet) std::printf("%s: matches its pin (%s), root %s\n", path.c_str(), p.source.c_str(), p.check.found.c_str());
-    } else {
-      std::printf("%s: NOT THE PINNED CHECKPOINT (%s)\n", path.c_str(), p.source.c_str());
-      for (const auto& line : ckpt::report::pin_check_lines(p.check)) std::printf("  %s\n", line.c_str());
-    }
-  }
-}
-
-// JUnit test cases: every shard file, then each step-level problem, memory-root problem not already a
-// shard file's, foreign checkpoint and pin that failed.
-[[nodiscard]] std::vector<FileOutcome> junit_cases(const ckpt::report::VerifyPathsReport& r) {
-  std::vector<FileOutcome> cases = r.files;
-  auto failure = [&](const std::string& path, const ckpt::Status& s) {
-    FileOutcome f;
-    f.path = path;
-    f.error = s;
-    cases.push_back(std::move(f));
-  };
-  for (const auto& e : r.errors) failure(e.path, e.status);
-  for (const auto& v : r.memory_roots)
-    for (const auto& p : v.problems) {
-      bool in_file = false;
-      for (const auto& o : r.files) in_file = in_file || (o.path == p.file && o.has_report && !o.report.ok());
-      if (!in_file) failure(p.store, ckpt::make_error(p.code, p.message));
-    }
-  for (const auto& st : r.steps)
-    for (const auto& p : st.problems) failure(st.dir, ckpt::make_error(p.code, p.message));
-  for (const auto& f : r.foreign) {
-    FileOutcome o;
-    o.path = f.path;
-    o.has_report = true;
-    o.report.path = f.path;
-    o.report.problems = f.problems;
-    o.report.chunks_checked = f.chunks_checked;
-    o.report.bytes_checked = f.bytes_checked;
-    cases.push_back(std::move(o));
-  }
-  for (const auto& p : r.pins) {
-    if (!p.error.ok()) {
-      failure(p.path, p.error);
-    } else if (!p.check.ok) {
-      std::string summary;
-      for (const auto& line : ckpt::report::pin_check_lines(p.check)) summary += (summary.empty() ? "" : "; ") + line;
-      failure(p.path, ckpt::make_error(ckpt::Code::corrupt, "not the pinned checkpoint: " + summary));
-    }
-  }
-  return cases;
 }
 
 }  // namespace
@@ -388,61 +229,27 @@ int main(int argc, char** argv) {
         foreign_bar->update(done);
       };
 
-    // Each path is verified by the library and its new outcomes printed at once.
-    ckpt::report::VerifyPathsReport report;
-    for (const auto& path : paths) {
-      const std::size_t errors = report.errors.size(), foreign = report.foreign.size(), roots = report.memory_roots.size(),
-                        stores = report.stores.size(), steps = report.steps.size(), shards = report.shard_files.size();
-      ckpt::report::verify_path(fs, path, options, report);
+    // The library verifies each path and writes its text; each path's verdict is printed as soon as it is known.
+    ckpt::report::VerifyMark printed;
+    options.on_path = [&](const ckpt::report::VerifyPathsReport& so_far, const ckpt::report::VerifyMark& since) {
       foreign_bar.reset();
-      for (std::size_t k = errors; k < report.errors.size(); ++k)
-        std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(report.errors[k].status.message()).c_str());
-      if (as_json) {  // JSON on stdout; a file that could not be read is still said on stderr
-        for (std::size_t k = shards; k < report.shard_files.size(); ++k)
-          if (const FileOutcome& o = report.files[report.shard_files[k]]; !o.has_report)
-            std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(o.error.message()).c_str());
-        continue;
-      }
-      for (std::size_t k = foreign; k < report.foreign.size(); ++k) print_foreign_report(report.foreign[k], quiet);
-      for (std::size_t k = roots; k < report.memory_roots.size(); ++k) print_memory_root(report.memory_roots[k], quiet);
-      for (std::size_t k = stores; k < report.stores.size(); ++k) print_store(report.stores[k], quiet);
-      for (std::size_t k = steps; k < report.steps.size(); ++k) print_step(report.steps[k], report.files, quiet);
-      for (std::size_t k = shards; k < report.shard_files.size(); ++k) print_outcome(report.files[report.shard_files[k]], quiet);
-    }
-    // A --persistent that applied to nothing, and pins: each root digest against its pin (spec/IDENTITY.md 5).
-    const std::size_t errors = report.errors.size();
-    ckpt::report::conclude_paths(fs, paths, options, report);
-    for (std::size_t k = errors; k < report.errors.size(); ++k)
-      std::fprintf(stderr, "%s: %s\n", kTool, ckpt::tools::printable(report.errors[k].status.message()).c_str());
-    if (!as_json) print_pins(report.pins, quiet);
-    const int exit_code = ckpt::report::exit_code(report);
-    if (as_json) {
-      ckpt::cli::print_json(ckpt::report::verify_json(report));
-    } else if (!quiet && !report.steps.empty()) {
-      std::size_t intact = 0, retired = 0;
-      for (const auto& st : report.steps) {
-        retired += st.retired ? 1 : 0;
-        intact += st.ok && !st.retired ? 1 : 0;
-      }
-      const std::string retired_text = retired == 0 ? "" : ", " + std::to_string(retired) + " retired while being verified";
-      std::printf("%zu step%s: %zu intact, %zu damaged%s (%zu shard files checked)\n", report.steps.size(),
-                  report.steps.size() == 1 ? "" : "s", intact, report.steps.size() - intact - retired, retired_text.c_str(),
-                  report.files.size());
-    } else if (!quiet && report.files.size() > 1) {
-      std::size_t intact = 0, damaged = 0;
-      for (const auto& o : report.files) {
-        if (o.has_report && o.report.ok()) ++intact;
-        else if (o.has_report) ++damaged;
-      }
-      std::printf("%zu files: %zu intact, %zu damaged, %zu unreadable\n", report.files.size(), intact, damaged,
-                  report.files.size() - intact - damaged);
-    }
+      print_errors(ckpt::report::verify_error_messages(so_far, since));
+      printed = ckpt::report::verify_mark(so_far);
+      if (as_json) return;
+      std::fputs(ckpt::report::verify_text(so_far, since, quiet).c_str(), stdout);
+      std::fflush(stdout);
+    };
+    const ckpt::report::VerifyPathsReport report = ckpt::report::verify_paths(fs, paths, options);
+    // What conclude_paths added: a --persistent that applied to nothing, a path no pin names (spec/IDENTITY.md 5).
+    print_errors(ckpt::report::verify_error_messages(report, printed));
+    if (as_json) ckpt::cli::print_json(ckpt::report::verify_json(report));
+    else std::fputs(ckpt::report::verify_conclusion_text(report, quiet).c_str(), stdout);
     if (!junit.empty()) {
-      if (ckpt::Status s = write_text_file(junit, ckpt::tools::junit_xml(junit_cases(report), kTool)); !s.ok()) {
+      if (ckpt::Status s = write_text_file(junit, ckpt::report::verify_junit(report, kTool)); !s.ok()) {
         std::fprintf(stderr, "%s: %s\n", kTool, s.message().c_str());
-        return std::max(exit_code, static_cast<int>(ckpt::cli::kUsage));
+        return std::max(report.exit_code, static_cast<int>(ckpt::cli::kUsage));
       }
     }
-    return exit_code;
+    return report.exit_code;
   });
 }

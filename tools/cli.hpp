@@ -21,6 +21,7 @@
 #include <ckpt/core/error.hpp>
 #include <ckpt/core/format.hpp>
 #include <ckpt/io/posix_fs.hpp>
+#include <ckpt/report/columns.hpp>
 #include <ckpt/report/exit.hpp>
 #if CKPT_HAVE_S3
 #include <ckpt/io/object/s3_client.hpp>
@@ -43,17 +44,7 @@ inline int report(const char* tool, const Status& status) {
   return exit_for(status.code());
 }
 
-[[nodiscard]] inline std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 5) {
-    bytes /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return buf;
-}
+using report::human_bytes;
 
 // Progress on stderr for long work: bytes done, rate, time left. Silent unless stderr is a terminal.
 class Progress {
@@ -231,23 +222,7 @@ inline int usage_error(const char* tool, const std::string& message) {
 // right_aligned hold numbers.
 inline void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right_aligned,
                         const char* indent = "") {
-  std::vector<std::size_t> width;
-  for (const auto& r : rows)
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      if (width.size() <= i) width.resize(i + 1, 0);
-      width[i] = std::max(width[i], r[i].size());
-    }
-  for (const auto& r : rows) {
-    std::string line = indent;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      const std::string pad(width[i] - r[i].size(), ' ');
-      const bool right = i < right_aligned.size() && right_aligned[i];
-      const bool last = i + 1 == r.size();
-      line += right ? pad + r[i] : (last ? r[i] : r[i] + pad);
-      if (!last) line += "  ";
-    }
-    std::printf("%s\n", line.c_str());
-  }
+  std::fputs(report::table_text(rows, right_aligned, indent).c_str(), stdout);
 }
 
 // JSON goes to stdout, one document, pretty-printed with a trailing newline. Invalid UTF-8 (a path

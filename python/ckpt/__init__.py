@@ -5,8 +5,8 @@
 - ``ckpt.safe_open``: read tensors and slices by name, touching only the chunks a slice needs.
 - ``ckpt.Store``: a write-ahead-logged store of steps with async save, retention and recovery.
 - ``ckpt.torch.dcp``: a PyTorch Distributed Checkpoint storage backend on the store.
-- ``ckpt.verify``, ``ckpt.inspect``, ``ckpt.root_digest``, ``ckpt.diff``, ``ckpt.write_sidecar``: the reports
-  ckpt-verify, ckpt-inspect and ckpt-diff print, decided by the same library code.
+- ``ckpt.verify``, ``ckpt.inspect``, ``ckpt.root_digest``, ``ckpt.diff``, ``ckpt.write_sidecar``, ``ckpt.repair``:
+  the reports ckpt-verify, ckpt-inspect, ckpt-diff and ckpt-repair print, decided and worded by the same library code.
 """
 
 from . import _ckpt
@@ -14,7 +14,7 @@ from ._reader import TensorSlice, safe_open
 from .errors import (CancelledError, CkptError, CkptIOError, ConflictError, CorruptError, IncompleteError,
                      IntegrityError, InvalidArgumentError, NotFoundError, UnsupportedError, VersionError)
 from .store import SaveTicket, Store, Transaction
-from .report import Diff, Inspection, Problem, Report, VerifyReport, diff, inspect, root_digest, verify, write_sidecar
+from .report import Diff, Inspection, Problem, Repair, Report, VerifyReport, diff, inspect, repair, root_digest, verify, write_sidecar
 from . import plan
 
 __version__ = "0.1.0"
@@ -28,7 +28,7 @@ def xxh3_64(data) -> int:
     return _ckpt.xxh3_64(np.frombuffer(memoryview(data), dtype=np.uint8))
 
 
-__all__ = ["safe_open", "TensorSlice", "Store", "Transaction", "SaveTicket", "verify", "inspect", "root_digest", "diff", "write_sidecar", "Report", "VerifyReport",
+__all__ = ["safe_open", "TensorSlice", "Store", "Transaction", "SaveTicket", "verify", "inspect", "root_digest", "diff", "write_sidecar", "repair", "Report", "VerifyReport", "Repair",
            "Inspection", "Diff", "Problem",
            "CkptError", "IntegrityError", "CorruptError", "IncompleteError", "VersionError", "NotFoundError",
            "InvalidArgumentError", "ConflictError", "UnsupportedError", "CancelledError", "CkptIOError", "DTYPES",

@@ -1,10 +1,12 @@
 """Verdicts, descriptions, digests and diffs, as the tools give them (spec/PYTHON.md 2.4, spec/REPORTS.md).
 
-The library decides (include/ckpt/report/); ckpt-verify, ckpt-inspect and ckpt-diff print its
-documents, and these functions return the same documents as report objects: every field of the
+The library decides (include/ckpt/report/); ckpt-verify, ckpt-inspect, ckpt-diff and ckpt-repair print
+its documents, and these functions return the same documents as report objects: every field of the
 tool's ``--json`` is an attribute (``report.files``, ``report.summary``, ``report.steps[0].status``),
-``report.json`` is the document itself, and ``report.exit_code`` is the tool's exit status. Damage is
-in the report; only input that cannot be checked at all raises (a missing path, misuse, I/O errors).
+``report.json`` is the document itself, ``report.kind`` and ``report.exit_code`` are the library's (the
+document's "subject" and "exit_code"), and ``report.text`` is what the tool prints without ``--json``
+(the library's text, include/ckpt/report/text.hpp). Damage is in the report; only input that cannot be
+checked at all raises (a missing path, misuse, I/O errors).
 """
 
 from __future__ import annotations
@@ -49,10 +51,37 @@ def _wrap(value):
 
 
 class Report:
-    """A report document with attribute access; ``report.json`` is the document, ``report["key"]`` works too."""
+    """A report document with attribute access; ``report.json`` is the document, ``report["key"]`` works too,
+    ``report.text`` the library's text of it."""
 
-    def __init__(self, doc: dict):
+    def __init__(self, doc: dict, text: str = ""):
         object.__setattr__(self, "json", doc)
+        object.__setattr__(self, "text", text)
+
+    @classmethod
+    def _from(cls, pair):
+        doc, text = pair
+        return cls(json.loads(doc), text.decode("utf-8", "replace"))
+
+    @property
+    def kind(self) -> str:
+        """What the report describes, as the library named it (the document's "subject"; a part of a
+        document without one, such as a memory root inside a verify report, keeps its own "kind")."""
+        for key in ("subject", "kind"):
+            if key in self.json:
+                return self.json[key]
+        raise AttributeError("kind")
+
+    @property
+    def exit_code(self) -> int:
+        """The tool's exit status, as the library computed it."""
+        try:
+            return self.json["exit_code"]
+        except KeyError:
+            raise AttributeError("exit_code") from None
+
+    def __str__(self) -> str:
+        return self.text
 
     def __getattr__(self, name):
         try:
@@ -75,24 +104,11 @@ class Report:
 
 class VerifyReport(Report):
     """What ``ckpt-verify --json`` prints for one path: ok, exit_code, files, summary, and as they apply
-    stores, steps, foreign, memory_roots, pins, errors."""
+    stores, steps, foreign, memory_roots, pins, errors. ``kind`` is what the path named: "store", "step
+    directory", "foreign", "memory root" or "file"."""
 
     def __bool__(self) -> bool:
         return bool(self.json["ok"])
-
-    @property
-    def kind(self) -> str:
-        """What the path named: "store", "step directory", "foreign", "memory root" or "file"."""
-        j = self.json
-        if j.get("stores"):
-            return "store"
-        if j.get("steps"):
-            return "step directory"
-        if j.get("foreign"):
-            return "foreign"
-        if j.get("memory_roots"):
-            return "memory root"
-        return "file"
 
     @property
     def problems(self) -> List[Problem]:
@@ -120,11 +136,6 @@ class VerifyReport(Report):
 class Inspection(Report):
     """What ``ckpt-inspect --json`` prints; ``kind`` says which: "shard", "step", "store", "foreign" or "memory_root"."""
 
-    def __init__(self, kind: str, doc: dict, exit_code: int):
-        super().__init__(doc)
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "exit_code", exit_code)
-
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
@@ -136,9 +147,13 @@ class Diff(Report):
     def __bool__(self) -> bool:
         return not self.json["identical"]
 
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.json["identical"] else 1
+
+class Repair(Report):
+    """What ``ckpt-repair --json`` prints: found, plan, actions, steps, quarantine, consistent, result;
+    ``kind`` is "store", "memory root" or "object store"."""
+
+    def __bool__(self) -> bool:
+        return bool(self.json["consistent"])
 
 
 def verify(path, step: Optional[int] = None, *, latest: bool = False, expect: Optional[str] = None,
@@ -149,13 +164,12 @@ def verify(path, step: Optional[int] = None, *, latest: bool = False, expect: Op
     a root digest and ``expect_file`` a pin file the checkpoint must match (``ckpt-verify --expect``)."""
     doc = _ckpt.verify_report(os.fspath(path), step, latest, expect, None if expect_file is None else os.fspath(expect_file),
                               "" if persistent is None else os.fspath(persistent), threads)
-    return VerifyReport(json.loads(doc))
+    return VerifyReport._from(doc)
 
 
 def inspect(path, step: Optional[int] = None, *, latest: bool = False, chunks: bool = False, persistent=None) -> Inspection:
     """Describes what ``path`` names, as ``ckpt-inspect --json`` does, with its root digest where known."""
-    kind, doc, code = _ckpt.inspect_report(os.fspath(path), step, latest, chunks, "" if persistent is None else os.fspath(persistent))
-    return Inspection(kind, json.loads(doc), code)
+    return Inspection._from(_ckpt.inspect_report(os.fspath(path), step, latest, chunks, "" if persistent is None else os.fspath(persistent)))
 
 
 def root_digest(path, step: Optional[int] = None) -> str:
@@ -166,10 +180,17 @@ def root_digest(path, step: Optional[int] = None) -> str:
 def diff(a, b, *, step_a: Optional[int] = None, step_b: Optional[int] = None, tensors: Iterable[str] = ()) -> Diff:
     """Which tensors ``b`` adds, removes or changes against ``a``, and which chunks, as ``ckpt-diff --json``;
     ``tensors`` are globs selecting the tensors compared."""
-    return Diff(json.loads(_ckpt.diff_report(os.fspath(a), os.fspath(b), step_a, step_b, list(tensors))))
+    return Diff._from(_ckpt.diff_report(os.fspath(a), os.fspath(b), step_a, step_b, list(tensors)))
 
 
 def write_sidecar(path, chunk_size: int = 1 << 20) -> Report:
     """Records the digests of a foreign checkpoint beside it (``ckpt-verify --write-sidecar``); from then
     on ``verify`` checks every byte of it. Returns what was written: sidecar, root_digest, chunks, bytes."""
-    return Report(json.loads(_ckpt.write_sidecar_report(os.fspath(path), chunk_size)))
+    return Report._from(_ckpt.write_sidecar_report(os.fspath(path), chunk_size))
+
+
+def repair(path, *, dry_run: bool = False, purge: bool = False) -> Repair:
+    """Repairs what ``path`` names, as ``ckpt-repair --json`` does: a store directory (recovery, or a journal
+    rebuilt from the step directories that verify; ``purge`` deletes quarantine/), a memory tier's root or
+    rank directory, or a store on objects. ``dry_run`` changes nothing. Damage that remains is the report's."""
+    return Repair._from(_ckpt.repair_report(os.fspath(path), dry_run, purge))

@@ -17,6 +17,8 @@
 #include <ckpt/store/planner.hpp>
 #include <ckpt/report/diff.hpp>
 #include <ckpt/report/inspect.hpp>
+#include <ckpt/report/repair.hpp>
+#include <ckpt/report/text.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/tiers/tiered.hpp>
 #if CKPT_HAVE_S3
@@ -169,12 +171,19 @@ nb::dict step_dict(const ckpt::StepInfo& s) {
 }
 
 // --- Reports: the library decides, Python presents (ckpt/report/, spec/REPORTS.md) ----------------
-// Each returns the document the tool's --json prints, as text for json.loads. Only input that cannot
-// be checked at all raises (a missing path, misuse, an I/O error); damage is the report's.
+// Each returns (document, text): the document the tool's --json prints, as text for json.loads, and the
+// text the tool prints without --json (ckpt/report/text.hpp). Only input that cannot be checked at all
+// raises (a missing path, misuse, an I/O error); damage is the report's.
 
 std::string report_text(const nlohmann::json& doc) { return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-std::string verify_report(const std::string& path, std::optional<std::uint64_t> step, bool latest, std::optional<std::string> expect,
+// The text as bytes: a message may quote bytes of a damaged file that are no UTF-8 (report.py decodes with
+// replacement, as the document's dump does).
+nb::tuple report_pair(const nlohmann::json& doc, const std::string& text) {
+  return nb::make_tuple(report_text(doc), nb::bytes(text.data(), text.size()));
+}
+
+nb::tuple verify_report(const std::string& path, std::optional<std::uint64_t> step, bool latest, std::optional<std::string> expect,
                           std::optional<std::string> expect_file, const std::string& persistent, unsigned threads) {
   ckpt::report::VerifyPathsOptions options;
   options.selection.step = step;
@@ -193,7 +202,7 @@ std::string verify_report(const std::string& path, std::optional<std::uint64_t> 
     if (ckpt::report::exit_for(e.status.code()) == ckpt::report::kUsage) check(e.status);
   for (const auto k : r.shard_files)
     if (!r.files[k].has_report && ckpt::report::exit_for(r.files[k].error.code()) == ckpt::report::kUsage) check(r.files[k].error);
-  return report_text(ckpt::report::verify_json(r));
+  return report_pair(ckpt::report::verify_json(r), ckpt::report::verify_text(r));
 }
 
 nb::tuple inspect_report(const std::string& path, std::optional<std::uint64_t> step, bool latest, bool chunks,
@@ -205,7 +214,7 @@ nb::tuple inspect_report(const std::string& path, std::optional<std::uint64_t> s
   options.persistent = persistent;
   options.open_objects = object_opener();
   const ckpt::report::Inspection inspection = take(without_gil([&] { return ckpt::report::inspect_path(posix_fs(), path, options); }));
-  return nb::make_tuple(inspection.kind, report_text(inspection.doc), inspection.exit_code);
+  return report_pair(inspection.doc, ckpt::report::inspect_text(inspection));
 }
 
 std::string root_digest_of(const std::string& path, std::optional<std::uint64_t> step) {
@@ -215,22 +224,35 @@ std::string root_digest_of(const std::string& path, std::optional<std::uint64_t>
   return take(ckpt::report::root_digest(take(without_gil([&] { return ckpt::report::inspect_path(posix_fs(), path, options); }))));
 }
 
-std::string diff_report(const std::string& a, const std::string& b, std::optional<std::uint64_t> step_a,
+nb::tuple diff_report(const std::string& a, const std::string& b, std::optional<std::uint64_t> step_a,
                         std::optional<std::uint64_t> step_b, const std::vector<std::string>& tensors) {
   ckpt::report::DiffOptions options;
   options.step_a = step_a;
   options.step_b = step_b;
   options.tensors = tensors;
   options.open_objects = object_opener();
-  return report_text(take(without_gil([&] { return ckpt::report::diff_paths(posix_fs(), a, b, options); })).doc);
+  const ckpt::report::DiffReport d = take(without_gil([&] { return ckpt::report::diff_paths(posix_fs(), a, b, options); }));
+  return report_pair(d.doc, ckpt::report::diff_text(d));
 }
 
-std::string write_sidecar_report(const std::string& path, std::uint64_t chunk_size) {
+nb::tuple write_sidecar_report(const std::string& path, std::uint64_t chunk_size) {
   int log2 = -1;
   for (std::uint32_t k = ckpt::sidecar::kMinChunkSizeLog2; k <= ckpt::sidecar::kMaxChunkSizeLog2; ++k)
     if (chunk_size == (std::uint64_t{1} << k)) log2 = static_cast<int>(k);
   if (log2 < 0) throw StatusError{ckpt::make_error(Code::invalid_argument, "chunk_size: a power of two from 4 KiB to 1 GiB")};
-  return report_text(take(without_gil([&] { return ckpt::report::write_sidecar_for(posix_fs(), path, static_cast<std::uint32_t>(log2)); })));
+  const nlohmann::json doc = take(without_gil([&] { return ckpt::report::write_sidecar_for(posix_fs(), path, static_cast<std::uint32_t>(log2)); }));
+  return report_pair(doc, ckpt::report::sidecar_text(path, doc));
+}
+
+// ckpt-repair: raises where the tool exits with an error message before repairing anything; a failure part
+// way through a store's repair is the report's ("error"), as damage is.
+nb::tuple repair_report(const std::string& path, bool dry_run, bool purge) {
+  ckpt::report::RepairOptions options;
+  options.dry_run = dry_run;
+  options.purge = purge;
+  options.open_objects = object_opener();
+  const ckpt::report::RepairReport r = take(without_gil([&] { return ckpt::report::repair_path(posix_fs(), path, options); }));
+  return report_pair(r.doc, ckpt::report::repair_text(r));
 }
 
 // --- Writing a standalone file -----------------------------------------------------------------
@@ -990,6 +1012,7 @@ NB_MODULE(_ckpt, m) {
   m.def("diff_report", &diff_report, "a"_a, "b"_a, "step_a"_a = nb::none(), "step_b"_a = nb::none(),
         "tensors"_a = std::vector<std::string>{});
   m.def("write_sidecar_report", &write_sidecar_report, "path"_a, "chunk_size"_a = std::uint64_t{1} << 20);
+  m.def("repair_report", &repair_report, "path"_a, "dry_run"_a = false, "purge"_a = false);
   m.def("xxh3_64", [](Bytes1D data) { return without_gil([&] { return ckpt::xxh3_64(data.data(), data.size()); }); });
   m.def("plan_single", &plan_single, "stall"_a, "background"_a, "mtbf"_a, "restart"_a, "interval"_a = nb::none());
   m.def("plan_job_seconds", &plan_job_seconds, "stall"_a, "background"_a, "mtbf"_a, "restart"_a, "interval"_a, "intervals"_a);

@@ -343,3 +343,69 @@ def test_report_objects_have_the_tool_fields(tmp_path):
     assert p.expected != p.found and p.file == path
     with pytest.raises(ckpt.NotFoundError):
         ckpt.verify(str(tmp_path / "nothing"))
+
+
+TEXT_CASES = [
+    ("store", store_with_steps, None),
+    ("store with a torn journal", store_with_steps, tear_journal),
+    ("store with a damaged journal tail", store_with_steps, flip_journal_last_record),
+    ("file", ckpt_file, None),
+    ("file with damaged data", ckpt_file, flip_region("data")),
+    ("safetensors", safetensors_file, None),
+]
+
+
+@pytest.mark.parametrize("name,builder,damage", TEXT_CASES, ids=[c[0] for c in TEXT_CASES])
+def test_text_is_what_the_tools_print(tmp_path, run_tool, name, builder, damage):
+    # One renderer (spec/REPORTS.md 7): the tool prints the library's text, and the report carries it.
+    path = build_case(tmp_path, builder, damage)
+    rc, out, _ = run(run_tool, "ckpt-verify", path)
+    report = ckpt.verify(path)
+    assert (rc, out) == (report.exit_code, report.text) and str(report) == out, name
+    rc, out, _ = run(run_tool, "ckpt-inspect", path)
+    inspection = ckpt.inspect(path)
+    assert (rc, out) == (inspection.exit_code, inspection.text), name
+    assert inspection.kind == inspection.json["subject"] and inspection.json["report"] == "inspect"
+
+
+def test_diff_text_and_kind_are_the_librarys(tmp_path, run_tool):
+    s = store_with_steps(str(tmp_path / "s"))
+    rc, out, _ = run(run_tool, "ckpt-diff", "--step-a", "1", s, s)
+    d = ckpt.diff(s, s, step_a=1)
+    assert rc == d.exit_code == d.json["exit_code"] == 1 and d.text == out
+    assert d.kind == "checkpoints" and d.json["report"] == "diff"
+
+
+REPAIR_CASES = [
+    ("consistent", None),
+    ("torn journal", tear_journal),
+    ("damaged journal tail", flip_journal_last_record),
+    ("step data flipped", flip_in_shard(1)),
+]
+
+
+@pytest.mark.parametrize("name,damage", REPAIR_CASES, ids=[c[0] for c in REPAIR_CASES])
+def test_repairs_agree(tmp_path, run_tool, name, damage):
+    s = store_with_steps(str(tmp_path / "s"))
+    if damage is not None:
+        damage(s)
+    # A dry run changes nothing: the tool and Python judge the same bytes.
+    rc, out, err = run(run_tool, "ckpt-repair", "--dry-run", "--json", s)
+    dry = ckpt.repair(s, dry_run=True)
+    assert rc == dry.exit_code == dry.json["exit"], (name, rc, out, err)
+    assert json.loads(out) == dry.json
+    assert dry.kind == "store" and dry.json["report"] == "repair"
+    rc, out, _ = run(run_tool, "ckpt-repair", "--dry-run", s)
+    assert out == dry.text
+    repaired = ckpt.repair(s)
+    assert bool(repaired) == (repaired.exit_code == 0)
+    # Afterwards the tool finds what the repair left: nothing to do, or the damage it cannot repair.
+    assert run(run_tool, "ckpt-repair", "--dry-run", s)[0] == repaired.exit_code
+
+
+def test_repair_misuse_raises_as_the_tool_exits(tmp_path, run_tool):
+    f = ckpt_file(str(tmp_path / "m.ckpt"))
+    rc, _, err = run(run_tool, "ckpt-repair", f)
+    with pytest.raises(ckpt.InvalidArgumentError) as e:
+        ckpt.repair(f)
+    assert rc == 2 and str(e.value) in err

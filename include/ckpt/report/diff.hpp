@@ -26,7 +26,8 @@ struct DiffReport {
   ContentDiff diff;                // points into a and b
   bool data_read = false;          // a foreign checkpoint without a sidecar was read and hashed
   std::vector<std::string> notes;  // what was read and hashed, for a terminal
-  json doc;                        // what ckpt-diff --json prints
+  json doc;                        // what ckpt-diff --json prints ("report": "diff", "subject", "exit_code")
+  std::string kind = "checkpoints";  // what was compared (the document's "subject")
   [[nodiscard]] int exit_code() const noexcept { return diff.identical() ? kOk : kIntegrity; }
   DiffReport() = default;
   DiffReport(const DiffReport&) = delete;  // diff points into a and b

@@ -68,6 +68,14 @@ struct PathError {
   Status status;
 };
 
+struct VerifyPathsReport;
+
+// Where a report stood before a path was verified: the sizes of its lists. verify_text (text.hpp) and
+// verify_error_messages render what was appended since.
+struct VerifyMark {
+  std::size_t errors = 0, foreign = 0, memory_roots = 0, stores = 0, steps = 0, shard_files = 0;
+};
+
 struct VerifyPathsOptions {
   StepSelection selection;    // for stores: every committed step, one (step) or the latest
   std::string persistent;     // for a memory root: also verify this persistent store's steps
@@ -81,6 +89,9 @@ struct VerifyPathsOptions {
   // Opens the object-store client an s3:// path names (object/s3_client.hpp's open_s3_url, set by the
   // front ends built with it); empty: such a path is an error (Code::unsupported).
   object::ObjectOpener open_objects;
+  // Called by verify_paths after each path, with what was appended since `since`: a terminal shows each
+  // path's verdict as soon as it is known.
+  std::function<void(const VerifyPathsReport& so_far, const VerifyMark& since)> on_path;
 };
 
 struct VerifyPathsReport {
@@ -93,7 +104,14 @@ struct VerifyPathsReport {
   std::vector<PinOutcome> pins;
   std::vector<PathError> errors;
   bool pins_checked = false;  // pins were given (the JSON then carries "pins")
+  // Set by conclude_paths (verify_paths): verify_kind and exit_code below, the document's "subject" and "exit_code".
+  std::string kind;
+  int exit_code = kOk;
 };
+
+[[nodiscard]] inline VerifyMark verify_mark(const VerifyPathsReport& r) noexcept {
+  return {r.errors.size(), r.foreign.size(), r.memory_roots.size(), r.stores.size(), r.steps.size(), r.shard_files.size()};
+}
 
 // One shard file checked by verify_one, as an outcome: its report, or the error that stopped it
 // (named with the path); engine is "cpu" or "gpu".
@@ -115,8 +133,21 @@ void conclude_paths(FsRef fs, const std::vector<std::string>& paths, const Verif
 // pinned one, 2 a path that could not be checked or a file that changed during verification.
 [[nodiscard]] int exit_code(const StepOutcome& step, const std::vector<FileOutcome>& files);
 [[nodiscard]] int exit_code(const VerifyPathsReport& report);
-// The document ckpt-verify --json prints and ckpt.verify returns.
+// The counts of a report, counted once: the document's "summary" and the text's summary line.
+struct VerifySummary {
+  std::size_t files = 0, intact = 0, damaged = 0, errors = 0, retired = 0, problems = 0;  // shard files
+  std::size_t steps = 0, steps_intact = 0, steps_retired = 0;
+};
+[[nodiscard]] VerifySummary verify_summary(const VerifyPathsReport& report);
+
+// What the paths named, the way the Python package has always said it: "store" (any store), else "step
+// directory", "foreign", "memory root", else "file".
+[[nodiscard]] const char* verify_kind(const VerifyPathsReport& report) noexcept;
+// The document ckpt-verify --json prints and ckpt.verify returns ("report": "verify", "subject", "exit_code").
 [[nodiscard]] json verify_json(const VerifyPathsReport& report);
+// ckpt-verify --junit: one testcase per shard file, then one per path not checked, step-level problem,
+// memory-root problem not already a shard file's, foreign checkpoint, and pin that failed.
+[[nodiscard]] std::string verify_junit(const VerifyPathsReport& report, const std::string& suite);
 
 // --write-sidecar: records the digests of the foreign checkpoint at path beside it (the checkpoint is
 // only read) and describes what was written: path, format, sidecar, root_digest, files, tensors,

@@ -106,6 +106,9 @@ CKPT_INLINE Result<DiffReport> diff_paths(FsRef fs, const std::string& a_path, c
   out.doc["b"] = detail::side_json(b_path, out.b);
   out.doc["data_read"] = out.data_read;
   out.doc["selected"] = options.tensors;
+  out.doc["report"] = "diff";
+  out.doc["subject"] = out.kind;
+  out.doc["exit_code"] = out.exit_code();
   return out;
 }
 

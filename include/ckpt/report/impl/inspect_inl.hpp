@@ -138,6 +138,12 @@ namespace detail {
               {"unknown_entries", report.unknown_entries},
               {"problems", problems}};
   if (on_objects) doc["object_store"] = true;
+  json states = {{"committed", 0}, {"retired", 0}, {"aborted", 0}, {"open", 0}};
+  for (const auto& t : report.transactions) {
+    json& n = states[txn_state_name(t.state)];
+    n = (n.is_number() ? n.get<std::uint64_t>() : 0) + 1;
+  }
+  doc["transaction_states"] = std::move(states);
   damaged = report.corrupt() || report.tail_damaged() || !report.log_damage.empty();
   return doc;
 }
@@ -195,9 +201,8 @@ namespace detail {
   return doc;
 }
 
-}  // namespace detail
-
-CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, const InspectOptions& options) {
+// What inspect_path describes, before its document is stamped with its kind and exit status.
+[[nodiscard]] CKPT_INLINE Result<Inspection> describe_path(FsRef fs, const std::string& path, const InspectOptions& options) {
   Inspection out;
   const bool selecting = !options.selection.all();
   auto misuse = [&](const std::string& what) { return make_error(Code::invalid_argument, path + ": " + what); };
@@ -256,6 +261,17 @@ CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, c
   out.doc["root_digest"] = content.root.hex();
   out.doc["identity"] = identity_json(content);
   out.kind = "shard";
+  return out;
+}
+
+}  // namespace detail
+
+CKPT_INLINE Result<Inspection> inspect_path(FsRef fs, const std::string& path, const InspectOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(Inspection out, detail::describe_path(fs, path, options));
+  // "kind" is taken in a memory root's and a foreign checkpoint's document: the report's own is "subject".
+  out.doc["report"] = "inspect";
+  out.doc["subject"] = out.kind;
+  out.doc["exit_code"] = out.exit_code;
   return out;
 }
 

@@ -220,8 +220,8 @@ CKPT_INLINE void verify_path(FsRef fs, const std::string& path, const VerifyPath
   into.files.push_back(options.check_shard ? options.check_shard(path) : check_shard(fs, path, cpu_file_verifier(fs, options.verify)));
 }
 
-CKPT_INLINE void conclude_paths(FsRef fs, const std::vector<std::string>& paths, const VerifyPathsOptions& options,
-                                VerifyPathsReport& into) {
+namespace detail {
+inline void conclude_pins(FsRef fs, const std::vector<std::string>& paths, const VerifyPathsOptions& options, VerifyPathsReport& into) {
   if (!options.persistent.empty() && into.memory_roots.empty())
     into.errors.push_back({options.persistent, make_error(Code::invalid_argument, "--persistent applies to a memory root or rank "
                                                                                   "directory, and none was verified")});
@@ -247,9 +247,22 @@ CKPT_INLINE void conclude_paths(FsRef fs, const std::vector<std::string>& paths,
   }
 }
 
+}  // namespace detail
+
+CKPT_INLINE void conclude_paths(FsRef fs, const std::vector<std::string>& paths, const VerifyPathsOptions& options,
+                                VerifyPathsReport& into) {
+  detail::conclude_pins(fs, paths, options, into);
+  into.kind = verify_kind(into);
+  into.exit_code = exit_code(into);
+}
+
 CKPT_INLINE VerifyPathsReport verify_paths(FsRef fs, const std::vector<std::string>& paths, const VerifyPathsOptions& options) {
   VerifyPathsReport report;
-  for (const auto& path : paths) verify_path(fs, path, options, report);
+  for (const auto& path : paths) {
+    const VerifyMark since = verify_mark(report);
+    verify_path(fs, path, options, report);
+    if (options.on_path) options.on_path(report, since);
+  }
   conclude_paths(fs, paths, options, report);
   return report;
 }
@@ -371,17 +384,13 @@ CKPT_INLINE json verify_json(const VerifyPathsReport& r) {
                             {"notes", so.notes},
                             {"steps", std::move(steps)}});
     }
-    std::size_t intact = 0, retired = 0;
-    for (const auto& st : r.steps) {
-      step_docs.push_back(detail::step_outcome_json(st, r.files));
-      if (st.retired) ++retired;
-      else if (st.ok) ++intact;
-    }
+    for (const auto& st : r.steps) step_docs.push_back(detail::step_outcome_json(st, r.files));
+    const VerifySummary summary = verify_summary(r);
     doc["stores"] = std::move(store_docs);
     doc["steps"] = std::move(step_docs);
-    doc["summary"]["steps"] = r.steps.size();
-    doc["summary"]["steps_intact"] = intact;
-    doc["summary"]["steps_retired"] = retired;
+    doc["summary"]["steps"] = summary.steps;
+    doc["summary"]["steps_intact"] = summary.steps_intact;
+    doc["summary"]["steps_retired"] = summary.steps_retired;
   }
   json errors = json::array();
   for (const auto& e : r.errors) errors.push_back({{"path", e.path}, {"code", code_name(e.status.code())}, {"message", e.status.message()}});
@@ -389,7 +398,76 @@ CKPT_INLINE json verify_json(const VerifyPathsReport& r) {
   // Damage anywhere (a foreign checkpoint, a pin that did not match, a path not checked) makes the run not ok.
   doc["ok"] = doc["ok"].get<bool>() && code == kOk;
   doc["exit_code"] = code;
+  doc["report"] = "verify";
+  doc["subject"] = verify_kind(r);
   return doc;
+}
+
+CKPT_INLINE VerifySummary verify_summary(const VerifyPathsReport& r) {
+  VerifySummary s;
+  s.files = r.files.size();
+  for (const auto& o : r.files) {
+    if (o.retired) ++s.retired;
+    else if (!o.has_report) ++s.errors;
+    else if (o.report.ok()) ++s.intact;
+    else ++s.damaged;
+    if (o.has_report) s.problems += o.report.problems.size();
+  }
+  s.steps = r.steps.size();
+  for (const auto& st : r.steps) {
+    if (st.retired) ++s.steps_retired;
+    else if (st.ok) ++s.steps_intact;
+  }
+  return s;
+}
+
+CKPT_INLINE const char* verify_kind(const VerifyPathsReport& r) noexcept {
+  if (!r.stores.empty()) return "store";
+  if (!r.steps.empty()) return "step directory";
+  if (!r.foreign.empty()) return "foreign";
+  if (!r.memory_roots.empty()) return "memory root";
+  return "file";
+}
+
+// JUnit test cases: every shard file, then each path not checked, memory-root problem not already a shard
+// file's, step-level problem, foreign checkpoint and pin that failed.
+CKPT_INLINE std::string verify_junit(const VerifyPathsReport& r, const std::string& suite) {
+  std::vector<FileOutcome> cases = r.files;
+  auto failure = [&](const std::string& path, const Status& s) {
+    FileOutcome f;
+    f.path = path;
+    f.error = s;
+    cases.push_back(std::move(f));
+  };
+  for (const auto& e : r.errors) failure(e.path, e.status);
+  for (const auto& v : r.memory_roots)
+    for (const auto& p : v.problems) {
+      bool in_file = false;
+      for (const auto& o : r.files) in_file = in_file || (o.path == p.file && o.has_report && !o.report.ok());
+      if (!in_file) failure(p.store, make_error(p.code, p.message));
+    }
+  for (const auto& st : r.steps)
+    for (const auto& p : st.problems) failure(st.dir, make_error(p.code, p.message));
+  for (const auto& f : r.foreign) {
+    FileOutcome o;
+    o.path = f.path;
+    o.has_report = true;
+    o.report.path = f.path;
+    o.report.problems = f.problems;
+    o.report.chunks_checked = f.chunks_checked;
+    o.report.bytes_checked = f.bytes_checked;
+    cases.push_back(std::move(o));
+  }
+  for (const auto& p : r.pins) {
+    if (!p.error.ok()) {
+      failure(p.path, p.error);
+    } else if (!p.check.ok) {
+      std::string summary;
+      for (const auto& line : pin_check_lines(p.check)) summary += (summary.empty() ? "" : "; ") + line;
+      failure(p.path, make_error(Code::corrupt, "not the pinned checkpoint: " + summary));
+    }
+  }
+  return junit_xml(cases, suite);
 }
 
 CKPT_INLINE Result<json> write_sidecar_for(FsRef fs, const std::string& path, std::uint32_t chunk_size_log2,
