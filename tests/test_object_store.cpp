@@ -5,6 +5,7 @@
 
 #include <ckpt/store/async_save.hpp>
 #include <ckpt/io/object/object_fs.hpp>
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/testing/memory_objects.hpp>
 #include <ckpt/dist/thread_comm.hpp>

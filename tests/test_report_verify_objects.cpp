@@ -2,6 +2,7 @@
 // as a directory's (spec/REPORTS.md 3, spec/OBJECT.md 4).
 #include <catch2/catch.hpp>
 
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/io/posix_fs.hpp>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <ckpt/io/posix_fs.hpp>
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 #include <ckpt/report/verify.hpp>

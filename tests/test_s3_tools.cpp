@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/report/verify.hpp>
 #include <ckpt/testing/memory_objects.hpp>

@@ -30,6 +30,7 @@
 
 #include <ckpt/core/hash.hpp>
 #if CKPT_HAVE_S3
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 #endif

@@ -29,7 +29,7 @@
 #include <ckpt/store/flush.hpp>
 #include <ckpt/core/hash.hpp>
 #include <ckpt/store/store.hpp>
-#include <ckpt/store/store.hpp>
+#include <ckpt/store/open_store.hpp>
 
 #include "cli.hpp"
 

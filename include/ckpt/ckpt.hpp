@@ -24,6 +24,7 @@
 #include "shard/shard_writer.hpp"
 #include "store/step_reader.hpp"
 #include "store/sharded.hpp"
+#include "store/open_store.hpp"
 #include "store/store.hpp"
 #include "dist/thread_comm.hpp"
 #include "store/training_state.hpp"

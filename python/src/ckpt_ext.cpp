@@ -13,7 +13,7 @@
 
 #include <ckpt/ckpt.hpp>
 #include <ckpt/store/object_checkpoint.hpp>
-#include <ckpt/store/store.hpp>
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/planner.hpp>
 #include <ckpt/report/diff.hpp>
 #include <ckpt/report/inspect.hpp>

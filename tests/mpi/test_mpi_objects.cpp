@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ckpt/dist/mpi_comm.hpp>
+#include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/io/object/s3_client.hpp>
 

@@ -16,7 +16,7 @@
 #include "../core/error.hpp"
 #include "../core/format.hpp"
 #include "../io/fs.hpp"
-#include "../io/object/object_fs.hpp"
+#include "../io/object/client.hpp"
 #include "journal.hpp"
 
 namespace ckpt {

@@ -8,6 +8,7 @@
 
 #include "sharded.hpp"
 #include "../io/object/client.hpp"
+#include "open_store.hpp"
 #include "store.hpp"
 
 namespace ckpt::object {

@@ -26,7 +26,6 @@
 #include "../io/posix_fs.hpp"
 #include "commit_log.hpp"
 #include "journal_log.hpp"
-#include "object_log.hpp"
 #include "journal.hpp"
 #include "manifest.hpp"
 #include "../shard/shard_reader.hpp"
@@ -333,12 +332,6 @@ class Store {
   bool participant_ = false;
 };
 
-// The commit log a path or URL names, the one place that tells them apart: s3://bucket/prefix is the object
-// log through options.open_objects (Code::unsupported when the build has none); anything else is the
-// journal of a directory on this machine's file system.
-[[nodiscard]] Result<std::unique_ptr<CommitLog>> commit_log(const std::string& location, const StoreOptions& options);
-// The store there (Store::open over commit_log).
-[[nodiscard]] Result<std::unique_ptr<Store>> open_store(const std::string& location, Access access, StoreOptions options = {});
 
 }  // namespace ckpt
 

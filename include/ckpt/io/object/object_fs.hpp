@@ -33,18 +33,6 @@
 
 namespace ckpt::object {
 
-struct ObjectFsOptions {
-  // Multipart part size (spec/OBJECT.md 3.2): S3 allows 5 MiB..5 GiB and at most 10,000 parts, so 8 MiB
-  // parts bound an object at 78 GiB; a larger shard needs a larger part size.
-  std::size_t part_size = std::size_t{8} << 20;
-  // Parts uploading at once across every file of this Fs (memory: parallel_parts x part_size), and
-  // ranged GETs in flight for one read or one file's read-ahead (memory: parallel_parts x part_size per
-  // file read in order; once read, up to parallel_parts of those buffers stay with the Fs for the next).
-  std::size_t parallel_parts = 8;
-  // Fetch ahead when a file is read in order (spec/OBJECT.md 3.1); false: every read is its own GETs.
-  bool read_ahead = true;
-};
-
 namespace limits {
 inline constexpr std::size_t kMinPartSize = std::size_t{5} << 20;  // S3's smallest part but the last
 inline constexpr std::size_t kMaxPartSize = std::size_t{5} << 30;

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "../../store/open_store.hpp"
 #include "../../store/store.hpp"
 #include "../../identity/sidecar.hpp"
 #include "../inspect.hpp"

@@ -14,6 +14,7 @@
 
 #include "../../store/journal_rebuild.hpp"
 #include "../../store/maintenance.hpp"
+#include "../../store/open_store.hpp"
 #include "../../store/store.hpp"
 #include "../../store/path_kind.hpp"
 #include "../../store/store.hpp"

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <utility>
 
+#include "../../store/open_store.hpp"
 #include "../../store/store.hpp"
 #include "../verify.hpp"
 
