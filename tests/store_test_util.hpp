@@ -1,10 +1,17 @@
 // The store settings the tests share: 4 KiB chunks (so a few KiB of tensor spans several), a small
-// alignment and a small write buffer, so every path of the writer runs on small files.
+// alignment and a small write buffer, so every path of the writer runs on small files; and the small
+// two-step store the report tests judge.
 #pragma once
+
+#include <catch2/catch.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
 
+#include <ckpt/io/posix_fs.hpp>
 #include <ckpt/store/store.hpp>
 
 namespace ckpt_test {
@@ -16,6 +23,29 @@ namespace ckpt_test {
   o.alignment_log2 = alignment_log2;
   o.buffer_size = 4096;
   return o;
+}
+
+// A step of one tensor "w": kReportElems floats, each the step number.
+inline constexpr std::size_t kReportElems = 4096;
+[[nodiscard]] inline ckpt::Status save_filled_step(ckpt::Store& store, std::uint64_t step) {
+  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
+  std::vector<float> w(kReportElems, static_cast<float>(step));
+  CKPT_TRY(tx->add_tensor("w", ckpt::DType::F32, {kReportElems}, w.data(), w.size() * 4));
+  return tx->commit().status();
+}
+// A store at path holding steps 1 and 2.
+inline void make_two_step_store(ckpt::PosixFs& fs, const std::string& path) {
+  auto store = ckpt::Store::open(fs, path, ckpt::Access::read_write, small_store_options());
+  REQUIRE(store.ok());
+  REQUIRE(save_filled_step(**store, 1).ok());
+  REQUIRE(save_filled_step(**store, 2).ok());
+}
+// The directory of a step in a directory store.
+[[nodiscard]] inline std::string step_dir_of(const std::string& store, std::uint64_t step) {
+  for (const auto& e : std::filesystem::directory_iterator(store))
+    if (e.path().filename().string().rfind("step-" + std::to_string(step) + "-", 0) == 0) return e.path().string();
+  FAIL("no directory of step " << step);
+  return "";
 }
 
 }  // namespace ckpt_test

@@ -264,20 +264,26 @@ TEST_CASE("damage in a copy, a shard file or a tier log is named down to rank di
   }
 }
 
+namespace {
+// Step 4 of the fixture's persistent store retired and saved again, every element `value` (a step
+// number is live once, spec/JOURNAL.md 10).
+void resave_persistent_step_4(PosixFs& fs, const std::filesystem::path& dir, float value) {
+  auto store = Store::open(fs, (dir / "persistent").string(), Access::read_write);
+  REQUIRE(store.ok());
+  REQUIRE((*store)->retire(4).ok());
+  auto tx = (*store)->begin(4);
+  REQUIRE(tx.ok());
+  const std::vector<float> other(64, value);
+  REQUIRE((*tx)->add_tensor("w", DType::F32, {64}, other.data(), other.size() * 4).ok());
+  REQUIRE((*tx)->commit().ok());
+}
+}  // namespace
+
 TEST_CASE("a persistent step that is not the content recorded as persisted is named", "[memory_root]") {
   const auto dir = fixture::fresh_copy("persistent-differs");
   PosixFs fs;
-  {
-    // Step 4 retired and saved again into the persistent store by someone else: not the promoted content.
-    auto store = Store::open(fs, (dir / "persistent").string(), Access::read_write);
-    REQUIRE(store.ok());
-    REQUIRE((*store)->retire(4).ok());
-    auto tx = (*store)->begin(4);
-    REQUIRE(tx.ok());
-    const std::vector<float> other(64, 1.5f);
-    REQUIRE((*tx)->add_tensor("w", DType::F32, {64}, other.data(), other.size() * 4).ok());
-    REQUIRE((*tx)->commit().ok());
-  }
+  // Step 4 retired and saved again into the persistent store by someone else: not the promoted content.
+  resave_persistent_step_4(fs, dir, 1.5f);
   MemoryRootOptions o = with_persistent(dir);
   auto root = describe_memory_root(fs, (dir / "mem").string(), o);
   REQUIRE(root.ok());
@@ -298,17 +304,7 @@ TEST_CASE("a root problem is the Problem found, its message naming where in the 
   STATIC_REQUIRE(std::is_base_of_v<Problem, RootProblem>);
   const auto dir = fixture::fresh_copy("root-problem-is-a-problem");
   PosixFs fs;
-  {
-    // Step 4 retired and saved again with other content (a step number is live once, spec/JOURNAL.md 10).
-    auto store = Store::open(fs, (dir / "persistent").string(), Access::read_write);
-    REQUIRE(store.ok());
-    REQUIRE((*store)->retire(4).ok());
-    auto tx = (*store)->begin(4);
-    REQUIRE(tx.ok());
-    const std::vector<float> other(64, 2.5f);
-    REQUIRE((*tx)->add_tensor("w", DType::F32, {64}, other.data(), other.size() * 4).ok());
-    REQUIRE((*tx)->commit().ok());
-  }
+  resave_persistent_step_4(fs, dir, 2.5f);
   auto root = describe_memory_root(fs, (dir / "mem").string(), with_persistent(dir));
   REQUIRE(root.ok());
   REQUIRE(root->problems.size() == 1);

@@ -22,28 +22,11 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-constexpr std::size_t kElems = 4096;
+constexpr std::size_t kElems = ckpt_test::kReportElems;
+using ckpt_test::step_dir_of;
 
-[[nodiscard]] Status save(Store& store, std::uint64_t step) {
-  CKPT_ASSIGN_OR_RETURN(auto tx, store.begin(step));
-  std::vector<float> w(kElems, static_cast<float>(step));
-  CKPT_TRY(tx->add_tensor("w", DType::F32, {kElems}, w.data(), w.size() * 4));
-  return tx->commit().status();
-}
-
-void make_store(PosixFs& fs, const std::string& path) {
-  auto store = Store::open(fs, path, Access::read_write, ckpt_test::small_store_options());
-  REQUIRE(store.ok());
-  REQUIRE(save(**store, 1).ok());
-  REQUIRE(save(**store, 2).ok());
-}
-
-[[nodiscard]] std::string step_dir(const std::string& store, std::uint64_t step) {
-  for (const auto& e : fsys::directory_iterator(store))
-    if (e.path().filename().string().rfind("step-" + std::to_string(step) + "-", 0) == 0) return e.path().string();
-  FAIL("no directory of step " << step);
-  return "";
-}
+void make_store(PosixFs& fs, const std::string& path) { ckpt_test::make_two_step_store(fs, path); }
+[[nodiscard]] std::string step_dir(const std::string& store, std::uint64_t step) { return step_dir_of(store, step); }
 
 [[nodiscard]] std::string shard_of(const std::string& dir) {
   for (const auto& e : fsys::directory_iterator(dir))
