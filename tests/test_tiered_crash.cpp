@@ -159,6 +159,7 @@ TEST_CASE("crash states across tier transitions resume only complete verified st
                      << "), power cut " << power_cut << ", acknowledged persisted step " << moments[i].acked_persisted << "\n"
                      << crashed.crash_note());
       Outcome o = job(crashed, 0);
+      INFO("the resume said: " << o.error);
       REQUIRE(o.ok);
       const std::uint64_t step = o.resumed.fresh ? 0 : o.resumed.step;
       CHECK(step >= moments[i].acked_persisted);
