@@ -40,6 +40,21 @@ inline void make_two_step_store(ckpt::PosixFs& fs, const std::string& path) {
   REQUIRE(save_filled_step(**store, 1).ok());
   REQUIRE(save_filled_step(**store, 2).ok());
 }
+// Every rank's save said ok (the first failure is printed).
+inline void require_all_ok(const std::vector<ckpt::Status>& statuses) {
+  for (const auto& s : statuses) {
+    INFO(s.to_string());
+    REQUIRE(s.ok());
+  }
+}
+// Step `step` of store reads back tensor "w" as `expected`, byte for byte.
+inline void check_w_reads_back(ckpt::Store& store, std::uint64_t step, const std::vector<unsigned char>& expected) {
+  auto reader = store.open_step(step);
+  REQUIRE(reader.ok());
+  std::vector<unsigned char> got(expected.size());
+  REQUIRE(reader->read_tensor("w", got.data(), got.size()).ok());
+  CHECK(got == expected);
+}
 // The directory of a step in a directory store.
 [[nodiscard]] inline std::string step_dir_of(const std::string& store, std::uint64_t step) {
   for (const auto& e : std::filesystem::directory_iterator(store))

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "store_test_util.hpp"
 #include "test_util.hpp"
 #include "thread_ranks.hpp"
 
@@ -464,18 +465,11 @@ TEST_CASE("ranks save one step into an object store together", "[object_store][r
     if (done.step.world_size != 4) return make_error(Code::corrupt, "world");
     return Status();
   });
-  for (const auto& s : statuses) {
-    INFO(s.message());
-    REQUIRE(s.ok());
-  }
+  ckpt_test::require_all_ok(statuses);
   MemoryObjects reader_client = objects.view();
   auto store = Store::open(object_log(reader_client), Access::read_only);
   REQUIRE(store.ok());
-  auto step = (*store)->open_step(1);
-  REQUIRE(step.ok());
-  std::vector<unsigned char> got(full.size());
-  REQUIRE(step->read_tensor("w", got.data(), got.size()).ok());
-  CHECK(got == full);
+  ckpt_test::check_w_reads_back(**store, 1, full);
 }
 
 TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[object_store][ranks]") {

@@ -23,10 +23,8 @@ namespace fsys = std::filesystem;
 namespace {
 
 constexpr std::size_t kElems = ckpt_test::kReportElems;
+using ckpt_test::make_two_step_store;
 using ckpt_test::step_dir_of;
-
-void make_store(PosixFs& fs, const std::string& path) { ckpt_test::make_two_step_store(fs, path); }
-[[nodiscard]] std::string step_dir(const std::string& store, std::uint64_t step) { return step_dir_of(store, step); }
 
 [[nodiscard]] std::string shard_of(const std::string& dir) {
   for (const auto& e : fsys::directory_iterator(dir))
@@ -50,7 +48,7 @@ TEST_CASE("every repair names its kind and exit status in the report and its doc
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   const report::RepairReport r = repair(fs, store, false);
   CHECK(r.kind == "store");
   CHECK(r.exit_code == report::kOk);
@@ -88,7 +86,7 @@ TEST_CASE("store damage table: what a dry run and a repair conclude", "[report][
          ckpt_test::write_file(s + "/JOURNAL", j);
        },
        1, 0, true, 0, "rebuilding the journal"},
-      {"a data byte of step 1 flipped", [](const std::string& s) { ckpt_test::xor_byte(shard_of(step_dir(s, 1)), 4096, 0x5A); }, 1, 1, false, 1,
+      {"a data byte of step 1 flipped", [](const std::string& s) { ckpt_test::xor_byte(shard_of(step_dir_of(s, 1)), 4096, 0x5A); }, 1, 1, false, 1,
        "DAMAGE REMAINS: 1 step directory damaged"},
       {"quarantine/ holds files",
        [](const std::string& s) {
@@ -102,7 +100,7 @@ TEST_CASE("store damage table: what a dry run and a repair conclude", "[report][
     ckpt_test::TempDir dir;
     PosixFs fs;
     const std::string store = dir.file("s");
-    make_store(fs, store);
+    make_two_step_store(fs, store);
     c.damage(store);
     const auto before = ckpt_test::directory_tree(store);
     const report::RepairReport dry = repair(fs, store, true);
@@ -126,7 +124,7 @@ TEST_CASE("purge deletes quarantine/ durably, and only when asked", "[report][re
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   fsys::create_directories(store + "/quarantine/step-9-9/deep");
   ckpt_test::write_file(store + "/quarantine/step-9-9/deep/x", "x");
   ckpt_test::write_file(dir.file("outside"), "kept");
@@ -147,7 +145,7 @@ TEST_CASE("a store whose LOCK another writer holds is not repaired: an error in 
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   SECTION("recovery: the writable open is refused") {
     auto writer = Store::open(fs, store, Access::read_write, ckpt_test::small_store_options(false));
     REQUIRE(writer.ok());
@@ -174,7 +172,7 @@ TEST_CASE("misuse and paths that are no store repair nothing and fail", "[report
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   fsys::create_directory(dir.file("empty"));
   report::RepairOptions purge_dry;
   purge_dry.purge = purge_dry.dry_run = true;
@@ -185,8 +183,8 @@ TEST_CASE("misuse and paths that are no store repair nothing and fail", "[report
     Code code;
   };
   const std::vector<Case> cases = {
-      {"a shard file", shard_of(step_dir(store, 1)), {}, Code::invalid_argument},
-      {"a step directory", step_dir(store, 1), {}, Code::invalid_argument},
+      {"a shard file", shard_of(step_dir_of(store, 1)), {}, Code::invalid_argument},
+      {"a step directory", step_dir_of(store, 1), {}, Code::invalid_argument},
       {"a missing path", dir.file("missing"), {}, Code::not_found},
       {"--purge with --dry-run", store, purge_dry, Code::invalid_argument},
       {"an s3:// store without an object client", "s3://bucket/prefix", {}, Code::unsupported},
@@ -208,7 +206,7 @@ TEST_CASE("the text reaches on_text as it is decided, piece by piece, and adds u
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   fsys::resize_file(store + "/JOURNAL", fsys::file_size(store + "/JOURNAL") - 1);
   std::vector<std::string> pieces;
   report::RepairOptions options;

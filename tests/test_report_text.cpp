@@ -14,15 +14,12 @@
 #include "test_util.hpp"
 
 using namespace ckpt;
-namespace fsys = std::filesystem;
 
 namespace {
 
 constexpr std::size_t kElems = ckpt_test::kReportElems;
+using ckpt_test::make_two_step_store;
 using ckpt_test::step_dir_of;
-
-void make_store(PosixFs& fs, const std::string& path) { ckpt_test::make_two_step_store(fs, path); }
-[[nodiscard]] std::string step_dir(const std::string& store, std::uint64_t step) { return step_dir_of(store, step); }
 
 [[nodiscard]] bool says(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
@@ -40,14 +37,14 @@ TEST_CASE("a store's table tells a torn journal tail from a damaged one", "[repo
   const std::vector<Case> cases = {
       {"intact", [](const std::string&) {}, "records\n", 0},
       {"cut by one byte: a crash during an append",
-       [](const std::string& j) { fsys::resize_file(j, fsys::file_size(j) - 1); }, ", torn tail at ", 0},
+       [](const std::string& j) { std::filesystem::resize_file(j, std::filesystem::file_size(j) - 1); }, ", torn tail at ", 0},
       {"300 bytes no writer writes: damage", [](const std::string& j) { ckpt_test::write_file(j, ckpt_test::read_file(j) + std::string(300, 'T')); },
        ", DAMAGED tail at ", 1},
   };
   for (const auto& c : cases) {
     INFO(c.name);
     const std::string store = dir.file(std::string("s-") + std::to_string(&c - cases.data()));
-    make_store(fs, store);
+    make_two_step_store(fs, store);
     c.damage(store + "/JOURNAL");
     auto inspection = report::inspect_path(fs, store);
     REQUIRE(inspection.ok());
@@ -67,7 +64,7 @@ TEST_CASE("verify's text follows the report: per path, then pins and a summary l
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   const report::VerifyPathsReport r = report::verify_paths(fs, {store});
   CHECK(r.kind == "store");
   CHECK(r.exit_code == report::kOk);
@@ -91,7 +88,7 @@ TEST_CASE("verify's text follows the report: per path, then pins and a summary l
   // What was appended since a mark, and only that.
   report::VerifyPathsReport two = r;
   const report::VerifyMark mark = report::verify_mark(two);
-  report::verify_path(fs, step_dir(store, 1), {}, two);
+  report::verify_path(fs, step_dir_of(store, 1), {}, two);
   const std::string since = report::verify_text(two, mark, false);
   CHECK_FALSE(says(since, "store,"));
   CHECK(says(since, ": ok (1 file, "));
@@ -105,12 +102,12 @@ TEST_CASE("verify's kind is what the paths named, and every document carries it"
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   struct Case {
     std::string path;
     const char* kind;
   };
-  const std::vector<Case> cases = {{store, "store"}, {step_dir(store, 1), "step directory"}, {dir.file("missing"), "file"}};
+  const std::vector<Case> cases = {{store, "store"}, {step_dir_of(store, 1), "step directory"}, {dir.file("missing"), "file"}};
   for (const auto& c : cases) {
     INFO(c.path);
     const report::VerifyPathsReport r = report::verify_paths(fs, {c.path});
@@ -127,7 +124,7 @@ TEST_CASE("verify's JUnit has a testcase for every file and for a pin that did n
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   report::VerifyPathsOptions options;
   options.pins.push_back(*report::pin_from_digest(std::string(32, '0')));
   const report::VerifyPathsReport r = report::verify_paths(fs, {store}, options);
@@ -143,7 +140,7 @@ TEST_CASE("a diff's text lists what changed and ends in its verdict", "[report][
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string store = dir.file("s");
-  make_store(fs, store);
+  make_two_step_store(fs, store);
   report::DiffOptions options;
   options.step_a = 1;
   auto d = report::diff_paths(fs, store, store, options);

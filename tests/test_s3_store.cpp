@@ -19,6 +19,7 @@
 #include <ckpt/dist/thread_comm.hpp>
 
 #include "s3_test_util.hpp"
+#include "store_test_util.hpp"
 #include "test_util.hpp"
 #include "thread_ranks.hpp"
 
@@ -136,18 +137,11 @@ TEST_CASE("four ranks with their own connections save one step on a real server"
     CKPT_TRY(tx->end_piece());
     return tx->commit().status();
   });
-  for (const auto& s : statuses) {
-    INFO(s.to_string());
-    REQUIRE(s.ok());
-  }
+  ckpt_test::require_all_ok(statuses);
   auto client = client_for(url);
   auto store = Store::open(object_log(*client), Access::read_only);
   REQUIRE(store.ok());
-  auto step = (*store)->open_step(1);
-  REQUIRE(step.ok());
-  std::vector<unsigned char> got(full.size());
-  REQUIRE(step->read_tensor("w", got.data(), got.size()).ok());
-  CHECK(got == full);
+  ckpt_test::check_w_reads_back(**store, 1, full);
 }
 
 TEST_CASE("retention on a real server retires, then deletes, and keeps the newest", "[s3_store]") {

@@ -54,34 +54,12 @@ class PosixFs {
   }
 
   [[nodiscard]] Result<std::size_t> pread(FileHandle f, void* buf, std::size_t n, std::uint64_t off) {
-    std::size_t done = 0;
-    auto* p = static_cast<unsigned char*>(buf);
-    while (done < n) {
-      const ssize_t r = ::pread(static_cast<int>(f.id), p + done, std::min<std::size_t>(n - done, kMaxIo),
-                                static_cast<off_t>(off + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return os_error("pread", "offset " + std::to_string(off + done));
-      }
-      if (r == 0) break;  // end of file
-      done += static_cast<std::size_t>(r);
-    }
-    return done;
+    return transfer("pread", ::pread, f, static_cast<unsigned char*>(buf), n, off);  // short only at end of file
   }
 
   [[nodiscard]] Status pwrite(FileHandle f, const void* buf, std::size_t n, std::uint64_t off) {
-    std::size_t done = 0;
-    const auto* p = static_cast<const unsigned char*>(buf);
-    while (done < n) {
-      const ssize_t r = ::pwrite(static_cast<int>(f.id), p + done, std::min<std::size_t>(n - done, kMaxIo),
-                                 static_cast<off_t>(off + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return os_error("pwrite", "offset " + std::to_string(off + done));
-      }
-      if (r == 0) return make_error(Code::io, "pwrite wrote 0 bytes at offset " + std::to_string(off + done));
-      done += static_cast<std::size_t>(r);
-    }
+    CKPT_ASSIGN_OR_RETURN(const std::size_t done, transfer("pwrite", ::pwrite, f, static_cast<const unsigned char*>(buf), n, off));
+    if (done < n) return make_error(Code::io, "pwrite wrote 0 bytes at offset " + std::to_string(off + done));
     return Status();
   }
 
@@ -211,6 +189,23 @@ class PosixFs {
   }
 
  private:
+  // n bytes at off through `io` (::pread or ::pwrite) in pieces of at most kMaxIo, retrying EINTR; stops
+  // early only when a call moves 0 bytes, and says how many moved.
+  template <typename Byte, typename Io>
+  [[nodiscard]] static Result<std::size_t> transfer(const char* what, Io io, FileHandle f, Byte* p, std::size_t n, std::uint64_t off) {
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t r = io(static_cast<int>(f.id), p + done, std::min<std::size_t>(n - done, kMaxIo), static_cast<off_t>(off + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return os_error(what, "offset " + std::to_string(off + done));
+      }
+      if (r == 0) break;
+      done += static_cast<std::size_t>(r);
+    }
+    return done;
+  }
+
   static constexpr std::size_t kMaxIo = std::size_t{1} << 30;  // Linux caps one transfer near 2 GiB
 
   // What a file type is called in messages: "a FIFO", "a directory", ...

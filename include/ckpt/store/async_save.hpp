@@ -28,6 +28,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+
+#include "../core/locked.hpp"
 #include <optional>
 #include <string>
 #include <string_view>
@@ -190,18 +192,9 @@ class AsyncSaver {
     return jobs_.size();
   }
   [[nodiscard]] const StagingPool& pool() const noexcept { return *pool_; }
-  [[nodiscard]] std::optional<StepInfo> last_committed() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return last_committed_;
-  }
-  [[nodiscard]] std::uint64_t saves_committed() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return committed_;
-  }
-  [[nodiscard]] std::uint64_t saves_skipped() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return skipped_;
-  }
+  [[nodiscard]] std::optional<StepInfo> last_committed() const { return locked_copy(mutex_, last_committed_); }
+  [[nodiscard]] std::uint64_t saves_committed() const { return locked_copy(mutex_, committed_); }
+  [[nodiscard]] std::uint64_t saves_skipped() const { return locked_copy(mutex_, skipped_); }
 
  private:
   // A run of staged bytes of one tensor inside a slab; the slab goes back to the pool after the run

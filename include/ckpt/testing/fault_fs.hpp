@@ -27,6 +27,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+
+#include "../core/locked.hpp"
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,30 +81,15 @@ class FaultFs {
     counted_ = total_ = faults_ = 0;
     first_fault_.clear();
   }
-  [[nodiscard]] FaultPlan plan() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return plan_;
-  }
+  [[nodiscard]] FaultPlan plan() const { return locked_copy(mutex_, plan_); }
   // Operations of the counted kinds so far: after a run without a fault, the n to loop up to.
-  [[nodiscard]] std::uint64_t count() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return counted_;
-  }
+  [[nodiscard]] std::uint64_t count() const { return locked_copy(mutex_, counted_); }
   // Operations of every kind so far.
-  [[nodiscard]] std::uint64_t total_count() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return total_;
-  }
+  [[nodiscard]] std::uint64_t total_count() const { return locked_copy(mutex_, total_); }
   // Operations that were failed or interrupted so far.
-  [[nodiscard]] std::uint64_t faults() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return faults_;
-  }
+  [[nodiscard]] std::uint64_t faults() const { return locked_copy(mutex_, faults_); }
   // The first injected fault, e.g. "pwrite #7 /ckpt/a.tmp: no_space"; empty when none fired.
-  [[nodiscard]] std::string first_fault() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return first_fault_;
-  }
+  [[nodiscard]] std::string first_fault() const { return locked_copy(mutex_, first_fault_); }
   [[nodiscard]] Inner& inner() noexcept { return inner_; }
 
   // --- The Fs concept (io/fs.hpp) -------------------------------------------------------------
@@ -179,26 +166,10 @@ class FaultFs {
     if (fails(shot)) return injected("rename", from + " -> " + to, shot);
     return inner_.rename(from, to);
   }
-  [[nodiscard]] Status unlink(const std::string& path) {
-    const Shot shot = decide(FsOp::unlink, path);
-    if (fails(shot)) return injected("unlink", path, shot);
-    return inner_.unlink(path);
-  }
-  [[nodiscard]] Status mkdir(const std::string& path) {
-    const Shot shot = decide(FsOp::mkdir, path);
-    if (fails(shot)) return injected("mkdir", path, shot);
-    return inner_.mkdir(path);
-  }
-  [[nodiscard]] Status rmdir(const std::string& path) {
-    const Shot shot = decide(FsOp::rmdir, path);
-    if (fails(shot)) return injected("rmdir", path, shot);
-    return inner_.rmdir(path);
-  }
-  [[nodiscard]] Status sync_dir(const std::string& path) {
-    const Shot shot = decide(FsOp::sync_dir, path);
-    if (fails(shot)) return injected("fsync directory", path, shot);
-    return inner_.sync_dir(path);
-  }
+  [[nodiscard]] Status unlink(const std::string& path) { return on_path(FsOp::unlink, "unlink", path, [&] { return inner_.unlink(path); }); }
+  [[nodiscard]] Status mkdir(const std::string& path) { return on_path(FsOp::mkdir, "mkdir", path, [&] { return inner_.mkdir(path); }); }
+  [[nodiscard]] Status rmdir(const std::string& path) { return on_path(FsOp::rmdir, "rmdir", path, [&] { return inner_.rmdir(path); }); }
+  [[nodiscard]] Status sync_dir(const std::string& path) { return on_path(FsOp::sync_dir, "fsync directory", path, [&] { return inner_.sync_dir(path); }); }
   [[nodiscard]] Result<std::vector<std::string>> list_dir(const std::string& path) {
     const Shot shot = decide(FsOp::list_dir, path);
     if (fails(shot)) return injected("opendir", path, shot);
@@ -232,6 +203,13 @@ class FaultFs {
     std::string what;          // the path, or the path a handle was opened under
   };
 
+  // An operation on a path that returns only a Status: the injected failure, else the inner one.
+  template <typename Call>
+  [[nodiscard]] Status on_path(FsOp op, const char* name, const std::string& path, Call call) {
+    const Shot shot = decide(op, path);
+    if (fails(shot)) return injected(name, path, shot);
+    return call();
+  }
   [[nodiscard]] static bool fails(const Shot& shot) noexcept {
     return shot.fault != Fault::none && shot.fault != Fault::interrupted;
   }

@@ -239,6 +239,7 @@ class SimFs {
   [[nodiscard]] DirTable replay_dirs(const std::vector<bool>& dir_kept) const;
   [[nodiscard]] SimFs build_crash(const std::vector<bool>& dir_kept, const FateTable& fates) const;
   void fire(FsOp op, const std::string& path, bool barrier);
+  [[nodiscard]] Status sync_file(FileHandle f, FsOp op, const char* call);  // takes mutex_ itself
 
   State state_;
   mutable std::mutex mutex_;
@@ -667,33 +668,23 @@ inline Status SimFs::pwrite(FileHandle f, const void* buf, std::size_t n, std::u
   return Status();
 }
 
-inline Status SimFs::sync(FileHandle f) {
-  std::string path;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++state_.op_counts[static_cast<std::size_t>(FsOp::sync)];
-    Handle* h = nullptr;
-    CKPT_TRY(handle_of(f, "fsync", 0, h));
-    if (take_sync_error(state_.nodes.at(h->ino), h->path)) return detail::sim_error("fsync", "fd " + std::to_string(f.id), EIO);
-    make_file_durable(state_.nodes.at(h->ino));
-    path = h->path;
-  }
-  fire(FsOp::sync, path, true);
-  return Status();
-}
+inline Status SimFs::sync(FileHandle f) { return sync_file(f, FsOp::sync, "fsync"); }
 
-inline Status SimFs::sync_data(FileHandle f) {
+inline Status SimFs::sync_data(FileHandle f) { return sync_file(f, FsOp::sync_data, "fdatasync"); }
+
+// fsync and fdatasync alike: every write of the file so far becomes durable (its metadata is in the node).
+inline Status SimFs::sync_file(FileHandle f, FsOp op, const char* call) {
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    ++state_.op_counts[static_cast<std::size_t>(FsOp::sync_data)];
+    ++state_.op_counts[static_cast<std::size_t>(op)];
     Handle* h = nullptr;
-    CKPT_TRY(handle_of(f, "fdatasync", 0, h));
-    if (take_sync_error(state_.nodes.at(h->ino), h->path)) return detail::sim_error("fdatasync", "fd " + std::to_string(f.id), EIO);
+    CKPT_TRY(handle_of(f, call, 0, h));
+    if (take_sync_error(state_.nodes.at(h->ino), h->path)) return detail::sim_error(call, "fd " + std::to_string(f.id), EIO);
     make_file_durable(state_.nodes.at(h->ino));
     path = h->path;
   }
-  fire(FsOp::sync_data, path, true);
+  fire(op, path, true);
   return Status();
 }
 

@@ -330,28 +330,29 @@ CKPT_INLINE ContentDiff diff_content(const Content& a, const Content& b) {
     while (e < m.size() && m[e].key == m[from].key) ++e;
     return e;
   };
-  while (p < a.metadata.size() || q < b.metadata.size()) {
+  // A key only one side has: removed (only in a) or added (only in b), with that side's first value.
+  auto one_sided = [&](MetadataChange::Kind kind, const std::vector<MetaEntry>& m, std::size_t& at) {
     MetadataChange mc;
+    mc.kind = kind;
+    mc.key = m[at].key;
+    (kind == MetadataChange::Kind::removed ? mc.a : mc.b) = m[at].value;
+    at = key_end(m, at);
+    d.metadata.push_back(std::move(mc));
+  };
+  while (p < a.metadata.size() || q < b.metadata.size()) {
     if (q == b.metadata.size() || (p < a.metadata.size() && a.metadata[p].key < b.metadata[q].key)) {
-      mc.kind = MetadataChange::Kind::removed;
-      mc.key = a.metadata[p].key;
-      mc.a = a.metadata[p].value;
-      p = key_end(a.metadata, p);
-      d.metadata.push_back(std::move(mc));
+      one_sided(MetadataChange::Kind::removed, a.metadata, p);
       continue;
     }
     if (p == a.metadata.size() || b.metadata[q].key < a.metadata[p].key) {
-      mc.kind = MetadataChange::Kind::added;
-      mc.key = b.metadata[q].key;
-      mc.b = b.metadata[q].value;
-      q = key_end(b.metadata, q);
-      d.metadata.push_back(std::move(mc));
+      one_sided(MetadataChange::Kind::added, b.metadata, q);
       continue;
     }
     const std::size_t pe = key_end(a.metadata, p), qe = key_end(b.metadata, q);
     bool same = pe - p == qe - q;
     for (std::size_t k = 0; same && k < pe - p; ++k) same = a.metadata[p + k].value == b.metadata[q + k].value;
     if (!same) {
+      MetadataChange mc;
       mc.key = a.metadata[p].key;
       mc.a = a.metadata[p].value;
       mc.b = b.metadata[q].value;

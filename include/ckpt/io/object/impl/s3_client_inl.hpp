@@ -86,6 +86,15 @@ struct Request {
   bool retry_conflict = false;  // 409 ConditionalRequestConflict is retryable on PutObject (spec 2.5)
 };
 
+// A LIST of the bucket: answered in XML, its query built by the caller.
+[[nodiscard]] inline Request bucket_list(const char* operation) {
+  Request request;
+  request.operation = operation;
+  request.bucket_level = true;
+  request.want_xml = true;
+  return request;
+}
+
 struct Response {
   long http_status = 0;
   std::string body;  // the XML of a want_xml request, or any other body but a GET's (capped, spec 2.2)
@@ -534,10 +543,7 @@ CKPT_INLINE Result<std::vector<ObjectInfo>> S3Client::list(const std::string& pr
   std::string token;
   const std::string full_prefix = location_.prefix + prefix;
   while (true) {
-    s3_detail::Request request;
-    request.operation = "ListObjectsV2";
-    request.bucket_level = true;
-    request.want_xml = true;
+    s3_detail::Request request = s3_detail::bucket_list("ListObjectsV2");
     // Sorted by name: curl 7.88 signs the query string as given (spec 2.6).
     if (!token.empty()) request.query += "continuation-token=" + s3_detail::uri_encode(token, false) + "&";
     request.query += "list-type=2&max-keys=" + std::to_string(options_.list_page_size) +
@@ -678,10 +684,7 @@ CKPT_INLINE Result<std::vector<UploadInfo>> S3Client::list_uploads(const std::st
   std::string key_marker, upload_id_marker;
   const std::string full_prefix = location_.prefix + prefix;
   while (true) {
-    s3_detail::Request request;
-    request.operation = "ListMultipartUploads";
-    request.bucket_level = true;
-    request.want_xml = true;
+    s3_detail::Request request = s3_detail::bucket_list("ListMultipartUploads");
     // Sorted by name ("upload-id-marker" < "uploads"), see list().
     if (!key_marker.empty()) request.query += "key-marker=" + s3_detail::uri_encode(key_marker, false) + "&";
     request.query += "max-uploads=" + std::to_string(options_.list_page_size) + "&prefix=" + s3_detail::uri_encode(full_prefix, false) + "&";
