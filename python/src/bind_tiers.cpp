@@ -1,0 +1,355 @@
+// ckpt._ckpt, tiers (spec/TIERS.md; spec/PYTHON.md 6.4): ckpt::tiers::TieredCheckpointer over a Python
+// communicator, device copier and phase hook. The library calls them from its saver's worker thread, from
+// the sender thread it spawns for an exchange, and from the caller's thread. Each call takes the GIL for its
+// Python part only, and every library call that may wait runs with the GIL released, so those threads and
+// the training loop never wait on each other through it. A Python exception inside a callback becomes a
+// Status: nothing is thrown through the library.
+#include "bind_common.hpp"
+
+#include <ckpt/dist/comm.hpp>
+#include <ckpt/store/async_save.hpp>
+#include <ckpt/tiers/tiered.hpp>
+#include <ckpt/tiers/topology.hpp>
+
+#include <memory>
+#include <string_view>
+
+namespace ckpt_bind {
+namespace {
+
+using namespace nb::literals;
+
+// A Python exception as a Status: a ckpt error keeps its code, any other is Code::io naming its type.
+Status status_of(const std::string& what, nb::python_error& e) {
+  Code code = Code::io;
+  nb::handle value = e.value();
+  if (nb::hasattr(value, "code")) {
+    const std::string name = nb::cast<std::string>(nb::str(value.attr("code")));
+    for (auto c = static_cast<std::uint8_t>(Code::io); c <= static_cast<std::uint8_t>(ckpt::kLastCode); ++c)
+      if (name == ckpt::code_name(static_cast<Code>(c))) code = static_cast<Code>(c);
+  }
+  return ckpt::make_error(code, what + ": " + nb::type_name(e.type()).c_str() + ": " + nb::str(value).c_str());
+}
+
+// Runs f (which calls into Python) holding the GIL; its failure comes back as a Status.
+template <class F>
+Status with_python(const std::string& what, F&& f) noexcept {
+  nb::gil_scoped_acquire held;
+  try {
+    f();
+    return Status();
+  } catch (nb::python_error& e) {
+    return status_of(what, e);
+  } catch (const StatusError& e) {
+    return e.status;
+  } catch (const std::exception& e) {
+    return ckpt::make_error(Code::io, what + ": " + e.what());
+  }
+}
+
+// Bytes the library hands to Python: a uint8 array that owns them (torch.from_numpy takes it as is).
+nb::object owned_bytes(std::string bytes) {
+  auto* owner = new std::string(std::move(bytes));
+  nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<std::string*>(p); });
+  const std::size_t n = owner->size();
+  return nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(n == 0 ? nullptr : &(*owner)[0], {n}, keep));
+}
+
+// The Comm concept (comm.hpp) over a Python object: barrier(), gather(bytes, root) -> list (root) or
+// [], broadcast(bytes or None, root) -> bytes, send(bytes, dest, tag), recv(source, tag) -> bytes,
+// leave(message). ckpt/torch/tiers.py implements it over a torch.distributed gloo group. Rank and
+// size are fixed at creation, so the library asks for them without the GIL.
+class PyComm {
+ public:
+  PyComm(nb::object impl, int rank, int size) : impl_(std::move(impl)), rank_(rank), size_(size) {}
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  Status barrier() {
+    return with_python("communicator barrier", [&] { impl_.attr("barrier")(); });
+  }
+  ckpt::Result<std::vector<std::string>> gather(std::string bytes, int root) {
+    std::vector<std::string> all;
+    CKPT_TRY(with_python("communicator gather", [&] {
+      nb::object got = impl_.attr("gather")(owned_bytes(std::move(bytes)), root);
+      if (rank_ == root)
+        for (nb::handle h : got) all.push_back(bytes_of(h));
+    }));
+    if (rank_ == root && all.size() != static_cast<std::size_t>(size_))
+      return ckpt::make_error(Code::invalid_argument, "communicator gather returned " + std::to_string(all.size()) + " entries for " +
+                                                          std::to_string(size_) + " ranks");
+    return all;
+  }
+  Status broadcast(std::string& bytes, int root) {
+    return with_python("communicator broadcast", [&] {
+      nb::object mine = rank_ == root ? owned_bytes(bytes) : nb::none();
+      bytes = bytes_of(impl_.attr("broadcast")(mine, root));
+    });
+  }
+  Status send(std::string_view bytes, int dest, int tag) {
+    return with_python("communicator send to rank " + std::to_string(dest),
+                       [&] { impl_.attr("send")(owned_bytes(std::string(bytes)), dest, tag); });
+  }
+  Status recv(std::string& bytes, int source, int tag) {
+    return with_python("communicator recv from rank " + std::to_string(source),
+                       [&] { bytes = bytes_of(impl_.attr("recv")(source, tag)); });
+  }
+  void leave(const Status& why) {
+    (void)with_python("communicator leave", [&] { impl_.attr("leave")(why.to_string()); });
+  }
+
+ private:
+  nb::object impl_;
+  int rank_, size_;
+};
+
+// Device snapshots (spec/ASYNC.md 6) through a Python object: copy(staging_address, device_address,
+// bytes) issues a device-to-host copy on a side stream, fence() waits for every copy issued, and
+// allocate(bytes) -> address / release(address) make the pinned staging pool. The library calls copy
+// and fence from the caller's thread inside step(), allocate and release when the saver starts and ends.
+class PySnapshotCopier final : public ckpt::SnapshotCopier {
+ public:
+  explicit PySnapshotCopier(nb::object impl) : impl_(std::move(impl)) {}
+  Status copy(void* staging, const void* source, std::size_t bytes) override {
+    return with_python("device snapshot copy", [&] {
+      impl_.attr("copy")(reinterpret_cast<std::uintptr_t>(staging), reinterpret_cast<std::uintptr_t>(source), bytes);
+    });
+  }
+  Status fence() override {
+    return with_python("device snapshot fence", [&] { impl_.attr("fence")(); });
+  }
+  ckpt::StagingMemory staging_memory() {
+    ckpt::StagingMemory m;
+    m.allocate = [this](void*& block, std::size_t bytes) {
+      return with_python("staging allocation", [&] {
+        block = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(impl_.attr("allocate")(bytes)));
+        if (block == nullptr) throw StatusError{ckpt::make_error(Code::io, "allocate returned no memory")};
+      });
+    };
+    m.release = [this](void* block) {
+      (void)with_python("staging release", [&] { impl_.attr("release")(reinterpret_cast<std::uintptr_t>(block)); });
+    };
+    return m;
+  }
+
+ private:
+  nb::object impl_;
+};
+
+// The agreed step as the load callback sees it; valid only during the callback (the library owns it).
+class PyTierView {
+ public:
+  explicit PyTierView(ckpt::tiers::TierView* view) : view_(view) {}
+  std::uint64_t step() { return live().step(); }
+  std::uint32_t world() { return live().world(); }
+  nb::dict state() { return state_dict(live().state()); }
+  std::vector<std::string> tensor_names() { return live().tensor_names(); }
+  // (dtype, shape) of a tensor of the step, or None.
+  nb::object tensor(const std::string& name) {
+    const ckpt::TensorRecord* t = live().find_tensor(name);
+    if (t == nullptr) return nb::none();
+    return nb::make_tuple(dtype_name(t->dtype), t->shape);
+  }
+  void read_tensor(const std::string& name, Out1D out) {
+    check(released_on(live(), [&](ckpt::tiers::TierView& v) { return v.read_tensor(name, out.data(), out.size()); }));
+  }
+  void read_slice(const std::string& name, const ckpt::Shape& offsets, const ckpt::Shape& shape, Out1D out) {
+    check(released_on(live(), [&](ckpt::tiers::TierView& v) { return v.read_slice(name, offsets, shape, out.data(), out.size()); }));
+  }
+  void invalidate() { view_ = nullptr; }
+
+ private:
+  ckpt::tiers::TierView& live() { return open_or_fail(view_, "a tier view is valid only inside the load callback"); }
+  ckpt::tiers::TierView* view_;
+};
+
+// A step's pieces: (name, dtype, global_shape, offsets, local_shape, data, optimizer) where data is a uint8
+// CPU buffer, or (device_address, bytes) for the copier. The CPU buffers go to keep, which must stay
+// referenced until the library has copied them.
+std::vector<ckpt::SaveTensor> save_tensors_of(const nb::list& pieces, std::vector<nb::object>& keep) {
+  std::vector<ckpt::SaveTensor> tensors;
+  for (nb::handle item : pieces) {
+    nb::tuple p = nb::cast<nb::tuple>(item);
+    if (p.size() != 7) fail("a piece is (name, dtype, global_shape, offsets, local_shape, data, optimizer)");
+    ckpt::SaveTensor s;
+    s.name = nb::cast<std::string>(p[0]);
+    s.dtype = dtype_of(nb::cast<std::string>(p[1]));
+    s.global_shape = nb::cast<ckpt::Shape>(p[2]);
+    s.offsets = nb::cast<ckpt::Shape>(p[3]);
+    s.local_shape = nb::cast<ckpt::Shape>(p[4]);
+    s.optimizer = nb::cast<bool>(p[6]);
+    if (nb::isinstance<nb::tuple>(p[5])) {
+      nb::tuple device = nb::cast<nb::tuple>(p[5]);
+      s.data = reinterpret_cast<const void*>(nb::cast<std::uintptr_t>(device[0]));
+      s.size = nb::cast<std::size_t>(device[1]);
+      s.on_device = true;
+    } else {
+      Bytes1D data = nb::cast<Bytes1D>(p[5]);
+      s.data = data.data();
+      s.size = data.size();
+      keep.push_back(nb::borrow(p[5]));
+    }
+    tensors.push_back(std::move(s));
+  }
+  return tensors;
+}
+
+class PyTiers {
+ public:
+  // Collective over comm (TieredCheckpointer::create). topology: "RANK NODE [RACK]" lines (parse_topology);
+  // empty: every rank's hostname is its node.
+  PyTiers(nb::object comm, int rank, int world, const std::string& memory_root, const std::string& persistent,
+          std::uint64_t memory_every, std::uint64_t persist_every, int replicas, std::size_t memory_keep, std::size_t persistent_keep,
+          const std::string& topology, std::uint32_t chunk_size_log2, std::size_t staging_bytes, std::size_t transfer_block,
+          bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase)
+      : comm_(std::move(comm), rank, world), on_phase_(std::move(on_phase)) {
+    ckpt::tiers::TierOptions o;
+    o.memory_root = memory_root;
+    o.persistent = persistent;
+    o.open_objects = object_opener();  // an s3:// persistent tier (spec/TIERS.md 4.5)
+    o.memory_every = memory_every;
+    o.persist_every = persist_every;
+    o.replicas = replicas;
+    o.memory_keep = memory_keep;
+    o.persistent_keep = persistent_keep;
+    if (!topology.empty()) o.topology = take(ckpt::tiers::parse_topology(topology, world, "topology"));
+    o.chunk_size_log2 = chunk_size_log2;
+    o.staging_bytes = staging_bytes;
+    o.transfer_block = transfer_block;
+    o.check_free_space = check_free_space;
+    o.load_all_shards = load_all_shards;
+    if (!copier.is_none()) {
+      copier_ = std::make_unique<PySnapshotCopier>(std::move(copier));
+      o.device = copier_.get();
+      o.staging_memory = copier_->staging_memory();
+    }
+    if (!on_phase_.is_none()) {
+      // Captures this object, not the callable: the library's copies of the hook then hold no Python reference.
+      o.on_phase = [this](const char* phase, std::uint64_t step) {
+        nb::gil_scoped_acquire held;
+        try {
+          on_phase_(phase, step);
+        } catch (nb::python_error& e) {
+          e.discard_as_unraisable("ckpt tiers on_phase hook");
+        }
+      };
+    }
+    tiers_ = take(without_gil([&] { return ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, std::move(o)); }));
+  }
+  ~PyTiers() { close(); }
+
+  std::string action(std::uint64_t step) { return ckpt::tiers::tier_action_name(live().action(step)); }
+
+  // pieces as save_tensors_of reads them; the buffers are read before this returns.
+  nb::dict step(std::uint64_t step, const nb::list& pieces, const nb::dict& state) {
+    ckpt::tiers::TieredCheckpointer& t = live();
+    std::vector<nb::object> keep;  // the buffers, referenced until the staging copy is done
+    std::vector<ckpt::SaveTensor> tensors = save_tensors_of(pieces, keep);
+    ckpt::TrainingState training;
+    set_state(training, state);
+    const ckpt::tiers::StepOutcome outcome = take(without_gil([&] {
+      return t.step(step, [&](ckpt::SaveRequest& r) {
+        for (auto& s : tensors) r.add(std::move(s));
+        r.state() = std::move(training);
+      });
+    }));
+    nb::dict d;
+    d["action"] = ckpt::tiers::tier_action_name(outcome.action);
+    d["stall_seconds"] = seconds_of(outcome.stall);
+    return d;
+  }
+
+  void wait() { check(released_on(live(), [](ckpt::tiers::TieredCheckpointer& t) { return t.wait(); })); }
+
+  // Collective. load(view) is called on this thread for each step the job tries, until one loads on every rank.
+  nb::dict resume(nb::object load) {
+    const ckpt::tiers::Resumed r = take(released_on(live(), [&](ckpt::tiers::TieredCheckpointer& t) {
+      return t.resume([&](ckpt::tiers::TierView& view) -> Status {
+        nb::gil_scoped_acquire held;
+        auto* wrapper = new PyTierView(&view);
+        nb::object handle = nb::cast(wrapper, nb::rv_policy::take_ownership);
+        Status s = with_python("load callback", [&] { load(handle); });
+        wrapper->invalidate();
+        return s;
+      });
+    }));
+    nb::dict d;
+    d["fresh"] = r.fresh;
+    d["step"] = r.step;
+    d["next_step"] = r.next_step();
+    d["digest"] = r.digest.hex();
+    d["world"] = r.world;
+    d["state"] = state_dict(r.state);
+    d["sources"] = r.sources;
+    d["setbacks"] = r.setbacks;
+    return d;
+  }
+
+  nb::dict placement() {
+    const ckpt::tiers::Placement& p = live().placement();
+    nb::dict d;
+    d["replicas"] = p.replicas;
+    d["achievable"] = p.achievable;
+    d["holders"] = p.holders;
+    d["notes"] = p.notes;
+    return d;
+  }
+  std::string topology() { return ckpt::tiers::format_topology(live().topology()); }
+  std::vector<std::string> records() {
+    std::vector<std::string> out;
+    for (const auto& r : live().records()) out.push_back(r.describe());
+    return out;
+  }
+  std::uint64_t steps_replicated() { return live().steps_replicated(); }
+  std::uint64_t steps_persisted() { return live().steps_persisted(); }
+  int rank() const { return comm_.rank(); }
+  int world() const { return comm_.size(); }
+
+  // Finishes the work taken (as wait()) and stops the worker; the communicator is not used after.
+  void close() {
+    if (!tiers_) return;
+    nb::gil_scoped_release released;
+    tiers_.reset();
+  }
+
+ private:
+  ckpt::tiers::TieredCheckpointer& live() { return open_or_fail(tiers_, "the tiered checkpointer is closed"); }
+  // Declared before tiers_, so they outlive it.
+  PyComm comm_;
+  nb::object on_phase_;
+  std::unique_ptr<PySnapshotCopier> copier_;
+  std::unique_ptr<ckpt::tiers::TieredCheckpointer> tiers_;
+};
+
+}  // namespace
+
+void bind_tiers(nb::module_& m) {
+  nb::class_<PyTierView>(m, "TierView")
+      .def_prop_ro("step", &PyTierView::step)
+      .def_prop_ro("world", &PyTierView::world)
+      .def("state", &PyTierView::state)
+      .def("tensor_names", &PyTierView::tensor_names)
+      .def("tensor", &PyTierView::tensor, "name"_a)
+      .def("read_tensor", &PyTierView::read_tensor, "name"_a, "out"_a)
+      .def("read_slice", &PyTierView::read_slice, "name"_a, "offsets"_a, "shape"_a, "out"_a);
+
+  nb::class_<PyTiers>(m, "Tiers")
+      .def(nb::init<nb::object, int, int, const std::string&, const std::string&, std::uint64_t, std::uint64_t, int, std::size_t,
+                    std::size_t, const std::string&, std::uint32_t, std::size_t, std::size_t, bool, bool, nb::object, nb::object>(),
+           "comm"_a, "rank"_a, "world"_a, "memory_root"_a, "persistent"_a, "memory_every"_a, "persist_every"_a, "replicas"_a,
+           "memory_keep"_a, "persistent_keep"_a, "topology"_a, "chunk_size_log2"_a, "staging_bytes"_a, "transfer_block"_a,
+           "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none())
+      .def("action", &PyTiers::action, "step"_a)
+      .def("step", &PyTiers::step, "step"_a, "pieces"_a, "state"_a)
+      .def("wait", &PyTiers::wait)
+      .def("resume", &PyTiers::resume, "load"_a)
+      .def("placement", &PyTiers::placement)
+      .def("topology", &PyTiers::topology)
+      .def("records", &PyTiers::records)
+      .def_prop_ro("steps_replicated", &PyTiers::steps_replicated)
+      .def_prop_ro("steps_persisted", &PyTiers::steps_persisted)
+      .def_prop_ro("rank", &PyTiers::rank)
+      .def_prop_ro("world", &PyTiers::world)
+      .def("close", &PyTiers::close);
+}
+
+}  // namespace ckpt_bind
