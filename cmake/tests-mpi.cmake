@@ -69,12 +69,12 @@ endif()
 if(TARGET ckpt-bench-ranks)
   ckpt_mpi_test(mpi_bench_ranks $<TARGET_FILE:ckpt-bench-ranks> --dir ${PROJECT_BINARY_DIR} --size 4MiB --ranks 1,2,4 --json)
 endif()
-# mpi_bench_tiers: the tiers benchmark's whole run (tools/bench-tiers.py: capture, DCP when torch is there,
+# mpi_bench_tiers: the tiers benchmark's whole run (bench/bench-tiers.py: capture, DCP when torch is there,
 # restarts from each tier) on 16 MiB, so it keeps working; it checks where each restart loaded from, never times.
 if(TARGET ckpt-bench-tiers AND Python3_FOUND)
   string(REPLACE ";" " " CKPT_BENCH_TIERS_MPIRUN "${MPIEXEC_EXECUTABLE};${MPIEXEC_PREFLAGS}")
   add_test(NAME mpi_bench_tiers
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/bench-tiers.py --bench $<TARGET_FILE:ckpt-bench-tiers>
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/bench-tiers.py --bench $<TARGET_FILE:ckpt-bench-tiers>
                    --mpirun "${CKPT_BENCH_TIERS_MPIRUN}" --ranks 4 --size 16MiB --repeat 2 --resumes 1 --dir ${PROJECT_BINARY_DIR}
                    --json ${PROJECT_BINARY_DIR}/bench-tiers.json)
   set_tests_properties(mpi_bench_tiers PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${CKPT_MPI_TEST_ENV}"

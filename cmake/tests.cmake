@@ -8,7 +8,7 @@ foreach(src ${CKPT_TEST_SOURCES})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src} $<TARGET_OBJECTS:ckpt_test_main>)
   target_link_libraries(${name} PRIVATE ${CKPT_LIB} Catch2::Catch2)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/tools)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/tools ${PROJECT_SOURCE_DIR}/bench)
   target_compile_options(${name} PRIVATE ${CKPT_WARNINGS})
   target_compile_definitions(${name} PRIVATE
     CKPT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" CKPT_BINARY_DIR="${PROJECT_BINARY_DIR}")

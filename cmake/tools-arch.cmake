@@ -5,7 +5,7 @@
 # little, and the binaries then run only on CPUs of that level (docs/performance.md, ckpt-bench).
 set(CKPT_TOOLS_ARCH "" CACHE STRING "Compile the ckpt-* tools with -march=<value> (empty: the compiler's default)")
 if(CKPT_TOOLS_ARCH)
-  foreach(tool ${CKPT_TOOLS})
+  foreach(tool ${CKPT_PROGRAMS})
     target_compile_options(${tool} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=${CKPT_TOOLS_ARCH}>)
   endforeach()
   message(STATUS "ckpt: tools compiled with -march=${CKPT_TOOLS_ARCH}")

@@ -19,6 +19,7 @@
 #include "ckpt/report/diff.hpp"
 #include "ckpt/report/repair.hpp"
 #include "ckpt/report/text.hpp"
+#include "ckpt/report/plan.hpp"
 #include "ckpt/io/object/object_fs.hpp"
 #include "ckpt/store/object_log.hpp"
 #include "ckpt/store/object_checkpoint.hpp"

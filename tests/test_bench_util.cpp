@@ -1,4 +1,4 @@
-// Tests for tools/bench_util.hpp and the ckpt-bench program built on it: size parsing, statistics,
+// Tests for bench/bench_util.hpp and the ckpt-bench program built on it: size parsing, statistics,
 // the raw I/O loops, and one end-to-end run on a few MiB. Nothing here asserts on time.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-"""What the benchmarks report about the machine they ran on. Standard library only: tools/bench-tiers.py
+"""What the benchmarks report about the machine they ran on. Standard library only: bench/bench-tiers.py
 loads this file by path, without the ckpt package (or its extension) installed."""
 
 import os

@@ -12,7 +12,7 @@ Prints one table (best of the rounds, median beside it, and each contender as a 
 --json FILE, the document. Needs the server in AWS_ENDPOINT_URL and a bucket URL in --url or
 CKPT_S3_TEST_URL, as tools/s3-test-server.py exports:
 
-  python3 tools/s3-test-server.py --server seaweedfs run -- python3 tools/bench-s3-dcp.py --size 1GiB
+  python3 tools/s3-test-server.py --server seaweedfs run -- python3 bench/bench-s3-dcp.py --size 1GiB
 
 s3fs comes with the pinned environment (tools/requirements.txt, build/venv: run this with its python3);
 without it the DCP rows are skipped with a message and ckpt's are still printed.
@@ -125,7 +125,7 @@ def main():
     p.add_argument("--part-size", type=parse_size, default=8 << 20, help="ckpt's part and GET size (default 8MiB)")
     p.add_argument("--tensor-size", type=parse_size, default=32 << 20, help="bytes per tensor (default 32MiB)")
     p.add_argument("--repeat", type=int, default=3, help="rounds; best reported, median beside it (default 3)")
-    p.add_argument("--bench", default=None, help="ckpt-bench-s3 (default build/ckpt-bench-s3 beside tools/)")
+    p.add_argument("--bench", default=None, help="ckpt-bench-s3 (default build/ckpt-bench-s3 beside bench/)")
     p.add_argument("--json", metavar="FILE", help="also write the JSON document here")
     args = p.parse_args()
     if not args.url or not args.url.startswith("s3://"):

@@ -4,7 +4,7 @@ node, each node its own memory root under --shm-dir, the persistent store on a d
 
   1. blocking per capture: TieredCheckpointer::step's stall against a memcpy of the same bytes into a
      pre-faulted buffer (same job), and against PyTorch DCP async_save of the same bytes by --ranks
-     gloo processes (tools/bench-tiers-dcp.py);
+     gloo processes (bench/bench-tiers-dcp.py);
   2. replication: a rank's shard to its peer's memory, against MpiComm send/recv of the same bytes in
      the same messages between the same pairs (same job);
   3. a restarted job, from launch to state loaded, split into process start and load: from its own

@@ -1,6 +1,6 @@
 // ckpt-bench-tiers: the tiers (spec/TIERS.md) against this machine's own limits, one MPI rank per
 // simulated node, each node its own memory root. Two parts, each its own job, so a resume starts from
-// a fresh process as a restarted job does; tools/bench-tiers.py runs them in order on the same state
+// a fresh process as a restarted job does; bench/bench-tiers.py runs them in order on the same state
 // and prints the whole table:
 //
 //   mpirun -np 4 ckpt-bench-tiers capture --root /dev/shm/tiers --persistent /disk/tiers --size 1GiB --repeat 5
@@ -775,7 +775,7 @@ int main(int argc, char** argv) {
                "(spec/TIERS.md). `capture` times step()'s stall against a memcpy of the same bytes and\n"
                "replication against MpiComm send/recv between the same pairs, and leaves a persisted step;\n"
                "`resume` times a fresh job from launch to state loaded from whatever the tiers hold.\n"
-               "tools/bench-tiers.py runs both on the same state and prints the whole table:\n"
+               "bench/bench-tiers.py runs both on the same state and prints the whole table:\n"
                "  mpirun -np 4 ckpt-bench-tiers capture --root /dev/shm/t --persistent /disk/t --size 1GiB\n"
                "  mpirun -np 4 ckpt-bench-tiers resume --root /dev/shm/t --persistent /disk/t --size 1GiB\n\n"
                "Exit status: 0 measured, 1 the loaded state differs, 2 bad arguments or an I/O error.",

@@ -3,7 +3,7 @@
 tensors named rank<r>/t<i>, --tensor bytes each), --ranks gloo processes on this machine, each save
 into its own directory under --dir. Per save, the slowest rank's time from async_save's call to its
 return (what blocks training) and to its future's result (the files written); the first save is
-reported apart, as ckpt-bench-tiers reports its first capture. tools/bench-tiers.py runs this; it
+reported apart, as ckpt-bench-tiers reports its first capture. bench/bench-tiers.py runs this; it
 prints one JSON document.
 
 usage: bench-tiers-dcp.py --dir DISK_DIR [--ranks 4] [--size 1GiB] [--tensor 16MiB] [--repeat 5]
@@ -84,7 +84,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dir", required=True, help="directory for the saves, on a disk")
     p.add_argument("--ranks", type=int, default=4)
-    # Bytes, as tools/bench-tiers.py passes them (it parses "1GiB" and the like once).
+    # Bytes, as bench/bench-tiers.py passes them (it parses "1GiB" and the like once).
     p.add_argument("--size", type=int, default=1 << 30)
     p.add_argument("--tensor", type=int, default=16 << 20)
     p.add_argument("--repeat", type=int, default=5)
