@@ -454,7 +454,7 @@ int main(int argc, char** argv) {
     auto store = ckpt::open_store(store_path, ckpt::Access::read_write, options);
     if (!store.ok()) return ckpt::cli::report(kTool, store.status());
     if (!quiet)
-      for (const auto& p : (*store)->recovery_report().log_damage) std::printf("note: damaged log object: %s\n", p.c_str());
+      for (const auto& p : (*store)->recovery_report().log_damage) std::printf("note: damaged log object: %s\n", p.message.c_str());
     if (!quiet && !(*store)->recovery_report().clean()) {
       std::printf("recovered the store:");
       for (const auto& a : (*store)->recovery_report().actions) std::printf(" %s;", a.describe().c_str());

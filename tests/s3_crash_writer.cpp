@@ -93,7 +93,7 @@ int check(const std::string& url) {
   if (!store.ok()) return fail("opening the store", store.status());
   int failures = 0;
   for (const auto& p : (*store)->recovery_report().log_damage) {
-    std::cout << "FAIL log object: " << p << std::endl;
+    std::cout << "FAIL log object: " << p.message << std::endl;
     ++failures;
   }
   std::cout << "steps";

@@ -317,7 +317,11 @@ TEST_CASE("a damaged commit object is reported and its step is not listed", "[ob
   REQUIRE(store.ok());
   CHECK((*store)->latest()->step == 1);
   REQUIRE((*store)->recovery_report().log_damage.size() == 1);
-  CHECK((*store)->recovery_report().log_damage[0].find(commit_key(2)) != std::string::npos);
+  const Problem& damage = (*store)->recovery_report().log_damage[0];
+  CHECK(damage.message.find(commit_key(2)) != std::string::npos);
+  CHECK(damage.region == "log object");
+  CHECK(damage.code == Code::corrupt);
+  CHECK(damage.file.find(commit_key(2)) != std::string::npos);  // the object itself
 }
 
 TEST_CASE("a flipped byte in a shard object is found by the chunk digests", "[object_store]") {

@@ -216,7 +216,9 @@ TEST_CASE("a bare step directory is read and verified by its manifest alone", "[
     auto again = read_step_directory(t.fs, dir);
     REQUIRE(again.ok());
     REQUIRE(again->shard_problems.size() == 1);
-    CHECK(again->shard_problems[0].code() == Code::corrupt);
+    CHECK(again->shard_problems[0].code == Code::corrupt);
+    CHECK(again->shard_problems[0].region == step_region::kPin);
+    CHECK(again->shard_problems[0].file == t.shard1);
     const StepVerifyReport r = verify_step_directory(t.fs, dir, cpu_file_verifier(t.fs));
     REQUIRE(all_problems(r).size() == 1);
     CHECK(r.problems[0].region == step_region::kPin);

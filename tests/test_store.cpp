@@ -421,7 +421,11 @@ TEST_CASE_METHOD(StoreDir, "mid-log corruption refuses a writable open and is re
   CHECK(report.journal.corruption[0].offset == 3 * journal::kPageSize);
   CHECK(report.journal.corruption[0].length == journal::kPageSize);
   REQUIRE(report.problems.size() == 1);
-  CHECK(report.problems[0].find("no BEGIN for txn 2") != std::string::npos);
+  CHECK(report.problems[0].message.find("no BEGIN for txn 2") != std::string::npos);
+  CHECK(report.problems[0].region == "journal");  // the record that breaks the protocol, where it is
+  CHECK(report.problems[0].file == report.journal.path);
+  CHECK(report.problems[0].offset > 0);
+  CHECK(report.problems[0].length > 0);
   CHECK(step_numbers(**inspect) == std::vector<std::uint64_t>{1, 3});  // what is provable, nothing more
   check_step(**inspect, 3);
 

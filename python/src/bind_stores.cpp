@@ -139,7 +139,7 @@ class PyStore {
     nb::list actions, unknown;
     const auto& r = live().recovery_report();
     for (const auto& a : r.actions) actions.append(a.describe());
-    for (const auto& p : r.log_damage) actions.append("damaged log object: " + p);
+    for (const auto& p : r.log_damage) actions.append("damaged log object: " + p.message);
     for (const auto& u : r.unknown_entries) unknown.append(u);
     d["clean"] = r.clean() && r.log_damage.empty() && r.unknown_entries.empty();
     d["actions"] = actions;

@@ -47,7 +47,7 @@ struct StepOutcome {
 struct StoreOutcome {
   std::string path;
   std::optional<JournalScan> journal;
-  std::vector<Status> problems;    // journal corruption, a damaged tail (spec/JOURNAL.md 6.3)
+  std::vector<Problem> problems;   // journal corruption, a damaged tail (spec/JOURNAL.md 6.3), log objects that do not decode
   std::vector<std::string> notes;  // torn tail, open transactions: normal after a crash, not damage
   std::vector<std::size_t> steps;
   bool ok = true;

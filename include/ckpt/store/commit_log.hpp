@@ -15,6 +15,7 @@
 #include "../core/enum_name.hpp"
 #include "../core/error.hpp"
 #include "../core/format.hpp"
+#include "../core/problem.hpp"
 #include "../io/fs.hpp"
 #include "../io/object/client.hpp"
 #include "journal.hpp"
@@ -106,11 +107,11 @@ struct RecoveryReport {
   std::string store;
   JournalScan journal;                       // records, torn tail, corruption
   std::vector<TxnInfo> transactions;         // every transaction the journal names, by txn id
-  std::vector<std::string> problems;         // valid records that break the protocol: blocks recovery
+  std::vector<Problem> problems;             // valid records that break the protocol, in the journal: blocks recovery
   std::vector<std::string> unknown_entries;  // store entries no record explains: reported, never removed
   std::vector<std::string> notes;            // e.g. files kept because no record names them
   std::vector<std::string> salvaged;         // digest-valid records of a damaged tail that recovery applies
-  std::vector<std::string> log_damage;       // log objects that do not decode or do not belong (spec/OBJECT.md 4.3): reported
+  std::vector<Problem> log_damage;           // log objects that do not decode or do not belong (spec/OBJECT.md 4.3): reported
   std::vector<RecoveryAction> actions;       // in execution order
   std::uint64_t next_txn = 1;                // above every txn id in the journal and in any step-<s>-<t> name
   bool dry_run = true;

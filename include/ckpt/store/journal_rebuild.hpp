@@ -99,8 +99,11 @@ inline void verify_candidate(FsRef fs, const std::string& store, RebuildCandidat
                                                                   std::to_string(m.txn) + ", the directory name says step " +
                                                                   std::to_string(c.step) + " txn " + std::to_string(c.txn)),
                                     step_region::kManifest, join_path(dir, std::string(journal::kManifestName))));
-  for (const auto& problem : c.content.shard_problems)
-    c.damage.push_back(step_problem(problem, problem.code() == Code::not_found ? step_region::kMissing : step_region::kPin, dir));
+  for (Problem problem : c.content.shard_problems) {
+    problem.region = problem.code == Code::not_found ? step_region::kMissing : step_region::kPin;  // a rebuild's regions
+    problem.file = dir;
+    c.damage.push_back(std::move(problem));
+  }
   for (const auto& shard_path : c.content.shard_paths) {
     auto v = verify_file(fs, shard_path);
     if (!v.ok()) {

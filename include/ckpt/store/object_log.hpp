@@ -55,7 +55,7 @@ struct LogListing {
   std::vector<StepInfo> steps;               // committed, not retired, by step
   std::vector<StepInfo> retired;             // committed, then retired
   std::vector<std::pair<std::uint64_t, std::uint64_t>> aborted;  // (step, txn) with an abort object
-  std::vector<std::string> problems;         // log objects that do not decode or do not belong: damage
+  std::vector<Problem> problems;             // log objects that do not decode or do not belong: damage (file: the object)
   std::vector<std::string> unknown;          // keys under log/ no rule names: reported, never deleted
   std::vector<SaveRecord> saves;             // the SAVE_STATS of every commit object, by step (spec/JOURNAL.md 4.8)
 };

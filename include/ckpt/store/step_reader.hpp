@@ -77,7 +77,9 @@ struct StepDirectory {
   Manifest manifest;
   std::uint64_t manifest_size = 0, manifest_digest = 0;
   std::vector<std::string> shard_paths;  // in manifest order
-  std::vector<Status> shard_problems;    // a shard that is missing or does not match its manifest entry
+  // A shard that is missing (region "missing"), does not open ("file") or does not match its manifest
+  // entry ("shard"); Problem::file is the shard.
+  std::vector<Problem> shard_problems;
   [[nodiscard]] bool shards_match() const noexcept { return shard_problems.empty(); }
 };
 

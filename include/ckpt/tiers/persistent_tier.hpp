@@ -60,8 +60,9 @@ class PersistentTier {
   [[nodiscard]] std::optional<StepInfo> latest() const { return store_->latest(); }
   [[nodiscard]] Result<StepInfo> find(std::uint64_t step) const { return store_->find(step); }
   [[nodiscard]] Result<StepReader> open_step(const StepInfo& info) { return store_->open_step(info); }
-  // Damage found at open, with the file it is in: a corrupt journal, log objects that do not decode.
-  [[nodiscard]] std::vector<std::pair<Status, std::string>> damage() const;
+  // Damage found at open, each with the file it is in (Problem::file): a corrupt journal (region
+  // "journal"), log objects that do not decode (region "log object").
+  [[nodiscard]] std::vector<Problem> damage() const;
   // Whether `step` can still be committed: a step number is live at most once (spec/JOURNAL.md 10), so a
   // number the store holds is not promoted again. Every rank's answer is the same.
   [[nodiscard]] Status can_commit(std::uint64_t step) const;

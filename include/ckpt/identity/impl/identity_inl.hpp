@@ -197,7 +197,7 @@ namespace detail {
 [[nodiscard]] CKPT_INLINE Result<Content> step_directory_content(FsRef fs, const std::string& dir, std::string description) {
   auto sd = read_step_directory(fs, dir);
   if (!sd.ok()) return sd.status();
-  if (!sd->shards_match()) return sd->shard_problems.front();
+  if (!sd->shards_match()) return problem_error(sd->shard_problems.front());
   std::vector<ShardReader> readers;
   readers.reserve(sd->shard_paths.size());
   for (const auto& shard_path : sd->shard_paths) {

@@ -293,6 +293,8 @@ class PickleDecoder {
     return push_text(PickleKind::big_integer, length, "integer");
   }
 
+  // One opcode (op_), read past; stop is set at STOP. Protocol, framing and stack opcodes here, the
+  // rest in step_scalar, step_container and step_reference, each handing on what it does not know.
   [[nodiscard]] Status step(bool& stop) {
     switch (op_) {
       case kOpProto: {
@@ -338,6 +340,14 @@ class PickleDecoder {
         stack_.push_back(v);
         return Status();
       }
+      default:
+        return step_scalar();
+    }
+  }
+
+  // Opcodes that push one scalar: None, booleans, integers, floats, strings and bytes.
+  [[nodiscard]] Status step_scalar() {
+    switch (op_) {
       case kOpNone: stack_.push_back(0); return Status();
       case kOpNewFalse: stack_.push_back(1); return Status();
       case kOpNewTrue: stack_.push_back(2); return Status();
@@ -401,6 +411,14 @@ class PickleDecoder {
       case kOpBinBytes: CKPT_TRY(need(4, "length")); return push_text(PickleKind::bytes, take_le(4), "bytes");
       case kOpBinBytes8:
       case kOpByteArray8: CKPT_TRY(need(8, "length")); return push_text(PickleKind::bytes, take_le(8), "bytes");
+      default:
+        return step_container();
+    }
+  }
+
+  // Opcodes that build or fill a container: tuples, lists, dicts, sets.
+  [[nodiscard]] Status step_container() {
+    switch (op_) {
       case kOpEmptyTuple: return make_container(PickleKind::tuple, {});
       case kOpEmptyList: return make_container(PickleKind::list, {});
       case kOpEmptyDict: return make_container(PickleKind::dict, {});
@@ -462,6 +480,14 @@ class PickleDecoder {
         nodes()[dict].items.push_back(v);
         return Status();
       }
+      default:
+        return step_reference();
+    }
+  }
+
+  // Opcodes of the memo, globals and objects; anything else is refused.
+  [[nodiscard]] Status step_reference() {
+    switch (op_) {
       case kOpMemoize: return memo_put(memo_.size());
       case kOpBinPut: CKPT_TRY(need(1, "memo index")); return memo_put(take_le(1));
       case kOpLongBinPut: CKPT_TRY(need(4, "memo index")); return memo_put(take_le(4));

@@ -55,7 +55,7 @@ namespace detail {
     return inspect_committed_step(*store, *where.info, with_chunks);
   }
   CKPT_ASSIGN_OR_RETURN(StepDirectory content, read_step_directory(fs, dir));
-  if (!content.shard_problems.empty()) return content.shard_problems.front();
+  if (!content.shard_problems.empty()) return problem_error(content.shard_problems.front());
   json shards = json::array();
   for (const auto& path : content.shard_paths) {
     CKPT_ASSIGN_OR_RETURN(json shard, inspect_shard(fs, path, with_chunks));
@@ -130,8 +130,9 @@ namespace detail {
 [[nodiscard]] inline json store_doc(Store& store, bool& damaged) {
   const RecoveryReport& report = store.recovery_report();
   const bool on_objects = object::is_object_url(store.path());
-  std::vector<std::string> problems = report.problems;
-  problems.insert(problems.end(), report.log_damage.begin(), report.log_damage.end());
+  std::vector<std::string> problems;  // their messages: the document's problems are one line each (spec/REPORTS.md)
+  for (const auto& p : report.problems) problems.push_back(p.message);
+  for (const auto& p : report.log_damage) problems.push_back(p.message);
   json doc = {{"store", store.path()},
               {"uuid", uuid_string(store.uuid())},
               {"journal", on_objects ? json(nullptr) : journal_json(report.journal)},

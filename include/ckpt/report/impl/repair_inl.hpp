@@ -243,7 +243,7 @@ class StoreRepairRun {
         add_found("journal bytes [" + std::to_string(d.offset) + ", " + std::to_string(d.offset + d.length) + ") are corrupt (" +
                   std::to_string(d.length) + " bytes, first bad record at offset " + std::to_string(d.bad_offset) + "): " + d.reason +
                   (d.unapplied.empty() ? "" : "; " + std::to_string(d.unapplied.size()) + " valid records inside were not applied"));
-      for (const auto& p : scanned->problems) add_found("protocol problem: " + p);
+      for (const auto& p : scanned->problems) add_found("protocol problem: " + p.message);
       add_found("the journal cannot be trusted as it is: it is rebuilt from the step directories that verify, and the old one is kept renamed");
     }
     // Under the lock, so no writer changes the store between the plan and the swap.
@@ -563,7 +563,7 @@ class StoreRepairRun {
   }
   if (verified.steps.empty()) text.line("  no committed step");
   for (const auto& st : verified.stores)
-    for (const auto& p : st.problems) text.line("  problem: " + p.message());
+    for (const auto& p : st.problems) text.line("  problem: " + p.message);
   for (const auto& st : verified.stores)
     for (const auto& n : st.notes) text.line("  note: " + n);
   doc["verify"] = verify_json(verified);

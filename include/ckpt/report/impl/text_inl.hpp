@@ -159,7 +159,7 @@ namespace detail {
   // A torn tail a crash left is the end of the log; a tail that is not a clean tear is a problem.
   const char* journal = !so.problems.empty() ? "journal CORRUPT" : so.journal && so.journal->torn_tail ? "journal intact up to a torn tail" : "journal intact";
   std::string s = format("%s: store, %s, %zu step%s selected\n", printable(so.path).c_str(), journal, so.steps.size(), so.steps.size() == 1 ? "" : "s");
-  for (const auto& p : so.problems) s += "  journal: " + printable(p.message()) + "\n";
+  for (const auto& p : so.problems) s += "  journal: " + printable(p.message) + "\n";
   if (!quiet)
     for (const auto& n : so.notes) s += "  note: " + printable(n) + "\n";
   return s;

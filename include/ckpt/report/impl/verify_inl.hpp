@@ -134,18 +134,34 @@ CKPT_INLINE Status verify_open_store(Store& store, const VerifyPathsOptions& opt
   out.path = store.path();
   const RecoveryReport& report = store.recovery_report();
   out.journal = report.journal;
-  if (report.corrupt()) out.problems.push_back(report.corruption_status());
-  if (report.tail_damaged())  // every byte there and not checking out: damage to durable data (spec/JOURNAL.md 6.3)
-    out.problems.push_back(make_error(Code::corrupt, "damaged journal tail at offset " + std::to_string(report.journal.torn_tail->offset) +
-                                                         " (" + std::to_string(report.journal.torn_tail->length) +
-                                                         " bytes, not a torn append: " + report.journal.torn_tail->reason +
-                                                         "); run ckpt-repair, which applies what still checks out"));
+  if (report.corrupt()) {
+    Problem p = ::ckpt::detail::step_problem(report.corruption_status(), "journal", report.journal.path);
+    if (!report.journal.corruption.empty()) {  // the first damaged group; a protocol problem names its record
+      p.offset = report.journal.corruption.front().offset;
+      p.length = report.journal.corruption.front().length;
+    } else if (!report.problems.empty()) {
+      p.offset = report.problems.front().offset;
+      p.length = report.problems.front().length;
+    }
+    out.problems.push_back(std::move(p));
+  }
+  if (report.tail_damaged()) {  // every byte there and not checking out: damage to durable data (spec/JOURNAL.md 6.3)
+    Problem p;
+    p.region = "journal";
+    p.file = report.journal.path;
+    p.offset = report.journal.torn_tail->offset;
+    p.length = report.journal.torn_tail->length;
+    p.message = "damaged journal tail at offset " + std::to_string(report.journal.torn_tail->offset) + " (" +
+                std::to_string(report.journal.torn_tail->length) + " bytes, not a torn append: " + report.journal.torn_tail->reason +
+                "); run ckpt-repair, which applies what still checks out";
+    out.problems.push_back(std::move(p));
+  }
   else if (report.journal.torn_tail)
     out.notes.push_back("torn journal tail at offset " + std::to_string(report.journal.torn_tail->offset) + " (" +
                         std::to_string(report.journal.torn_tail->length) +
                         " bytes, left by a crash; the next writer or ckpt-repair truncates it)");
   // A log object that does not decode is damage to durable data (spec/OBJECT.md 4.2).
-  for (const auto& p : report.log_damage) out.problems.push_back(make_error(Code::corrupt, p));
+  for (const auto& p : report.log_damage) out.problems.push_back(p);
   for (const auto& u : report.unknown_entries)
     out.notes.push_back("unknown entry '" + u + "' in the store: no journal record accounts for it (a symlink, device or FIFO is never followed)");
   for (const auto& t : report.transactions)
@@ -284,7 +300,7 @@ CKPT_INLINE int exit_code(const VerifyPathsReport& r) {
   for (const auto& v : r.memory_roots)
     for (const auto& p : v.problems) code = std::max(code, problem_exit(p.code));
   for (const auto& s : r.stores)
-    for (const auto& p : s.problems) code = std::max(code, problem_exit(p.code()));
+    for (const auto& p : s.problems) code = std::max(code, problem_exit(p.code));
   for (const auto& s : r.steps) code = std::max(code, exit_code(s, r.files));
   // Shard files named directly (a step's are judged with the step, a memory root's by its problems).
   for (const auto k : r.shard_files) code = std::max(code, outcome_exit(r.files[k]));
@@ -377,7 +393,7 @@ CKPT_INLINE json verify_json(const VerifyPathsReport& r) {
       json steps = json::array();
       for (const auto k : so.steps) steps.push_back(detail::step_outcome_json(r.steps[k], r.files));
       json problems = json::array();
-      for (const auto& p : so.problems) problems.push_back({{"code", code_name(p.code())}, {"message", p.message()}});
+      for (const auto& p : so.problems) problems.push_back({{"code", code_name(p.code)}, {"message", p.message}});
       store_docs.push_back({{"path", so.path},
                             {"ok", so.ok},
                             {"journal", so.journal ? journal_json(*so.journal) : json(nullptr)},

@@ -310,78 +310,155 @@ CKPT_INLINE std::string encode_index(const Index& index) {
   return std::move(out.str());
 }
 
-CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t size, const Superblock& sb,
-                                  std::uint64_t index_offset, const std::string& path) {
-  namespace x = format::ix;
-  using detail::corrupt_at;
-  if (size < format::kIndexHeaderSize) return corrupt_at(path, index_offset, "index shorter than its 64-byte header");
-  if (std::memcmp(bytes, format::kIndexMagic, 8) != 0) return corrupt_at(path, index_offset, "index magic is not CKPTINDX");
-  const std::uint64_t n_tensors = get_u64(bytes + x::kTensorCount), n_pieces = get_u64(bytes + x::kPieceCount),
-                      n_chunks = get_u64(bytes + x::kChunkCount), n_dims = get_u64(bytes + x::kDimCount),
-                      n_meta = get_u64(bytes + x::kMetaCount), blob_size = get_u64(bytes + x::kBlobSize);
-  if (get_u64(bytes + x::kReserved) != 0) return corrupt_at(path, index_offset + x::kReserved, "reserved index bytes must be zero");
-  // Table sizes are computed with overflow checks, then must add up to the index length exactly.
-  std::uint64_t total = format::kIndexHeaderSize, part = 0;
-  const std::pair<std::uint64_t, std::size_t> tables[] = {{n_tensors, format::kTensorRecordSize},
-                                                          {n_pieces, format::kPieceRecordSize},
-                                                          {n_chunks, format::kChunkRecordSize},
-                                                          {n_dims, format::kDimRecordSize},
-                                                          {n_meta, format::kMetaRecordSize},
-                                                          {blob_size, 1}};
-  std::uint64_t table_at[6];
-  for (int i = 0; i < 6; ++i) {
-    table_at[i] = total;
-    if (!checked_mul(tables[i].first, tables[i].second, part) || !checked_add(total, part, total))
-      return corrupt_at(path, index_offset + 8, "index table counts overflow");
-  }
-  if (total != size)
-    return corrupt_at(path, index_offset, "index tables add up to " + std::to_string(total) + " bytes, index is " + std::to_string(size));
+namespace detail {
 
-  const unsigned char* dims_at = bytes + table_at[3];
-  const unsigned char* blob = bytes + table_at[5];
+// decode_index in its steps, over one index's bytes: the header and its tables, each tensor with its
+// pieces and their chunks, the layout of the data region, the metadata. Each step returns the first
+// corruption it finds (spec 5).
+class IndexDecoder {
+ public:
+  IndexDecoder(const unsigned char* bytes, std::size_t size, const Superblock& sb, std::uint64_t index_offset,
+               const std::string& path)
+      : bytes_(bytes), size_(size), sb_(sb), index_offset_(index_offset), path_(path), budget_(size) {}
+
+  // The header: magic, counts, reserved bytes, and tables that add up to the index length exactly.
+  [[nodiscard]] Status tables() {
+    namespace x = format::ix;
+    if (size_ < format::kIndexHeaderSize) return corrupt_at(path_, index_offset_, "index shorter than its 64-byte header");
+    if (std::memcmp(bytes_, format::kIndexMagic, 8) != 0) return corrupt_at(path_, index_offset_, "index magic is not CKPTINDX");
+    n_tensors_ = get_u64(bytes_ + x::kTensorCount);
+    n_pieces_ = get_u64(bytes_ + x::kPieceCount);
+    n_chunks_ = get_u64(bytes_ + x::kChunkCount);
+    n_dims_ = get_u64(bytes_ + x::kDimCount);
+    n_meta_ = get_u64(bytes_ + x::kMetaCount);
+    blob_size_ = get_u64(bytes_ + x::kBlobSize);
+    if (get_u64(bytes_ + x::kReserved) != 0) return corrupt_at(path_, index_offset_ + x::kReserved, "reserved index bytes must be zero");
+    // Table sizes are computed with overflow checks, then must add up to the index length exactly.
+    std::uint64_t total = format::kIndexHeaderSize, part = 0;
+    const std::pair<std::uint64_t, std::size_t> tables[] = {{n_tensors_, format::kTensorRecordSize},
+                                                            {n_pieces_, format::kPieceRecordSize},
+                                                            {n_chunks_, format::kChunkRecordSize},
+                                                            {n_dims_, format::kDimRecordSize},
+                                                            {n_meta_, format::kMetaRecordSize},
+                                                            {blob_size_, 1}};
+    for (int i = 0; i < 6; ++i) {
+      table_at_[i] = total;
+      if (!checked_mul(tables[i].first, tables[i].second, part) || !checked_add(total, part, total))
+        return corrupt_at(path_, index_offset_ + 8, "index table counts overflow");
+    }
+    if (total != size_)
+      return corrupt_at(path_, index_offset_, "index tables add up to " + std::to_string(total) + " bytes, index is " + std::to_string(size_));
+    dims_at_ = bytes_ + table_at_[3];
+    blob_ = bytes_ + table_at_[5];
+    return Status();
+  }
+
+  // The tensor records, each with its pieces; the chunk records, and that every piece and chunk has a tensor.
+  [[nodiscard]] Status tensors(Index& index) {
+    namespace x = format::ix;
+    index.tensors.resize(static_cast<std::size_t>(n_tensors_));
+    index.pieces.resize(static_cast<std::size_t>(n_pieces_));
+    index.chunks.resize(static_cast<std::size_t>(n_chunks_));
+    for (std::uint64_t i = 0; i < n_chunks_; ++i) {
+      const unsigned char* r = bytes_ + table_at_[2] + i * format::kChunkRecordSize;
+      index.chunks[i] = ChunkRecord{get_u64(r), get_u64(r + 8), get_u64(r + 16)};
+    }
+    std::uint64_t next_piece = 0, next_chunk = 0;
+    for (std::uint64_t i = 0; i < n_tensors_; ++i) {
+      CKPT_TRY(tensor(index, i, next_piece));
+      const auto& t = index.tensors[i];
+      for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) CKPT_TRY(piece(index, i, k, next_chunk));
+    }
+    if (next_piece != n_pieces_) return corrupt_at(path_, index_offset_ + x::kPieceCount, std::to_string(n_pieces_ - next_piece) + " pieces belong to no tensor");
+    if (next_chunk != n_chunks_) return corrupt_at(path_, index_offset_ + x::kChunkCount, std::to_string(n_chunks_ - next_chunk) + " chunks belong to no piece");
+    return Status();
+  }
+
+  // Where the data lies: packed in file order without holes, the index right after it, pieces of one
+  // tensor disjoint, tensor names unique.
+  [[nodiscard]] Status layout(const Index& index) const {
+    // Piece data never overlaps in the file, and the index starts right after the data (spec 4.2).
+    std::vector<std::size_t> order(index.pieces.size());
+    for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const auto& pa = index.pieces[a];
+      const auto& pb = index.pieces[b];
+      return pa.data_offset != pb.data_offset ? pa.data_offset < pb.data_offset : pa.data_length < pb.data_length;
+    });
+    // No holes (spec 4.2): in file order each piece starts at the first aligned offset after the one before.
+    std::uint64_t data_end = sb_.data_offset;
+    for (const auto k : order) {
+      const auto& p = index.pieces[k];
+      const std::uint64_t want = align_up(data_end, sb_.alignment());
+      if (p.data_offset != want)
+        return corrupt_at(path_, p.data_offset, "data of tensor '" + index.tensors[p.tensor].name + "' starts at " + std::to_string(p.data_offset) + ", expected " + std::to_string(want) + " (pieces are packed in file order, aligned)");
+      data_end = p.data_offset + p.data_length;
+    }
+    if (index_offset_ != align_up(data_end, 8))
+      return corrupt_at(path_, index_offset_, "index must start at " + std::to_string(align_up(data_end, 8)) + " (data ends at " + std::to_string(data_end) + ")");
+
+    // Pieces of one tensor never overlap in its global index space (spec 4.3).
+    for (const auto& t : index.tensors) {
+      std::vector<SliceRef> slices;
+      slices.reserve(static_cast<std::size_t>(t.piece_count));
+      for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k)
+        slices.push_back(SliceRef{&index.pieces[k].offsets, &index.pieces[k].shape});
+      if (const auto hit = find_overlapping_slices(slices, t.shape.size()))
+        return corrupt_at(path_, index_offset_ + table_at_[1] + (t.piece_first + hit->second) * format::kPieceRecordSize,
+                          "tensor '" + t.name + "': pieces " + std::to_string(hit->first) + " and " + std::to_string(hit->second) + " overlap");
+    }
+
+    std::set<std::string_view> names;  // the type journal and manifest check names with: header-only parse time (spec/LAYOUT.md 5)
+    for (const auto& t : index.tensors)
+      if (!names.insert(t.name).second) return corrupt_at(path_, index_offset_, "tensor name '" + t.name + "' appears twice");
+    return Status();
+  }
+
+  // The metadata records: keys unique, values of a known type within the blob.
+  [[nodiscard]] Status metadata(Index& index) {
+    index.metadata.resize(static_cast<std::size_t>(n_meta_));
+    std::set<std::string_view> names;
+    for (std::uint64_t i = 0; i < n_meta_; ++i) {
+      CKPT_TRY(meta_entry(index.metadata[i], i));
+      if (!names.insert(index.metadata[i].key).second)
+        return corrupt_at(path_, index_offset_ + table_at_[4] + i * format::kMetaRecordSize, "metadata key '" + index.metadata[i].key + "' appears twice");
+    }
+    return Status();
+  }
+
+ private:
+  static constexpr const char* kText = "names, keys and string and bytes values";
+  static constexpr const char* kDims = "shapes, offsets and piece shapes";
+
   // Decoder limit (issue 9): ranges may be shared (spec 5.5), but all of them together may reference
   // at most the index length of blob bytes and of dims bytes, charged before anything is copied, so a
   // 2 MB file of overlapping ranges cannot decode to gigabytes.
-  const std::uint64_t budget = size;
-  static constexpr const char* kText = "names, keys and string and bytes values";
-  static constexpr const char* kDims = "shapes, offsets and piece shapes";
-  std::uint64_t text_used = 0, dims_used = 0;
-  auto over_budget = [&](std::uint64_t& used, std::uint64_t bytes_wanted, std::uint64_t at, const std::string& what,
-                         const char* kind) -> Status {
-    if (bytes_wanted <= budget - used) {
+  [[nodiscard]] Status over_budget(std::uint64_t& used, std::uint64_t bytes_wanted, std::uint64_t at, const std::string& what,
+                                   const char* kind) const {
+    if (bytes_wanted <= budget_ - used) {
       used += bytes_wanted;
       return Status();
     }
-    return corrupt_at(path, at, what + ": " + kind + " references total more than " + std::to_string(budget) +
-                                    " bytes, the index length (decoder limit: shared ranges may not outgrow the index); expected at most " +
-                                    std::to_string(budget - used) + " more, found " + std::to_string(bytes_wanted));
-  };
-  auto blob_string = [&](std::uint64_t off, std::uint64_t len, std::string& out) {
-    if (!range_within(off, len, blob_size)) return false;
-    out.assign(reinterpret_cast<const char*>(blob + off), static_cast<std::size_t>(len));
+    return corrupt_at(path_, at, what + ": " + kind + " references total more than " + std::to_string(budget_) +
+                                     " bytes, the index length (decoder limit: shared ranges may not outgrow the index); expected at most " +
+                                     std::to_string(budget_ - used) + " more, found " + std::to_string(bytes_wanted));
+  }
+  bool blob_string(std::uint64_t off, std::uint64_t len, std::string& out) const {
+    if (!range_within(off, len, blob_size_)) return false;
+    out.assign(reinterpret_cast<const char*>(blob_ + off), static_cast<std::size_t>(len));
     return true;
-  };
-  auto read_dims = [&](std::uint64_t first, std::uint64_t count, Shape& out) {
-    if (!range_within(first, count, n_dims)) return false;
+  }
+  bool read_dims(std::uint64_t first, std::uint64_t count, Shape& out) const {
+    if (!range_within(first, count, n_dims_)) return false;
     out.resize(static_cast<std::size_t>(count));
-    for (std::uint64_t k = 0; k < count; ++k) out[k] = get_u64(dims_at + (first + k) * 8);
+    for (std::uint64_t k = 0; k < count; ++k) out[k] = get_u64(dims_at_ + (first + k) * 8);
     return true;
-  };
-
-  Index index;
-  const std::uint64_t chunk_size = sb.chunk_size();
-  index.tensors.resize(static_cast<std::size_t>(n_tensors));
-  index.pieces.resize(static_cast<std::size_t>(n_pieces));
-  index.chunks.resize(static_cast<std::size_t>(n_chunks));
-  for (std::uint64_t i = 0; i < n_chunks; ++i) {
-    const unsigned char* r = bytes + table_at[2] + i * format::kChunkRecordSize;
-    index.chunks[i] = ChunkRecord{get_u64(r), get_u64(r + 8), get_u64(r + 16)};
   }
 
-  std::uint64_t next_piece = 0, next_chunk = 0;
-  for (std::uint64_t i = 0; i < n_tensors; ++i) {
-    const std::uint64_t rec_at = index_offset + table_at[0] + i * format::kTensorRecordSize;
-    const unsigned char* r = bytes + table_at[0] + i * format::kTensorRecordSize;
+  // Tensor record i: name, dtype, shape, and its pieces' place in the piece table.
+  [[nodiscard]] Status tensor(Index& index, std::uint64_t i, std::uint64_t& next_piece) {
+    const std::uint64_t rec_at = index_offset_ + table_at_[0] + i * format::kTensorRecordSize;
+    const unsigned char* r = bytes_ + table_at_[0] + i * format::kTensorRecordSize;
     auto& t = index.tensors[i];
     const std::uint64_t name_off = get_u64(r);
     const std::uint32_t name_len = get_u32(r + 8);
@@ -390,137 +467,129 @@ CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t s
     t.piece_first = get_u64(r + 24);
     t.piece_count = get_u64(r + 32);
     const std::string which = "tensor " + std::to_string(i);
-    if (range_within(name_off, name_len, blob_size)) CKPT_TRY(over_budget(text_used, name_len, rec_at, which + " name", kText));
+    if (range_within(name_off, name_len, blob_size_)) CKPT_TRY(over_budget(text_used_, name_len, rec_at, which + " name", kText));
     if (name_len == 0 || name_len > format::kMaxNameLength || !blob_string(name_off, name_len, t.name))
-      return corrupt_at(path, rec_at, which + ": name [" + std::to_string(name_off) + ", +" + std::to_string(name_len) + ") is empty or outside the blob of " + std::to_string(blob_size) + " bytes");
-    if (!valid_utf8(t.name)) return corrupt_at(path, rec_at, which + ": name is not valid UTF-8");
-    if (format::dtype_info(dtype) == nullptr) return corrupt_at(path, rec_at + 12, "tensor '" + t.name + "': unknown dtype code " + std::to_string(dtype));
+      return corrupt_at(path_, rec_at, which + ": name [" + std::to_string(name_off) + ", +" + std::to_string(name_len) + ") is empty or outside the blob of " + std::to_string(blob_size_) + " bytes");
+    if (!valid_utf8(t.name)) return corrupt_at(path_, rec_at, which + ": name is not valid UTF-8");
+    if (format::dtype_info(dtype) == nullptr) return corrupt_at(path_, rec_at + 12, "tensor '" + t.name + "': unknown dtype code " + std::to_string(dtype));
     t.dtype = static_cast<DType>(dtype);
-    if (ndim > format::kMaxRank) return corrupt_at(path, rec_at + 14, "tensor '" + t.name + "': rank " + std::to_string(ndim) + " exceeds 64");
-    if (range_within(shape_first, ndim, n_dims)) CKPT_TRY(over_budget(dims_used, std::uint64_t{ndim} * 8, rec_at + 16, "tensor '" + t.name + "' shape", kDims));
-    if (!read_dims(shape_first, ndim, t.shape)) return corrupt_at(path, rec_at + 16, "tensor '" + t.name + "': shape outside the dims table");
+    if (ndim > format::kMaxRank) return corrupt_at(path_, rec_at + 14, "tensor '" + t.name + "': rank " + std::to_string(ndim) + " exceeds 64");
+    if (range_within(shape_first, ndim, n_dims_)) CKPT_TRY(over_budget(dims_used_, std::uint64_t{ndim} * 8, rec_at + 16, "tensor '" + t.name + "' shape", kDims));
+    if (!read_dims(shape_first, ndim, t.shape)) return corrupt_at(path_, rec_at + 16, "tensor '" + t.name + "': shape outside the dims table");
     std::uint64_t tensor_bytes = 0;
-    if (!shape_bytes(t.shape, t.dtype, tensor_bytes)) return corrupt_at(path, rec_at + 16, "tensor '" + t.name + "': shape " + shape_string(t.shape) + " overflows 64 bits");
+    if (!shape_bytes(t.shape, t.dtype, tensor_bytes)) return corrupt_at(path_, rec_at + 16, "tensor '" + t.name + "': shape " + shape_string(t.shape) + " overflows 64 bits");
     // Pieces are stored per tensor, in tensor order (spec 5.3): a canonical layout leaves nothing to guess.
     if (t.piece_first != next_piece || t.piece_count == 0 || t.piece_count > format::kMaxPiecesPerTensor ||
-        !range_within(t.piece_first, t.piece_count, n_pieces))
-      return corrupt_at(path, rec_at + 24, "tensor '" + t.name + "': pieces [" + std::to_string(t.piece_first) + ", +" + std::to_string(t.piece_count) + ") expected to start at " + std::to_string(next_piece) + " with 1 to 4096 pieces within " + std::to_string(n_pieces));
+        !range_within(t.piece_first, t.piece_count, n_pieces_))
+      return corrupt_at(path_, rec_at + 24, "tensor '" + t.name + "': pieces [" + std::to_string(t.piece_first) + ", +" + std::to_string(t.piece_count) + ") expected to start at " + std::to_string(next_piece) + " with 1 to 4096 pieces within " + std::to_string(n_pieces_));
     next_piece += t.piece_count;
-    for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k) {
-      const std::uint64_t prec_at = index_offset + table_at[1] + k * format::kPieceRecordSize;
-      const unsigned char* pr = bytes + table_at[1] + k * format::kPieceRecordSize;
-      auto& p = index.pieces[k];
-      p.tensor = get_u64(pr);
-      p.data_offset = get_u64(pr + 8);
-      p.data_length = get_u64(pr + 16);
-      p.chunk_first = get_u64(pr + 24);
-      p.chunk_count = get_u64(pr + 32);
-      const std::uint64_t dims_first = get_u64(pr + 40);
-      const std::string pwhich = "tensor '" + t.name + "' piece " + std::to_string(k - t.piece_first);
-      if (p.tensor != i) return corrupt_at(path, prec_at, pwhich + ": owner is " + std::to_string(p.tensor) + ", expected " + std::to_string(i));
-      if (range_within(dims_first, std::uint64_t{ndim} * 2, n_dims)) CKPT_TRY(over_budget(dims_used, std::uint64_t{ndim} * 16, prec_at + 40, pwhich + " offsets and shape", kDims));
-      if (!read_dims(dims_first, ndim, p.offsets) || (ndim > 0 && !read_dims(dims_first + ndim, ndim, p.shape)))
-        return corrupt_at(path, prec_at + 40, pwhich + ": offsets and shape outside the dims table");
-      if (ndim == 0) p.shape.clear();
-      for (std::size_t d = 0; d < ndim; ++d)
-        if (p.offsets[d] > t.shape[d] || p.shape[d] > t.shape[d] - p.offsets[d])
-          return corrupt_at(path, prec_at + 40, pwhich + ": slice offsets " + shape_string(p.offsets) + " shape " + shape_string(p.shape) + " exceeds global shape " + shape_string(t.shape));
-      std::uint64_t want_len = 0;
-      if (!shape_bytes(p.shape, t.dtype, want_len) || want_len != p.data_length)
-        return corrupt_at(path, prec_at + 16, pwhich + ": data length " + std::to_string(p.data_length) + ", expected " + std::to_string(want_len) + " for shape " + shape_string(p.shape));
-      if (p.data_offset % sb.alignment() != 0 || p.data_offset < sb.data_offset ||
-          !range_within(p.data_offset, p.data_length, index_offset))
-        return corrupt_at(path, prec_at + 8, pwhich + ": data [" + std::to_string(p.data_offset) + ", +" + std::to_string(p.data_length) + ") is unaligned or outside the data region [" + std::to_string(sb.data_offset) + ", " + std::to_string(index_offset) + ")");
-      const std::uint64_t want_chunks = p.data_length / chunk_size + (p.data_length % chunk_size != 0);
-      if (p.chunk_first != next_chunk || p.chunk_count != want_chunks || !range_within(p.chunk_first, p.chunk_count, n_chunks))
-        return corrupt_at(path, prec_at + 24, pwhich + ": chunks [" + std::to_string(p.chunk_first) + ", +" + std::to_string(p.chunk_count) + "), expected [" + std::to_string(next_chunk) + ", +" + std::to_string(want_chunks) + ")");
-      next_chunk += p.chunk_count;
-      for (std::uint64_t c = 0; c < p.chunk_count; ++c) {
-        const auto& ch = index.chunks[p.chunk_first + c];
-        const std::uint64_t want_off = p.data_offset + c * chunk_size;
-        const std::uint64_t want_clen = std::min(chunk_size, p.data_length - c * chunk_size);
-        if (ch.offset != want_off || ch.length != want_clen)
-          return corrupt_at(path, index_offset + table_at[2] + (p.chunk_first + c) * format::kChunkRecordSize,
-                            pwhich + " chunk " + std::to_string(c) + ": range [" + std::to_string(ch.offset) + ", +" + std::to_string(ch.length) + "), expected [" + std::to_string(want_off) + ", +" + std::to_string(want_clen) + ")");
-      }
+    return Status();
+  }
+
+  // Piece record k of tensor i: its slice, its data range, and its chunks.
+  [[nodiscard]] Status piece(Index& index, std::uint64_t i, std::uint64_t k, std::uint64_t& next_chunk) {
+    const auto& t = index.tensors[i];
+    const std::size_t ndim = t.shape.size();
+    const std::uint64_t chunk_size = sb_.chunk_size();
+    const std::uint64_t prec_at = index_offset_ + table_at_[1] + k * format::kPieceRecordSize;
+    const unsigned char* pr = bytes_ + table_at_[1] + k * format::kPieceRecordSize;
+    auto& p = index.pieces[k];
+    p.tensor = get_u64(pr);
+    p.data_offset = get_u64(pr + 8);
+    p.data_length = get_u64(pr + 16);
+    p.chunk_first = get_u64(pr + 24);
+    p.chunk_count = get_u64(pr + 32);
+    const std::uint64_t dims_first = get_u64(pr + 40);
+    const std::string pwhich = "tensor '" + t.name + "' piece " + std::to_string(k - t.piece_first);
+    if (p.tensor != i) return corrupt_at(path_, prec_at, pwhich + ": owner is " + std::to_string(p.tensor) + ", expected " + std::to_string(i));
+    if (range_within(dims_first, std::uint64_t{ndim} * 2, n_dims_)) CKPT_TRY(over_budget(dims_used_, std::uint64_t{ndim} * 16, prec_at + 40, pwhich + " offsets and shape", kDims));
+    if (!read_dims(dims_first, ndim, p.offsets) || (ndim > 0 && !read_dims(dims_first + ndim, ndim, p.shape)))
+      return corrupt_at(path_, prec_at + 40, pwhich + ": offsets and shape outside the dims table");
+    if (ndim == 0) p.shape.clear();
+    for (std::size_t d = 0; d < ndim; ++d)
+      if (p.offsets[d] > t.shape[d] || p.shape[d] > t.shape[d] - p.offsets[d])
+        return corrupt_at(path_, prec_at + 40, pwhich + ": slice offsets " + shape_string(p.offsets) + " shape " + shape_string(p.shape) + " exceeds global shape " + shape_string(t.shape));
+    std::uint64_t want_len = 0;
+    if (!shape_bytes(p.shape, t.dtype, want_len) || want_len != p.data_length)
+      return corrupt_at(path_, prec_at + 16, pwhich + ": data length " + std::to_string(p.data_length) + ", expected " + std::to_string(want_len) + " for shape " + shape_string(p.shape));
+    if (p.data_offset % sb_.alignment() != 0 || p.data_offset < sb_.data_offset ||
+        !range_within(p.data_offset, p.data_length, index_offset_))
+      return corrupt_at(path_, prec_at + 8, pwhich + ": data [" + std::to_string(p.data_offset) + ", +" + std::to_string(p.data_length) + ") is unaligned or outside the data region [" + std::to_string(sb_.data_offset) + ", " + std::to_string(index_offset_) + ")");
+    const std::uint64_t want_chunks = p.data_length / chunk_size + (p.data_length % chunk_size != 0);
+    if (p.chunk_first != next_chunk || p.chunk_count != want_chunks || !range_within(p.chunk_first, p.chunk_count, n_chunks_))
+      return corrupt_at(path_, prec_at + 24, pwhich + ": chunks [" + std::to_string(p.chunk_first) + ", +" + std::to_string(p.chunk_count) + "), expected [" + std::to_string(next_chunk) + ", +" + std::to_string(want_chunks) + ")");
+    next_chunk += p.chunk_count;
+    for (std::uint64_t c = 0; c < p.chunk_count; ++c) {
+      const auto& ch = index.chunks[p.chunk_first + c];
+      const std::uint64_t want_off = p.data_offset + c * chunk_size;
+      const std::uint64_t want_clen = std::min(chunk_size, p.data_length - c * chunk_size);
+      if (ch.offset != want_off || ch.length != want_clen)
+        return corrupt_at(path_, index_offset_ + table_at_[2] + (p.chunk_first + c) * format::kChunkRecordSize,
+                          pwhich + " chunk " + std::to_string(c) + ": range [" + std::to_string(ch.offset) + ", +" + std::to_string(ch.length) + "), expected [" + std::to_string(want_off) + ", +" + std::to_string(want_clen) + ")");
     }
-  }
-  if (next_piece != n_pieces) return corrupt_at(path, index_offset + x::kPieceCount, std::to_string(n_pieces - next_piece) + " pieces belong to no tensor");
-  if (next_chunk != n_chunks) return corrupt_at(path, index_offset + x::kChunkCount, std::to_string(n_chunks - next_chunk) + " chunks belong to no piece");
-
-  // Piece data never overlaps in the file, and the index starts right after the data (spec 4.2).
-  std::vector<std::size_t> order(index.pieces.size());
-  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const auto& pa = index.pieces[a];
-    const auto& pb = index.pieces[b];
-    return pa.data_offset != pb.data_offset ? pa.data_offset < pb.data_offset : pa.data_length < pb.data_length;
-  });
-  // No holes (spec 4.2): in file order each piece starts at the first aligned offset after the one before.
-  std::uint64_t data_end = sb.data_offset;
-  for (const auto k : order) {
-    const auto& p = index.pieces[k];
-    const std::uint64_t want = align_up(data_end, sb.alignment());
-    if (p.data_offset != want)
-      return corrupt_at(path, p.data_offset, "data of tensor '" + index.tensors[p.tensor].name + "' starts at " + std::to_string(p.data_offset) + ", expected " + std::to_string(want) + " (pieces are packed in file order, aligned)");
-    data_end = p.data_offset + p.data_length;
-  }
-  if (index_offset != align_up(data_end, 8))
-    return corrupt_at(path, index_offset, "index must start at " + std::to_string(align_up(data_end, 8)) + " (data ends at " + std::to_string(data_end) + ")");
-
-  // Pieces of one tensor never overlap in its global index space (spec 4.3).
-  for (const auto& t : index.tensors) {
-    std::vector<SliceRef> slices;
-    slices.reserve(static_cast<std::size_t>(t.piece_count));
-    for (std::uint64_t k = t.piece_first; k < t.piece_first + t.piece_count; ++k)
-      slices.push_back(SliceRef{&index.pieces[k].offsets, &index.pieces[k].shape});
-    if (const auto hit = find_overlapping_slices(slices, t.shape.size()))
-      return corrupt_at(path, index_offset + table_at[1] + (t.piece_first + hit->second) * format::kPieceRecordSize,
-                        "tensor '" + t.name + "': pieces " + std::to_string(hit->first) + " and " + std::to_string(hit->second) + " overlap");
+    return Status();
   }
 
-  std::set<std::string_view> names;  // the type journal and manifest check names with: header-only parse time (spec/LAYOUT.md 5)
-  for (const auto& t : index.tensors)
-    if (!names.insert(t.name).second) return corrupt_at(path, index_offset, "tensor name '" + t.name + "' appears twice");
-
-  index.metadata.resize(static_cast<std::size_t>(n_meta));
-  names.clear();
-  for (std::uint64_t i = 0; i < n_meta; ++i) {
-    const std::uint64_t rec_at = index_offset + table_at[4] + i * format::kMetaRecordSize;
-    const unsigned char* r = bytes + table_at[4] + i * format::kMetaRecordSize;
-    auto& m = index.metadata[i];
+  // Metadata record i: its key and value (the key's uniqueness is metadata()'s).
+  [[nodiscard]] Status meta_entry(MetaEntry& m, std::uint64_t i) {
+    const std::uint64_t rec_at = index_offset_ + table_at_[4] + i * format::kMetaRecordSize;
+    const unsigned char* r = bytes_ + table_at_[4] + i * format::kMetaRecordSize;
     const std::uint64_t key_off = get_u64(r);
     const std::uint32_t key_len = get_u32(r + 8);
     const std::uint16_t type = get_u16(r + 12);
     const std::uint64_t value = get_u64(r + 16), value_len = get_u64(r + 24);
     const std::string which = "metadata " + std::to_string(i);
-    if (range_within(key_off, key_len, blob_size)) CKPT_TRY(over_budget(text_used, key_len, rec_at, which + " key", kText));
-    if ((type == 4 || type == 5) && range_within(value, value_len, blob_size))
-      CKPT_TRY(over_budget(text_used, value_len, rec_at + 24, which + " value", kText));
+    if (range_within(key_off, key_len, blob_size_)) CKPT_TRY(over_budget(text_used_, key_len, rec_at, which + " key", kText));
+    if ((type == 4 || type == 5) && range_within(value, value_len, blob_size_))
+      CKPT_TRY(over_budget(text_used_, value_len, rec_at + 24, which + " value", kText));
     if (key_len == 0 || key_len > format::kMaxNameLength || !blob_string(key_off, key_len, m.key) || !valid_utf8(m.key))
-      return corrupt_at(path, rec_at, "metadata " + std::to_string(i) + ": key is empty, outside the blob, or not UTF-8");
-    if (get_u16(r + 14) != 0) return corrupt_at(path, rec_at + 14, "metadata '" + m.key + "': reserved bytes must be zero");
+      return corrupt_at(path_, rec_at, "metadata " + std::to_string(i) + ": key is empty, outside the blob, or not UTF-8");
+    if (get_u16(r + 14) != 0) return corrupt_at(path_, rec_at + 14, "metadata '" + m.key + "': reserved bytes must be zero");
     const bool scalar = type >= 1 && type <= 3;
-    if (scalar && value_len != 0) return corrupt_at(path, rec_at + 24, "metadata '" + m.key + "': scalar with a value length");
+    if (scalar && value_len != 0) return corrupt_at(path_, rec_at + 24, "metadata '" + m.key + "': scalar with a value length");
     switch (static_cast<format::ValueType>(type)) {
       case format::ValueType::int64: m.value = Value(static_cast<std::int64_t>(value)); break;
       case format::ValueType::float64: m.value = Value(bits_f64(value)); break;
       case format::ValueType::boolean:
-        if (value > 1) return corrupt_at(path, rec_at + 16, "metadata '" + m.key + "': bool must be 0 or 1, found " + std::to_string(value));
+        if (value > 1) return corrupt_at(path_, rec_at + 16, "metadata '" + m.key + "': bool must be 0 or 1, found " + std::to_string(value));
         m.value = Value(value == 1);
         break;
       case format::ValueType::string:
       case format::ValueType::bytes: {
         std::string s;
-        if (!blob_string(value, value_len, s)) return corrupt_at(path, rec_at + 16, "metadata '" + m.key + "': value outside the blob");
-        if (type == 4 && !valid_utf8(s)) return corrupt_at(path, rec_at + 16, "metadata '" + m.key + "': string is not valid UTF-8");
+        if (!blob_string(value, value_len, s)) return corrupt_at(path_, rec_at + 16, "metadata '" + m.key + "': value outside the blob");
+        if (type == 4 && !valid_utf8(s)) return corrupt_at(path_, rec_at + 16, "metadata '" + m.key + "': string is not valid UTF-8");
         m.value = type == 4 ? Value(std::move(s)) : Value(Bytes{std::move(s)});
         break;
       }
-      default: return corrupt_at(path, rec_at + 12, "metadata '" + m.key + "': unknown value type " + std::to_string(type));
+      default: return corrupt_at(path_, rec_at + 12, "metadata '" + m.key + "': unknown value type " + std::to_string(type));
     }
-    if (!names.insert(m.key).second) return corrupt_at(path, rec_at, "metadata key '" + m.key + "' appears twice");
+    return Status();
   }
+
+  const unsigned char* bytes_;
+  std::size_t size_;
+  const Superblock& sb_;
+  std::uint64_t index_offset_;
+  const std::string& path_;
+  std::uint64_t n_tensors_ = 0, n_pieces_ = 0, n_chunks_ = 0, n_dims_ = 0, n_meta_ = 0, blob_size_ = 0;
+  std::uint64_t table_at_[6] = {};
+  const unsigned char* dims_at_ = nullptr;
+  const unsigned char* blob_ = nullptr;
+  const std::uint64_t budget_;  // the index length: what all ranges together may reference (over_budget)
+  std::uint64_t text_used_ = 0, dims_used_ = 0;
+};
+
+}  // namespace detail
+
+CKPT_INLINE Result<Index> decode_index(const unsigned char* bytes, std::size_t size, const Superblock& sb,
+                                  std::uint64_t index_offset, const std::string& path) {
+  detail::IndexDecoder decoder(bytes, size, sb, index_offset, path);
+  CKPT_TRY(decoder.tables());
+  Index index;
+  CKPT_TRY(decoder.tensors(index));
+  CKPT_TRY(decoder.layout(index));
+  CKPT_TRY(decoder.metadata(index));
   index.rebuild_lookup();
   return index;
 }

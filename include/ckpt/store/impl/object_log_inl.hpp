@@ -54,6 +54,18 @@ namespace detail {
   return n == bytes.size() && found.compare(0, n, bytes) == 0;
 }
 
+// A log object that does not decode or does not belong (spec/OBJECT.md 4.3): the object, the byte range
+// in it where known (a damaged group), and the message as decode_log has always written it.
+CKPT_INLINE Problem log_object_problem(const std::string& where, std::uint64_t offset, std::uint64_t length, std::string message) {
+  Problem p;
+  p.region = "log object";
+  p.file = where;
+  p.offset = offset;
+  p.length = length;
+  p.message = std::move(message);
+  return p;
+}
+
 }  // namespace detail
 
 CKPT_INLINE std::string commit_key(std::uint64_t step) {
@@ -94,17 +106,18 @@ CKPT_INLINE LogListing decode_log(const std::vector<std::pair<std::string, std::
     // Each log object is a journal of one group after its HEADER (spec 4.2): scanned by the journal's own reader.
     auto scan = scan_journal_bytes(bytes, where);
     if (!scan.ok()) {
-      log.problems.push_back(scan.status().message());
+      log.problems.push_back(detail::log_object_problem(where, 0, 0, scan.status().message()));
       continue;
     }
     if (scan->corrupt() || scan->torn_tail) {
-      log.problems.push_back(where + ": damaged log object: " +
-                             (scan->torn_tail ? scan->torn_tail->reason : scan->corruption_summary()));
+      const JournalDamage& damage = scan->torn_tail ? *scan->torn_tail : scan->corruption.empty() ? JournalDamage{} : scan->corruption.front();
+      log.problems.push_back(detail::log_object_problem(where, damage.offset, damage.length, where + ": damaged log object: " +
+                             (scan->torn_tail ? scan->torn_tail->reason : scan->corruption_summary())));
       continue;
     }
     if (scan->header.store_uuid != store_uuid) {
-      log.problems.push_back(where + ": store uuid " + uuid_string(scan->header.store_uuid) + " is not this store's " +
-                             uuid_string(store_uuid));
+      log.problems.push_back(detail::log_object_problem(where, 0, 0, where + ": store uuid " + uuid_string(scan->header.store_uuid) +
+                                                                         " is not this store's " + uuid_string(store_uuid)));
       continue;
     }
     const auto& recs = scan->records;
@@ -115,8 +128,8 @@ CKPT_INLINE LogListing decode_log(const std::vector<std::pair<std::string, std::
       const auto* commit = body(2) != nullptr ? std::get_if<CommitRecord>(&body(2)->body) : nullptr;
       if (begin == nullptr || commit == nullptr || begin->txn != commit->txn || begin->step != step || commit->step != step ||
           begin->files != standard_shard_files(begin->world_size)) {
-        log.problems.push_back(where + ": expected BEGIN_SHARDS and COMMIT of step " + std::to_string(step) +
-                               " after its HEADER, found " + std::to_string(recs.size()) + " records that do not match");
+        log.problems.push_back(detail::log_object_problem(where, 0, 0, where + ": expected BEGIN_SHARDS and COMMIT of step " + std::to_string(step) +
+                                                                           " after its HEADER, found " + std::to_string(recs.size()) + " records that do not match"));
         continue;
       }
       StepInfo info;
@@ -138,8 +151,8 @@ CKPT_INLINE LogListing decode_log(const std::vector<std::pair<std::string, std::
                                             : (std::get_if<AbortRecord>(&r->body) != nullptr &&
                                                std::get<AbortRecord>(r->body).step == step && std::get<AbortRecord>(r->body).txn == txn));
       if (!ok) {
-        log.problems.push_back(where + ": expected one " + (kind == Kind::retire ? "RETIRE" : "ABORT") + " record of step " +
-                               std::to_string(step) + " txn " + std::to_string(txn) + " after its HEADER");
+        log.problems.push_back(detail::log_object_problem(where, 0, 0, where + ": expected one " + (kind == Kind::retire ? "RETIRE" : "ABORT") +
+                                                                           " record of step " + std::to_string(step) + " txn " + std::to_string(txn) + " after its HEADER"));
         continue;
       }
       if (kind == Kind::retire) retired.insert({step, txn});

@@ -45,7 +45,7 @@ CKPT_INLINE bool RecoveryReport::clean() const noexcept {
 CKPT_INLINE Status RecoveryReport::corruption_status() const {
   if (!corrupt()) return Status();
   std::string msg = journal.corruption_summary();
-  for (const auto& p : problems) msg += (msg.empty() ? "" : "; ") + p;
+  for (const auto& p : problems) msg += (msg.empty() ? "" : "; ") + p.message;
   return make_error(Code::corrupt, msg + "; the store cannot be opened for writing: run ckpt-repair on " + store);
 }
 
@@ -289,7 +289,14 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
   TxnTable table(report.transactions, max_txn);
   for (const auto& rec : report.journal.records) {
     std::string why = table.apply(rec);
-    if (!why.empty()) report.problems.push_back(report.journal.path + ": " + rec.describe() + ": " + why);
+    if (why.empty()) continue;
+    Problem p;  // a record that checks out and breaks the protocol (spec 6.6): where it is in the journal
+    p.region = "journal";
+    p.file = report.journal.path;
+    p.offset = rec.offset;
+    p.length = rec.size;
+    p.message = report.journal.path + ": " + rec.describe() + ": " + why;
+    report.problems.push_back(std::move(p));
   }
   // Ids below the header's floor were spent by transactions compaction dropped (spec 4.1).
   if (report.journal.header.txn_floor > 0) max_txn = std::max(max_txn, report.journal.header.txn_floor - 1);

@@ -254,8 +254,11 @@ CKPT_INLINE Result<StepDirectory> read_step_directory(FsRef fs, const std::strin
   out.manifest_digest = parts.manifest_digest;
   for (const auto& s : parts.shards) {
     out.shard_paths.push_back(s.path);
-    if (!s.head.ok()) out.shard_problems.push_back(s.head);
-    else if (!s.pin.ok()) out.shard_problems.push_back(s.pin);
+    if (!s.head.ok())
+      out.shard_problems.push_back(
+          detail::step_problem(s.head, s.head.code() == Code::not_found ? step_region::kMissing : step_region::kFile, s.path));
+    else if (!s.pin.ok())
+      out.shard_problems.push_back(detail::step_problem(s.pin, step_region::kPin, s.path));
   }
   return out;
 }

@@ -367,9 +367,8 @@ CKPT_INLINE void compare_persistent(RootScan& scan) {
   MemoryRoot& root = scan.root;
   PersistentTier& store = *scan.persistent;
   const std::string label = "persistent store " + store.path();
-  for (const auto& [damage, file] : store.damage())
-    root.problems.push_back(root_problem(label, "", store.path(), std::nullopt, std::nullopt, 0,
-                                         ::ckpt::detail::step_problem(damage, store.on_objects() ? "log object" : "journal", file)));
+  for (Problem& damage : store.damage())
+    root.problems.push_back(root_problem(label, "", store.path(), std::nullopt, std::nullopt, 0, std::move(damage)));
   for (auto& s : root.steps) {
     bool known = s.digest_known() && s.world > 0;
     for (const auto& sh : s.shards) known = known && sh.digest != Digest128{};

@@ -56,12 +56,18 @@ CKPT_INLINE Result<std::unique_ptr<PersistentTier>> PersistentTier::open_write(F
   return tier;
 }
 
-CKPT_INLINE std::vector<std::pair<Status, std::string>> PersistentTier::damage() const {
-  std::vector<std::pair<Status, std::string>> out;
+CKPT_INLINE std::vector<Problem> PersistentTier::damage() const {
   const RecoveryReport& r = store_->recovery_report();
-  for (const auto& p : r.log_damage)
-    out.emplace_back(make_error(Code::corrupt, p), join_path(store_->path(), std::string(object::layout::kLogPrefix)));
-  if (r.corrupt()) out.emplace_back(r.corruption_status(), join_path(store_->path(), std::string(journal::kJournalName)));
+  std::vector<Problem> out = r.log_damage;  // each names its log object (Problem::file)
+  if (r.corrupt()) {
+    Problem p = ::ckpt::detail::step_problem(r.corruption_status(), on_objects() ? "log object" : "journal",
+                                             join_path(store_->path(), std::string(journal::kJournalName)));
+    if (!r.journal.corruption.empty()) {
+      p.offset = r.journal.corruption.front().offset;
+      p.length = r.journal.corruption.front().length;
+    }
+    out.push_back(std::move(p));
+  }
   return out;
 }
 
