@@ -1,13 +1,28 @@
-// ckpt: the two text primitives every report's text (text.hpp) and every tool's table use: sizes for
-// people ("1.5 MiB") and rows as aligned columns.
+// ckpt: the text primitives every report's text (text.hpp, plan.hpp) and every tool's table use: printf
+// into a string, sizes for people ("1.5 MiB") and rows as aligned columns.
 #pragma once
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 namespace ckpt::report {
+
+// printf into a string: the tools' formats, kept as they were.
+[[nodiscard]] inline std::string format(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, args);
+  va_end(args);
+  return out;
+}
 
 [[nodiscard]] inline std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

@@ -17,33 +17,19 @@
 namespace ckpt::report {
 namespace detail::planning {
 
-// printf into a string (the formats ckpt-plan printed with).
-[[nodiscard]] inline std::string printf_text(const char* fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
-  va_end(copy);
-  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, args);
-  va_end(args);
-  return out;
-}
-
 // Seconds for people: enough digits for a sub-second stall, minutes or hours beside long ones.
 [[nodiscard]] inline std::string seconds_text(double s) {
   if (s == 0) return "0 s";
-  std::string t = s < 1 ? printf_text("%.3f s", s) : s < 100 ? printf_text("%.2f s", s) : printf_text("%.1f s", s);
-  if (s >= 7200) t += printf_text(" (%.2f h)", s / 3600);
-  else if (s >= 120) t += printf_text(" (%.1f min)", s / 60);
+  std::string t = s < 1 ? format("%.3f s", s) : s < 100 ? format("%.2f s", s) : format("%.1f s", s);
+  if (s >= 7200) t += format(" (%.2f h)", s / 3600);
+  else if (s >= 120) t += format(" (%.1f min)", s / 60);
   return t;
 }
 
 // Four decimals: Young's and Daly's intervals differ by hundredths of a percentage point.
-[[nodiscard]] inline std::string percent_text(double fraction) { return printf_text("%.4f%%", 100 * fraction); }
+[[nodiscard]] inline std::string percent_text(double fraction) { return format("%.4f%%", 100 * fraction); }
 
-[[nodiscard]] inline std::string gpu_hours_text(double h) { return h >= 100 ? printf_text("%.0f", h) : printf_text("%.3g", h); }
+[[nodiscard]] inline std::string gpu_hours_text(double h) { return h >= 100 ? format("%.0f", h) : format("%.3g", h); }
 
 // --- JSON ------------------------------------------------------------------------------------------
 
@@ -115,12 +101,12 @@ namespace detail::planning {
 [[nodiscard]] inline std::string policies_text(const PlanReport& s) {
   std::string out;
   const std::vector<PlanPolicy>& policies = s.policies;
-  out += printf_text("MTBF %s: %s\n", seconds_text(s.failures.mtbf_seconds).c_str(), s.mtbf_source.c_str());
-  out += printf_text("restart %s; restarts alone waste %s at any interval\n", seconds_text(s.failures.restart_seconds).c_str(),
+  out += format("MTBF %s: %s\n", seconds_text(s.failures.mtbf_seconds).c_str(), s.mtbf_source.c_str());
+  out += format("restart %s; restarts alone waste %s at any interval\n", seconds_text(s.failures.restart_seconds).c_str(),
               percent_text(plan::restart_waste_floor(s.failures)).c_str());
-  if (s.gpus_source.empty()) out += printf_text("GPU count unknown: lost GPU-hours are per GPU (give --gpus N)\n");
-  else out += printf_text("lost GPU-hours for %.0f GPUs (%s)\n", s.gpus, s.gpus_source.c_str());
-  out += printf_text("\n");
+  if (s.gpus_source.empty()) out += format("GPU count unknown: lost GPU-hours are per GPU (give --gpus N)\n");
+  else out += format("lost GPU-hours for %.0f GPUs (%s)\n", s.gpus, s.gpus_source.c_str());
+  out += format("\n");
   std::vector<std::vector<std::string>> rows = {
       {"policy", "stall", "background", "Young", "Daly", "waste@Young", "waste@Daly"}};
   if (s.interval) {
@@ -149,14 +135,14 @@ namespace detail::planning {
     rows.push_back(std::move(row));
   }
   out += table_text(rows, {false, true, true, true, true, true, true, true, true, true});
-  out += printf_text("\n");
+  out += format("\n");
   for (const auto& p : policies) {
-    if (!p.cost) out += printf_text("%s: %s\n", p.name.c_str(), p.unavailable.c_str());
-    else out += printf_text("%s: %s\n", p.name.c_str(), p.source.c_str());
+    if (!p.cost) out += format("%s: %s\n", p.name.c_str(), p.unavailable.c_str());
+    else out += format("%s: %s\n", p.name.c_str(), p.source.c_str());
     if (!p.cost) continue;
     const plan::PolicyPlan& q = p.planned;
     if (q.save_waits_for_write || q.daly_seconds < q.cost.background_seconds)
-      out += printf_text("%s: the background write (%s) outlasts %s: each save waits for the previous one, so the model's own "
+      out += format("%s: the background write (%s) outlasts %s: each save waits for the previous one, so the model's own "
                   "optimum is %s (waste %s)\n",
                   p.name.c_str(), seconds_text(q.cost.background_seconds).c_str(),
                   q.save_waits_for_write ? "the interval" : "Daly's interval", seconds_text(q.optimum_seconds).c_str(),
@@ -166,7 +152,7 @@ namespace detail::planning {
   const PlanPolicy* async = nullptr;
   for (const auto& p : policies) (p.name == "sync" ? sync : async) = p.cost ? &p : nullptr;
   if (sync != nullptr && async != nullptr)
-    out += printf_text("async instead of sync: %s lost GPU-hours/day%s fewer (%s of wall time)\n",
+    out += format("async instead of sync: %s lost GPU-hours/day%s fewer (%s of wall time)\n",
                 gpu_hours_text(sync->planned.lost_gpu_hours_per_day - async->planned.lost_gpu_hours_per_day).c_str(),
                 s.gpus_source.empty() ? " per GPU" : "",
                 percent_text(sync->planned.waste - async->planned.waste).c_str());
@@ -175,12 +161,12 @@ namespace detail::planning {
     if (!p.simulation) continue;
     const plan::SimulationResult& r = *p.simulation;
     if (!header) {
-      out += printf_text("\nsimulated at %s: %llu histories, seed %llu; agrees when within %.0f standard errors of the model\n",
+      out += format("\nsimulated at %s: %llu histories, seed %llu; agrees when within %.0f standard errors of the model\n",
                   s.interval ? "--interval" : "each policy's Daly interval", static_cast<unsigned long long>(r.histories),
                   static_cast<unsigned long long>(r.seed), plan::kAgreementSigmas);
       header = true;
     }
-    out += printf_text("  %-5s waste %s +- %s, model %s, |difference| %s: %s (%llu intervals, %.1f failures per history)\n",
+    out += format("  %-5s waste %s +- %s, model %s, |difference| %s: %s (%llu intervals, %.1f failures per history)\n",
                 p.name.c_str(), percent_text(r.mean_waste).c_str(), percent_text(r.standard_error).c_str(),
                 percent_text(r.model_waste).c_str(), percent_text(std::abs(r.mean_waste - r.model_waste)).c_str(),
                 r.agrees ? "agrees" : "DISAGREES", static_cast<unsigned long long>(r.intervals), r.mean_failures);
@@ -202,7 +188,7 @@ namespace detail::planning {
   return out;
 }
 
-[[nodiscard]] inline std::string num(double v) { return printf_text("%.2f", v); }
+[[nodiscard]] inline std::string num(double v) { return format("%.2f", v); }
 
 // A round tick step (1, 2 or 5 times a power of ten) giving about five ticks up to max.
 [[nodiscard]] inline double nice_step(double max) {
@@ -214,8 +200,8 @@ namespace detail::planning {
 }
 
 [[nodiscard]] inline std::string tick_seconds(double s) {
-  if (s >= 1) return printf_text("%.0f s", s);
-  return printf_text("%g s", s);
+  if (s >= 1) return format("%.0f s", s);
+  return format("%g s", s);
 }
 
 // Waste (y, linear, %) against interval (x, log): one curve per policy, Young and Daly marked on each.
@@ -270,7 +256,7 @@ namespace detail::planning {
     svg += "<line x1=\"" + num(left - 5) + "\" y1=\"" + num(y_of(y)) + "\" x2=\"" + num(left) + "\" y2=\"" + num(y_of(y)) +
            "\" stroke=\"#333\"/>\n";
     svg += "<text x=\"" + num(left - 8) + "\" y=\"" + num(y_of(y) + 4) + "\" text-anchor=\"end\">" +
-           printf_text(y_step < 1 ? "%.1f%%" : "%.0f%%", y) + "</text>\n";
+           format(y_step < 1 ? "%.1f%%" : "%.0f%%", y) + "</text>\n";
   }
   for (double decade = lo; decade <= hi * 1.0001; decade *= 10) {
     svg += "<line x1=\"" + num(x_of(decade)) + "\" y1=\"" + num(top + plot_h) + "\" x2=\"" + num(x_of(decade)) + "\" y2=\"" +
@@ -324,8 +310,8 @@ namespace detail::planning {
                "\" stroke-width=\"2\" transform=\"rotate(45 " + num(x) + " " + num(y) + ")\"/>\n";
       svg += "<text x=\"" + num(m.right ? x + 5 : x - 5) + "\" y=\"" + num(label_y) + "\" text-anchor=\"" + (m.right ? "start" : "end") +
              "\" fill=\"" + color + "\">" +
-             xml_text(p.name + " " + m.name + " " + printf_text(m.tau < 10 ? "%.2f s" : "%.0f s", m.tau) + " (" +
-                      printf_text("%.2f%%", 100 * m.waste) + ")") +
+             xml_text(p.name + " " + m.name + " " + format(m.tau < 10 ? "%.2f s" : "%.0f s", m.tau) + " (" +
+                      format("%.2f%%", 100 * m.waste) + ")") +
              "</text>\n";
     }
     // Where Daly's estimate misses the model's minimum (a background write longer than it), mark both.
@@ -334,8 +320,8 @@ namespace detail::planning {
       svg += "<path d=\"M " + num(x) + " " + num(y - 6) + " L " + num(x + 6) + " " + num(y + 5) + " L " + num(x - 6) + " " + num(y + 5) +
              " Z\" fill=\"" + color + "\" stroke=\"#fff\"/>\n";
       svg += "<text x=\"" + num(x + 9) + "\" y=\"" + num(y + 18) + "\" fill=\"" + color + "\">" +
-             xml_text(p.name + " model optimum " + printf_text(q.optimum_seconds < 10 ? "%.2f s" : "%.0f s", q.optimum_seconds) + " (" +
-                      printf_text("%.2f%%", 100 * q.waste_at_optimum) + ")") +
+             xml_text(p.name + " model optimum " + format(q.optimum_seconds < 10 ? "%.2f s" : "%.0f s", q.optimum_seconds) + " (" +
+                      format("%.2f%%", 100 * q.waste_at_optimum) + ")") +
              "</text>\n";
     }
     if (s.interval) {
@@ -423,19 +409,19 @@ namespace detail::planning {
   std::string out;
   const plan::TierPlan& q = t.planned;
   const plan::TierFailures& f = t.failures;
-  out += printf_text("MTBF %s: %s\n", seconds_text(f.mtbf_seconds).c_str(), s.mtbf_source.c_str());
-  auto share = [](double v) { return printf_text("%.4g%%", 100 * v); };
-  out += printf_text("failures: crash %s, node loss %s (%s), power loss %s: %s need persistent storage\n", share(f.crash_share).c_str(),
+  out += format("MTBF %s: %s\n", seconds_text(f.mtbf_seconds).c_str(), s.mtbf_source.c_str());
+  auto share = [](double v) { return format("%.4g%%", 100 * v); };
+  out += format("failures: crash %s, node loss %s (%s), power loss %s: %s need persistent storage\n", share(f.crash_share).c_str(),
               share(f.node_loss_share).c_str(), f.replicated ? "served by a peer's memory" : "no replicas: served by persistent storage",
               share(f.power_loss_share).c_str(), share(q.persistent_share).c_str());
-  out += printf_text("capture: stall %s, held on its peers %s later; promotion: stall %s more, persistent %s later\n",
+  out += format("capture: stall %s, held on its peers %s later; promotion: stall %s more, persistent %s later\n",
               seconds_text(t.cost.capture_stall_seconds).c_str(), seconds_text(t.cost.replicate_seconds).c_str(),
               seconds_text(t.cost.persist_stall_seconds).c_str(), seconds_text(t.cost.persist_seconds).c_str());
-  out += printf_text("restart: %s from memory, %s from persistent storage\n", seconds_text(f.memory_restart_seconds).c_str(),
+  out += format("restart: %s from memory, %s from persistent storage\n", seconds_text(f.memory_restart_seconds).c_str(),
               seconds_text(f.persistent_restart_seconds).c_str());
-  if (s.gpus_source.empty()) out += printf_text("GPU count unknown: lost GPU-hours are per GPU (give --gpus N)\n");
-  else out += printf_text("lost GPU-hours for %.0f GPUs (%s)\n", s.gpus, s.gpus_source.c_str());
-  out += printf_text("\n");
+  if (s.gpus_source.empty()) out += format("GPU count unknown: lost GPU-hours are per GPU (give --gpus N)\n");
+  else out += format("lost GPU-hours for %.0f GPUs (%s)\n", s.gpus, s.gpus_source.c_str());
+  out += format("\n");
   std::vector<std::vector<std::string>> rows = {
       {"policy", "memory interval", "persist every", "promotions apart", "waste",
        s.gpus_source.empty() ? "lost GPU-h/day/GPU" : "lost GPU-h/day"}};
@@ -452,10 +438,10 @@ namespace detail::planning {
   }
   row("optimum", {q.optimum.memory_interval_seconds, q.optimum.persist_every}, q.optimum.waste);
   out += table_text(rows, {false, true, true, true, true, true});
-  out += printf_text("\nfirst-order closed form (spec/PLAN.md 10.3): close to the simulation while costs and promotions are well below the MTBF\n");
+  out += format("\nfirst-order closed form (spec/PLAN.md 10.3): close to the simulation while costs and promotions are well below the MTBF\n");
   if (t.simulation) {
     const plan::TierSimulationResult& r = *t.simulation;
-    out += printf_text("simulated at the %s policy: %llu histories of %llu captures, seed %llu: waste %s +- %s, closed form %s, "
+    out += format("simulated at the %s policy: %llu histories of %llu captures, seed %llu: waste %s +- %s, closed form %s, "
                 "|difference| %s: %s (tolerance %s: %.0f standard errors + %.0f%% of the closed form; %.1f failures, "
                 "%.1f restarts from persistent storage per history)\n",
                 t.interval_given || t.persist_every_given ? "given" : "optimum", static_cast<unsigned long long>(r.histories),
@@ -515,7 +501,7 @@ namespace detail::planning {
   } else if (q.gpu_failures_per_hour) {
     if (!gpu_count) return usage("--gpu-failures-per-hour needs --gpus");
     mtbf = plan::mtbf_from_gpu_rate(*gpu_count, *q.gpu_failures_per_hour);
-    s.mtbf_source = q.gpu_failures_per_hour_text + " failures per GPU-hour on " + printf_text("%.0f", *gpu_count) + " GPUs";
+    s.mtbf_source = q.gpu_failures_per_hour_text + " failures per GPU-hour on " + format("%.0f", *gpu_count) + " GPUs";
   } else {
     s.preset = plan::find_preset(*q.preset);
     if (s.preset == nullptr) {
@@ -524,10 +510,10 @@ namespace detail::planning {
       return usage("unknown preset '" + *q.preset + "' (known: " + known + ")");
     }
     mtbf = plan::preset_mtbf_seconds(*s.preset, gpu_count);
-    s.mtbf_source = std::string(s.preset->name) + " preset, " + printf_text("%.0f", s.preset->interruptions) +
-                    " unexpected interruptions in " + printf_text("%.0f", s.preset->days) + " days on " +
-                    printf_text("%.0f", s.preset->gpus) + " GPUs" +
-                    (gpu_count ? ", rate scaled to " + printf_text("%.0f", *gpu_count) + " GPUs" : "");
+    s.mtbf_source = std::string(s.preset->name) + " preset, " + format("%.0f", s.preset->interruptions) +
+                    " unexpected interruptions in " + format("%.0f", s.preset->days) + " days on " +
+                    format("%.0f", s.preset->gpus) + " GPUs" +
+                    (gpu_count ? ", rate scaled to " + format("%.0f", *gpu_count) + " GPUs" : "");
   }
   if (!mtbf.ok()) return usage(mtbf.status().message());
   s.failures.mtbf_seconds = *mtbf;

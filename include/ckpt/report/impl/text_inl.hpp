@@ -14,20 +14,6 @@
 namespace ckpt::report {
 namespace detail {
 
-// printf into a string: the tools' formats, kept as they were.
-[[nodiscard]] inline std::string format(const char* fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
-  va_end(copy);
-  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, args);
-  va_end(args);
-  return out;
-}
-
 // --- Memory roots (spec/TIERS.md 2, 5) -----------------------------------------------------------------
 
 // "step 6 (digest 0123456789ab, world 4)"
@@ -448,11 +434,11 @@ CKPT_INLINE std::string verify_conclusion_text(const VerifyPathsReport& r, bool 
   const VerifySummary n = verify_summary(r);  // the document's summary, counted once
   if (n.steps != 0) {
     const std::string retired_text = n.steps_retired == 0 ? "" : ", " + std::to_string(n.steps_retired) + " retired while being verified";
-    s += detail::format("%zu step%s: %zu intact, %zu damaged%s (%zu shard files checked)\n", n.steps, n.steps == 1 ? "" : "s", n.steps_intact,
+    s += format("%zu step%s: %zu intact, %zu damaged%s (%zu shard files checked)\n", n.steps, n.steps == 1 ? "" : "s", n.steps_intact,
                         n.steps - n.steps_intact - n.steps_retired, retired_text.c_str(), n.files);
   } else if (n.files > 1) {
     // A file not read, and one retired with its step, are both "unreadable" here.
-    s += detail::format("%zu files: %zu intact, %zu damaged, %zu unreadable\n", n.files, n.intact, n.damaged, n.files - n.intact - n.damaged);
+    s += format("%zu files: %zu intact, %zu damaged, %zu unreadable\n", n.files, n.intact, n.damaged, n.files - n.intact - n.damaged);
   }
   return s;
 }
@@ -468,7 +454,7 @@ CKPT_INLINE std::vector<std::string> verify_error_messages(const VerifyPathsRepo
 }
 
 CKPT_INLINE std::string sidecar_text(const std::string& path, const json& d) {
-  return detail::format("%s: wrote %s (%s file%s, %s tensors, %s chunks over %s), root %s\n", printable(path).c_str(),
+  return format("%s: wrote %s (%s file%s, %s tensors, %s chunks over %s), root %s\n", printable(path).c_str(),
                         printable(d["sidecar"].get<std::string>()).c_str(), d["files"].dump().c_str(), d["files"].get<std::size_t>() == 1 ? "" : "s",
                         d["tensors"].dump().c_str(), d["chunks"].dump().c_str(), human_bytes(d["bytes"].get<double>()).c_str(),
                         d["root_digest"].get<std::string>().c_str());
@@ -517,15 +503,15 @@ CKPT_INLINE std::string diff_text(const DiffReport& r) {
     const std::size_t shown = std::min<std::size_t>(ch.chunks.size(), 8);
     for (std::size_t i = 0; i < shown; ++i) {
       const auto& c = ch.chunks[i];
-      s += detail::format("         piece %zu chunk %llu: bytes [%llu, %llu) of the piece\n", c.piece, static_cast<unsigned long long>(c.chunk),
+      s += format("         piece %zu chunk %llu: bytes [%llu, %llu) of the piece\n", c.piece, static_cast<unsigned long long>(c.chunk),
                           static_cast<unsigned long long>(c.offset), static_cast<unsigned long long>(c.offset + c.length));
     }
-    if (ch.chunks.size() > shown) s += detail::format("         ... and %zu more chunks (--json lists every one)\n", ch.chunks.size() - shown);
+    if (ch.chunks.size() > shown) s += format("         ... and %zu more chunks (--json lists every one)\n", ch.chunks.size() - shown);
   }
   for (const auto& m : d.metadata)
-    s += detail::format("metadata %-7s %s: %s -> %s\n", change_kind_name(m.kind), printable(m.key).c_str(), detail::value_text(m.a).c_str(),
+    s += format("metadata %-7s %s: %s -> %s\n", change_kind_name(m.kind), printable(m.key).c_str(), detail::value_text(m.a).c_str(),
                         detail::value_text(m.b).c_str());
-  s += detail::format("%s: %zu tensor%s changed, added or removed, %zu unchanged, %zu metadata key%s differ\n", d.identical() ? "identical" : "different",
+  s += format("%s: %zu tensor%s changed, added or removed, %zu unchanged, %zu metadata key%s differ\n", d.identical() ? "identical" : "different",
                       d.tensors.size(), d.tensors.size() == 1 ? "" : "s", d.tensors_unchanged, d.metadata.size(), d.metadata.size() == 1 ? "" : "s");
   return s;
 }
