@@ -104,41 +104,57 @@ void parallel_checked(unsigned threads, std::size_t count, const Work& work) {
   if (!failure.empty()) throw BenchError(failure);
 }
 
-int run(const Config& cfg) {
-  const CpuInfo cpu = cpu_info();
-  const double load_before = load_average();
-  const std::size_t size = static_cast<std::size_t>(cfg.size & ~std::uint64_t{4095});
-  const std::size_t part = static_cast<std::size_t>(cfg.part_size);
-  const unsigned n = cfg.connections;
-
-  // A fresh prefix under the URL, removed at the end.
-  std::string base = cfg.url;
+// A fresh prefix under the URL, removed at the end: no run meets another's objects.
+std::string fresh_prefix(const std::string& url) {
+  std::string base = url;
   if (base.empty() || base.back() != '/') base += '/';
   std::random_device random;
   char tag[32];
   std::snprintf(tag, sizeof tag, "ckpt-bench-s3-%08x%08x/", random(), random());
-  const std::string url = base + tag;
-  S3Options s3;
-  s3.max_connections = static_cast<int>(n);
+  return base + tag;
+}
+
+std::unique_ptr<ObjectClient> open_client(const std::string& url, const S3Options& s3) {
   auto opened = open_s3_url(url, s3);
   check(opened, "open " + url);
-  std::unique_ptr<ObjectClient> client = std::move(opened).value();
-  const char* server_name = std::getenv("CKPT_S3_TEST_SERVER");
-  const char* endpoint = std::getenv("AWS_ENDPOINT_URL");
+  return std::move(opened).value();
+}
 
-  Buffer data(size), dst(size);
-  fill_random(data.data(), size, 0x636b70742d733362ull);
-  const std::vector<TensorSpan> tensors = model_tensors(size, cfg.tensor_size);
-  const std::size_t parts = (size + part - 1) / part;
-
-  // --- raw: one object "raw", rewritten every round.
-  const std::string raw_key = "raw";
+// What the four contenders share: the random bytes, the raw object "raw" (rewritten every round) and a
+// store under "store/", opened once (a job opens its store once and saves many steps).
+struct Contenders {
+  std::size_t size, part;
+  unsigned n;
+  std::unique_ptr<ObjectClient> client;
+  Buffer data, dst;
+  std::vector<TensorSpan> tensors;
+  std::size_t parts;
+  std::string raw_key = "raw";
   bool raw_exists = false;
-  auto remove_raw = [&] {
+  std::unique_ptr<ObjectClient> store_client;
+  std::unique_ptr<Store> store;
+  std::uint64_t next_step = 1;
+
+  Contenders(const std::string& url, const S3Options& s3, std::size_t size_bytes, std::size_t part_bytes, unsigned connections,
+             std::uint64_t tensor_size)
+      : size(size_bytes), part(part_bytes), n(connections), client(open_client(url, s3)), data(size), dst(size),
+        tensors(model_tensors(size, tensor_size)), parts((size + part - 1) / part) {
+    fill_random(data.data(), size, 0x636b70742d733362ull);
+    store_client = open_client(url + "store/", s3);
+    StoreOptions sopts;
+    sopts.create_if_missing = true;
+    sopts.io.part_size = part;
+    sopts.io.parallel_parts = n;
+    auto store_or = Store::open(object_log(*store_client), Access::read_write, sopts);
+    check(store_or, "open store " + store_client->url(""));
+    store = std::move(store_or).value();
+  }
+
+  void remove_raw() {
     if (raw_exists) check(client->remove(raw_key), "delete " + client->url(raw_key));
     raw_exists = false;
-  };
-  auto raw_save = [&] {
+  }
+  void raw_save() {
     auto id = client->create_upload(raw_key);
     check(id, "CreateMultipartUpload " + client->url(raw_key));
     std::vector<UploadPart> uploaded(parts);
@@ -155,147 +171,180 @@ int run(const Config& cfg) {
       throw;
     }
     raw_exists = true;
-  };
-  auto raw_load = [&] {
+  }
+  void raw_load() {
     parallel_checked(n, parts, [&](std::size_t i) {
       const std::size_t off = i * part, len = std::min(part, size - off);
       auto got = client->get(raw_key, off, dst.data() + off, len);
       check(got, "GET " + client->url(raw_key));
       if (*got != len) throw BenchError(client->url(raw_key) + ": short GET");
     });
-  };
-
-  // --- ckpt: a store under "store/", opened once (a job opens its store once and saves many steps).
-  auto store_opened = open_s3_url(url + "store/", s3);
-  check(store_opened, "open " + url + "store/");
-  std::unique_ptr<ObjectClient> store_client = std::move(store_opened).value();
-  StoreOptions sopts;
-  sopts.create_if_missing = true;
-  sopts.io.part_size = part;
-  sopts.io.parallel_parts = n;
-  auto store_or = Store::open(object_log(*store_client), Access::read_write, sopts);
-  check(store_or, "open store " + store_client->url(""));
-  std::unique_ptr<Store> store = std::move(store_or).value();
-  std::uint64_t next_step = 1;
-  auto retire_previous = [&] {  // untimed: the last round's step leaves, so the store holds one step
+  }
+  // Untimed: the last round's step leaves, so the store holds one step.
+  void retire_previous() {
     if (auto latest = store->latest()) check(store->retire(latest->step), "retire step " + std::to_string(latest->step));
-  };
-  auto ckpt_save = [&] {
+  }
+  void ckpt_save() {
     auto tx = store->begin(next_step);
     check(tx, "begin step " + std::to_string(next_step));
     for (const auto& t : tensors)
       check((*tx)->add_tensor(t.name, DType::BF16, {t.size / 2}, data.data() + t.offset, t.size), "add_tensor " + t.name);
     check((*tx)->commit(), "commit step " + std::to_string(next_step));
     ++next_step;
-  };
-  auto ckpt_load = [&] {
+  }
+  void ckpt_load() {
     auto latest = store->latest();
     if (!latest) throw BenchError("the store has no step to load");
     auto reader = store->open_step(*latest);
     check(reader, "open step " + std::to_string(latest->step));
     for (const auto& t : tensors)
       check(reader->read_tensor(t.name, dst.data() + t.offset, t.size, ReadCheck::touched), "read_tensor " + t.name);
-  };
-  auto clear_dst = [&] { std::memset(dst.data(), 0, size); };
-  auto check_dst = [&](const char* what) {
+  }
+  void clear_dst() { std::memset(dst.data(), 0, size); }
+  void check_dst(const char* what) {
     if (std::memcmp(dst.data(), data.data(), size) != 0) throw IntegrityError(std::string(what) + ": loaded bytes differ from the saved ones");
-  };
-
-  std::vector<Measurement> ms(4);
-  ms[0] = {"raw_save", "raw: multipart upload, " + std::to_string(n) + " parts in flight", remove_raw, raw_save, {}, {}, {}, 0};
-  ms[1] = {"ckpt_save", "ckpt: Store begin + add_tensor + commit", retire_previous, ckpt_save, {}, {}, {}, 0};
-  ms[2] = {"raw_load", "raw: ranged GETs, " + std::to_string(n) + " in flight", clear_dst, raw_load, {}, {}, {}, 0};
-  ms[3] = {"ckpt_load_verify", "ckpt: open_step + read_tensor, verified", clear_dst, ckpt_load, {}, {}, {}, 0};
-  const std::vector<Comparison> comparisons = {{"ckpt_save", "raw_save", 0.85}, {"ckpt_load_verify", "raw_load", 0.85}};
-
-  auto cleanup = [&] {
-    // Best effort, untimed: every object under the run's prefix, and uploads left by a failure.
+  }
+  // Best effort, untimed: every object under the run's prefix, and uploads left by a failure.
+  void cleanup() {
     if (auto uploads = client->list_uploads(""); uploads.ok())
       for (const auto& u : *uploads) (void)client->abort_upload(u.key, u.upload_id);
     if (auto listed = client->list(""); listed.ok())
       for (const auto& o : *listed) (void)client->remove(o.key);
-  };
+  }
+};
+
+const std::vector<Comparison> kComparisons = {{"ckpt_save", "raw_save", 0.85}, {"ckpt_load_verify", "raw_load", 0.85}};
+
+// Runs the four round by round, checking the loaded bytes after each load; the prefix is emptied
+// whether or not they succeed.
+std::vector<Measurement> measure(Contenders& c, unsigned repeat) {
+  const unsigned n = c.n;
+  std::vector<Measurement> ms(4);
+  ms[0] = {"raw_save", "raw: multipart upload, " + std::to_string(n) + " parts in flight", [&c] { c.remove_raw(); }, [&c] { c.raw_save(); }, {}, {}, {}, 0};
+  ms[1] = {"ckpt_save", "ckpt: Store begin + add_tensor + commit", [&c] { c.retire_previous(); }, [&c] { c.ckpt_save(); }, {}, {}, {}, 0};
+  ms[2] = {"raw_load", "raw: ranged GETs, " + std::to_string(n) + " in flight", [&c] { c.clear_dst(); }, [&c] { c.raw_load(); }, {}, {}, {}, 0};
+  ms[3] = {"ckpt_load_verify", "ckpt: open_step + read_tensor, verified", [&c] { c.clear_dst(); }, [&c] { c.ckpt_load(); }, {}, {}, {}, 0};
   try {
-    for (unsigned r = 0; r < cfg.repeat; ++r) {
+    for (unsigned r = 0; r < repeat; ++r) {
       for (std::size_t i = 0; i < ms.size(); ++i) {
         run_once(ms[i]);
-        if (i == 2) check_dst("raw load");
-        if (i == 3) check_dst("ckpt load");
+        if (i == 2) c.check_dst("raw load");
+        if (i == 3) c.check_dst("ckpt load");
       }
     }
   } catch (...) {
-    store.reset();
-    cleanup();
+    c.store.reset();
+    c.cleanup();
     throw;
   }
-  store.reset();
-  cleanup();
-  const double load_after = load_average();
+  c.store.reset();
+  c.cleanup();
+  return ms;
+}
 
+void summarize_runs(std::vector<Measurement>& ms) {
   for (auto& m : ms) {
     m.timing = summarize(m.secs);
     const auto best = std::min_element(m.secs.begin(), m.secs.end()) - m.secs.begin();
     m.best_cpu_share = m.cpu_secs[best] / m.secs[best];
   }
-  auto find = [&](const std::string& id) -> const Measurement& {
-    return *std::find_if(ms.begin(), ms.end(), [&](const Measurement& m) { return m.id == id; });
-  };
-  auto gbps = [&](double secs) { return double(size) / secs / 1e9; };
-  // Throughput ratio on the same bytes: limit time / ckpt time.
-  auto ratio_of = [&](const Comparison& c, bool median) {
-    const Measurement& m = find(c.measure);
-    const Measurement& l = find(c.limit);
-    return median ? l.timing.median / m.timing.median : l.timing.best / m.timing.best;
-  };
+}
+
+// What the report says about the run besides the measurements.
+struct RunFacts {
+  CpuInfo cpu;
+  double load_before = 0, load_after = 0;
+  std::size_t size = 0, part = 0, tensor_count = 0;
+  unsigned n = 0;
+};
+
+const Measurement& find(const std::vector<Measurement>& ms, const std::string& id) {
+  return *std::find_if(ms.begin(), ms.end(), [&](const Measurement& m) { return m.id == id; });
+}
+
+// Throughput ratio on the same bytes: limit time / ckpt time.
+double ratio_of(const std::vector<Measurement>& ms, const Comparison& c, bool median) {
+  const Measurement& m = find(ms, c.measure);
+  const Measurement& l = find(ms, c.limit);
+  return median ? l.timing.median / m.timing.median : l.timing.best / m.timing.best;
+}
+
+int print_json_report(const Config& cfg, const RunFacts& f, const std::vector<Measurement>& ms) {
+  auto gbps = [&](double secs) { return double(f.size) / secs / 1e9; };
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  std::string server = server_name != nullptr ? server_name : "";
-  if (cfg.json) {
-    nlohmann::ordered_json j;
-    j["tool"] = kTool;
-    j["url"] = cfg.url;
-    j["endpoint"] = endpoint != nullptr ? endpoint : "";
-    j["server"] = server;
-    j["size_bytes"] = size;
-    j["tensor_count"] = tensors.size();
-    j["connections"] = n;
-    j["part_size"] = part;
-    j["repeat"] = cfg.repeat;
-    j["statistic"] = "best";  // ratios use the best (shortest) run of each; medians beside them
-    j["cpu"] = {{"model", cpu.model}, {"cores_online", cores}, {"avx2", cpu.avx2}, {"avx512f", cpu.avx512}};
-    j["xxh3_vector"] = xxh3_vector_name();
-    j["load_average"] = {{"before", load_before}, {"after", load_after}};
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    for (const auto& m : ms)
-      rows.push_back({{"id", m.id}, {"label", m.label}, {"bytes", size}, {"best_s", m.timing.best}, {"median_s", m.timing.median},
-                      {"worst_s", m.timing.worst}, {"best_gb_per_s", gbps(m.timing.best)}, {"median_gb_per_s", gbps(m.timing.median)},
-                      {"best_cpu_share", m.best_cpu_share}, {"runs_s", m.secs}, {"runs_cpu_s", m.cpu_secs}});
-    j["measurements"] = rows;
-    nlohmann::ordered_json ratios = nlohmann::ordered_json::array();
-    for (const auto& c : comparisons)
-      ratios.push_back({{"measure", c.measure}, {"limit", c.limit}, {"ratio", ratio_of(c, false)}, {"median_ratio", ratio_of(c, true)},
-                        {"target", c.target}, {"meets_target", ratio_of(c, false) >= c.target}});
-    j["ratios"] = ratios;
-    cli::print_json(j);
-    return cli::kOk;
-  }
+  const char* server_name = std::getenv("CKPT_S3_TEST_SERVER");
+  const char* endpoint = std::getenv("AWS_ENDPOINT_URL");
+  nlohmann::ordered_json j;
+  j["tool"] = kTool;
+  j["url"] = cfg.url;
+  j["endpoint"] = endpoint != nullptr ? endpoint : "";
+  j["server"] = server_name != nullptr ? server_name : "";
+  j["size_bytes"] = f.size;
+  j["tensor_count"] = f.tensor_count;
+  j["connections"] = f.n;
+  j["part_size"] = f.part;
+  j["repeat"] = cfg.repeat;
+  j["statistic"] = "best";  // ratios use the best (shortest) run of each; medians beside them
+  j["cpu"] = {{"model", f.cpu.model}, {"cores_online", cores}, {"avx2", f.cpu.avx2}, {"avx512f", f.cpu.avx512}};
+  j["xxh3_vector"] = xxh3_vector_name();
+  j["load_average"] = {{"before", f.load_before}, {"after", f.load_after}};
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const auto& m : ms)
+    rows.push_back({{"id", m.id}, {"label", m.label}, {"bytes", f.size}, {"best_s", m.timing.best}, {"median_s", m.timing.median},
+                    {"worst_s", m.timing.worst}, {"best_gb_per_s", gbps(m.timing.best)}, {"median_gb_per_s", gbps(m.timing.median)},
+                    {"best_cpu_share", m.best_cpu_share}, {"runs_s", m.secs}, {"runs_cpu_s", m.cpu_secs}});
+  j["measurements"] = rows;
+  nlohmann::ordered_json ratios = nlohmann::ordered_json::array();
+  for (const auto& c : kComparisons)
+    ratios.push_back({{"measure", c.measure}, {"limit", c.limit}, {"ratio", ratio_of(ms, c, false)}, {"median_ratio", ratio_of(ms, c, true)},
+                      {"target", c.target}, {"meets_target", ratio_of(ms, c, false) >= c.target}});
+  j["ratios"] = ratios;
+  cli::print_json(j);
+  return cli::kOk;
+}
+
+int print_table_report(const Config& cfg, const RunFacts& f, const std::vector<Measurement>& ms) {
+  auto gbps = [&](double secs) { return double(f.size) / secs / 1e9; };
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const char* server_name = std::getenv("CKPT_S3_TEST_SERVER");
+  const char* endpoint = std::getenv("AWS_ENDPOINT_URL");
+  const std::string server = server_name != nullptr ? server_name : "";
   std::printf("ckpt-bench-s3: %s of random data as %zu BF16 tensors, %s parts, %u connections, server %s%s%s\n",
-              cli::human_bytes(double(size)).c_str(), tensors.size(), cli::human_bytes(double(part)).c_str(), n,
+              cli::human_bytes(double(f.size)).c_str(), f.tensor_count, cli::human_bytes(double(f.part)).c_str(), f.n,
               endpoint != nullptr ? endpoint : "(AWS)", server.empty() ? "" : " ", server.empty() ? "" : ("(" + server + ")").c_str());
   std::printf("CPU: %s, %u cores online, AVX2 %s, AVX-512 %s; XXH3 compiled for %s; load average %.2f before, %.2f after\n\n",
-              cpu.model.c_str(), cores, cpu.avx2 ? "yes" : "no", cpu.avx512 ? "yes" : "no", xxh3_vector_name(), load_before, load_after);
+              f.cpu.model.c_str(), cores, f.cpu.avx2 ? "yes" : "no", f.cpu.avx512 ? "yes" : "no", xxh3_vector_name(), f.load_before,
+              f.load_after);
   std::printf("%-48s %7s %7s %6s   %s\n", "contender", "GB/s", "median", "cpu", "ckpt / raw: best (median)  target");
   for (const auto& m : ms) {
     std::printf("  %-46s %7.3f %7.3f %5.0f%%", m.label.c_str(), gbps(m.timing.best), gbps(m.timing.median), 100.0 * m.best_cpu_share);
-    for (const auto& c : comparisons)
+    for (const auto& c : kComparisons)
       if (c.measure == m.id)
-        std::printf("   %.2fx (%.2fx)  >= %.2f %s", ratio_of(c, false), ratio_of(c, true), c.target,
-                    ratio_of(c, false) >= c.target ? "ok" : "MISSED");
+        std::printf("   %.2fx (%.2fx)  >= %.2f %s", ratio_of(ms, c, false), ratio_of(ms, c, true), c.target,
+                    ratio_of(ms, c, false) >= c.target ? "ok" : "MISSED");
     std::printf("\n");
   }
   std::printf("\nGB/s: 10^9 bytes of tensor data per second, best of %u rounds (the four alternate round by round), median beside it.\n"
               "cpu: this process's CPU time / wall time of the best run (all its threads; the server's own CPU is not counted).\n",
               cfg.repeat);
   return cli::kOk;
+}
+
+int run(const Config& cfg) {
+  RunFacts f;
+  f.cpu = cpu_info();
+  f.load_before = load_average();
+  f.size = static_cast<std::size_t>(cfg.size & ~std::uint64_t{4095});
+  f.part = static_cast<std::size_t>(cfg.part_size);
+  f.n = cfg.connections;
+  S3Options s3;
+  s3.max_connections = static_cast<int>(f.n);
+  Contenders contenders(fresh_prefix(cfg.url), s3, f.size, f.part, f.n, cfg.tensor_size);
+  f.tensor_count = contenders.tensors.size();
+  std::vector<Measurement> ms = measure(contenders, cfg.repeat);
+  f.load_after = load_average();
+  summarize_runs(ms);
+  return cfg.json ? print_json_report(cfg, f, ms) : print_table_report(cfg, f, ms);
 }
 
 }  // namespace
