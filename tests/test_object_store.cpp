@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,14 @@ Status save_step(Store& store, std::uint64_t step) {
   CKPT_TRY(tx->add_tensor("w", DType::U8, Shape{bytes.size()}, bytes.data(), bytes.size()));
   tx->state().values["lr"] = Value(0.5);
   return tx->commit().status();
+}
+
+// A writable store on objects (small parts) holding these steps, each saved by save_step.
+Result<std::unique_ptr<Store>> store_with_steps(MemoryObjects& objects, std::initializer_list<std::uint64_t> steps) {
+  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
+  REQUIRE(store.ok());
+  for (const std::uint64_t step : steps) REQUIRE(save_step(**store, step).ok());
+  return store;
 }
 
 // The oracle: the step reads back bit for bit, and every chunk of every shard verifies.
@@ -211,10 +220,7 @@ TEST_CASE("a failed part aborts the upload and fails the file", "[object_fs]") {
 TEST_CASE("a store on objects saves, lists and reads back steps", "[object_store]") {
   MemoryObjects objects;
   {
-    auto store = Store::open(object_log(objects), Access::read_write, small_parts());
-    REQUIRE(store.ok());
-    REQUIRE(save_step(**store, 10).ok());
-    REQUIRE(save_step(**store, 20).ok());
+    auto store = store_with_steps(objects, {10, 20});
     CHECK((*store)->latest()->step == 20);
     CHECK(save_step(**store, 20).code() == Code::conflict);  // a step is committed once
   }
@@ -304,10 +310,7 @@ TEST_CASE("a lost response to the MANIFEST or commit PUT is resolved by reading 
 TEST_CASE("a damaged commit object is reported and its step is not listed", "[object_store]") {
   MemoryObjects objects;
   {
-    auto store = Store::open(object_log(objects), Access::read_write, small_parts());
-    REQUIRE(store.ok());
-    REQUIRE(save_step(**store, 1).ok());
-    REQUIRE(save_step(**store, 2).ok());
+    auto store = store_with_steps(objects, {1, 2});
   }
   std::string bytes = objects.objects().at(commit_key(2));
   bytes[4096 + 20] ^= 0x10;
@@ -326,9 +329,7 @@ TEST_CASE("a damaged commit object is reported and its step is not listed", "[ob
 
 TEST_CASE("a flipped byte in a shard object is found by the chunk digests", "[object_store]") {
   MemoryObjects objects;
-  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
-  REQUIRE(store.ok());
-  REQUIRE(save_step(**store, 1).ok());
+  auto store = store_with_steps(objects, {1});
   const StepInfo info = *(*store)->latest();
   const std::string key = info.dir + "/" + info.files[0].name;
   std::string bytes = objects.objects().at(key);
@@ -348,9 +349,7 @@ TEST_CASE("a save killed at every request boundary leaves the last commit or the
   std::uint64_t total = 0;
   {
     MemoryObjects objects;
-    auto store = Store::open(object_log(objects), Access::read_write, small_parts());
-    REQUIRE(store.ok());
-    REQUIRE(save_step(**store, 1).ok());
+    auto store = store_with_steps(objects, {1});
     const std::uint64_t before = objects.requests();
     REQUIRE(save_step(**store, 2).ok());
     total = objects.requests() - before;
@@ -361,9 +360,7 @@ TEST_CASE("a save killed at every request boundary leaves the last commit or the
     for (const Fault fault : {Fault::crash, Fault::lose_response}) {
       MemoryObjects objects;
       {
-        auto store = Store::open(object_log(objects), Access::read_write, small_parts());
-        REQUIRE(store.ok());
-        REQUIRE(save_step(**store, 1).ok());
+        auto store = store_with_steps(objects, {1});
         const std::uint64_t start = objects.requests();
         objects.set_hook([&](const MemoryObjects::Request& r) { return r.number == start + kill ? fault : Fault::none; });
         Status s = save_step(**store, 2);
@@ -433,9 +430,7 @@ TEST_CASE("retention retires before it deletes, and a crash in it never loses a 
 
 TEST_CASE("garbage collection deletes only transactions proven dead", "[object_store]") {
   MemoryObjects objects;
-  auto store = Store::open(object_log(objects), Access::read_write, small_parts());
-  REQUIRE(store.ok());
-  REQUIRE(save_step(**store, 1).ok());
+  auto store = store_with_steps(objects, {1});
   // An abandoned save (abort object), and an in-progress one (objects, no commit or abort).
   {
     auto tx = (*store)->begin(2);
