@@ -20,6 +20,14 @@ PlanRequest sync_request(double mtbf_hours, double save_seconds) {
   return q;
 }
 
+// The MTBF as `--mtbf-seconds SECONDS` gives it.
+PlanRequest mtbf_seconds_request(int seconds) {
+  PlanRequest q;
+  q.mtbf_seconds = seconds;
+  q.mtbf_seconds_text = std::to_string(seconds);
+  return q;
+}
+
 }  // namespace
 
 TEST_CASE("a plan names where its MTBF and each policy's save cost came from", "[plan_report]") {
@@ -44,9 +52,7 @@ TEST_CASE("a plan names where its MTBF and each policy's save cost came from", "
 }
 
 TEST_CASE("an async cost alone gives the sync policy its equivalent", "[plan_report]") {
-  PlanRequest q;
-  q.mtbf_seconds = 10800;
-  q.mtbf_seconds_text = "10800";
+  PlanRequest q = mtbf_seconds_request(10800);
   q.async_stall_seconds = 1;
   q.async_write_seconds = 30;
   auto r = report::plan_report(q);
@@ -129,9 +135,7 @@ TEST_CASE("the tiered mode fills its defaults and the preset's GPU count", "[pla
 
 TEST_CASE("a simulation that disagrees with the model exits 1", "[plan_report]") {
   // A 20 s stall and power losses only on a 1000 s MTBF: the first-order closed form overstates the waste.
-  PlanRequest q;
-  q.mtbf_seconds = 1000;
-  q.mtbf_seconds_text = "1000";
+  PlanRequest q = mtbf_seconds_request(1000);
   q.capture_stall_seconds = 20;
   q.persist_seconds = 100;
   q.power_loss_share = 1;
