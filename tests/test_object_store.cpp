@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -68,6 +69,18 @@ Result<std::unique_ptr<Store>> store_with_steps(MemoryObjects& objects, std::ini
   REQUIRE(store.ok());
   for (const std::uint64_t step : steps) REQUIRE(save_step(**store, step).ok());
   return store;
+}
+
+// Makes a store on objects, then runs body on `world` ranks, each with its own client (a view of the same
+// objects) and its rank's collective open of the store.
+std::vector<Status> run_object_ranks(MemoryObjects& objects, int world,
+                                     const std::function<Status(std::uint32_t, MemoryObjects&, Store*)>& body) {
+  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
+  return ckpt_test::run_ranks(world, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
+    MemoryObjects mine = objects.view();
+    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(mine), Access::read_write, small_parts(), comm));
+    return body(rank, mine, store.get());
+  });
 }
 
 // The oracle: the step reads back bit for bit, and every chunk of every shard verifies.
@@ -451,11 +464,8 @@ TEST_CASE("garbage collection deletes only transactions proven dead", "[object_s
 
 TEST_CASE("ranks save one step into an object store together", "[object_store][ranks]") {
   MemoryObjects objects;
-  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
   const auto full = ckpt_test::random_bytes(4 * 50000, 11);
-  auto statuses = ckpt_test::run_ranks(4, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-    MemoryObjects mine = objects.view();
-    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(mine), Access::read_write, small_parts(), comm));
+  auto statuses = run_object_ranks(objects, 4, [&](std::uint32_t rank, MemoryObjects& mine, Store* store) -> Status {
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
     CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * 50000ULL}, Shape{50000}));
     CKPT_TRY(tx->write(full.data() + rank * 50000, 50000));
@@ -473,11 +483,8 @@ TEST_CASE("ranks save one step into an object store together", "[object_store][r
 
 TEST_CASE("a rank that cannot upload fails the whole save on every rank", "[object_store][ranks]") {
   MemoryObjects objects;
-  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
   const auto full = ckpt_test::random_bytes(2 * 100000, 12);
-  auto statuses = ckpt_test::run_ranks(2, [&](std::uint32_t rank, ThreadComm& comm) -> Status {
-    MemoryObjects mine = objects.view();
-    CKPT_ASSIGN_OR_RETURN(auto store, Store::open(object_log(mine), Access::read_write, small_parts(), comm));
+  auto statuses = run_object_ranks(objects, 2, [&](std::uint32_t rank, MemoryObjects& mine, Store* store) -> Status {
     if (rank == 1) mine.set_hook([](const MemoryObjects::Request& r) { return r.op == Op::upload_part ? Fault::fail : Fault::none; });
     CKPT_ASSIGN_OR_RETURN(auto tx, store->begin(1));
     CKPT_TRY(tx->begin_piece("w", DType::U8, Shape{full.size()}, Shape{rank * 100000ULL}, Shape{100000}));
@@ -519,7 +526,6 @@ TEST_CASE("a transaction dropped by rank 0 is proven dead by its abort object", 
 TEST_CASE("a save whose ranks the caller coordinates commits once every report is in, and not without one",
           "[object_store][ranks]") {
   MemoryObjects objects;
-  REQUIRE(Store::open(object_log(objects), Access::read_write, small_parts()).ok());
   const auto full = ckpt_test::random_bytes(3 * 40000, 13);
   // The messages of spec/OBJECT.md 4.8 carried by the test, as DCP's plans carry them: ranks open in any order.
   const auto save = [&](std::uint64_t step, bool every_report) -> Result<CommitResult> {
