@@ -141,6 +141,14 @@ void flip_shard_byte(const fsys::path& store, std::uint64_t step) {
   FAIL("no shard of step " << step << " in " << store);
 }
 
+// Whether a shard file of `step` is anywhere under store: in its step directory or quarantine/.
+bool holds_shard_of(const fsys::path& store, std::uint64_t step) {
+  for (const auto& e : fsys::recursive_directory_iterator(store))
+    if (e.path().extension() == ".ckpt" && e.path().parent_path().filename().string().rfind("step-" + std::to_string(step) + "-", 0) == 0)
+      return true;
+  return false;
+}
+
 std::size_t count(const std::vector<TierRecord>& records, TierEvent e) {
   std::size_t n = 0;
   for (const auto& r : records) n += r.event == e ? 1 : 0;
@@ -300,11 +308,13 @@ TEST_CASE("a byte flipped in a memory copy is caught and the next source is used
   for (const auto& s : r.resumed[1].setbacks) noted = noted || s.find("set aside") != std::string::npos;
   CHECK(noted);
   CHECK(count(r.records[1], TierEvent::set_aside) == 1);
-  // A later resume never uses the set-aside copy again, and the files are still there.
+  // A later resume never uses the set-aside copy again, and the files are still there after memory
+  // retention has passed step 6 (captures 8 and 10 with memory_keep 2): set-aside copies are never deleted.
   auto again = run(Job{dir, kFourNodes, 10, {}, {}});
   check_final(again, 10);
   CHECK_THAT(again.resumed[1].sources.at(0), Catch::Contains("replica"));
   CHECK(again.resumed[1].setbacks.empty());
+  CHECK(holds_shard_of(dir / "node-n1" / "rank-1" / "own", 6));
 }
 
 TEST_CASE("a directory named rank-01 is no rank directory: resume neither reads it nor counts rank-1 twice", "[tiered]") {

@@ -187,6 +187,11 @@ class TieredCheckpointer {
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
   [[nodiscard]] Result<std::vector<Digest128>> agree_on_capture(std::uint64_t step, const Status& local, const Digest128& my_digest);
   [[nodiscard]] Status retire_memory(const std::vector<int>& sources);
+  // Retention of one memory store (memory_keep) and a step's leaving one: a copy this rank's log records
+  // as set aside leaves into quarantine/ instead of being retired, never deleted (spec/TIERS.md 5.2).
+  [[nodiscard]] Result<std::vector<StepInfo>> retain_memory(Store& store);
+  [[nodiscard]] Status leave_memory(Store& store, const StepInfo& info);
+  [[nodiscard]] bool recorded_set_aside(const Store& store, const StepInfo& info) const;
   [[nodiscard]] Status promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest, const Digest128& digest);
   [[nodiscard]] Result<Store*> held(std::uint32_t shard);
   [[nodiscard]] Status log(std::vector<TierRecord> records);

@@ -756,8 +756,11 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   learned.push_back(r);
   for (const auto& [s, c] : loaded_copies)
     out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
-  CKPT_TRY(retire_abandoned(learned));
+  // The verdicts are durable first: retiring the abandoned timeline reads which copies were set aside.
   CKPT_TRY(tiers.log(learned));
+  std::vector<TierRecord> evicted;
+  CKPT_TRY(retire_abandoned(evicted));
+  if (!evicted.empty()) CKPT_TRY(tiers.log(evicted));
   // A replacement node gets its peers' replicas again (same world): every holder the placement names.
   if (out.world == world && tiers.placement_.achievable > 0) CKPT_TRY(refill());
   return std::move(out);
@@ -793,7 +796,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::retire_abandoned(std::vector<Tier
   for (auto& [store, shard] : stores)
     for (const StepInfo& info : store->steps()) {
       if (info.step <= decision.step) continue;
-      CKPT_TRY(store->retire(info.step));
+      CKPT_TRY(tiers.leave_memory(*store, info));
       TierRecord e;
       e.event = TierEvent::evicted, e.step = info.step, e.world = std::max(world, shard + 1), e.shard = shard, e.txn = info.txn;
       e.detail = "newer than the resumed step " + std::to_string(decision.step);

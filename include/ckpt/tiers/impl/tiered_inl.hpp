@@ -653,9 +653,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
           h.event = TierEvent::held, h.step = step, h.world = world, h.shard = shard, h.step_digest = digest;
           h.shard_digest = shards[shard], h.txn = got->info.txn;
           held_records.push_back(h);
-          RetentionPolicy keep;
-          keep.keep_last = options_.memory_keep;
-          auto retired = (*store)->apply_retention(keep);
+          auto retired = retain_memory(**store);
           if (retired.ok())
             for (const auto& old : *retired) {
               TierRecord e;
@@ -743,9 +741,7 @@ CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(
 CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sources) {
   const auto me = static_cast<std::uint32_t>(rank());
   const auto world = static_cast<std::uint32_t>(this->world());
-  RetentionPolicy keep;
-  keep.keep_last = options_.memory_keep;
-  CKPT_ASSIGN_OR_RETURN(auto retired, own_->apply_retention(keep));
+  CKPT_ASSIGN_OR_RETURN(auto retired, retain_memory(*own_));
   std::vector<TierRecord> evicted;
   for (const auto& old : retired) {
     TierRecord e;
@@ -761,7 +757,7 @@ CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sou
       if (std::find(sources.begin(), sources.end(), static_cast<int>(shard)) != sources.end()) continue;
       for (const StepInfo& info : store->steps()) {
         if (info.step >= oldest) continue;
-        CKPT_TRY(store->retire(info.step));
+        CKPT_TRY(leave_memory(*store, info));
         TierRecord e;
         e.event = TierEvent::evicted, e.step = info.step, e.world = std::max(world, shard + 1), e.shard = shard, e.txn = info.txn;
         e.detail = "fetched at resume, older than every step kept";
@@ -771,6 +767,32 @@ CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sou
   }
   if (!evicted.empty()) CKPT_TRY(log(evicted));
   return Status();
+}
+
+CKPT_INLINE Result<std::vector<StepInfo>> TieredCheckpointer::retain_memory(Store& store) {
+  const std::vector<StepInfo> live = store.steps();
+  for (std::size_t i = 0; i + options_.memory_keep < live.size(); ++i)
+    if (recorded_set_aside(store, live[i])) CKPT_TRY(store.set_aside(live[i].step));
+  RetentionPolicy keep;
+  keep.keep_last = options_.memory_keep;
+  return store.apply_retention(keep);
+}
+
+CKPT_INLINE Status TieredCheckpointer::leave_memory(Store& store, const StepInfo& info) {
+  return recorded_set_aside(store, info) ? store.set_aside(info.step) : store.retire(info.step);
+}
+
+// A SET_ASIDE record names the copy by its store path as the resuming rank spelled it: compared by the
+// last two components (rank-<r>/<store>), as the memory-root report does, with the txn and the step.
+CKPT_INLINE bool TieredCheckpointer::recorded_set_aside(const Store& store, const StepInfo& info) const {
+  const std::string where = "/" + base_name(parent_path(store.path())) + "/" + base_name(store.path());
+  std::lock_guard<std::mutex> lock(log_mutex_);
+  for (const auto& r : log_->records()) {
+    if (r.event != TierEvent::set_aside || r.step != info.step || r.txn != info.txn) continue;
+    const std::string& d = r.detail;
+    if (d == store.path() || (d.size() > where.size() && d.compare(d.size() - where.size(), where.size(), where) == 0)) return true;
+  }
+  return false;
 }
 
 // Promotion (spec/TIERS.md 4.4), on every rank: its sealed memory shard into one collective transaction of
