@@ -359,6 +359,23 @@ TEST_CASE("one rank whose copies do not verify: every rank falls back with it", 
   for (const auto& res : r.resumed) CHECK(res.step == 4);
 }
 
+TEST_CASE("a resume of two rounds fetches each shard once, and later captures retire what it fetched", "[tiered]") {
+  // Every rank loads every shard; rank 1's own copy and rank 0's replica of shard 3 are bad, so the
+  // first round fails and a second one fetches the agreed step again. Captures after it run retention of
+  // the shards fetched for the resume (12 steps: 5 captures) and must find what they retire.
+  const auto dir = trained_to_7("two-rounds");
+  flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 6);
+  flip_shard_byte(dir / "node-n0" / "rank-0" / "held-3", 6);
+  auto r = run(Job{dir, kFourNodes, 16, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(r, 16);
+  for (const auto& res : r.resumed) CHECK(res.step == 6);
+  // A good copy is never set aside: only the two flipped ones are in any quarantine/.
+  std::size_t quarantined = 0;
+  for (const auto& e : fsys::recursive_directory_iterator(dir))
+    if (e.path().extension() == ".ckpt" && e.path().parent_path().parent_path().filename() == "quarantine") ++quarantined;
+  CHECK(quarantined == 2);
+}
+
 TEST_CASE("a step that failed to load is recorded and never chosen again", "[tiered]") {
   // Step 8 is in memory and persisted; rank 1 finds it bad after loading (Megatron-LM #5281).
   const auto dir = trained_to_7("load-failed", 9);

@@ -408,6 +408,12 @@ struct TieredCheckpointer::Resume {
   std::vector<std::unique_ptr<StepReader>> open_steps;
   std::vector<std::pair<std::uint32_t, ShardReader*>> loaded;  // (shard, reader)
   std::map<std::uint32_t, detail::LocalCopy> loaded_copies;
+  // (shard, txn) of every copy this resume received into a held store, verified on receipt: a later round
+  // or the refill that receives the same shard again retires it instead of setting it aside.
+  std::set<std::pair<std::uint32_t, std::uint64_t>> fetched;
+  [[nodiscard]] std::function<bool(const StepInfo&)> fetched_here(std::uint32_t shard) const {
+    return [this, shard](const StepInfo& info) { return fetched.count({shard, info.txn}) != 0; };
+  }
 };
 
 CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Status(TierView&)>& load) {
@@ -622,7 +628,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
           Status copy_failure;
           const Result<Store*> into = store ? Result<Store*>(store) : Result<Store*>(fetch.local);
           CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, into, static_cast<int>(p->holder), detail::kFetchTag, decision.step,
-                                         p->shard, decision.shards[p->shard], got, copy_failure));
+                                         p->shard, decision.shards[p->shard], got, copy_failure, fetched_here(p->shard)));
           if (!got) {
             out.setbacks.push_back(copy_failure.message());
             fetch.bad.emplace_back(p->holder, p->copy);
@@ -632,6 +638,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
           c.step = decision.step, c.shard = p->shard, c.digest = decision.shards[p->shard], c.kind = detail::CopyKind::held;
           c.store_path = store->path(), c.fs = tiers.fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
           fetch.mine[p->shard] = c;
+          fetched.insert({p->shard, got->info.txn});
           (void)tiers.log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
                                   decision.digest, decision.shards[p->shard], got->info.txn, 0, std::string(), 0}});
         }
@@ -855,7 +862,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
           std::optional<detail::Received> got;
           Status copy_failure;
           CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store, static_cast<int>(s), detail::kRefillTag, decision.step, s,
-                                         decision.shards[s], got, copy_failure));
+                                         decision.shards[s], got, copy_failure, fetched_here(s)));
           if (!got) {
             out.setbacks.push_back("refill: " + copy_failure.message());
             continue;

@@ -209,10 +209,12 @@ struct Received {
 // before it counts (spec/TIERS.md 4.3). Returns a transport failure; otherwise every promised message is
 // taken (so the stream stays in step) and either `out` is set or *copy_failure says why not: the sender
 // could not produce a verified copy, the bytes do not add up to `expected` (the copy is retired at
-// once), or this rank could not store it.
+// once), or this rank could not store it. `replaceable` names a copy of the step already in `into` that
+// may simply be retired for the new one (a verified copy this process received earlier in the same resume).
 [[nodiscard]] CKPT_INLINE Status receive_shard(FsRef fs, CommRef comm, Result<Store*> into, int source, int tag, std::uint64_t step,
                                                std::uint32_t shard, const Digest128& expected, std::optional<Received>& out,
-                                               Status& copy_failure) {
+                                               Status& copy_failure,
+                                               const std::function<bool(const StepInfo&)>& replaceable = nullptr) {
   const std::string from = "shard " + std::to_string(shard) + " of step " + std::to_string(step) + " from rank " + std::to_string(source);
   out.reset();
   copy_failure = Status();
@@ -256,8 +258,12 @@ struct Received {
   if (s.ok()) s = decode_training_state(sd, state, from);
   if (s.ok() && !into.ok()) s = into.status();
   // A copy of this step already there was set aside or belongs to an abandoned run: a step number is live
-  // once (spec/JOURNAL.md 10), so it leaves the store, its bytes kept in quarantine/ (spec/TIERS.md 5.2).
-  if (s.ok() && (*into)->find(step).ok()) s = (*into)->set_aside(step);
+  // once (spec/JOURNAL.md 10), so it leaves the store, its bytes kept in quarantine/ (spec/TIERS.md 5.2);
+  // one this resume fetched and verified itself is only a duplicate, retired.
+  if (s.ok()) {
+    auto there = (*into)->find(step);
+    if (there.ok()) s = replaceable && replaceable(*there) ? (*into)->retire(step) : (*into)->set_aside(step);
+  }
   std::unique_ptr<Transaction> tx;
   if (s.ok()) {
     auto begun = (*into)->begin(step);
