@@ -277,3 +277,41 @@ def test_a_step_the_load_callback_refuses_is_failed_and_the_reason_kept(world_of
         t.resume()
     assert "size mismatch for weight" in str(caught.value.__cause__)  # this rank's reason, from load_state_dict
     t.close()
+
+
+# --- A job that ends on a background failure without close() ------------------------------------------
+
+EXIT_WITHOUT_CLOSE = r'''
+import os, sys, torch, torch.distributed as dist
+from ckpt.torch import TieredCheckpointer
+rank, world, root, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+model = torch.nn.Linear(8, 8)
+tiers = TieredCheckpointer(model, memory_root=os.path.join(root, f"node-n{rank}"), persistent=os.path.join(root, "persistent"),
+                           memory_every=1, persist_every=2, replicas=1, memory_keep=2, topology=[f"n{r}" for r in range(world)])
+tiers.resume()
+for step in range(1, 20):
+    model.weight.data += 1
+    tiers.step(step)  # raises once the promotion of step 2 has failed in the background
+print("no failure reached the training loop")
+'''
+
+
+def test_a_job_that_exits_on_a_background_failure_without_close_exits_with_the_error(tmp_path):
+    # The persistent store's path is a file: the first promotion fails in the background, the next
+    # step() raises it, and each rank's script ends with that exception, never calling close(). Every
+    # rank must exit as Python does on an uncaught exception (1), with the error, not abort (134).
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "persistent").write_text("not a store")
+    script = tmp_path / "exit_without_close.py"
+    script.write_text(EXIT_WITHOUT_CLOSE)
+    init = f"file://{tmp_path / 'init'}"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(root), init], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for r, p in enumerate(procs):
+        out, err = p.communicate(timeout=240)
+        assert "terminate called" not in err, err[-3000:]
+        assert p.returncode == 1, (p.returncode, err[-3000:])
+        assert "persistent" in err, err[-3000:]

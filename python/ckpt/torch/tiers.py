@@ -21,8 +21,10 @@ every shard of the agreed step (``load_all_shards``).
 
 from __future__ import annotations
 
+import atexit
 import pickle
 import random
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -321,6 +323,11 @@ class TieredCheckpointer:
             memory_every, persist_every, replicas, memory_keep, persistent_keep, topology_text(topology, self.comm.size),
             _DEFAULT_CHUNK_SIZE_LOG2 if chunk_size_log2 is None else chunk_size_log2, staging_bytes, transfer_block,
             check_free_space, True, self._copier, on_phase)
+        # Closed before the interpreter finalizes, also when the job ends on an exception without close():
+        # the saver's worker may be inside a collective that calls into Python, and a thread that takes
+        # the GIL during finalization is ended by the interpreter, which aborts a C++ thread.
+        self._close_at_exit = _closer(weakref.ref(self))
+        atexit.register(self._close_at_exit)
 
     # --- what a step holds -------------------------------------------------------------------------
 
@@ -457,6 +464,7 @@ class TieredCheckpointer:
         """Finishes the work taken (as ``wait()``, without raising its failure) and releases the group."""
         if self._native is None:
             return
+        atexit.unregister(self._close_at_exit)
         self._native.close()
         self._native = None
         dist.destroy_process_group(self.group)
@@ -467,3 +475,12 @@ class TieredCheckpointer:
     def __exit__(self, exc_type, exc, tb):
         self.close()
         return False
+
+
+def _closer(ref: "weakref.ref[TieredCheckpointer]") -> Callable[[], None]:
+    """An atexit handler that closes the checkpointer if it still exists, without keeping it alive."""
+    def close_at_exit() -> None:
+        tiers = ref()
+        if tiers is not None:
+            tiers.close()
+    return close_at_exit
