@@ -55,6 +55,14 @@ inline constexpr std::string_view kSetAsideLogInfix = ".corrupt-";  // rank-<r>/
 [[nodiscard]] inline std::string held_store(const std::string& root, std::uint32_t rank, std::uint32_t shard) {
   return join_path(rank_dir(root, rank), held_store_name(shard));
 }
+// Whether `named` (a store path as some rank spelled it, e.g. in a SET_ASIDE record) names the store at
+// `path`: the same path, or the same last two components rank-<r>/<store> (the root may be spelled otherwise).
+[[nodiscard]] inline bool names_store(const std::string& named, const std::string& path) {
+  if (named == path) return true;
+  const std::string where = base_name(parent_path(path)) + "/" + base_name(path);
+  const std::string tail = "/" + where;
+  return named == where || (named.size() > tail.size() && named.compare(named.size() - tail.size(), tail.size(), tail) == 0);
+}
 
 [[nodiscard]] inline bool parse_rank_dir_name(std::string_view name, std::uint32_t& rank) noexcept {
   return parse_numbered_name(name, kRankDirPrefix, rank);

@@ -168,11 +168,7 @@ struct RootScan {
 // A copy's set-aside record: the SET_ASIDE detail is the store path as the resuming rank named it, so
 // it is compared by its last two components (rank-<r>/<store>), the txn and the step.
 [[nodiscard]] CKPT_INLINE bool names_copy(const TierRecord& r, const ShardCopy& c) {
-  if (r.event != TierEvent::set_aside || r.txn != c.info.txn || r.step != c.step) return false;
-  const std::string& d = r.detail;
-  if (d == c.store) return true;
-  const std::string tail = "/" + c.where;
-  return d == c.where || (d.size() > tail.size() && d.compare(d.size() - tail.size(), tail.size(), tail) == 0);
+  return r.event == TierEvent::set_aside && r.txn == c.info.txn && r.step == c.step && memory_layout::names_store(r.detail, c.store);
 }
 
 CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d, const memory_layout::StoreEntry& sd) {

@@ -788,16 +788,12 @@ CKPT_INLINE Status TieredCheckpointer::leave_memory(Store& store, const StepInfo
   return recorded_set_aside(store, info) ? store.set_aside(info.step) : store.retire(info.step);
 }
 
-// A SET_ASIDE record names the copy by its store path as the resuming rank spelled it: compared by the
-// last two components (rank-<r>/<store>), as the memory-root report does, with the txn and the step.
+// A SET_ASIDE record names the copy by its store path as the resuming rank spelled it (spec/TIERS.md 5.2).
 CKPT_INLINE bool TieredCheckpointer::recorded_set_aside(const Store& store, const StepInfo& info) const {
-  const std::string where = "/" + base_name(parent_path(store.path())) + "/" + base_name(store.path());
   std::lock_guard<std::mutex> lock(log_mutex_);
-  for (const auto& r : log_->records()) {
-    if (r.event != TierEvent::set_aside || r.step != info.step || r.txn != info.txn) continue;
-    const std::string& d = r.detail;
-    if (d == store.path() || (d.size() > where.size() && d.compare(d.size() - where.size(), where.size(), where) == 0)) return true;
-  }
+  for (const auto& r : log_->records())
+    if (r.event == TierEvent::set_aside && r.step == info.step && r.txn == info.txn && memory_layout::names_store(r.detail, store.path()))
+      return true;
   return false;
 }
 
