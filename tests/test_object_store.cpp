@@ -98,20 +98,26 @@ void check_step(Store& store, std::uint64_t step) {
   }
 }
 
+// Opens name for a new upload and writes bytes to it (parts go up as they fill; nothing is visible before sync).
+FileHandle start_upload(ObjectFs& fs, const std::string& name, const std::vector<unsigned char>& bytes) {
+  auto f = fs.open(name, OpenMode::create_new);
+  REQUIRE(f.ok());
+  REQUIRE(fs.pwrite(*f, bytes.data(), 100000, 0).ok());
+  REQUIRE(fs.pwrite(*f, bytes.data() + 100000, bytes.size() - 100000, 100000).ok());
+  return *f;
+}
+
 }  // namespace
 
 TEST_CASE("an object upload appears only when synced, in parts sent in parallel", "[object_fs]") {
   MemoryObjects objects;
   ObjectFs fs(objects, ObjectFsOptions{64 << 10, 4});
   const auto bytes = ckpt_test::random_bytes(300000, 1);
-  auto f = fs.open("a/b.bin", OpenMode::create_new);
-  REQUIRE(f.ok());
-  REQUIRE(fs.pwrite(*f, bytes.data(), 100000, 0).ok());
-  REQUIRE(fs.pwrite(*f, bytes.data() + 100000, 200000, 100000).ok());
+  const FileHandle f = start_upload(fs, "a/b.bin", bytes);
   CHECK(objects.objects().count("a/b.bin") == 0);  // parts uploaded, nothing visible
   CHECK(objects.open_uploads() == 1);
-  REQUIRE(fs.sync(*f).ok());
-  REQUIRE(fs.close(*f).ok());
+  REQUIRE(fs.sync(f).ok());
+  REQUIRE(fs.close(f).ok());
   CHECK(objects.objects().at("a/b.bin") == std::string(bytes.begin(), bytes.end()));
   CHECK(objects.open_uploads() == 0);
   // Read back through ranged GETs.
@@ -190,11 +196,8 @@ TEST_CASE("a large read is split into parallel ranged GETs, and reads in order a
 TEST_CASE("an upload closed before sync is aborted, never completed", "[object_fs]") {
   MemoryObjects objects;
   ObjectFs fs(objects, ObjectFsOptions{64 << 10, 2});
-  const auto bytes = ckpt_test::random_bytes(200000, 2);
-  auto f = fs.open("x", OpenMode::create_new);
-  REQUIRE(f.ok());
-  REQUIRE(fs.pwrite(*f, bytes.data(), bytes.size(), 0).ok());
-  REQUIRE(fs.close(*f).ok());
+  const FileHandle f = start_upload(fs, "x", ckpt_test::random_bytes(200000, 2));
+  REQUIRE(fs.close(f).ok());
   CHECK(objects.objects().empty());
   CHECK(objects.open_uploads() == 0);
 }

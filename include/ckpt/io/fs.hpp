@@ -256,4 +256,19 @@ class ScopedFile {
   FileHandle file_;
 };
 
+// A file open for reading, with its size: the one way readers open a whole file (closed on scope exit).
+struct ReadFile {
+  ScopedFile file;
+  std::uint64_t size = 0;
+};
+[[nodiscard]] inline Result<ReadFile> open_read(FsRef fs, const std::string& path) {
+  auto opened = fs.open(path, OpenMode::read);
+  if (!opened.ok()) return opened.status();
+  ReadFile r{ScopedFile(fs, *opened), 0};
+  auto size = fs.file_size(r.file.get());
+  if (!size.ok()) return size.status().with_context(path);
+  r.size = *size;
+  return r;
+}
+
 }  // namespace ckpt

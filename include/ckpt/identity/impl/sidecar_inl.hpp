@@ -411,20 +411,12 @@ CKPT_INLINE Result<Sidecar> decode_sidecar(const unsigned char* bytes, std::size
 }
 
 CKPT_INLINE Result<Sidecar> read_sidecar(FsRef fs, const std::string& path) {
-  auto file = fs.open(path, OpenMode::read);
-  if (!file.ok()) return file.status();
-  auto size = fs.file_size(*file);
-  if (!size.ok()) {
-    (void)fs.close(*file);
-    return size.status().with_context(path);
+  CKPT_ASSIGN_OR_RETURN(ReadFile opened, open_read(fs, path));
+  if (opened.size > sidecar::kMaxSize) {
+    return make_error(Code::corrupt, path + ": sidecar of " + std::to_string(opened.size) + " bytes exceeds the limit of 256 MiB");
   }
-  if (*size > sidecar::kMaxSize) {
-    (void)fs.close(*file);
-    return make_error(Code::corrupt, path + ": sidecar of " + std::to_string(*size) + " bytes exceeds the limit of 256 MiB");
-  }
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(*size));
-  auto got = fs.pread(*file, bytes.data(), bytes.size(), 0);
-  (void)fs.close(*file);
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(opened.size));
+  auto got = fs.pread(opened.file.get(), bytes.data(), bytes.size(), 0);
   if (!got.ok()) return got.status().with_context(path);
   if (*got != bytes.size()) return make_error(Code::io, path + ": changed size while being read");
   return decode_sidecar(bytes.data(), bytes.size(), path);

@@ -474,17 +474,13 @@ struct GgufTensorInfo {
 }  // namespace detail
 
 CKPT_INLINE Result<ForeignCheckpoint> open_gguf(FsRef fs, const std::string& path) {
-  auto opened = fs.open(path, OpenMode::read);
-  if (!opened.ok()) return opened.status();
-  ScopedFile file(fs, *opened);
-  auto size = fs.file_size(file.get());
-  if (!size.ok()) return size.status().with_context(path);
-  detail::GgufReader in(fs, file.get(), path, *size);
+  CKPT_ASSIGN_OR_RETURN(ReadFile opened, open_read(fs, path));
+  detail::GgufReader in(fs, opened.file.get(), path, opened.size);
 
   // Header (spec/FOREIGN.md 5.2). The magic is compared on the bytes there before the file's end is.
   unsigned char magic[4] = {};
-  const auto magic_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(4, *size));
-  CKPT_TRY(read_exact(fs, file.get(), path, magic, magic_bytes, 0));
+  const auto magic_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(4, opened.size));
+  CKPT_TRY(read_exact(fs, opened.file.get(), path, magic, magic_bytes, 0));
   if (std::memcmp(magic, gguf::kMagic.data(), magic_bytes) != 0) {
     char found[40];
     std::snprintf(found, sizeof found, "%02x %02x %02x %02x", magic[0], magic[1], magic[2], magic[3]);
@@ -572,11 +568,11 @@ CKPT_INLINE Result<ForeignCheckpoint> open_gguf(FsRef fs, const std::string& pat
   out.path = path;
   out.dir = parent_path(path);
   out.primary = path;
-  out.files.push_back(ForeignFile{base_name(path), *size, true});
+  out.files.push_back(ForeignFile{base_name(path), opened.size, true});
   std::vector<unsigned char> block;
-  CKPT_TRY(detail::gguf_check_padding(fs, file.get(), path, *size, infos_end, data_offset, "padding after the tensor infos", block,
+  CKPT_TRY(detail::gguf_check_padding(fs, opened.file.get(), path, opened.size, infos_end, data_offset, "padding after the tensor infos", block,
                                       out.problems));
-  CKPT_TRY(detail::gguf_layout(fs, file.get(), path, *size, alignment, data_offset, infos, out.problems));
+  CKPT_TRY(detail::gguf_layout(fs, opened.file.get(), path, opened.size, alignment, data_offset, infos, out.problems));
 
   std::stable_sort(kvs.begin(), kvs.end(), [](const Kv& a, const Kv& b) { return a.key < b.key; });
   for (std::size_t i = 0; i < kvs.size(); ++i) {
@@ -606,7 +602,7 @@ CKPT_INLINE Result<ForeignCheckpoint> open_gguf(FsRef fs, const std::string& pat
   }
   std::stable_sort(out.problems.begin(), out.problems.end(),
                    [](const Problem& a, const Problem& b) { return a.offset < b.offset; });
-  CKPT_TRY(file.close().with_context(path));
+  CKPT_TRY(opened.file.close().with_context(path));
   return out;
 }
 

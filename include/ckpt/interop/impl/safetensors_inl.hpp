@@ -467,12 +467,8 @@ CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_header(FsRef fs, FileHan
 }
 
 CKPT_INLINE Result<SafetensorsHeader> parse_safetensors_header(FsRef fs, const std::string& path) {
-  auto opened = fs.open(path, OpenMode::read);
-  if (!opened.ok()) return opened.status();
-  ScopedFile file(fs, *opened);
-  auto size = fs.file_size(file.get());
-  if (!size.ok()) return size.status().with_context(path);
-  return parse_safetensors_header(fs, file.get(), *size, path);
+  CKPT_ASSIGN_OR_RETURN(ReadFile opened, open_read(fs, path));
+  return parse_safetensors_header(fs, opened.file.get(), opened.size, path);
 }
 
 CKPT_INLINE bool is_safetensors_index(std::string_view path) noexcept {
@@ -493,16 +489,12 @@ CKPT_INLINE Result<SafetensorsIndex> parse_safetensors_index_json(std::string_vi
 }
 
 CKPT_INLINE Result<SafetensorsIndex> parse_safetensors_index(FsRef fs, const std::string& path) {
-  auto opened = fs.open(path, OpenMode::read);
-  if (!opened.ok()) return opened.status();
-  ScopedFile file(fs, *opened);
-  auto size = fs.file_size(file.get());
-  if (!size.ok()) return size.status().with_context(path);
-  if (*size > safetensors::kMaxIndexLength)
-    return make_error(Code::corrupt, path + ": index is " + std::to_string(*size) + " bytes, over the limit of " +
+  CKPT_ASSIGN_OR_RETURN(ReadFile opened, open_read(fs, path));
+  if (opened.size > safetensors::kMaxIndexLength)
+    return make_error(Code::corrupt, path + ": index is " + std::to_string(opened.size) + " bytes, over the limit of " +
                                          std::to_string(safetensors::kMaxIndexLength));
-  std::string text(static_cast<std::size_t>(*size), '\0');
-  CKPT_TRY(read_exact(fs, file.get(), path, text.data(), text.size(), 0));
+  std::string text(static_cast<std::size_t>(opened.size), '\0');
+  CKPT_TRY(read_exact(fs, opened.file.get(), path, text.data(), text.size(), 0));
   return parse_safetensors_index_json(text, path);
 }
 
@@ -559,12 +551,9 @@ struct SafetensorsInput {
 };
 
 [[nodiscard]] CKPT_INLINE Result<SafetensorsInput> open_safetensors_file(FsRef fs, const std::string& path) {
-  auto opened = fs.open(path, OpenMode::read);
-  if (!opened.ok()) return opened.status();
-  SafetensorsInput input{path, ScopedFile(fs, *opened), {}};
-  auto size = fs.file_size(input.file.get());
-  if (!size.ok()) return size.status().with_context(path);
-  CKPT_ASSIGN_OR_RETURN(input.header, parse_safetensors_header(fs, input.file.get(), *size, path));
+  CKPT_ASSIGN_OR_RETURN(ReadFile opened, open_read(fs, path));
+  SafetensorsInput input{path, std::move(opened.file), {}};
+  CKPT_ASSIGN_OR_RETURN(input.header, parse_safetensors_header(fs, input.file.get(), opened.size, path));
   return input;
 }
 

@@ -162,12 +162,8 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
   using detail::make_problem;
   VerifyReport report;
   report.path = path;
-  auto opened = fs.open(path, OpenMode::read);
-  if (!opened.ok()) return opened.status();
-  ScopedFile file(fs, *opened);
-  auto size = fs.file_size(file.get());
-  if (!size.ok()) return size.status().with_context(path);
-  report.file_size = *size;
+  CKPT_ASSIGN_OR_RETURN(ReadFile opened, open_read(fs, path));
+  report.file_size = opened.size;
   auto problem = [&](Problem p) {
     if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
     p.file = path;
@@ -175,7 +171,7 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
   };
 
   // The head (superblock, footer, index) is read by the reader's own function, salvaging what it can.
-  auto head = detail::read_shard_head(fs, file.get(), path, *size, true, report.problems);
+  auto head = detail::read_shard_head(fs, opened.file.get(), path, opened.size, true, report.problems);
   for (auto& p : report.problems) p.file = path;
   if (!head.ok()) return report;
   const Superblock& sb = head->superblock;
@@ -183,14 +179,14 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
   const Index& index = head->index;
   report.chunks_total = index.chunks.size();
 
-  detail::add_padding_problems(fs, file.get(), path, index, footer->index_offset, problem);
+  detail::add_padding_problems(fs, opened.file.get(), path, index, footer->index_offset, problem);
 
   std::uint64_t total_bytes = 0;
   const std::vector<detail::VerifyItem> items = detail::verify_items(index, total_bytes);
   Mapping mapping;
   {
     if (options.use_mmap && fs.can_map() && footer->index_offset > sb.data_offset) {
-      auto m = fs.map(file.get(), sb.data_offset, static_cast<std::size_t>(footer->index_offset - sb.data_offset));
+      auto m = fs.map(opened.file.get(), sb.data_offset, static_cast<std::size_t>(footer->index_offset - sb.data_offset));
       if (m.ok()) mapping = std::move(m).value();
     }
   }
@@ -198,7 +194,7 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
   std::atomic<bool> file_changed{false};
   std::atomic<std::uint64_t> bytes_done{0}, chunks_done{0};
   std::mutex mutex;
-  const detail::ChunkHasher hasher{fs, file.get(), path, index, sb, mapping, report.file_size};
+  const detail::ChunkHasher hasher{fs, opened.file.get(), path, index, sb, mapping, report.file_size};
   auto worker = [&](bool reports_progress) {
     std::vector<unsigned char> buf;
     std::vector<std::uint64_t> found;
