@@ -389,16 +389,8 @@ struct CpuInfo {
   return info;
 }
 
-// The XXH3 kernel this build runs.
-[[nodiscard]] inline const char* xxh3_vector_name() {
-  switch (XXH_VECTOR) {
-    case XXH_SCALAR: return "scalar";
-    case XXH_SSE2: return "SSE2";
-    case XXH_AVX2: return "AVX2";
-    case XXH_AVX512: return "AVX512";
-    default: return "other";
-  }
-}
+// The XXH3 kernel in use (spec/FORMAT.md 2.2.1).
+[[nodiscard]] inline const char* xxh3_vector_name() { return ckpt::hash_unit_name(ckpt::hash_unit()); }
 
 // The 1-minute load average: above the core count, other processes were competing for the CPUs.
 [[nodiscard]] inline double load_average() {

@@ -312,7 +312,7 @@ int print_table_report(const Config& cfg, const RunFacts& f, const std::vector<M
   std::printf("ckpt-bench-s3: %s of random data as %zu BF16 tensors, %s parts, %u connections, server %s%s%s\n",
               cli::human_bytes(double(f.size)).c_str(), f.tensor_count, cli::human_bytes(double(f.part)).c_str(), f.n,
               endpoint != nullptr ? endpoint : "(AWS)", server.empty() ? "" : " ", server.empty() ? "" : ("(" + server + ")").c_str());
-  std::printf("CPU: %s, %u cores online, AVX2 %s, AVX-512 %s; XXH3 compiled for %s; load average %.2f before, %.2f after\n\n",
+  std::printf("CPU: %s, %u cores online, AVX2 %s, AVX-512 %s; XXH3 on %s; load average %.2f before, %.2f after\n\n",
               f.cpu.model.c_str(), cores, f.cpu.avx2 ? "yes" : "no", f.cpu.avx512 ? "yes" : "no", xxh3_vector_name(), f.load_before,
               f.load_after);
   std::printf("%-48s %7s %7s %6s   %s\n", "contender", "GB/s", "median", "cpu", "ckpt / raw: best (median)  target");

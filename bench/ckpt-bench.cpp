@@ -569,7 +569,7 @@ int print_table_report(const Bench& b, const CpuInfo& cpu, const std::string& sh
   std::printf("ckpt-bench: %s of random data as %zu BF16 tensors, 1 MiB chunks, files in %s, RAM-backed runs in %s\n",
               cli::human_bytes(double(b.size)).c_str(), b.tensors.size(), b.scratch.path().c_str(),
               shm_used.empty() ? "(none, see the note)" : shm_used.c_str());
-  std::printf("CPU: %s, %u cores online, AVX2 %s, AVX-512 %s; XXH3 compiled for %s\n\n", cpu.model.c_str(),
+  std::printf("CPU: %s, %u cores online, AVX2 %s, AVX-512 %s; XXH3 on %s\n\n", cpu.model.c_str(),
               std::thread::hardware_concurrency(), cpu.avx2 ? "yes" : "no", cpu.avx512 ? "yes" : "no", xxh3_vector_name());
   auto row = [&](const Measurement& m) {
     std::printf("  %-40s %7.2f %7.2f %5.0f%%", m.label.c_str(), m.rate(m.timing.best) / double(1 << 30),

@@ -15,6 +15,7 @@
 #include <ckpt/core/enum_name.hpp>
 #include <ckpt/core/error.hpp>
 #include <ckpt/core/format.hpp>
+#include <ckpt/core/hash.hpp>
 #include <ckpt/core/value.hpp>
 #include <ckpt/dist/coverage.hpp>
 #include <ckpt/identity/identity.hpp>
@@ -109,6 +110,7 @@ TEST_CASE("every enumerator of every named enum has its own name, and other valu
     check_contiguous<FsOp>(fs_op_name, {"open", "close", "pread", "pwrite", "sync", "sync_data", "file_size", "truncate", "rename",
                                         "unlink", "mkdir", "rmdir", "sync_dir", "list_dir", "stat", "lock", "map"});
   }
+  SECTION("HashUnit") { check_contiguous<HashUnit>(hash_unit_name, {"build", "sse2", "avx2", "avx512"}); }
   SECTION("CoverageIssue") {
     check_contiguous<CoverageIssue>(coverage_issue_name, {"dtype_mismatch", "shape_mismatch", "out_of_bounds", "overlap", "gap",
                                                           "replica_mismatch"});

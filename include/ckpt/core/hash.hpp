@@ -7,18 +7,67 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config.hpp"
+#include "enum_name.hpp"
 
 #ifndef XXH_INLINE_ALL
 #define XXH_INLINE_ALL  // header-only: the hash is inlined where data is moved, no library to link
+#endif
+// Run-time choice of the vector unit (spec/FORMAT.md 2.2.1): on x86-64, xxhash.h's own kernels for SSE2,
+// AVX2 and AVX-512 are compiled side by side and one is chosen at run time. On in the compiled library
+// (ckpt::compiled, which tools and Python use); a header-only program opts in with CKPT_HASH_DISPATCH=1,
+// at about 0.2 s more parse per translation unit (<immintrin.h>). Off under nvcc and where xxhash.h came
+// first without the kernels: then the kernel is the one the compiler flags chose (SSE2 by default).
+#if !defined(CKPT_HASH_DISPATCH) && defined(CKPT_BUILDING_LIBRARY)
+#define CKPT_HASH_DISPATCH 1
+#endif
+#if defined(CKPT_HASH_DISPATCH) && CKPT_HASH_DISPATCH && !CKPT_DECLARATIONS_ONLY && defined(__x86_64__) && \
+    (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(XXHASH_H_5627135585666179)
+#undef CKPT_HASH_DISPATCH
+#define CKPT_HASH_DISPATCH 1
+#define XXH_X86DISPATCH
+#define XXH_DISPATCH_AVX2 1
+#define XXH_DISPATCH_AVX512 1
+#define XXH_TARGET_SSE2  // x86-64 always has SSE2: no attribute, so nothing stops inlining
+#define XXH_TARGET_AVX2 __attribute__((__target__("avx2")))
+#define XXH_TARGET_AVX512 __attribute__((__target__("avx512f")))
+#include <immintrin.h>  // the AVX2 and AVX-512 types the kernels use, whatever the build's flags
+#else
+#undef CKPT_HASH_DISPATCH
+#define CKPT_HASH_DISPATCH 0
 #endif
 #include <xxhash.h>
 
 namespace ckpt {
 
+// The vector unit XXH3's long inputs (over 240 bytes) run on; every unit gives the same digests.
+// `build` is the kernel the compiler flags chose (the only one where run-time choice is unavailable).
+enum class HashUnit : std::uint8_t { build, sse2, avx2, avx512 };
+[[nodiscard]] constexpr EnumBounds<HashUnit> enum_bounds(HashUnit) noexcept { return {HashUnit::build, HashUnit::avx512}; }
+[[nodiscard]] const char* hash_unit_name(HashUnit u) noexcept;
+
+// The units this CPU and build can run, slowest first.
+[[nodiscard]] std::vector<HashUnit> hash_units() noexcept;
+// The unit in use: CKPT_HASH_UNIT (a hash_unit_name) where this CPU has it, else AVX2 where it has that,
+// else SSE2 (spec/FORMAT.md 2.2.1).
+[[nodiscard]] HashUnit hash_unit() noexcept;
+// Uses u from now on, for tests and benchmarks; false (and no change) where u is not in hash_units().
+[[nodiscard]] bool set_hash_unit(HashUnit u) noexcept;
+
+namespace detail {
+struct HashKernels {
+  XXH64_hash_t (*long64)(const void*, std::size_t) noexcept;
+  XXH128_hash_t (*long128)(const void*, std::size_t) noexcept;
+  XXH_errorcode (*update64)(XXH3_state_t*, const void*, std::size_t) noexcept;
+};
+[[nodiscard]] const HashKernels& hash_kernels() noexcept;
+inline constexpr std::size_t kHashShortMax = 240;  // XXH3_MIDSIZE_MAX: shorter inputs use no vector kernel
+}  // namespace detail
+
 [[nodiscard]] inline std::uint64_t xxh3_64(const void* data, std::size_t size) noexcept {
-  return XXH3_64bits(data, size);
+  return size <= detail::kHashShortMax ? XXH3_64bits(data, size) : detail::hash_kernels().long64(data, size);
 }
 
 // Streaming XXH3-64: the writer feeds each chunk in pieces as the caller hands data over.
@@ -32,7 +81,7 @@ class StreamHasher {
     return *this;
   }
   void reset() noexcept { (void)XXH3_64bits_reset(&state_); }
-  void update(const void* data, std::size_t size) noexcept { (void)XXH3_64bits_update(&state_, data, size); }
+  void update(const void* data, std::size_t size) noexcept { (void)detail::hash_kernels().update64(&state_, data, size); }
   [[nodiscard]] std::uint64_t digest() const noexcept { return XXH3_64bits_digest(&state_); }
 
  private:
