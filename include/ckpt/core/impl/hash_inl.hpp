@@ -19,22 +19,17 @@ namespace detail {
 // functions, and SSE code run after a dirty AVX-512 state ran 4.5x slower on AMD EPYC (Zen 4) here.
 #define CKPT_HASH_KERNELS(unit, target, clean)                                                                \
   target inline XXH64_hash_t long64_##unit(const void* p, std::size_t n) noexcept {                            \
-    const XXH64_hash_t h = XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret),               \
-                                                      XXH3_accumulate_512_##unit, XXH3_scrambleAcc_##unit);   \
-    clean;                                                                                                    \
-    return h;                                                                                                 \
+    const auto h = XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret), XXH3_accumulate_512_##unit, \
+                                              XXH3_scrambleAcc_##unit);                                       \
+    return clean, h;                                                                                          \
   }                                                                                                           \
   target inline XXH128_hash_t long128_##unit(const void* p, std::size_t n) noexcept {                          \
-    const XXH128_hash_t h = XXH3_hashLong_128b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret),             \
-                                                        XXH3_accumulate_512_##unit, XXH3_scrambleAcc_##unit); \
-    clean;                                                                                                    \
-    return h;                                                                                                 \
+    const auto h = XXH3_hashLong_128b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret), XXH3_accumulate_512_##unit, XXH3_scrambleAcc_##unit); \
+    return clean, h;                                                                                          \
   }                                                                                                           \
   target inline XXH_errorcode update64_##unit(XXH3_state_t* s, const void* p, std::size_t n) noexcept {       \
-    const XXH_errorcode e = XXH3_update(s, static_cast<const xxh_u8*>(p), n, XXH3_accumulate_512_##unit,      \
-                                        XXH3_scrambleAcc_##unit);                                             \
-    clean;                                                                                                    \
-    return e;                                                                                                 \
+    const auto e = XXH3_update(s, static_cast<const xxh_u8*>(p), n, XXH3_accumulate_512_##unit, XXH3_scrambleAcc_##unit); \
+    return clean, e;                                                                                          \
   }
 // GCC 12 warns of an uninitialized variable inside its own AVX-512 intrinsics (_mm512_undefined, GCC bug 105593).
 #if !defined(__clang__)
