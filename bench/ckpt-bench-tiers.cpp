@@ -158,6 +158,7 @@ ckpt::tiers::TierOptions tier_options(const Settings& s, const Layout& l, std::u
   o.replicas = 1;
   o.memory_keep = 2;
   o.transfer_block = s.transfer_block;
+  o.when_busy = ckpt::WhenBusy::wait;  // each capture measured whole, none skipped
   ckpt::tiers::Topology t;
   for (int r = 0; r < l.world; ++r) t.node_of_rank.push_back("n" + std::to_string(r));
   o.topology = t;

@@ -44,6 +44,7 @@ inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_
       o.memory_every = 2, o.persist_every = 4, o.replicas = 1, o.memory_keep = 2;
       o.chunk_size_log2 = 12;
       o.check_free_space = false;
+      o.when_busy = ckpt::WhenBusy::wait;  // every capture taken: the fixture's steps are known
       ckpt::tiers::Topology t;
       for (int n = 0; n < kWorld; ++n) t.node_of_rank.push_back("n" + std::to_string(n));
       o.topology = t;

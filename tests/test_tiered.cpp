@@ -7,7 +7,9 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include <ckpt/store/open_store.hpp>
@@ -64,6 +66,7 @@ TierOptions options_for(const Job& job, int rank) {
   o.memory_keep = 2;
   o.chunk_size_log2 = 12;
   o.transfer_block = 5000;  // several messages per piece, one not a multiple of a chunk
+  o.when_busy = WhenBusy::wait;  // every capture taken, so a test knows which steps exist (skip: its own test)
   Topology t;
   t.node_of_rank = job.nodes;
   o.topology = t;
@@ -206,6 +209,7 @@ struct SoloJob {
     o.memory_root = (dir / "mem").string();
     o.persistent = persistent;
     o.replicas = 0;
+    o.when_busy = WhenBusy::wait;  // every capture taken
     return o;
   }
   [[nodiscard]] Result<std::unique_ptr<TieredCheckpointer>> create(const TierOptions& o) { return TieredCheckpointer::create(fs, comm, o); }
@@ -586,4 +590,101 @@ TEST_CASE("an s3:// persistent tier without an object opener is refused at creat
   auto t = solo.create(o);
   CHECK(t.status().code() == Code::unsupported);
   CHECK_THAT(t.status().message(), Catch::Contains(kObjectUrl) && Catch::Contains("open_objects"));
+}
+
+// --- A capture while the previous one is in the background (spec/TIERS.md 4.6) ----------------------------
+
+TEST_CASE("a capture due while the previous one replicates is skipped on every rank and recorded, never waited for",
+          "[tiered][skip]") {
+  // Rank workers block in step 2's replication until both training threads have returned from step 4: with
+  // when_busy wait, step(4) would wait for that replication and the job would never get there.
+  const fsys::path dir = fresh_dir("skip");
+  constexpr int kWorld = 2;
+  ThreadGroup group(kWorld), control_group(kWorld);
+  std::mutex m;
+  std::condition_variable cv;
+  int returned = 0;
+  bool timed_out = false;
+  std::vector<Status> errors(kWorld);
+  std::vector<std::vector<bool>> skipped(kWorld);
+  std::vector<std::uint64_t> counted(kWorld);
+  std::vector<std::vector<TierRecord>> records(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      ThreadComm comm(group, r), control(control_group, r);
+      PosixFs fs;
+      Job job{dir, {"n0", "n1"}, 0, {}, {}};
+      TierOptions o = options_for(job, r);
+      o.when_busy = WhenBusy::skip, o.memory_every = 2, o.persist_every = 0, o.persistent.clear();
+      o.on_phase = [&](const char* phase, std::uint64_t step) {
+        if (std::string(phase) != "replicating" || step != 2) return;
+        std::unique_lock<std::mutex> lock(m);
+        if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned == kWorld; })) timed_out = true;
+      };
+      auto fail = [&](const Status& s) {
+        errors[i] = s;
+        comm.leave(s);
+      };
+      auto tiers = TieredCheckpointer::create(fs, comm, control, o);
+      if (!tiers.ok()) return fail(tiers.status());
+      tier_trainer::Trainer trainer(kElems, kWorld, r);
+      for (std::uint64_t s = 1; s <= 6; ++s) {
+        trainer.train(s);
+        auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
+        if (!step.ok()) return fail(step.status());
+        if (s % 2 == 0) skipped[i].push_back(step->skipped);
+        if (s == 4) {
+          std::lock_guard<std::mutex> lock(m);
+          ++returned;
+          cv.notify_all();
+        }
+        if (s == 4) {
+          Status idle = (*tiers)->wait();  // step 6 finds the background idle
+          if (!idle.ok()) return fail(idle);
+        }
+      }
+      Status waited = (*tiers)->wait();
+      if (!waited.ok()) return fail(waited);
+      counted[i] = (*tiers)->steps_skipped();
+      records[i] = (*tiers)->records();
+    });
+  for (auto& t : threads) t.join();
+  CHECK_FALSE(timed_out);
+  for (int r = 0; r < kWorld; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    INFO("rank " << r);
+    REQUIRE(errors[i].ok());
+    CHECK(skipped[i] == std::vector<bool>{false, true, false});  // steps 2 and 6 taken, 4 skipped
+    CHECK(counted[i] == 1);
+    CHECK(count(records[i], TierEvent::skipped) == 1);
+    CHECK(count(records[i], TierEvent::captured) == 2);
+    for (const auto& rec : records[i])
+      if (rec.event == TierEvent::skipped) CHECK(rec.step == 4);
+    const fsys::path own = dir / ("node-n" + std::to_string(r)) / ("rank-" + std::to_string(r)) / "own";
+    CHECK(holds_shard_of(own, 2));
+    CHECK_FALSE(holds_shard_of(own, 4));
+    CHECK(holds_shard_of(own, 6));
+  }
+}
+
+TEST_CASE("skipping across ranks without a control communicator is refused at create", "[tiered][skip]") {
+  const fsys::path dir = fresh_dir("skip-no-control");
+  ThreadGroup group(2);
+  std::vector<Status> created(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ThreadComm comm(group, r);
+      PosixFs fs;
+      TierOptions o = options_for(Job{dir, {"n0", "n1"}, 0, {}, {}}, r);
+      o.when_busy = WhenBusy::skip;
+      created[static_cast<std::size_t>(r)] = TieredCheckpointer::create(fs, comm, o).status();
+    });
+  for (auto& t : threads) t.join();
+  for (const Status& s : created) {
+    CHECK(s.code() == Code::invalid_argument);
+    CHECK_THAT(s.message(), Catch::Contains("control communicator"));
+  }
 }

@@ -34,6 +34,7 @@ TierOptions options(int rank) {
   o.memory_every = 2, o.persist_every = 4, o.replicas = 1, o.memory_keep = 2, o.chunk_size_log2 = 12;
   o.check_free_space = false;  // statvfs knows nothing of a simulated file system
   o.staging_bytes = 1 << 20;
+  o.when_busy = WhenBusy::wait;  // every capture taken: the crash points are the same in every run
   Topology t;
   t.node_of_rank = {"n0", "n1"};
   o.topology = t;

@@ -200,7 +200,8 @@ class PyTiers {
   PyTiers(nb::object comm, int rank, int world, const std::string& memory_root, const std::string& persistent,
           std::uint64_t memory_every, std::uint64_t persist_every, int replicas, std::size_t memory_keep, std::size_t persistent_keep,
           const std::string& topology, std::uint32_t chunk_size_log2, std::size_t staging_bytes, std::size_t transfer_block,
-          bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase)
+          bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase, const std::string& when_busy,
+          nb::object control)
       : comm_(std::move(comm), rank, world), on_phase_(std::move(on_phase)) {
     ckpt::tiers::TierOptions o;
     o.memory_root = memory_root;
@@ -217,6 +218,10 @@ class PyTiers {
     o.transfer_block = transfer_block;
     o.check_free_space = check_free_space;
     o.load_all_shards = load_all_shards;
+    if (when_busy != "skip" && when_busy != "wait")
+      throw nb::value_error(("when_busy must be 'skip' or 'wait', not '" + when_busy + "'").c_str());
+    o.when_busy = when_busy == "skip" ? ckpt::WhenBusy::skip : ckpt::WhenBusy::wait;
+    if (!control.is_none()) control_.emplace(std::move(control), rank, world);
     if (!copier.is_none()) {
       copier_ = std::make_unique<PySnapshotCopier>(std::move(copier));
       o.device = copier_.get();
@@ -233,7 +238,10 @@ class PyTiers {
         }
       };
     }
-    tiers_ = take(without_gil([&] { return ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, std::move(o)); }));
+    tiers_ = take(without_gil([&] {
+      return control_ ? ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, *control_, std::move(o))
+                      : ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, std::move(o));
+    }));
   }
   ~PyTiers() { close(); }
 
@@ -255,6 +263,7 @@ class PyTiers {
     nb::dict d;
     d["action"] = ckpt::tiers::tier_action_name(outcome.action);
     d["stall_seconds"] = seconds_of(outcome.stall);
+    d["skipped"] = outcome.skipped;
     return d;
   }
 
@@ -301,6 +310,7 @@ class PyTiers {
   }
   std::uint64_t steps_replicated() { return live().steps_replicated(); }
   std::uint64_t steps_persisted() { return live().steps_persisted(); }
+  std::uint64_t steps_skipped() { return live().steps_skipped(); }
   int rank() const { return comm_.rank(); }
   int world() const { return comm_.size(); }
 
@@ -315,6 +325,7 @@ class PyTiers {
   ckpt::tiers::TieredCheckpointer& live() { return open_or_fail(tiers_, "the tiered checkpointer is closed"); }
   // Declared before tiers_, so they outlive it.
   PyComm comm_;
+  std::optional<PyComm> control_;  // step()'s skip agreement, from the training thread
   nb::object on_phase_;
   std::unique_ptr<PySnapshotCopier> copier_;
   std::unique_ptr<ckpt::tiers::TieredCheckpointer> tiers_;
@@ -334,10 +345,12 @@ void bind_tiers(nb::module_& m) {
 
   nb::class_<PyTiers>(m, "Tiers")
       .def(nb::init<nb::object, int, int, const std::string&, const std::string&, std::uint64_t, std::uint64_t, int, std::size_t,
-                    std::size_t, const std::string&, std::uint32_t, std::size_t, std::size_t, bool, bool, nb::object, nb::object>(),
+                    std::size_t, const std::string&, std::uint32_t, std::size_t, std::size_t, bool, bool, nb::object, nb::object,
+                    const std::string&, nb::object>(),
            "comm"_a, "rank"_a, "world"_a, "memory_root"_a, "persistent"_a, "memory_every"_a, "persist_every"_a, "replicas"_a,
            "memory_keep"_a, "persistent_keep"_a, "topology"_a, "chunk_size_log2"_a, "staging_bytes"_a, "transfer_block"_a,
-           "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none())
+           "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none(), "when_busy"_a = "skip",
+           "control"_a = nb::none())
       .def("action", &PyTiers::action, "step"_a)
       .def("step", &PyTiers::step, "step"_a, "pieces"_a, "state"_a)
       .def("wait", &PyTiers::wait)
@@ -347,6 +360,7 @@ void bind_tiers(nb::module_& m) {
       .def("records", &PyTiers::records)
       .def_prop_ro("steps_replicated", &PyTiers::steps_replicated)
       .def_prop_ro("steps_persisted", &PyTiers::steps_persisted)
+      .def_prop_ro("steps_skipped", &PyTiers::steps_skipped)
       .def_prop_ro("rank", &PyTiers::rank)
       .def_prop_ro("world", &PyTiers::world)
       .def("close", &PyTiers::close);

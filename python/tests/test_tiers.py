@@ -209,7 +209,7 @@ def capture_and_resume(root, device, device_snapshots):
 
     def tiers(model, optimizer):
         return TieredCheckpointer(model, optimizer, memory_root=str(root / "node-0"), memory_every=3, replicas=0,
-                                  topology=["node-0"], device_snapshots=device_snapshots, chunk_size_log2=12)
+                                  topology=["node-0"], device_snapshots=device_snapshots, chunk_size_log2=12, when_busy="wait")
 
     model, optimizer = make()
     t = tiers(model, optimizer)
@@ -266,7 +266,7 @@ def test_a_step_the_load_callback_refuses_is_failed_and_the_reason_kept(world_of
     def tiers(width):
         model = torch.nn.Linear(4, width)
         return TieredCheckpointer(model, memory_root=str(world_of_one / "node-0"), memory_every=1, replicas=0,
-                                  topology=["node-0"])
+                                  topology=["node-0"], when_busy="wait")
 
     t = tiers(3)
     assert t.resume() == 0
@@ -277,3 +277,60 @@ def test_a_step_the_load_callback_refuses_is_failed_and_the_reason_kept(world_of
         t.resume()
     assert "size mismatch for weight" in str(caught.value.__cause__)  # this rank's reason, from load_state_dict
     t.close()
+
+
+# --- A capture while the previous one is in the background (spec/TIERS.md 4.6) ---------------------------
+
+SKIP_WHILE_BUSY = r'''
+import json, os, sys, time, torch, torch.distributed as dist
+from ckpt.torch import TieredCheckpointer
+rank, world, root, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+marks = os.path.join(root, "returned-from-step-4")
+os.makedirs(marks, exist_ok=True)
+
+def on_phase(phase, step):
+    # Step 2's replication waits until every rank's step(4) has returned: were step(4) to wait for it,
+    # the job would stall here until the deadline. time.sleep releases the GIL to the training loop.
+    if phase == "replicating" and step == 2:
+        deadline = time.monotonic() + 60
+        while len(os.listdir(marks)) < world and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+model = torch.nn.Linear(64, 64)
+tiers = TieredCheckpointer(model, memory_root=os.path.join(root, f"node-n{rank}"), memory_every=2, replicas=1,
+                           memory_keep=2, topology=[f"n{r}" for r in range(world)], on_phase=on_phase)
+tiers.resume()
+actions = {}
+for step in range(1, 7):
+    model.weight.data += 1
+    actions[step] = tiers.step(step)
+    if step == 4:
+        open(os.path.join(marks, str(rank)), "w").close()
+        tiers.wait()  # step 6 finds the background idle
+tiers.wait()
+print(json.dumps({"actions": actions, "skipped": tiers.steps_skipped, "records": tiers.records()}), flush=True)
+tiers.close()
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # past torch's gloo exit race (pytorch/pytorch#190489), as dcp_worker.py
+'''
+
+
+def test_a_capture_due_while_the_previous_one_replicates_is_skipped_on_every_rank_and_recorded(tmp_path):
+    root = tmp_path / "job"
+    root.mkdir()
+    script = tmp_path / "skip_while_busy.py"
+    script.write_text(SKIP_WHILE_BUSY)
+    init = f"file://{tmp_path / 'init'}"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(root), init], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+        got = json.loads(out.strip().splitlines()[-1])
+        assert got["actions"] == {"1": "none", "2": "capture", "3": "none", "4": "skipped", "5": "none", "6": "capture"}, got
+        assert got["skipped"] == 1
+        assert [r for r in got["records"] if r.startswith("SKIPPED")] and any("step 4" in r for r in got["records"]
+                                                                              if r.startswith("SKIPPED")), got["records"]

@@ -95,7 +95,8 @@ def worker(root, out_dir, steps, kill_step=-1, kill_rank=-1, init="env://"):
 
     tiers = TieredCheckpointer(model, optimizer, scheduler, data=sampler, memory_root=os.path.join(root, f"node-n{rank}"),
                                persistent=os.environ.get("CKPT_TIERS_PERSISTENT") or os.path.join(root, "persistent"), memory_every=2, persist_every=4, replicas=1,
-                               memory_keep=2, topology=[f"n{r}" for r in range(world)], chunk_size_log2=12)
+                               memory_keep=2, topology=[f"n{r}" for r in range(world)], chunk_size_log2=12,
+                               when_busy="wait")  # every capture taken: the test knows which steps each tier holds
     start = tiers.resume()
     order = {}
     for step in range(start, steps):

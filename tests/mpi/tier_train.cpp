@@ -88,6 +88,7 @@ int run(const Args& a) {
   o.persistent = a.root + "/persistent";
   o.memory_every = 2, o.persist_every = 4, o.replicas = 1, o.memory_keep = 2, o.chunk_size_log2 = 12;
   o.transfer_block = 10000;
+  o.when_busy = WhenBusy::wait;  // every capture taken: the kill points name steps that exist
   Topology t;
   t.node_of_rank = a.nodes;
   o.topology = t;

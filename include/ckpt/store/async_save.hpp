@@ -158,7 +158,8 @@ class AsyncSaver {
     return create_with(store, std::move(options), std::nullopt);
   }
   // `control` is a second communicator of the same ranks (MpiComm::duplicate) on which save() agrees whether
-  // to skip, so that every rank skips the same steps; it is needed only for WhenBusy::skip across ranks.
+  // to skip, so that every rank skips the same steps; it is needed only for WhenBusy::skip across ranks. With
+  // a store of one rank it may be any job's ranks, each saving its own store (the tiers' memory stores).
   template <class Control>
   [[nodiscard]] static Result<std::unique_ptr<AsyncSaver>> create(Store& store, AsyncSaveOptions options, Control& control) {
     return create_with(store, std::move(options), CommRef(control));

@@ -39,8 +39,9 @@ enum class TierEvent : std::uint16_t {
   set_aside = 6,    // this copy failed verification at resume: never used again, never deleted
   load_failed = 7,  // the job could not load this (step, digest): never chosen again (Megatron-LM #5281)
   resumed = 8,      // the job resumed this (step, digest)
+  skipped = 9,      // a capture due at this step was not taken: the previous one was still in the background
 };
-[[nodiscard]] constexpr EnumBounds<TierEvent> enum_bounds(TierEvent) noexcept { return {TierEvent::captured, TierEvent::resumed}; }
+[[nodiscard]] constexpr EnumBounds<TierEvent> enum_bounds(TierEvent) noexcept { return {TierEvent::captured, TierEvent::skipped}; }
 [[nodiscard]] const char* tier_event_name(TierEvent e) noexcept;
 
 struct TierRecord {

@@ -84,6 +84,11 @@ struct TierOptions {
   std::size_t staging_bytes = 0;                    // 0: the first capture's size (at least 16 MiB)
   std::size_t transfer_block = std::size_t{16} << 20;  // bytes per point-to-point message
   bool check_free_space = true;                     // statvfs the memory root before the first capture
+  // A capture due while the previous one is still in the background (committing, replicating, promoting):
+  // skip it (recorded, SKIPPED; the training loop never waits for background work) or wait for a slot.
+  // skip across ranks needs the control communicator of create(fs, comm, control, options), so every
+  // rank skips the same captures (spec/TIERS.md 4.6).
+  WhenBusy when_busy = WhenBusy::skip;
   // Every rank loads every shard of the agreed step (data parallel: each rank needs the whole model);
   // false: a rank loads its own shard only, unless the world changed. Every rank must pass the same.
   bool load_all_shards = false;
@@ -106,6 +111,7 @@ enum class TierAction : std::uint8_t { none, capture, capture_and_persist };
 struct StepOutcome {
   TierAction action = TierAction::none;
   std::chrono::nanoseconds stall{0};  // how long step() blocked the caller (the staging copy)
+  bool skipped = false;               // the policy captures this step, but when_busy skip did not take it
 };
 
 // What the job resumed from, as every rank agreed.
@@ -147,7 +153,13 @@ class TieredCheckpointer {
   // and computes the replica placement; comm must outlive the object.
   template <class Comm>
   [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create(FsRef fs, Comm& comm, TierOptions options) {
-    return create_with(fs, CommRef(comm), std::move(options));
+    return create_with(fs, CommRef(comm), std::nullopt, std::move(options));
+  }
+  // The same, with `control`: a second communicator of the same ranks (MpiComm::duplicate) on which step()
+  // agrees whether to skip a capture, from the training thread while the background uses comm.
+  template <class Comm, class Control>
+  [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create(FsRef fs, Comm& comm, Control& control, TierOptions options) {
+    return create_with(fs, CommRef(comm), CommRef(control), std::move(options));
   }
   TieredCheckpointer(const TieredCheckpointer&) = delete;
   TieredCheckpointer& operator=(const TieredCheckpointer&) = delete;
@@ -176,10 +188,14 @@ class TieredCheckpointer {
   // Steps every shard of which has the placement's copies (REPLICATED), and steps persisted, as recorded.
   [[nodiscard]] std::uint64_t steps_replicated() const noexcept { return replicated_.load(); }
   [[nodiscard]] std::uint64_t steps_persisted() const noexcept { return persisted_.load(); }
+  // Captures not taken by when_busy skip (each one a SKIPPED record).
+  [[nodiscard]] std::uint64_t steps_skipped() const noexcept { return skipped_.load(); }
 
  private:
-  TieredCheckpointer(FsRef fs, CommRef comm, TierOptions options) : fs_(fs), comm_(comm), options_(std::move(options)) {}
-  [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create_with(FsRef fs, CommRef comm, TierOptions options);
+  TieredCheckpointer(FsRef fs, CommRef comm, std::optional<CommRef> control, TierOptions options)
+      : fs_(fs), comm_(comm), control_(control), options_(std::move(options)) {}
+  [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create_with(FsRef fs, CommRef comm, std::optional<CommRef> control,
+                                                                              TierOptions options);
   struct Resume;  // one resume(): its state and phases (impl/resume_inl.hpp)
   [[nodiscard]] Status start_saver(std::size_t bytes);
   [[nodiscard]] Status check_capacity(std::uint64_t bytes);
@@ -201,6 +217,7 @@ class TieredCheckpointer {
 
   FsRef fs_;
   CommRef comm_;
+  std::optional<CommRef> control_;  // step()'s skip agreement (training thread); comm_ is the background's
   TierOptions options_;
   Topology topology_;
   Placement placement_;
@@ -213,7 +230,7 @@ class TieredCheckpointer {
   std::unique_ptr<AsyncSaver> saver_;
   mutable std::mutex failure_mutex_;  // background_failure_ and notes_ (the worker adds to both)
   Status background_failure_;
-  std::atomic<std::uint64_t> replicated_{0}, persisted_{0};
+  std::atomic<std::uint64_t> replicated_{0}, persisted_{0}, skipped_{0};
   bool resumed_ = false;
   std::vector<std::string> notes_;
 };

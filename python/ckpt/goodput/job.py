@@ -215,8 +215,9 @@ class Contender:
     def resume(self):
         return 0, None
 
-    def save(self, step: int) -> None:
-        pass
+    def save(self, step: int) -> bool:
+        """Saves after step `step`; True when the system skipped it (the tiers' when_busy "skip")."""
+        return False
 
     def drain(self) -> Optional[float]:
         """Waits for saves in flight; returns how long that took (None: nothing runs behind)."""
@@ -401,8 +402,8 @@ class Tiered(Contender):
         kinds = sorted({s.split(" from ", 1)[1].split(" (")[0] for s in r.sources if " from " in s})
         return start, f"step {r.step} from {', '.join(kinds) or '?'}"
 
-    def save(self, step: int) -> None:
-        self.tiers.step(step)
+    def save(self, step: int) -> bool:
+        return self.tiers.step(step) == "skipped"
 
     def drain(self) -> Optional[float]:
         t = time.monotonic()
@@ -463,13 +464,14 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
         t1 = time.monotonic()
         log("step", step=step, compute=t1 - t0)  # before the save: a kill during it still counts the step as done
         if cfg.calibrate > 0 or contender.due(step):
-            contender.save(step)
+            skipped = contender.save(step)
             t2 = time.monotonic()
             # Calibration: the first `calibrate` saves are each waited for (stall, then time to durable); the
             # next `calibrate` are not, so their steps show what the saves' background work costs the compute.
             # (A sync save has nothing behind it: 0.)
             background = (contender.drain() or 0.0) if 0 < cfg.calibrate and step - start < cfg.calibrate else None
-            log("save", step=step, seconds=t2 - t1, **({"background": background} if background is not None else {}))
+            log("save", step=step, seconds=t2 - t1, **({"background": background} if background is not None else {}),
+                **({"skipped": True} if skipped else {}))
     log("trained", step=last)
     digest = state_digest(model, optimizer) if last == cfg.steps else None
     digests = [None] * cfg.world

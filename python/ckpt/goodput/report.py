@@ -58,7 +58,8 @@ def measure(events: List[dict], steps: int) -> dict:
         "failures_by_kind": {k: sum(1 for f in failures if f["kind"] == k) for k in ("crash", "node", "power")},
         "steps_executed": executed,
         "steps_recomputed": executed - steps,
-        "saves": len(save_events),
+        "saves": sum(1 for e in save_events if not e.get("skipped")),
+        "skips": sum(1 for e in save_events if e.get("skipped")),  # captures the tiers did not take (when_busy skip)
         "blocked_s": sum(e["seconds"] for e in save_events),
         "compute_s": sum(e["compute"] for e in step_events),
         "recoveries": recoveries,
@@ -104,7 +105,7 @@ def _fmt(v, spec: str, none: str = "-") -> str:
 def table(doc: dict) -> str:
     """The text report: one row per contender, then the setting."""
     rows = []
-    head = (f"{'contender':<34}{'goodput':>8}{'plan':>7}{'fails':>6}{'recomp':>7}{'blocked':>9}{'saves':>6}"
+    head = (f"{'contender':<34}{'goodput':>8}{'plan':>7}{'fails':>6}{'recomp':>7}{'blocked':>9}{'saves':>6}{'skips':>6}"
             f"{'restart':>8}{'load':>7}{'interval':>10}{'lost c/n/p':>12}  bit-identical")
     rows.append(head)
     rows.append("-" * len(head))
@@ -121,7 +122,7 @@ def table(doc: dict) -> str:
             ident += ", loads verified"
         rows.append(f"{c['name']:<34}{_fmt(c.get('goodput'), '.3f'):>8}{_fmt(c.get('predicted_goodput'), '.3f'):>7}"
                     f"{m.get('failures', 0):>6}{m.get('steps_recomputed', 0):>7}{_fmt(m.get('blocked_s'), '.1f'):>8}s"
-                    f"{m.get('saves', 0):>6}{_fmt(m.get('mean_restart_s'), '.2f'):>7}s{_fmt(m.get('mean_load_s'), '.2f'):>6}s"
+                    f"{m.get('saves', 0):>6}{m.get('skips', 0):>6}{_fmt(m.get('mean_restart_s'), '.2f'):>7}s{_fmt(m.get('mean_load_s'), '.2f'):>6}s"
                     f"{interval:>10}{lost:>12}  {ident}")
     s = doc["setting"]
     rows.append("")
@@ -131,7 +132,8 @@ def table(doc: dict) -> str:
                 ", ".join(f"{k} {v:g}" for k, v in s["mix"].items()) + f"; {s['failures_scheduled']} scheduled")
     rows.append(f"persistent storage: {s['storage']}; memory tier: {s['memory']}")
     rows.append("goodput = ideal wall time / wall time; plan = ckpt-plan's prediction (ckpt.plan) from the calibrated costs; "
-                "interval = steps between saves (tiered: memory/persist); "
+                "interval = steps between saves (tiered: memory/persist); skips = captures not taken, the previous "
+                "still in the background; "
                 "lost c/n/p = most steps one crash / node loss / power loss made the job train again")
     for c in doc["contenders"]:
         for note in c.get("notes", []):

@@ -293,7 +293,9 @@ class TieredCheckpointer:
     step's data position. ``topology``: one node name per rank (or see ``topology_text``); default:
     each rank's hostname is its node. ``device_snapshots``: copy CUDA tensors device-to-host straight
     into pinned staging on a side stream (default: when the model has CUDA tensors); a DeviceSnapshot
-    instance is used as the copier.
+    instance is used as the copier. ``when_busy``: a capture due while the previous one is still in the
+    background is "skip"ped (recorded, counted in ``steps_skipped``; the training loop never waits for
+    the background) or "wait"s for it; every rank must pass the same.
     """
 
     def __init__(self, model, optimizer=None, scheduler=None, *, memory_root: str, persistent: Optional[str] = None,
@@ -302,7 +304,7 @@ class TieredCheckpointer:
                  data_state: Optional[Callable[[], Any]] = None, load_data_state: Optional[Callable[[Any], None]] = None,
                  chunk_size_log2: Optional[int] = None, staging_bytes: int = 0, transfer_block: int = 16 << 20,
                  check_free_space: bool = True, device_snapshots: Optional[bool] = None,
-                 on_phase: Optional[Callable[[str, int], None]] = None):
+                 on_phase: Optional[Callable[[str, int], None]] = None, when_busy: str = "skip"):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("TieredCheckpointer needs torch.distributed initialized (torchrun, init_process_group)")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -312,6 +314,10 @@ class TieredCheckpointer:
         ranks = dist.get_process_group_ranks(process_group) if process_group is not None else list(range(dist.get_world_size()))
         self.group = dist.new_group(ranks=ranks, backend="gloo")
         self.comm = TorchComm(self.group)
+        # when_busy "skip": every rank skips the same captures, agreed on a second group from the training
+        # thread while the background's collectives use the first (spec/TIERS.md 4.6).
+        self.control_group = dist.new_group(ranks=ranks, backend="gloo") if when_busy == "skip" and len(ranks) > 1 else None
+        control = TorchComm(self.control_group) if self.control_group is not None else None
         if device_snapshots is None:
             device_snapshots = any(t.is_cuda for t in model.state_dict().values() if isinstance(t, torch.Tensor))
         self._copier = device_snapshots if isinstance(device_snapshots, DeviceSnapshot) else \
@@ -322,7 +328,7 @@ class TieredCheckpointer:
             self.comm, self.comm.rank, self.comm.size, str(memory_root), "" if persistent is None else str(persistent),
             memory_every, persist_every, replicas, memory_keep, persistent_keep, topology_text(topology, self.comm.size),
             _DEFAULT_CHUNK_SIZE_LOG2 if chunk_size_log2 is None else chunk_size_log2, staging_bytes, transfer_block,
-            check_free_space, True, self._copier, on_phase)
+            check_free_space, True, self._copier, on_phase, when_busy, control)
         # Closed before the interpreter finalizes, also when the job ends on an exception without close():
         # the saver's worker may be inside a collective that calls into Python, and a thread that takes
         # the GIL during finalization is ended by the interpreter, which aborts a C++ thread.
@@ -367,7 +373,8 @@ class TieredCheckpointer:
     def step(self, step: int) -> str:
         """Call after every training step. When the policy captures it, the state is staged before this
         returns (device tensors copied into pinned staging, then fenced); replication and promotion go
-        on in the background. An earlier step's background failure is raised here."""
+        on in the background. An earlier step's background failure is raised here. Returns the action
+        taken, or "skipped" when the previous capture was still in the background (when_busy "skip")."""
         if self._native.action(step) == "none":
             return self._native.step(step, [], {})["action"]  # surfaces a background failure
         tensors: List[Tuple[str, torch.Tensor]] = []
@@ -385,7 +392,8 @@ class TieredCheckpointer:
         if self._copier is not None:
             self._copier.begin()
         try:
-            return self._native.step(step, pieces, state)["action"]
+            out = self._native.step(step, pieces, state)
+            return "skipped" if out["skipped"] else out["action"]
         finally:
             if self._copier is not None:
                 self._copier.done()
@@ -460,6 +468,11 @@ class TieredCheckpointer:
     def steps_persisted(self) -> int:
         return self._native.steps_persisted
 
+    @property
+    def steps_skipped(self) -> int:
+        """Captures not taken because the previous one was still in the background (when_busy "skip")."""
+        return self._native.steps_skipped
+
     def close(self) -> None:
         """Finishes the work taken (as ``wait()``, without raising its failure) and releases the group."""
         if self._native is None:
@@ -468,6 +481,8 @@ class TieredCheckpointer:
         self._native.close()
         self._native = None
         dist.destroy_process_group(self.group)
+        if self.control_group is not None:
+            dist.destroy_process_group(self.control_group)
 
     def __enter__(self):
         return self

@@ -10,7 +10,8 @@ CKPT_INLINE Result<std::unique_ptr<AsyncSaver>> AsyncSaver::create_with(Store& s
   if (store.access() != Access::read_write)
     return make_error(Code::invalid_argument, store.path() + ": an async saver needs a store opened read_write");
   if (options.max_in_flight == 0) return make_error(Code::invalid_argument, "max_in_flight must be at least 1");
-  if (control && store.world_size() != control->size())
+  // A store of one rank may be saved by each rank of a job that skips together (the tiers' memory stores).
+  if (control && store.world_size() > 1 && store.world_size() != control->size())
     return make_error(Code::invalid_argument, "the control communicator has " + std::to_string(control->size()) +
                                                   " ranks, the store's communicator " + std::to_string(store.world_size()));
   if (store.world_size() > 1 && options.when_busy == WhenBusy::skip && !control)

@@ -10,7 +10,8 @@ namespace ckpt::tiers {
 
 CKPT_INLINE const char* tier_event_name(TierEvent e) noexcept {
   // Upper case like the journal's record types, the unknown one too.
-  return enum_name(e, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED", "SET_ASIDE", "LOAD_FAILED", "RESUMED"}, "UNKNOWN");
+  return enum_name(e, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED", "SET_ASIDE", "LOAD_FAILED", "RESUMED", "SKIPPED"},
+                   "UNKNOWN");
 }
 
 CKPT_INLINE std::string TierRecord::describe() const {
@@ -42,7 +43,7 @@ namespace detail {
 
 [[nodiscard]] CKPT_INLINE bool is_tier_type(std::uint16_t type) noexcept {
   const std::uint16_t base = journal::kIgnorableType | tier_log::kTypeBase;
-  return type > base && type <= base + static_cast<std::uint16_t>(TierEvent::resumed);
+  return type > base && type <= base + static_cast<std::uint16_t>(enum_bounds(TierEvent{}).last);
 }
 
 [[nodiscard]] CKPT_INLINE PendingRecord tier_record(const TierRecord& r) {

@@ -371,7 +371,9 @@ template <class Tx>
 
 // --- Creation ---------------------------------------------------------------------------------------
 
-CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::create_with(FsRef fs, CommRef comm, TierOptions options) {
+CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::create_with(FsRef fs, CommRef comm,
+                                                                                     std::optional<CommRef> control,
+                                                                                     TierOptions options) {
   Status local;
   if (options.memory_root.empty()) local = make_error(Code::invalid_argument, "TierOptions: memory_root is empty");
   else if (options.memory_every == 0) local = make_error(Code::invalid_argument, "TierOptions: memory_every must be >= 1");
@@ -389,8 +391,15 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     local = make_error(Code::unsupported, "TierOptions: the persistent tier " + options.persistent +
                                               " is on object storage and open_objects is empty (a build with ckpt::s3 "
                                               "passes object::open_s3_url)");
+  else if (control && control->size() != comm.size())
+    local = make_error(Code::invalid_argument, "the control communicator has " + std::to_string(control->size()) +
+                                                   " ranks, the tiers' communicator " + std::to_string(comm.size()));
+  else if (options.when_busy == WhenBusy::skip && comm.size() > 1 && !control)
+    local = make_error(Code::invalid_argument,
+                       "TierOptions: when_busy skip across ranks needs a control communicator (create(fs, comm, control, "
+                       "options)) so every rank skips the same captures; or set when_busy to wait (spec/TIERS.md 4.6)");
   CKPT_TRY(wire::agree(comm, local));
-  std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, std::move(options)));
+  std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, control, std::move(options)));
   if (t->options_.topology) {
     t->topology_ = *t->options_.topology;
     if (t->topology_.size() != comm.size())
@@ -542,12 +551,15 @@ CKPT_INLINE Status TieredCheckpointer::start_saver(std::size_t bytes) {
   AsyncSaveOptions o;
   o.staging_bytes = options_.staging_bytes != 0 ? options_.staging_bytes : std::max<std::size_t>(bytes + (std::size_t{1} << 20), std::size_t{16} << 20);
   o.slab_bytes = std::min<std::size_t>(std::size_t{8} << 20, std::max<std::size_t>(o.staging_bytes / 4, 4096));
-  o.max_in_flight = 2;  // the next capture stages while the last one replicates
+  // wait: the next capture stages while the last one is in the background; skip: none is taken then (4.6).
+  o.max_in_flight = options_.when_busy == WhenBusy::skip ? 1 : 2;
+  o.when_busy = options_.when_busy;
   o.obey_flush_requests = false;
   o.device = options_.device;
   o.memory = options_.staging_memory;
   o.on_complete = [this](const SaveOutcome& outcome) { after_capture(outcome); };
-  CKPT_ASSIGN_OR_RETURN(saver_, AsyncSaver::create(*own_, std::move(o)));
+  auto saver = control_ ? AsyncSaver::create(*own_, std::move(o), *control_) : AsyncSaver::create(*own_, std::move(o));
+  CKPT_ASSIGN_OR_RETURN(saver_, std::move(saver));
   return Status();
 }
 
@@ -585,6 +597,14 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     return ticket.status();
   }
   out.stall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
+  if (ticket->skipped) {
+    // Every rank skipped this capture (the saver agreed on control): recorded, never waited for (4.6).
+    out.skipped = true;
+    ++skipped_;
+    TierRecord r;
+    r.event = TierEvent::skipped, r.step = step, r.world = static_cast<std::uint32_t>(world()), r.shard = me;
+    CKPT_TRY(log({r}));
+  }
   return out;
 }
 
