@@ -36,6 +36,7 @@ struct Job {
   std::uint64_t run_to = 0;        // train through this step (0: resume only)
   std::function<Status(int rank, TierView&)> before_load;  // a failing load for some rank and step
   std::function<void(TierOptions&)> tune;
+  std::function<void(int rank)> after_resume;  // each rank, once its resume() returned
 };
 
 struct JobResult {
@@ -102,6 +103,7 @@ JobResult run(const Job& job) {
       });
       if (!resumed.ok()) return fail(resumed.status());
       out.resumed[i] = *resumed;
+      if (job.after_resume) job.after_resume(r);
       for (std::uint64_t s = resumed->next_step() == 0 ? 1 : resumed->next_step(); s <= job.run_to; ++s) {
         trainer.train(s);
         auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
@@ -288,6 +290,42 @@ TEST_CASE("a lost node resumes from its replica and the replacement is refilled"
   CHECK((*held)->steps().back().step == 6);
   // And training goes on to the reference.
   check_final(run(Job{dir, kFourNodes, 10, {}, {}}), 10);
+}
+
+TEST_CASE("a resume returns once the state is loaded and the replacement is refilled in the background", "[tiered]") {
+  // Each rank's refill waits until every rank's resume() has returned: a resume that refilled before
+  // returning would wait for itself until the deadline.
+  const auto dir = trained_to_7("refill-background");
+  fsys::remove_all(dir / "node-n2");
+  std::mutex m;
+  std::condition_variable cv;
+  int returned = 0;
+  bool timed_out = false;
+  Job job{dir, kFourNodes, 0, {}, [&](TierOptions& o) {
+            o.on_phase = [&](const char* phase, std::uint64_t) {
+              if (std::string(phase) != "refilling") return;
+              std::unique_lock<std::mutex> lock(m);
+              if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned == 4; })) timed_out = true;
+            };
+          }};
+  job.after_resume = [&](int) {
+    std::lock_guard<std::mutex> lock(m);
+    ++returned;
+    cv.notify_all();
+  };
+  auto r = run(job);
+  REQUIRE(r.ok());
+  CHECK_FALSE(timed_out);
+  for (const auto& resumed : r.resumed) CHECK(resumed.refilling);
+  bool noted = false;
+  for (const auto& n : r.notes[2]) noted = noted || n.find("refilled a replica of shard 1 of step 6") != std::string::npos;
+  CHECK(noted);
+  CHECK(count(r.records[2], TierEvent::held) >= 1);  // recorded in the tier log
+  PosixFs fs;
+  auto held = Store::open(fs, layout::held_store((dir / "node-n2").string(), 2, 1), Access::read_only);
+  REQUIRE(held.ok());
+  REQUIRE_FALSE((*held)->steps().empty());
+  CHECK((*held)->steps().back().step == 6);
 }
 
 TEST_CASE("a node and the holder of its replica lost: the persistent tier serves", "[tiered]") {

@@ -290,6 +290,7 @@ class PyTiers {
     d["state"] = state_dict(r.state);
     d["sources"] = r.sources;
     d["setbacks"] = r.setbacks;
+    d["refilling"] = r.refilling;
     return d;
   }
 

@@ -268,7 +268,7 @@ struct ReadFile {
   auto size = fs.file_size(r.file.get());
   if (!size.ok()) return size.status().with_context(path);
   r.size = *size;
-  return r;
+  return Result<ReadFile>(std::move(r));  // explicit: nvcc (EDG) has no C++20 implicit move
 }
 
 }  // namespace ckpt

@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "../store/async_save.hpp"
@@ -97,7 +98,7 @@ struct TierOptions {
   SnapshotCopier* device = nullptr;
   StagingMemory staging_memory;
   // Test and fault-injection hook: called on the rank at named points of its work (spec/TIERS.md 9).
-  // Phases: "captured", "replicating", "promoting", "resuming".
+  // Phases: "captured", "replicating", "promoting", "resuming", "refilling" (the resume's background refill).
   std::function<void(const char* phase, std::uint64_t step)> on_phase;
 };
 
@@ -124,6 +125,9 @@ struct Resumed {
   std::vector<std::string> sources;   // for each shard this rank loaded: where from
   std::vector<std::string> setbacks;  // copies set aside and steps that failed, in the order met
   bool read_persistent = false;       // rank 0: the persistent store had to be read (memory could not serve)
+  // Holders that lost their copies are being refilled in the background (spec/TIERS.md 7.4): the first
+  // capture and wait() wait for it; what it did goes to notes() and the tier log (HELD).
+  bool refilling = false;
   [[nodiscard]] std::uint64_t next_step() const noexcept { return fresh ? 0 : step + 1; }
 };
 
@@ -170,9 +174,11 @@ class TieredCheckpointer {
   // which is staged before this returns; the rest happens in the background. Collective when the first
   // capture checks the memory tier's free space. A background failure of an earlier step comes back here.
   [[nodiscard]] Result<StepOutcome> step(std::uint64_t step, const std::function<void(SaveRequest&)>& fill);
-  // Blocks until every captured step is committed, replicated and (when due) persisted.
+  // Blocks until every captured step is committed, replicated and (when due) persisted, and the refill
+  // a resume started has ended.
   [[nodiscard]] Status wait();
-  // Collective, before the first step(): agrees on the step to resume and loads it through load().
+  // Collective, before the first step(): agrees on the step to resume and loads it through load(); returns
+  // once the state is loaded, refilling lost replicas in the background (Resumed::refilling).
   [[nodiscard]] Result<Resumed> resume(const std::function<Status(TierView&)>& load);
 
   [[nodiscard]] const Placement& placement() const noexcept { return placement_; }
@@ -199,6 +205,9 @@ class TieredCheckpointer {
   struct Resume;  // one resume(): its state and phases (impl/resume_inl.hpp)
   [[nodiscard]] Status start_saver(std::size_t bytes);
   [[nodiscard]] Status check_capacity(std::uint64_t bytes);
+  // Joins the background refill a resume started, returning its failure (the training thread only).
+  [[nodiscard]] Status finish_refill();
+  void note(std::string text);
   void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
   [[nodiscard]] Result<std::vector<Digest128>> agree_on_capture(std::uint64_t step, const Status& local, const Digest128& my_digest);
@@ -233,6 +242,8 @@ class TieredCheckpointer {
   std::atomic<std::uint64_t> replicated_{0}, persisted_{0}, skipped_{0};
   bool resumed_ = false;
   std::vector<std::string> notes_;
+  std::thread refill_;      // a resume's refill of lost replicas (spec/TIERS.md 7.4): uses comm_ until joined
+  Status refill_result_;    // written by refill_, read after the join
 };
 
 }  // namespace ckpt::tiers

@@ -417,8 +417,10 @@ struct TieredCheckpointer::Resume {
 };
 
 CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Status(TierView&)>& load) {
-  if (saver_) return make_error(Code::invalid_argument, "resume() must come before the first step()");
-  Resume run(*this, load);
+  if (saver_ || refill_.joinable()) return make_error(Code::invalid_argument, "resume() must come before the first step()");
+  // On the heap: a refill that outlives this call keeps the copies it sends from open (7.4).
+  auto owned = std::make_shared<Resume>(*this, load);
+  Resume& run = *owned;
   // 1. Scan: what this rank reaches; rank 0 hears every rank's report.
   run.scan_memory();
   CKPT_TRY(run.gather_reports());
@@ -436,8 +438,12 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     }
     if (round > 4096) return make_error(Code::corrupt, "resume did not converge");
   }
-  // 3. Record what was learned, on every rank, and refill the holders that lost their copies.
-  return run.finish();
+  // 3. Record what was learned, on every rank; the holders that lost their copies are refilled in the
+  // background once the state is loaded (the first capture and wait() join it: it uses the communicator).
+  auto resumed = run.finish();
+  if (resumed.ok() && resumed->refilling)
+    refill_ = std::thread([this, owned] { refill_result_ = owned->refill(); });  // reads no caller state (`load`)
+  return resumed;
 }
 
 // --- scan ---
@@ -768,8 +774,9 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   std::vector<TierRecord> evicted;
   CKPT_TRY(retire_abandoned(evicted));
   if (!evicted.empty()) CKPT_TRY(tiers.log(evicted));
-  // A replacement node gets its peers' replicas again (same world): every holder the placement names.
-  if (out.world == world && tiers.placement_.achievable > 0) CKPT_TRY(refill());
+  // A replacement node gets its peers' replicas again (same world): every holder the placement names, in
+  // the background (resume() starts it).
+  out.refilling = out.world == world && tiers.placement_.achievable > 0;
   return std::move(out);
 }
 
@@ -834,6 +841,7 @@ CKPT_INLINE std::string TieredCheckpointer::Resume::refill_list() const {
 
 // The owners send the copies the list names (tag 0x103); the holders verify them and record HELD.
 CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
+  tiers.phase("refilling", decision.step);
   std::string bytes = me == 0 ? refill_list() : std::string();
   CKPT_TRY(tiers.comm_.broadcast(bytes, 0));
   Decoder d = wire::decoder(bytes);
@@ -864,12 +872,12 @@ CKPT_INLINE Status TieredCheckpointer::Resume::refill() {
           CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, store, static_cast<int>(s), detail::kRefillTag, decision.step, s,
                                          decision.shards[s], got, copy_failure, fetched_here(s)));
           if (!got) {
-            out.setbacks.push_back("refill: " + copy_failure.message());
+            tiers.note("refill: " + copy_failure.message());
             continue;
           }
           held_records.push_back(TierRecord{TierEvent::held, decision.step, world, s, decision.digest, decision.shards[s], got->info.txn, 0,
                                             std::string(), 0});
-          out.sources.push_back("refilled a replica of shard " + std::to_string(s));
+          tiers.note("refilled a replica of shard " + std::to_string(s) + " of step " + std::to_string(decision.step));
         }
         return Status();
       });

@@ -464,8 +464,20 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
 }
 
 CKPT_INLINE TieredCheckpointer::~TieredCheckpointer() {
+  finish_refill().ignore_error();  // its failure is in the tier log and notes; a destructor reports nothing
   if (saver_) (void)saver_->wait();
   saver_.reset();
+}
+
+CKPT_INLINE Status TieredCheckpointer::finish_refill() {
+  if (!refill_.joinable()) return Status();
+  refill_.join();
+  return std::exchange(refill_result_, Status()).with_context("refilling replicas after the resume");
+}
+
+CKPT_INLINE void TieredCheckpointer::note(std::string text) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  notes_.push_back(std::move(text));
 }
 
 CKPT_INLINE void TieredCheckpointer::phase(const char* name, std::uint64_t step) const {
@@ -585,6 +597,8 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
   // The memory store holds this rank's shard only: its step says so (spec/TIERS.md 2.1).
   request.state().values[std::string(kPartialStepKey)] = Value(std::to_string(me) + "/" + std::to_string(world()));
   if (!saver_) {
+    // The resume's refill uses the communicator: it ends before this agreement and the background's (7.4).
+    CKPT_TRY(finish_refill());
     // The first capture: every rank checks its node's free space against what the policy keeps (collective).
     Status local = options_.check_free_space ? check_capacity(request.bytes()) : Status();
     if (local.ok()) local = start_saver(static_cast<std::size_t>(request.bytes()));
@@ -609,6 +623,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
 }
 
 CKPT_INLINE Status TieredCheckpointer::wait() {
+  CKPT_TRY(finish_refill());
   if (saver_) CKPT_TRY(saver_->wait());
   std::lock_guard<std::mutex> lock(failure_mutex_);
   return std::exchange(background_failure_, Status());
