@@ -7,7 +7,7 @@
 //   ckpt::tiers::TierOptions o;
 //   o.memory_root = "/dev/shm/ckpt-job42";  o.persistent = "/lustre/job42/ckpt";  // or s3://, with o.open_objects
 //   o.memory_every = 10;  o.persist_every = 500;  o.replicas = 1;
-//   auto tiers = ckpt::tiers::TieredCheckpointer::create(fs, comm, o);      // collective
+//   auto tiers = ckpt::tiers::TieredCheckpointer::create(fs, comm, control, o);  // collective; control: skips agree on it
 //   auto resumed = (*tiers)->resume([&](ckpt::tiers::TierView& v) { ... read tensors ... });  // collective
 //   for (step = resumed->next_step(); ...; ++step) {
 //     train(step);
