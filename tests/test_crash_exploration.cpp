@@ -58,8 +58,9 @@ constexpr std::size_t kWeights = 4000;  // 16000 bytes of F32: four 4 KiB chunks
 constexpr std::size_t kMoments = 300;   // 1200 bytes: one chunk
 const char* const kStore = "/store";
 
-StoreOptions store_options(bool create, RetentionPolicy retention = {}) {
+StoreOptions store_options(bool create, RetentionPolicy retention = {}, bool reuse_files = false) {
   StoreOptions o;
+  o.reuse_files = reuse_files;
   o.create_if_missing = create;
   o.chunk_size_log2 = 12;
   o.alignment_log2 = 9;  // sector-aligned pieces: tears at 512 B boundaries fall between and inside them
@@ -209,11 +210,13 @@ std::string recover_and_check(SimFs& crashed, const Expectation& e, Explorer& ex
   if (flight_committed) ++ex.with_in_flight;
   for (const auto& s : store.steps())
     if (std::string p = check_step_exact(store, s); !p.empty()) return p;
-  // Recovery leaves only the journal, the lock and live step directories.
+  // Recovery leaves only the journal, the lock and live step directories, and the files kept for reuse
+  // (slots/: free space, spec/JOURNAL.md 10.1).
+  const auto have = sorted_entries(crashed, kStore);
   std::vector<std::string> want{"JOURNAL", "LOCK"};
   for (const auto& s : store.steps()) want.push_back(s.dir);
+  if (std::find(have.begin(), have.end(), std::string(journal::kSlotsName)) != have.end()) want.emplace_back(journal::kSlotsName);
   std::sort(want.begin(), want.end());
-  const auto have = sorted_entries(crashed, kStore);
   if (have != want) {
     std::string t;
     for (const auto& n : have) t += " " + n;
@@ -382,12 +385,13 @@ std::vector<Moment> record_async_saves(const std::vector<std::uint64_t>& steps, 
 
 // Runs `saves` steps into a fresh store over SimFs and records every moment (each persistence point,
 // including every mutation) of the saves after the first `warmup`.
-std::vector<Moment> record_saves(const std::vector<std::uint64_t>& steps, std::size_t warmup, RetentionPolicy retention) {
+std::vector<Moment> record_saves(const std::vector<std::uint64_t>& steps, std::size_t warmup, RetentionPolicy retention,
+                                 bool reuse_files = false) {
   SimFs sim;
   std::vector<Moment> moments;
   Expectation now;
   {
-    auto store = Store::open(sim, kStore, Access::read_write, store_options(true, retention));
+    auto store = Store::open(sim, kStore, Access::read_write, store_options(true, retention, reuse_files));
     REQUIRE(store.ok());
     for (std::size_t i = 0; i < steps.size(); ++i) {
       now.in_flight = steps[i];
@@ -571,6 +575,29 @@ TEST_CASE("every crash state of journal compactions during retention recovers to
   CHECK(rewrites >= 2);
   std::printf("compaction crash exploration: %llu crash states at %llu persistence points, %zu journal rewrites\n",
               static_cast<unsigned long long>(ex.states), static_cast<unsigned long long>(ex.points), rewrites);
+  std::fflush(stdout);
+  CHECK(ex.failures == 0);
+}
+
+TEST_CASE("every crash state of saves written over retired steps' files recovers to the last acknowledged step",
+          "[crash][reuse]") {
+  // Keep-last 2 with reuse_files (spec/JOURNAL.md 10.1): each save retires a step whose shard file moves to
+  // slots/ and the next save writes over it; every moment of the moves, the takes and the overwrites is crashed.
+  Explorer ex;
+  std::uint64_t seed = 900;
+  RetentionPolicy keep_two;
+  keep_two.keep_last = 2;
+  const auto moments = record_saves({10, 20, 30, 40, 50, 60, 70}, 3, keep_two, true);
+  std::size_t moves = 0;  // shard files renamed into slots/ and out of it (a store save renames nothing else)
+  for (const auto& m : moments) {
+    if (m.point.op == FsOp::rename && m.point.path.find("JOURNAL") == std::string::npos) ++moves;
+    explore_moment(m, seed++, ex, 5, kSamplesPerPoint / 2);
+  }
+  g_run_states += ex.states;
+  ++g_run_cases;
+  CHECK(moves >= 4);  // at least two kept and two taken back
+  std::printf("reuse crash exploration: %llu crash states at %llu persistence points, %zu shard file moves\n",
+              static_cast<unsigned long long>(ex.states), static_cast<unsigned long long>(ex.points), moves);
   std::fflush(stdout);
   CHECK(ex.failures == 0);
 }

@@ -3,6 +3,8 @@
 // (wrapped in FaultFs) so they need no real fsync and stay fast.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -474,6 +476,62 @@ TEST_CASE_METHOD(StoreDir, "retention keeps the last N and every K-th step, writ
   auto again = Store::open(fs, path, Access::read_only);
   REQUIRE(again.ok());
   CHECK(step_numbers(**again) == std::vector<std::uint64_t>{30});
+  CHECK((*again)->recovery_report().clean());
+}
+
+TEST_CASE_METHOD(StoreDir, "with reuse_files a save writes over a retired step's file: the same inode, cut to size, no old byte",
+                 "[store][reuse]") {
+  // spec/JOURNAL.md 10.1: keep-last 1, so each save retires the step before it; the first steps are larger
+  // than the later ones, so a file taken from slots/ is longer than the shard written over it.
+  StoreOptions o = writable_options();
+  o.retention = RetentionPolicy{1, 0};
+  o.reuse_files = true;
+  auto store = Store::open(fs, path, Access::read_write, o);
+  REQUIRE(store.ok());
+  auto shard_of = [&](std::uint64_t step) {
+    const auto info = (*store)->find(step);
+    REQUIRE(info.ok());
+    return fsys::path(path) / info->dir / shard_file_name(0, 1);
+  };
+  auto inode = [](const fsys::path& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return st.st_ino;
+  };
+  auto save_of = [&](std::uint64_t step, std::size_t elems) {
+    auto tx = (*store)->begin(step);
+    REQUIRE(tx.ok());
+    std::vector<float> w(elems, static_cast<float>(step));
+    REQUIRE((*tx)->add_tensor("w", DType::F32, {elems}, w.data(), w.size() * 4).ok());
+    auto c = (*tx)->commit();
+    REQUIRE(c.ok());
+  };
+  save_of(1, 20000);
+  const auto first = inode(shard_of(1));
+  const auto big = fsys::file_size(shard_of(1));
+  save_of(2, 20000);  // retires 1: its file goes to slots/
+  CHECK(entries(fs, path + "/slots").size() == 1);
+  save_of(3, 500);  // takes it
+  CHECK(inode(shard_of(3)) == first);
+  CHECK(fsys::file_size(shard_of(3)) < big);
+  CHECK(entries(fs, path + "/slots").size() == 1);  // 2's file, retired by 3
+  for (std::uint64_t s = 4; s <= 20; ++s) save_of(s, 500 + s);
+  CHECK(entries(fs, path + "/slots").size() <= journal::kMaxSlots);
+  // Every byte of the latest step is its own: it verifies, and reads back what was saved.
+  auto reader = (*store)->open_step(20);
+  REQUIRE(reader.ok());
+  auto verified = verify_file(fs, shard_of(20).string());
+  REQUIRE(verified.ok());
+  CHECK(verified->ok());
+  CHECK(verified->file_size == fsys::file_size(shard_of(20)));
+  std::vector<float> w(520);
+  REQUIRE(reader->read_tensor("w", w.data(), w.size() * 4).ok());
+  CHECK(w == std::vector<float>(520, 20.0f));
+  // slots/ is the store's own: a reopen reports no unknown entry and recovers nothing.
+  store->reset();
+  auto again = Store::open(fs, path, Access::read_only);
+  REQUIRE(again.ok());
+  CHECK((*again)->recovery_report().unknown_entries.empty());
   CHECK((*again)->recovery_report().clean());
 }
 

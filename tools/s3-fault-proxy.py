@@ -297,19 +297,28 @@ class ProxyHandler(BaseHTTPRequestHandler):
         seq, rule = state.decide(self.command, path, query)
         action = rule["action"] if rule else "forward"
         status = 0
+        recorded = False
+
+        def reply(code, reason, headers, data):
+            # Recorded before it is sent: a client that has the answer finds it in the log (the test reads
+            # the log as soon as its save returns).
+            nonlocal status, recorded
+            status, recorded = code, True
+            state.record(seq, self.command, path, query, status, action)
+            self.answer(code, reason, headers, data)
+
         try:
             if action == "slowdown":
                 # After "Expect: 100-continue" refused before the body, as S3 does (the body never comes, so
                 # the connection closes); otherwise the body is read first and the connection kept.
                 body = s3_error("SlowDown", "Please reduce your request rate. (ckpt fault proxy)")
-                status = 503
                 headers = [("Content-Type", "application/xml")]
                 if self.headers.get("Expect", "").lower() == "100-continue":
                     self.close_connection = True
                     headers.append(("Connection", "close"))
                 else:
                     self.read_body()
-                self.answer(503, "Slow Down", headers, body)
+                reply(503, "Slow Down", headers, body)
                 return
             if action == "hang":
                 state.release.wait(HANG_LIMIT_S)
@@ -323,16 +332,14 @@ class ProxyHandler(BaseHTTPRequestHandler):
                 self.abort_connection()
             body = self.read_body()
             if action == "error200" and not rule.get("forward", True):
-                status = 200
-                self.answer(200, "OK", [("Content-Type", "application/xml")],
+                reply(200, "OK", [("Content-Type", "application/xml")],
                             s3_error("InternalError", "We encountered an internal error. Please try again. (ckpt fault proxy)"))
                 return
             try:
                 up_status, reason, headers, data = self.forward(body)
             except (OSError, http.client.HTTPException) as exc:
-                status = 502
                 self.close_connection = True
-                self.answer(502, "Bad Gateway", [("Content-Type", "application/xml"), ("Connection", "close")],
+                reply(502, "Bad Gateway", [("Content-Type", "application/xml"), ("Connection", "close")],
                             s3_error("ServiceUnavailable", f"the fault proxy could not reach the server: {exc}"))
                 return
             if action in ("lose_response", "kill_after"):
@@ -341,20 +348,19 @@ class ProxyHandler(BaseHTTPRequestHandler):
                     kill(rule)
                 self.abort_connection()
             if action == "error200":
-                status = 200
-                self.answer(200, "OK", [("Content-Type", "application/xml")],
+                reply(200, "OK", [("Content-Type", "application/xml")],
                             s3_error("InternalError", "We encountered an internal error. Please try again. (ckpt fault proxy)"))
                 return
             if action == "rewrite":
                 data = re.sub(rule["pattern"], rule.get("replacement", ""), data.decode("utf-8")).encode("utf-8")
-            status = up_status
-            self.answer(up_status, reason, headers, data)
+            reply(up_status, reason, headers, data)
         except Dropped:
             pass
         except (ConnectionError, BrokenPipeError, socket.timeout, ValueError):
             self.close_connection = True
         finally:
-            state.record(seq, self.command, path, query, status, action)
+            if not recorded:
+                state.record(seq, self.command, path, query, status, action)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_any
 

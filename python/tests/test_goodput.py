@@ -167,3 +167,22 @@ def test_usage_errors_exit_2():
     for bad in (["--world", "1"], ["--mix", "meteor=1"], ["--contenders", "pickle"], ["--interval", "0"]):
         p = subprocess.run([sys.executable, "-m", "ckpt.goodput", *bad], capture_output=True, text=True, timeout=120)
         assert p.returncode == 2, (bad, p.stderr)
+
+
+def test_the_accelerator_profile_waits_out_device_time_and_stays_bit_identical(tmp_path):
+    """--profile accelerator on a machine without one: each step waits its device time around a cheap
+    deterministic update, the host's cores free; the tiers still resume bit-identically under failures,
+    and the report says which profile ran and counts the tiers' skipped captures."""
+    out = tmp_path / "goodput.json"
+    args = [sys.executable, "-m", "ckpt.goodput", "--quick", "--profile", "accelerator", "--device-step", "0.2",
+            "--contenders", "ckpt_tiered", "--seed", str(SEED), "--mix", "crash=0.4,node=0.3,power=0.3",
+            "--dir", str(tmp_path / "run"), "--json", str(out)]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["setting"]["profile"].startswith("accelerator, emulated"), doc["setting"]["profile"]
+    assert [c["name"] for c in doc["contenders"]] == ["ideal", "ckpt_tiered"]
+    tiered = doc["contenders"][1]
+    assert tiered["measured"]["completed"] and tiered["bit_identical"], tiered
+    assert tiered["measured"]["failures"] >= 1
+    assert tiered["measured"]["skips"] >= 0 and tiered["measured"]["saves"] >= 1

@@ -46,6 +46,10 @@ struct WriterOptions {
   // the next call instead of the one that queued the write. false: every write is made in the call.
   bool pipeline = true;
   std::optional<Uuid> uuid;  // random when unset
+  // An existing file to take over instead of creating one (a store's slot, spec/JOURNAL.md 10.1): renamed to
+  // the write path and written over from offset 0, every byte, its tail past the new end cut at finish. When
+  // it cannot be renamed (gone), the file is created as without it.
+  std::string reuse;
 };
 
 // What finish() made: enough for a manifest to pin the file's exact content.
@@ -216,6 +220,7 @@ class ShardWriter {
   std::unordered_map<std::string, std::size_t> meta_by_key_;
   Status failure_;
   bool finished_ = false;
+  bool reused_ = false;  // written over a file taken from options_.reuse: its tail is cut at finish
   Index written_index_;
 };
 

@@ -42,6 +42,9 @@ struct StoreOptions {
   // Opt-in: before a rank reports its finished shard, read it back through the reader's checks and verify
   // every chunk (spec/FORMAT.md 7.2). Off: the commit takes the pieces from what the writer wrote.
   bool verify_written = false;
+  // Directory stores (the tiers' memory stores): a retired step's shard files move to slots/ and the next
+  // steps' shards are written over them, so no page is allocated in steady state (spec/JOURNAL.md 10.1).
+  bool reuse_files = false;
   // Object storage (spec/OBJECT.md): how shard objects are uploaded, and how open_store reaches an s3:// URL.
   object::ObjectFsOptions io;
   object::ObjectOpener open_objects;

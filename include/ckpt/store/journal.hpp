@@ -34,6 +34,11 @@ inline constexpr std::string_view kLockName = "LOCK";
 inline constexpr std::string_view kManifestName = "MANIFEST";
 // Step directories whose fate recovery cannot prove go here, never deleted without ckpt-repair --purge (spec 6.8).
 inline constexpr std::string_view kQuarantineName = "quarantine";
+// Shard files of retired steps kept to be written over by a later step (StoreOptions::reuse_files, spec 10.1):
+// free space, never part of a step, never read.
+inline constexpr std::string_view kSlotsName = "slots";
+// At most this many files wait in slots/; a retired file past it is removed as without reuse (spec 10.1).
+inline constexpr std::size_t kMaxSlots = 8;
 // Prefix of the temporary name a journal is written under before its rename (spec 5.1, 5.7).
 inline constexpr std::string_view kJournalTempPrefix = "JOURNAL.tmp-";
 // A writer compacts once the journal is past this size and twice its size after the last rewrite (spec 5.7).

@@ -49,12 +49,15 @@ class JournalLog final : public CommitLog {
  private:
   // Removes the files of an aborted or retired transaction that exist; errors are collected, not fatal.
   [[nodiscard]] Status remove_files(TxnInfo& t);
+  // reuse_files: moves a retired step's shard files into slots/ (spec 10.1); what stays is removed after.
+  void keep_slots(const TxnInfo& t);
 
   FsRef fs_;
   std::string path_;
   std::optional<JournalWriter> journal_;  // the writer's, once open_writer succeeded
   FileHandle lock_;
   std::uint64_t compacted_end_ = 0;  // journal size after its last rewrite
+  bool reuse_files_ = false;         // StoreOptions::reuse_files, from open_writer
   Uuid uuid_{};
 };
 

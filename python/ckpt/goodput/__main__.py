@@ -65,6 +65,11 @@ def arguments(argv):
     p.add_argument("--calibrate", type=int, default=4, help="saves measured per contender before its run (default 4)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="cuda with NCCL where GPUs are (default auto)")
     p.add_argument("--limit", type=float, default=None, help="seconds one contender may run before it is failed (default: 8x the ideal run + 120)")
+    p.add_argument("--profile", choices=("cpu", "accelerator"), default="cpu",
+                   help="cpu: each step trains on the host's cores (default); accelerator: each step is a fixed "
+                        "device time (--device-step) during which the host's cores are free, emulated by waiting "
+                        "on a machine without one")
+    p.add_argument("--device-step", type=float, default=2.0, help="accelerator profile: seconds of device time a step (default 2.0)")
     p.add_argument("--quick", action="store_true", help="a small job for CI: 16 MiB of state, 40 steps, 4 expected failures")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout, and no table)")
     p.add_argument("--plot", metavar="FILE", help="write the timelines and goodput bars (PNG)")
@@ -90,6 +95,8 @@ def arguments(argv):
         p.error("--interval and --persist-every must be at least 1")
     if args.mtbf is not None and args.mtbf <= 0:
         p.error("--mtbf must be positive")
+    if args.device_step <= 0:
+        p.error("--device-step must be positive")
     return args
 
 
@@ -135,7 +142,8 @@ class Bench:
             os.unlink(events)
         return _job.JobConfig(contender=contender, world=a.world, nodes=a.nodes, hidden=a.hidden, layers=self.layers,
                               batch=a.batch, steps=a.steps, seed=a.seed, workdir=workdir,
-                              memory_base=os.path.join(self.memory, contender), events=events, device=self.device, **kw)
+                              memory_base=os.path.join(self.memory, contender), events=events, device=self.device,
+                              profile=a.profile, device_step_s=a.device_step, **kw)
 
     def clean(self, cfg: _job.JobConfig) -> None:
         shutil.rmtree(cfg.workdir, ignore_errors=True)
@@ -312,6 +320,8 @@ class Bench:
             "seed": a.seed, "mtbf_s": self.mtbf, "mix": a.mix, "failures_scheduled": len(schedule),
             "schedule": [{"at": f.at, "kind": f.kind, "victim": f.victim} for f in schedule if f.at < 3 * self.ideal_wall],
             "device": self.device, "machine": machine(),
+            "profile": a.profile if a.profile == "cpu" or self.device != "cpu" else
+            f"accelerator, emulated: each step waits {a.device_step:g} s of device time with the host's cores free",
             "storage": f"{self.root} on {_mount_of(self.root)}, this machine's speed (no bandwidth limit), the same for every contender",
             "memory": f"{self.memory} on {_mount_of(self.memory)}",
             "restart": "ranks forked from a supervisor that has imported torch and built the initial model (a warm agent)",

@@ -69,6 +69,11 @@ class JobConfig:
     init_file: str = ""
     device: str = "cpu"
     timeout_s: float = 120.0
+    # "cpu": a step is real training on the host's cores. "accelerator": a step is a fixed device time during
+    # which the host's cores are free; on a CPU-only machine emulated by waiting `device_step_s` around a
+    # cheap deterministic update (so a resumed run stays bit-identical); on a GPU, real device work.
+    profile: str = "cpu"
+    device_step_s: float = 2.0
 
     def node_of(self, rank: int) -> int:
         return rank * self.nodes // self.world
@@ -100,7 +105,31 @@ def batch_for(cfg: JobConfig, step: int, rank: int, device) -> tuple:
     return x.to(device), y.to(device)
 
 
+def prime_optimizer(model, optimizer) -> None:
+    """The accelerator profile's optimizer state (AdamW's moments, so a checkpoint holds what training's
+    would): one step on zero gradients, the same on every rank and launch, before any resume."""
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+
+
+def emulated_step(cfg: JobConfig, step: int, model, scheduler) -> None:
+    """A step of the accelerator profile on a host without one: the device's time is waited out while the
+    host's cores stay free; the state still changes every step (a few elements of each tensor, a function
+    of the seed and the step alone), so a resumed run must load the right state to end bit-identical."""
+    end = time.monotonic() + cfg.device_step_s
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            flat = p.view(-1)
+            n = min(64, flat.numel())
+            flat[:n].mul_(0.999).add_(((cfg.seed * 31 + step * 7 + i) % 97) * 1e-4)
+    scheduler.step()
+    time.sleep(max(0.0, end - time.monotonic()))
+
+
 def train_step(cfg: JobConfig, step: int, rank: int, model, optimizer, scheduler, device) -> None:
+    if cfg.profile == "accelerator" and cfg.device == "cpu":
+        return emulated_step(cfg, step, model, scheduler)
     x, y = batch_for(cfg, step, rank, device)
     loss = torch.nn.functional.mse_loss(model(x), y)
     optimizer.zero_grad(set_to_none=False)
@@ -447,6 +476,8 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
     dist.init_process_group(backend, init_method=f"file://{cfg.init_file}", rank=rank, world_size=cfg.world,
                             timeout=timedelta(seconds=cfg.timeout_s))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    if cfg.profile == "accelerator" and cfg.device == "cpu":
+        prime_optimizer(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, cfg.steps))
     contender = make_contender(cfg, rank, model, optimizer, scheduler)
     log("ready")

@@ -127,7 +127,7 @@ def table(doc: dict) -> str:
     s = doc["setting"]
     rows.append("")
     rows.append(f"job: {s['world']} ranks on {s['nodes']} nodes, {s['state_gib']:.2f} GiB of state (MLP {s['layers']}x{s['hidden']}, "
-                f"AdamW), {s['steps']} steps of {s['step_s']:.3f} s; device {s['device']}")
+                f"AdamW), {s['steps']} steps of {s['step_s']:.3f} s; device {s['device']}; profile {s.get('profile', 'cpu')}")
     rows.append(f"failures: seed {s['seed']}, MTBF {s['mtbf_s']:.1f} s, mix " +
                 ", ".join(f"{k} {v:g}" for k, v in s["mix"].items()) + f"; {s['failures_scheduled']} scheduled")
     rows.append(f"persistent storage: {s['storage']}; memory tier: {s['memory']}")

@@ -133,9 +133,13 @@ CKPT_INLINE Result<ShardWriter> ShardWriter::create(FsRef fs, std::string path, 
   if (options.buffer_size < 4096) options.buffer_size = 4096;
   const Uuid uuid = options.uuid ? *options.uuid : random_uuid();
   std::string write_path = options.atomic_rename ? path + ".tmp-" + uuid_string(uuid) : path;
-  auto file = fs.open(write_path, OpenMode::create_new);
-  if (!file.ok()) return file.status().with_context("cannot create shard file");
+  Result<FileHandle> file = make_error(Code::not_found, "no file to reuse");
+  const bool reused = !options.reuse.empty() && fs.rename(options.reuse, write_path).ok();
+  if (reused) file = fs.open(write_path, OpenMode::read_write);
+  else file = fs.open(write_path, OpenMode::create_new);
+  if (!file.ok()) return file.status().with_context(reused ? "cannot open the reused shard file" : "cannot create shard file");
   ShardWriter w(fs, std::move(path), std::move(write_path), *file, options);
+  w.reused_ = reused;
   w.superblock_.uuid = uuid;
   w.superblock_.alignment_log2 = options.alignment_log2;
   w.superblock_.chunk_size_log2 = options.chunk_size_log2;
@@ -476,6 +480,11 @@ CKPT_INLINE Result<ShardSummary> ShardWriter::finish() {
   // Every queued write is made and its error collected before the last one and the sync (spec 7.1).
   CKPT_TRY(drain_writes());
   CKPT_TRY(flush());
+  // A file written over keeps its old length past the new end: cut, before the sync (no byte of it survives).
+  if (reused_) {
+    Status s = fs_.truncate(file_, position_);
+    if (!s.ok()) return fail(s);
+  }
   // fsync before rename: a rename may reach disk before the data it names (spec 7.1).
   if (options_.durable) {
     Status s = fs_.sync(file_);

@@ -17,6 +17,7 @@ CKPT_INLINE JournalLog::~JournalLog() {
 }
 
 CKPT_INLINE Result<RecoveryReport> JournalLog::open_writer(const StoreOptions& options) {
+  reuse_files_ = options.reuse_files;
   auto info = fs_.stat(path_);
   if (!info.ok()) {
     if (info.status().code() != Code::not_found || !options.create_if_missing) return info.status().with_context("store");
@@ -166,10 +167,35 @@ CKPT_INLINE Status JournalLog::retire(const std::vector<TxnInfo*>& txns) {
   }
   Status result;
   for (TxnInfo* t : txns) {
+    if (reuse_files_) keep_slots(*t);
     Status s = remove_files(*t);
     if (result.ok() && !s.ok()) result = s;
   }
   return result;
+}
+
+CKPT_INLINE void JournalLog::keep_slots(const TxnInfo& t) {
+  // After RETIRE is durable the step's files are free space (R8): moved, they are written over by a later
+  // step instead of being unlinked and allocated again. Best effort: a file not moved is removed as usual.
+  const std::string slots = join_path(path_, std::string(journal::kSlotsName));
+  auto listing = fs_.list_dir(slots);
+  std::size_t held = 0;
+  if (listing.ok()) {
+    held = listing->size();
+  } else {
+    if (listing.status().code() != Code::not_found) return;
+    Status made = fs_.mkdir(slots);
+    if (!made.ok() && made.code() != Code::conflict) return;
+    if (!fs_.sync_dir(path_).ok()) return;
+  }
+  bool moved = false;
+  for (const TxnFile& f : t.files) {
+    if (held >= journal::kMaxSlots) break;
+    // Unique: a step directory's name holds its transaction id, which is never reused (spec 5.6).
+    if (!fs_.rename(join_path(join_path(path_, t.dir()), f.name), join_path(slots, t.dir() + "-" + f.name)).ok()) continue;
+    ++held, moved = true;
+  }
+  if (moved) fs_.sync_dir(slots).ignore_error();  // a move that is lost leaves the file to the step's removal
 }
 
 CKPT_INLINE Status JournalLog::set_aside(TxnInfo& t) {

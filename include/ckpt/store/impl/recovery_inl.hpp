@@ -319,7 +319,8 @@ CKPT_INLINE void salvage_tail(FsRef fs, const std::string& store, TxnTable& tabl
   for (const auto& name : entries) {
     if (name == journal::kJournalName || name == journal::kLockName) continue;
     const auto kind = entry_kind(fs, join_path(store, name));
-    if (name == journal::kQuarantineName && kind.is(EntryKind::directory)) continue;
+    // quarantine/ (6.8) and slots/ (10.1, free space) are the store's own, never steps.
+    if ((name == journal::kQuarantineName || name == journal::kSlotsName) && kind.is(EntryKind::directory)) continue;
     if (name.rfind(std::string(journal::kJournalTempPrefix), 0) == 0 && kind.is(EntryKind::file)) {
       temps.push_back(name);  // a rewrite that never reached its rename: a copy of records, never the journal
       continue;

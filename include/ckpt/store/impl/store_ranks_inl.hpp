@@ -412,6 +412,12 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::create_shard(const TxnIn
   wo.buffer_size = options_.buffer_size;
   wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
   wo.durable = true;
+  if (options_.reuse_files) {
+    // A retired step's file, written over: its pages are not allocated again (spec/JOURNAL.md 10.1).
+    const std::string slots = join_path(log_->step_root(), std::string(journal::kSlotsName));
+    auto free = fs().list_dir(slots);
+    if (free.ok() && !free->empty()) wo.reuse = join_path(slots, *std::min_element(free->begin(), free->end()));
+  }
   CKPT_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::create(fs(), join_path(dir_path, shard_name), wo));
   std::unique_ptr<Transaction> tx(new Transaction(this, t.txn, t.step, dir_path, shard_name, std::move(writer)));
   open_txn_ = tx.get();

@@ -437,6 +437,7 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     StoreOptions so;
     so.create_if_missing = true;
     so.chunk_size_log2 = t->options_.chunk_size_log2;
+    so.reuse_files = true;  // a capture writes over a retired step's pages (spec/TIERS.md 2.1)
     auto own = Store::open(fs, layout::own_store(t->options_.memory_root, me), Access::read_write, so);
     if (own.ok()) t->own_ = std::move(*own);
     else local = own.status().with_context("memory tier");
@@ -524,6 +525,7 @@ CKPT_INLINE Result<Store*> TieredCheckpointer::held(std::uint32_t shard) {
   StoreOptions so;
   so.create_if_missing = true;
   so.chunk_size_log2 = options_.chunk_size_log2;
+  so.reuse_files = true;  // a replica writes over a retired one's pages (spec/TIERS.md 2.1)
   CKPT_ASSIGN_OR_RETURN(auto store, Store::open(fs_, layout::held_store(options_.memory_root, static_cast<std::uint32_t>(rank()), shard),
                                                 Access::read_write, so));
   Store* raw = store.get();
