@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <deque>
 #include <mutex>
 #include <cstdio>
@@ -554,6 +555,20 @@ TEST_CASE("every crash state of async saves, of a save staged while another pers
   REQUIRE(ex.states >= (CKPT_TEST_ASAN ? 500u : 3000u));
 }
 
+// Crashes every moment of a recorded run (5 whole states and half the samples per point), adds its states to
+// the run's totals, and returns how many of its persistence points `counts` picks.
+std::size_t explore_saves(const std::vector<Moment>& moments, std::uint64_t seed, Explorer& ex,
+                          const std::function<bool(const PersistencePoint&)>& counts) {
+  std::size_t n = 0;
+  for (const auto& m : moments) {
+    n += counts(m.point) ? 1 : 0;
+    explore_moment(m, seed++, ex, 5, kSamplesPerPoint / 2);
+  }
+  g_run_states += ex.states;
+  ++g_run_cases;
+  return n;
+}
+
 TEST_CASE("every crash state of journal compactions during retention recovers to the last acknowledged step",
           "[crash][compaction]") {
   // Keep-last 1 retires a step at every save, so the journal outgrows its live records and is rewritten
@@ -564,14 +579,9 @@ TEST_CASE("every crash state of journal compactions during retention recovers to
   keep_one.keep_last = 1;
   std::vector<std::uint64_t> steps;
   for (std::uint64_t s = 1; s <= 16; ++s) steps.push_back(s * 10);
-  const auto moments = record_saves(steps, 4, keep_one);
-  std::size_t rewrites = 0;
-  for (const auto& m : moments) {
-    if (m.point.op == FsOp::rename && m.point.path.find("JOURNAL") != std::string::npos) ++rewrites;
-    explore_moment(m, seed++, ex, 5, kSamplesPerPoint / 2);
-  }
-  g_run_states += ex.states;
-  ++g_run_cases;
+  const std::size_t rewrites = explore_saves(record_saves(steps, 4, keep_one), seed, ex, [](const PersistencePoint& p) {
+    return p.op == FsOp::rename && p.path.find("JOURNAL") != std::string::npos;
+  });
   CHECK(rewrites >= 2);
   std::printf("compaction crash exploration: %llu crash states at %llu persistence points, %zu journal rewrites\n",
               static_cast<unsigned long long>(ex.states), static_cast<unsigned long long>(ex.points), rewrites);
@@ -584,17 +594,11 @@ TEST_CASE("every crash state of saves written over retired steps' files recovers
   // Keep-last 2 with reuse_files (spec/JOURNAL.md 10.1): each save retires a step whose shard file moves to
   // slots/ and the next save writes over it; every moment of the moves, the takes and the overwrites is crashed.
   Explorer ex;
-  std::uint64_t seed = 900;
-  RetentionPolicy keep_two;
-  keep_two.keep_last = 2;
-  const auto moments = record_saves({10, 20, 30, 40, 50, 60, 70}, 3, keep_two, true);
-  std::size_t moves = 0;  // shard files renamed into slots/ and out of it (a store save renames nothing else)
-  for (const auto& m : moments) {
-    if (m.point.op == FsOp::rename && m.point.path.find("JOURNAL") == std::string::npos) ++moves;
-    explore_moment(m, seed++, ex, 5, kSamplesPerPoint / 2);
-  }
-  g_run_states += ex.states;
-  ++g_run_cases;
+  // Shard files renamed into slots/ and out of it (a store save renames nothing else but the journal).
+  const std::size_t moves = explore_saves(record_saves({10, 20, 30, 40, 50, 60, 70}, 3, RetentionPolicy{2, 0}, true), 900, ex,
+                                          [](const PersistencePoint& p) {
+                                            return p.op == FsOp::rename && p.path.find("JOURNAL") == std::string::npos;
+                                          });
   CHECK(moves >= 4);  // at least two kept and two taken back
   std::printf("reuse crash exploration: %llu crash states at %llu persistence points, %zu shard file moves\n",
               static_cast<unsigned long long>(ex.states), static_cast<unsigned long long>(ex.points), moves);

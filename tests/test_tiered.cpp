@@ -20,6 +20,7 @@
 #include <ckpt/tiers/memory_root.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
+#include "thread_ranks.hpp"
 #include "tier_trainer.hpp"
 
 using namespace ckpt;
@@ -36,7 +37,7 @@ struct Job {
   std::uint64_t run_to = 0;        // train through this step (0: resume only)
   std::function<Status(int rank, TierView&)> before_load;  // a failing load for some rank and step
   std::function<void(TierOptions&)> tune;
-  std::function<void(int rank)> after_resume;  // each rank, once its resume() returned
+  std::function<void(int rank)> after_resume = {};  // each rank, once its resume() returned
 };
 
 struct JobResult {
@@ -709,18 +710,12 @@ TEST_CASE("a capture due while the previous one replicates is skipped on every r
 
 TEST_CASE("skipping across ranks without a control communicator is refused at create", "[tiered][skip]") {
   const fsys::path dir = fresh_dir("skip-no-control");
-  ThreadGroup group(2);
-  std::vector<Status> created(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      ThreadComm comm(group, r);
-      PosixFs fs;
-      TierOptions o = options_for(Job{dir, {"n0", "n1"}, 0, {}, {}}, r);
-      o.when_busy = WhenBusy::skip;
-      created[static_cast<std::size_t>(r)] = TieredCheckpointer::create(fs, comm, o).status();
-    });
-  for (auto& t : threads) t.join();
+  const auto created = ckpt_test::run_ranks(2, [&](std::uint32_t r, ThreadComm& comm) {
+    PosixFs fs;
+    TierOptions o = options_for(Job{dir, {"n0", "n1"}, 0, {}, {}}, static_cast<int>(r));
+    o.when_busy = WhenBusy::skip;
+    return TieredCheckpointer::create(fs, comm, o).status();
+  });
   for (const Status& s : created) {
     CHECK(s.code() == Code::invalid_argument);
     CHECK_THAT(s.message(), Catch::Contains("control communicator"));
