@@ -329,6 +329,25 @@ TEST_CASE("a resume returns once the state is loaded and the replacement is refi
   CHECK((*held)->steps().back().step == 6);
 }
 
+TEST_CASE("a memory copy changed between its capture and its promotion is never committed to the persistent store",
+          "[tiered]") {
+  // The promotion reads memory without hashing it; the persistent writer's digests must be the capture's.
+  const auto dir = fresh_dir("promote-changed");
+  auto r = run(Job{dir, kFourNodes, 4, {}, [&](TierOptions& o) {
+                     const bool rank_1 = o.memory_root.find("node-n1") != std::string::npos;
+                     o.on_phase = [&dir, rank_1](const char* phase, std::uint64_t step) {
+                       if (rank_1 && std::string(phase) == "promoting" && step == 4)
+                         flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 4);
+                     };
+                   }});
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.errors[1].message(), Catch::Contains("not the bytes captured"));
+  PosixFs fs;
+  auto persistent = Store::open(fs, (dir / "persistent").string(), Access::read_only);
+  REQUIRE(persistent.ok());
+  for (const auto& s : (*persistent)->steps()) CHECK(s.step != 4);
+}
+
 TEST_CASE("a node and the holder of its replica lost: the persistent tier serves", "[tiered]") {
   const auto dir = trained_to_7("lost-two");
   fsys::remove_all(dir / "node-n2");

@@ -333,9 +333,27 @@ template <class SendAll, class ReceiveAll>
   return sent.ok() ? received : sent;
 }
 
+// The promotion's verification (spec/TIERS.md 4.4): the chunk digests the persistent writer computed in its
+// write pass against the capture's, before the commit; the memory bytes were read without a hash of their own.
+[[nodiscard]] inline Status same_as_captured(const ShardReader& shard, const PieceRecord& p, const std::string& tensor,
+                                             const std::vector<ChunkRecord>& written, std::uint64_t step) {
+  const std::vector<ChunkRecord>& captured = shard.index().chunks;
+  for (std::size_t i = 0; i < written.size() || i < p.chunk_count; ++i) {
+    const bool same = i < written.size() && i < p.chunk_count && captured[p.chunk_first + i].length == written[i].length &&
+                      captured[p.chunk_first + i].digest == written[i].digest;
+    if (!same)
+      return make_error(Code::corrupt, shard.path() + ": step " + std::to_string(step) + ", tensor '" + tensor + "', chunk " +
+                                           std::to_string(i) + ": the bytes promoted are not the bytes captured (" +
+                                           std::to_string(p.chunk_count) + " chunks captured, " + std::to_string(written.size()) +
+                                           " written; the memory copy changed since its capture)");
+  }
+  return Status();
+}
+
 // Copies a sealed memory shard into a persistent transaction, of a store directory or an object store alike
-// (spec/TIERS.md 4.4): every piece read through a verified read, with no second staging. A piece that
-// cannot be read abandons the step on every rank: this rank aborts, the others' commit fails.
+// (spec/TIERS.md 4.4): each piece read once, unhashed, with no second staging, and hashed by the persistent
+// writer, whose digests must be the capture's. A piece that cannot be read or differs abandons the step on
+// every rank: this rank aborts, the others' commit fails.
 template <class Tx>
 [[nodiscard]] Result<CommitResult> promote_shard(Tx& tx, ShardReader& shard, const TrainingState& state, std::uint64_t step) {
   tx.state() = state;
@@ -348,15 +366,16 @@ template <class Tx>
     if (!copied.ok()) break;
     if (p.data_length > 0) {
       if (shard.fs().can_map()) {
-        auto m = shard.map_piece(k, ReadCheck::touched);
+        auto m = shard.map_piece(k, ReadCheck::none);
         copied = m.ok() ? tx.write(m->data(), m->size()) : m.status();
       } else {
         std::string buffer(static_cast<std::size_t>(p.data_length), '\0');
-        copied = shard.read_piece(k, &buffer[0], buffer.size(), ReadCheck::touched);
+        copied = shard.read_piece(k, &buffer[0], buffer.size(), ReadCheck::none);
         if (copied.ok()) copied = tx.write(buffer.data(), buffer.size());
       }
     }
     if (copied.ok()) copied = tx.end_piece();
+    if (copied.ok()) copied = same_as_captured(shard, p, t.name, tx.shard_writer().last_piece_chunks(), step);
   }
   if (!copied.ok()) {
     // Either kind of transaction names this rank's reason to the others (spec/SHARDING.md 3.4, spec/OBJECT.md 4.9).
