@@ -58,16 +58,17 @@ enum class HashUnit : std::uint8_t { build, sse2, avx2, avx512 };
 
 namespace detail {
 struct HashKernels {
+  HashUnit unit;
   XXH64_hash_t (*long64)(const void*, std::size_t) noexcept;
   XXH128_hash_t (*long128)(const void*, std::size_t) noexcept;
   XXH_errorcode (*update64)(XXH3_state_t*, const void*, std::size_t) noexcept;
 };
 [[nodiscard]] const HashKernels& hash_kernels() noexcept;
-inline constexpr std::size_t kHashShortMax = 240;  // XXH3_MIDSIZE_MAX: shorter inputs use no vector kernel
 }  // namespace detail
 
 [[nodiscard]] inline std::uint64_t xxh3_64(const void* data, std::size_t size) noexcept {
-  return size <= detail::kHashShortMax ? XXH3_64bits(data, size) : detail::hash_kernels().long64(data, size);
+  // Up to XXH3_MIDSIZE_MAX (240) bytes XXH3 runs no vector kernel: the inline one-shot path.
+  return size <= XXH3_MIDSIZE_MAX ? XXH3_64bits(data, size) : detail::hash_kernels().long64(data, size);
 }
 
 // Streaming XXH3-64: the writer feeds each chunk in pieces as the caller hands data over.

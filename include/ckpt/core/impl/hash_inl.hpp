@@ -54,20 +54,20 @@ inline XXH_errorcode update64_build(XXH3_state_t* s, const void* p, std::size_t 
 
 inline const HashKernels& kernels_of(HashUnit u) noexcept {
 #if CKPT_HASH_DISPATCH
-  static const HashKernels sse2{long64_sse2, long128_sse2, update64_sse2};
-  static const HashKernels avx2{long64_avx2, long128_avx2, update64_avx2};
-  static const HashKernels avx512{long64_avx512, long128_avx512, update64_avx512};
+  static const HashKernels sse2{HashUnit::sse2, long64_sse2, long128_sse2, update64_sse2};
+  static const HashKernels avx2{HashUnit::avx2, long64_avx2, long128_avx2, update64_avx2};
+  static const HashKernels avx512{HashUnit::avx512, long64_avx512, long128_avx512, update64_avx512};
   if (u == HashUnit::sse2) return sse2;
   if (u == HashUnit::avx2) return avx2;
   if (u == HashUnit::avx512) return avx512;
 #endif
   (void)u;
-  static const HashKernels build{long64_build, long128_build, update64_build};
+  static const HashKernels build{HashUnit::build, long64_build, long128_build, update64_build};
   return build;
 }
 
 // The default unit: AVX2 where the CPU has it, else SSE2; AVX-512 only when asked for (CKPT_HASH_UNIT or
-// set_hash_unit), as it hashed memory-resident tensors slower than AVX2 here (spec/FORMAT.md 2.2.1).
+// set_hash_unit): here it gained nothing on 1 MiB chunks and lost badly on one long input (spec/FORMAT.md 2.2.1).
 inline HashUnit default_hash_unit() noexcept {
   const std::vector<HashUnit> units = hash_units();
   if (const char* asked = std::getenv("CKPT_HASH_UNIT")) {
@@ -79,27 +79,19 @@ inline HashUnit default_hash_unit() noexcept {
   return units.front();
 }
 
+// The kernels in use, one pointer: the unit is theirs (HashKernels::unit), so the two never disagree.
 inline std::atomic<const HashKernels*>& chosen_kernels() noexcept {
   static std::atomic<const HashKernels*> chosen{nullptr};
   return chosen;
-}
-inline std::atomic<HashUnit>& chosen_unit() noexcept {
-  static std::atomic<HashUnit> unit{HashUnit::build};
-  return unit;
 }
 
 CKPT_INLINE const HashKernels& hash_kernels() noexcept {
   const HashKernels* k = chosen_kernels().load(std::memory_order_acquire);
   if (k != nullptr) return *k;
-  static const bool chosen = [] {  // once, thread-safe; set_hash_unit may have chosen first
-    if (chosen_kernels().load(std::memory_order_acquire) == nullptr) {
-      const HashUnit u = default_hash_unit();
-      chosen_unit().store(u);
-      chosen_kernels().store(&kernels_of(u), std::memory_order_release);
-    }
-    return true;
-  }();
-  (void)chosen;
+  // First use: the default, unless set_hash_unit chose first (then its choice stays).
+  const HashKernels* none = nullptr;
+  const HashKernels* fallback = &kernels_of(default_hash_unit());
+  chosen_kernels().compare_exchange_strong(none, fallback, std::memory_order_acq_rel);
   return *chosen_kernels().load(std::memory_order_acquire);
 }
 
@@ -119,15 +111,11 @@ CKPT_INLINE std::vector<HashUnit> hash_units() noexcept {
 #endif
 }
 
-CKPT_INLINE HashUnit hash_unit() noexcept {
-  (void)detail::hash_kernels();
-  return detail::chosen_unit().load();
-}
+CKPT_INLINE HashUnit hash_unit() noexcept { return detail::hash_kernels().unit; }
 
 CKPT_INLINE bool set_hash_unit(HashUnit u) noexcept {
   const std::vector<HashUnit> units = hash_units();
   if (std::find(units.begin(), units.end(), u) == units.end()) return false;
-  detail::chosen_unit().store(u);
   detail::chosen_kernels().store(&detail::kernels_of(u), std::memory_order_release);
   return true;
 }
@@ -139,7 +127,7 @@ CKPT_INLINE std::string Digest128::hex() const {
 }
 
 CKPT_INLINE Digest128 xxh3_128(const void* data, std::size_t size) noexcept {
-  const XXH128_hash_t h = size <= detail::kHashShortMax ? XXH3_128bits(data, size) : detail::hash_kernels().long128(data, size);
+  const XXH128_hash_t h = size <= XXH3_MIDSIZE_MAX ? XXH3_128bits(data, size) : detail::hash_kernels().long128(data, size);
   return Digest128{h.high64, h.low64};
 }
 

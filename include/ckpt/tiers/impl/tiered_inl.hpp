@@ -870,8 +870,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   // step set aside, or failed to load) goes on under numbers already taken there. Those steps stay in
   // memory; the first step above is promoted. Every rank reads the same log, so all skip together.
   if (Status room = persistent_->can_commit(step); !room.ok()) {
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    notes_.push_back(room.message() + ": not promoted");
+    note(room.message() + ": not promoted");
     return Status();
   }
   phase("promoting", step);
