@@ -5,8 +5,8 @@ node, each node its own memory root under --shm-dir, the persistent store on a d
   1. blocking per capture: TieredCheckpointer::step's stall against a memcpy of the same bytes into a
      pre-faulted buffer (same job), and against PyTorch DCP async_save of the same bytes by --ranks
      gloo processes (bench/bench-tiers-dcp.py);
-  2. replication: a rank's shard to its peer's memory, against MpiComm send/recv of the same bytes in
-     the same messages between the same pairs (same job);
+  2. replication: a rank's shard to its peer's memory, against the communicator's own send/recv of the
+     same bytes in the same messages between the same pairs (same job; --transport mpi, or gloo);
   3. a restarted job, from launch to state loaded, split into process start and load: from its own
      memory, from a peer's memory (the last node's memory root deleted), from the persistent store
      (every memory root deleted) as this machine reads it (the files' cached pages dropped first), and
@@ -186,6 +186,8 @@ def main():
     p.add_argument("--no-dcp", action="store_true", help="skip PyTorch DCP (it is skipped anyway without torch)")
     p.add_argument("--json", default=None, help="write every figure to FILE ('-': print the JSON instead of the table)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directories")
+    p.add_argument("--transport", choices=("mpi", "gloo"), default="mpi",
+                   help="the tiers' communicator and the send/recv baseline's: mpi, or gloo connected through MPI (default mpi)")
     args = p.parse_args()
     if args.ranks < 2 or args.repeat < 1 or args.resumes < 1 or args.pace_gbps <= 0:
         p.error("--ranks >= 2, --repeat >= 1, --resumes >= 1, --pace-gbps > 0")
@@ -196,9 +198,10 @@ def main():
     persistent = os.path.join(work, "persistent")
     mpirun = mpirun_command(args)
     env = mpi_env()
-    common = ["--root", shm, "--persistent", persistent, "--size", args.size, "--tensor", args.tensor, "--json"]
+    common = ["--root", shm, "--persistent", persistent, "--size", args.size, "--tensor", args.tensor, "--transport", args.transport, "--json"]
     doc = {"machine": machine(), "memory_tier": dict(fs_type(shm), path=shm), "persistent_store": dict(fs_type(persistent), path=persistent),
-           "command": " ".join(shlex.quote(a) for a in sys.argv), "size": size, "ranks": args.ranks, "pace_gbps": args.pace_gbps}
+           "command": " ".join(shlex.quote(a) for a in sys.argv), "size": size, "ranks": args.ranks, "pace_gbps": args.pace_gbps,
+           "transport": args.transport}
     exit_code = 0
     try:
         # Sizes the jobs' time limits: minutes per GiB on a slow shared VM, never less than 10.
@@ -325,7 +328,7 @@ def table(doc):
                + (f"; DCP's first async_save {d['first_blocked_s']:.3f} s" if "first_blocked_s" in d else ""))
     out.append("")
     out.append(f"  {'2. replication per capture: each rank its shard to its peer':<58}{'seconds':>8}{'GiB/s':>8}   per rank")
-    row(f"MpiComm send/recv, {human(c['transfer_block'])} messages, the same pairs", mc["raw_p2p_s"])
+    row(f"{doc.get('transport', 'mpi')} send/recv, {human(c['transfer_block'])} messages, the same pairs", mc["raw_p2p_s"])
     row("  the same, the receiver writing each message to its root", mc["raw_p2p_write_s"])
     row("  pwrite of the same bytes into the memory root, alone", mc["memory_write_s"])
     row("replication: 'replicating' phase until wait() returns", mc["replication_s"],

@@ -47,12 +47,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <thread>
 
 #include <ckpt/dist/mpi_comm.hpp>
+#if CKPT_BENCH_HAVE_GLOO
+#include <ckpt/dist/gloo_comm.hpp>
+#endif
 #include <ckpt/tiers/tiered.hpp>
 
 #include "bench_mpi.hpp"
@@ -73,7 +77,42 @@ struct Settings {
   int repeat = 5;
   double pace_gbps = 0;  // resume: decimal GB/s per rank for first reads of the persistent store; 0: none
   bool json = false;
+  std::string transport = "mpi";  // the tiers' communicator and the raw baseline's: mpi, or gloo bootstrapped over MPI
 };
+
+// The tiers' communicator (and the raw baseline's, a second one of the same kind): an MPI_Comm_dup, or
+// a GlooComm connected through MPI (spec/TIERS.md 4.7), so both paths are measured the same way.
+struct BenchComm {
+  std::optional<ckpt::MpiComm> mpi;
+#if CKPT_BENCH_HAVE_GLOO
+  std::unique_ptr<ckpt::GlooComm> gloo;
+#endif
+  [[nodiscard]] ckpt::CommRef ref() {
+#if CKPT_BENCH_HAVE_GLOO
+    if (gloo) return ckpt::CommRef(*gloo);
+#endif
+    return ckpt::CommRef(*mpi);
+  }
+};
+
+BenchComm open_comm(const std::string& transport) {
+  BenchComm c;
+  auto dup = ckpt::MpiComm::duplicate(MPI_COMM_WORLD);
+  check(dup.status(), "MPI_Comm_dup");
+  c.mpi.emplace(std::move(*dup));
+  if (transport == "gloo") {
+#if CKPT_BENCH_HAVE_GLOO
+    ckpt::GlooCommOptions o;
+    if (std::getenv("CKPT_GLOO_IFACE") == nullptr && std::getenv("GLOO_SOCKET_IFNAME") == nullptr) o.hostname = "127.0.0.1";  // one machine
+    auto g = ckpt::GlooComm::connect(*c.mpi, o);
+    check(g.status(), "gloo connect");
+    c.gloo = std::move(*g);
+#else
+    throw ckpt::bench::BenchError("this build has no gloo (libgloo-dev): --transport gloo is not available");
+#endif
+  }
+  return c;
+}
 
 // Nanoseconds of CLOCK_REALTIME: one clock for every process on the machine, so ranks' moments compare.
 std::int64_t now_ns() {
@@ -323,7 +362,7 @@ class PhaseClock {
 // from every rank whose shard it holds: the replication's traffic without the store (spec/TIERS.md 4.1).
 // With a `sink`, the receiver also writes each message into that new file (then fsync, unlink): the
 // traffic and the receiving memory root's writes, as replication has them, without the store's format.
-void raw_exchange(ckpt::MpiComm& comm, const ckpt::tiers::Placement& placement, const unsigned char* data, std::uint64_t bytes,
+void raw_exchange(ckpt::CommRef comm, const ckpt::tiers::Placement& placement, const unsigned char* data, std::uint64_t bytes,
                   std::size_t block, std::string& buffer, const std::string& sink = std::string()) {
   const int me = comm.rank();
   ckpt::Status sent;
@@ -365,12 +404,13 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
   const int rounds = s.repeat;
   const std::uint64_t last = static_cast<std::uint64_t>(rounds) + 2;  // 1: first capture, 2..rounds+1 timed, last: promoted
   BenchFs fs(s.persistent, 0);
-  auto tiers_comm = ckpt::MpiComm::duplicate(MPI_COMM_WORLD);  // the tiers' own: the loop must not use it
-  check(tiers_comm.status(), "MPI_Comm_dup");
+  BenchComm tiers_comm = open_comm(s.transport);  // the tiers' own: the loop must not use it
+  BenchComm raw_comm = open_comm(s.transport);    // the baseline's, of the same kind
   PhaseClock phases;
   auto options = tier_options(s, l, last);
   options.on_phase = [&](const char* phase, std::uint64_t) { phases.mark(phase); };
-  auto created = ckpt::tiers::TieredCheckpointer::create(fs, *tiers_comm, options);
+  ckpt::CommRef tiers_ref = tiers_comm.ref();
+  auto created = ckpt::tiers::TieredCheckpointer::create(fs, tiers_ref, options);
   check(created.status(), "create");
   auto& tiers = **created;
 
@@ -424,7 +464,7 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
   const auto after = resident_bytes();
   out["rss_before_first"] = before.first;
   out["rss_after_first"] = after.first;
-  raw_exchange(bench, tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer);  // untimed: faults the receive buffer
+  raw_exchange(raw_comm.ref(), tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer);  // untimed: faults the receive buffer
 
   out["rounds"] = nlohmann::json::array();
   for (int i = 0; i < rounds; ++i) {
@@ -445,14 +485,14 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
     quiet_barrier(bench.native());
     t0 = now_ns();
     const nlohmann::json cpu0 = cpu_now();
-    raw_exchange(bench, tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer);
+    raw_exchange(raw_comm.ref(), tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer);
     round["raw_cpu"] = cpu_since(cpu0);
     round["raw_start_ns"] = t0;
     round["raw_end_ns"] = now_ns();
     // The same traffic, the receiver writing each message into its memory root as it arrives.
     quiet_barrier(bench.native());
     t0 = now_ns();
-    raw_exchange(bench, tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer, scratch_file);
+    raw_exchange(raw_comm.ref(), tiers.placement(), state.data(), l.per_rank, s.transfer_block, buffer, scratch_file);
     round["raw_write_s"] = seconds_between(t0, now_ns());
     ckpt::bench::remove_if_present(scratch_file);
     // What a receiving rank's memory root takes: the same bytes written into a new file there.
@@ -494,9 +534,9 @@ nlohmann::json run_resume(const Settings& s, const Layout& l, std::int64_t main_
   ckpt::bench::Buffer state(static_cast<std::size_t>(l.per_rank));
   out["alloc_end_ns"] = now_ns();
   BenchFs fs(s.persistent, s.pace_gbps * 1e9);
-  auto comm = ckpt::MpiComm::duplicate(MPI_COMM_WORLD);
-  check(comm.status(), "MPI_Comm_dup");
-  auto created = ckpt::tiers::TieredCheckpointer::create(fs, *comm, tier_options(s, l, 0));
+  BenchComm comm = open_comm(s.transport);
+  ckpt::CommRef ref = comm.ref();
+  auto created = ckpt::tiers::TieredCheckpointer::create(fs, ref, tier_options(s, l, 0));
   check(created.status(), "create");
   out["create_end_ns"] = now_ns();
   const nlohmann::json cpu0 = cpu_now(), fs0 = fs.call_seconds();
@@ -692,7 +732,7 @@ void print_capture(const nlohmann::json& j) {
   row("staging copy (memcpy into pre-faulted memory)", m["staging_copy_s"].get<double>());
   row("the same, into 4 KiB pages (as the staging pool)", m["staging_copy_small_pages_s"].get<double>());
   row("step() stall", m["stall_s"].get<double>());
-  row("MpiComm send/recv, same pairs", m["raw_p2p_s"].get<double>());
+  row((j["transport"].get<std::string>() + " send/recv, same pairs").c_str(), m["raw_p2p_s"].get<double>());
   row("replication (replicating -> wait())", m["replication_s"].get<double>());
   row("write into the memory root (pwrite 8 MiB)", m["memory_write_s"].get<double>());
   row("send/recv, receiver writing into its root", m["raw_p2p_write_s"].get<double>());
@@ -751,6 +791,7 @@ int run(const Settings& s, std::int64_t main_ns, std::int64_t init_start_ns, std
   for (const auto& text : *gathered) ranks.push_back(nlohmann::json::parse(text));
   nlohmann::json j = s.mode == "capture" ? summarize_capture(ranks, s, l) : summarize_resume(ranks, s, launch_ns);
   j["mode"] = s.mode;
+  j["transport"] = s.transport;
   j["root"] = s.root;
   j["persistent"] = s.persistent;
   j["ranks"] = ranks;
@@ -790,6 +831,8 @@ int main(int argc, char** argv) {
     sub->add_option("--size", size_text, "bytes of state across all ranks (default 1GiB)");
     sub->add_option("--tensor", tensor_text, "bytes per tensor (default 16MiB)");
     sub->add_flag("--json", s.json, "print a JSON document (every rank's raw moments too) instead of the table");
+    sub->add_option("--transport", s.transport, "the tiers' communicator and the baseline's: mpi, or gloo connected through MPI (default mpi)")
+        ->check(CLI::IsMember({"mpi", "gloo"}));
     if (std::string(mode) == "capture") {
       sub->add_option("--repeat", s.repeat, "timed captures; the median is reported (default 5)")->check(CLI::Range(1, 100));
       sub->add_option("--transfer-block", block_text, "bytes per point-to-point message, both paths (default 16MiB)");

@@ -4,6 +4,10 @@ target_link_libraries(ckpt_test_main PUBLIC Catch2::Catch2)
 file(GLOB CKPT_TEST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/test_*.cpp)
 # Object-store tests need ckpt::s3 and a server: cmake/tests-object.cmake registers them.
 list(FILTER CKPT_TEST_SOURCES EXCLUDE REGEX "/test_s3_[^/]*\\.cpp$")
+# The gloo communicator's test needs libgloo: built only where it was found (cmake/tests-gloo.cmake links it).
+if(NOT CKPT_HAVE_GLOO)
+  list(FILTER CKPT_TEST_SOURCES EXCLUDE REGEX "/test_gloo_comm\\.cpp$")
+endif()
 foreach(src ${CKPT_TEST_SOURCES})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src} $<TARGET_OBJECTS:ckpt_test_main>)

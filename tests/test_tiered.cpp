@@ -17,6 +17,9 @@
 #include <ckpt/report/verify.hpp>
 #include <ckpt/testing/memory_objects.hpp>
 #include <ckpt/dist/thread_comm.hpp>
+#if CKPT_TEST_GLOO
+#include <ckpt/dist/gloo_comm.hpp>
+#endif
 #include <ckpt/tiers/memory_root.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
@@ -38,6 +41,7 @@ struct Job {
   std::function<Status(int rank, TierView&)> before_load;  // a failing load for some rank and step
   std::function<void(TierOptions&)> tune;
   std::function<void(int rank)> after_resume = {};  // each rank, once its resume() returned
+  bool over_gloo = false;  // the tiers talk over a GlooComm the ThreadComm bootstraps (spec/TIERS.md 4.7)
 };
 
 struct JobResult {
@@ -91,11 +95,30 @@ JobResult run(const Job& job) {
       const auto i = static_cast<std::size_t>(r);
       ThreadComm comm(group, r);
       PosixFs fs;
+#if CKPT_TEST_GLOO
+      std::unique_ptr<GlooComm> gloo;
+#endif
       auto fail = [&](const Status& s) {
         out.errors[i] = s;
         comm.leave(s);
+#if CKPT_TEST_GLOO
+        if (gloo) gloo->leave(s);
+#endif
       };
+#if CKPT_TEST_GLOO
+      if (job.over_gloo) {
+        GlooCommOptions g;
+        g.hostname = "127.0.0.1";
+        g.timeout = std::chrono::seconds(60);  // a hang fails the test instead of waiting an hour
+        auto connected = GlooComm::connect(comm, g);
+        if (!connected.ok()) return fail(connected.status());
+        gloo = std::move(*connected);
+      }
+      auto tiers = gloo ? TieredCheckpointer::create(fs, *gloo, options_for(job, r)) : TieredCheckpointer::create(fs, comm, options_for(job, r));
+#else
+      if (job.over_gloo) return fail(make_error(Code::unsupported, "built without gloo"));
       auto tiers = TieredCheckpointer::create(fs, comm, options_for(job, r));
+#endif
       if (!tiers.ok()) return fail(tiers.status());
       tier_trainer::Trainer trainer(kElems, world, r);
       auto resumed = (*tiers)->resume([&](TierView& v) {
@@ -275,6 +298,28 @@ TEST_CASE("a restarted job resumes from its own memory and ends bit-identical", 
   CHECK(r.resumed[0].state.data.offset == 6 * 32);
   CHECK_FALSE(r.resumed[0].read_persistent);  // memory served: storage was not touched
 }
+
+#if CKPT_TEST_GLOO
+TEST_CASE("over gloo: a job replicates, loses a node and a replica's byte, resumes from copies and ends bit-identical", "[tiered][gloo]") {
+  // The same protocol over gloo's TCP transport (rendezvous sends: a send waits for its receiver), so
+  // no step of it relies on a buffered send (spec/TIERS.md 4.7).
+  Job first{fresh_dir("over-gloo"), kFourNodes, 7, {}, {}};
+  first.over_gloo = true;
+  auto trained = run(first);
+  INFO(trained.first_error());
+  REQUIRE(trained.ok());
+  CHECK(count(trained.records[0], TierEvent::replicated) >= 3);
+  fsys::remove_all(first.dir / "node-n2");
+  flip_shard_byte(first.dir / "node-n0" / "rank-0" / "own", 6);  // rank 0 fetches its own shard from its holder
+  Job second{first.dir, kFourNodes, 10, {}, {}};
+  second.over_gloo = true;
+  auto r = run(second);
+  check_final(r, 10);
+  CHECK(r.resumed[2].step == 6);
+  CHECK_THAT(r.resumed[2].sources.at(0), Catch::Contains("replica"));
+  CHECK_THAT(r.resumed[0].sources.at(0), Catch::Contains("replica"));
+}
+#endif
 
 TEST_CASE("a lost node resumes from its replica and the replacement is refilled", "[tiered]") {
   const auto dir = trained_to_7("lost-node");

@@ -1,17 +1,19 @@
-// ckpt._ckpt, tiers (spec/TIERS.md; spec/PYTHON.md 6.4): ckpt::tiers::TieredCheckpointer over a Python
-// communicator, device copier and phase hook. The library calls them from its saver's worker thread, from
-// the sender thread it spawns for an exchange, and from the caller's thread. Each call takes the GIL for its
-// Python part only, and every library call that may wait runs with the GIL released, so those threads and
-// the training loop never wait on each other through it. A Python exception inside a callback becomes a
-// Status: nothing is thrown through the library.
+// ckpt._ckpt, tiers (spec/TIERS.md; spec/PYTHON.md 6.4): ckpt::tiers::TieredCheckpointer over gloo
+// communicators (dist/gloo_comm.hpp) that a Python communicator bootstraps once, so no byte and no control
+// message of the tiers goes through the interpreter (spec/TIERS.md 4.7). The device copier and the phase
+// hook are Python: the library calls them from the caller's thread and its worker; each call takes the GIL
+// for its Python part only, and every library call that may wait runs with the GIL released. A Python
+// exception inside a callback becomes a Status: nothing is thrown through the library.
 #include "bind_common.hpp"
 
 #include <ckpt/dist/comm.hpp>
+#include <ckpt/dist/gloo_comm.hpp>
 #include <ckpt/store/async_save.hpp>
 #include <ckpt/tiers/tiered.hpp>
 #include <ckpt/tiers/topology.hpp>
 
 #include <memory>
+#include <thread>
 #include <string_view>
 
 namespace ckpt_bind {
@@ -55,10 +57,10 @@ nb::object owned_bytes(std::string bytes) {
   return nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(n == 0 ? nullptr : &(*owner)[0], {n}, keep));
 }
 
-// The Comm concept (comm.hpp) over a Python object: barrier(), gather(bytes, root) -> list (root) or
-// [], broadcast(bytes or None, root) -> bytes, send(bytes, dest, tag), recv(source, tag) -> bytes,
-// leave(message). ckpt/torch/tiers.py implements it over a torch.distributed gloo group. Rank and
-// size are fixed at creation, so the library asks for them without the GIL.
+// The collectives of the Comm concept (comm.hpp) over a Python object: barrier(), gather(bytes, root) ->
+// list (root) or [], broadcast(bytes or None, root) -> bytes. ckpt/torch/tiers.py implements it over a
+// torch.distributed gloo group; it only bootstraps the gloo communicators. Rank and size are fixed at
+// creation, so the library asks for them without the GIL.
 class PyComm {
  public:
   PyComm(nb::object impl, int rank, int size) : impl_(std::move(impl)), rank_(rank), size_(size) {}
@@ -84,17 +86,6 @@ class PyComm {
       nb::object mine = rank_ == root ? owned_bytes(bytes) : nb::none();
       bytes = bytes_of(impl_.attr("broadcast")(mine, root));
     });
-  }
-  Status send(std::string_view bytes, int dest, int tag) {
-    return with_python("communicator send to rank " + std::to_string(dest),
-                       [&] { impl_.attr("send")(owned_bytes(std::string(bytes)), dest, tag); });
-  }
-  Status recv(std::string& bytes, int source, int tag) {
-    return with_python("communicator recv from rank " + std::to_string(source),
-                       [&] { bytes = bytes_of(impl_.attr("recv")(source, tag)); });
-  }
-  void leave(const Status& why) {
-    (void)with_python("communicator leave", [&] { impl_.attr("leave")(why.to_string()); });
   }
 
  private:
@@ -195,14 +186,14 @@ std::vector<ckpt::SaveTensor> save_tensors_of(const nb::list& pieces, std::vecto
 
 class PyTiers {
  public:
-  // Collective over comm (TieredCheckpointer::create). topology: "RANK NODE [RACK]" lines (parse_topology);
-  // empty: every rank's hostname is its node.
-  PyTiers(nb::object comm, int rank, int world, const std::string& memory_root, const std::string& persistent,
+  // Collective over bootstrap, which connects the tiers' two gloo communicators (the background's, and
+  // step()'s skip agreement from the training thread), then TieredCheckpointer::create. topology: "RANK NODE
+  // [RACK]" lines (parse_topology); empty: every rank's hostname is its node.
+  PyTiers(nb::object bootstrap, int rank, int world, const std::string& memory_root, const std::string& persistent,
           std::uint64_t memory_every, std::uint64_t persist_every, int replicas, std::size_t memory_keep, std::size_t persistent_keep,
           const std::string& topology, std::uint32_t chunk_size_log2, std::size_t staging_bytes, std::size_t transfer_block,
-          bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase, const std::string& when_busy,
-          nb::object control)
-      : comm_(std::move(comm), rank, world), on_phase_(std::move(on_phase)) {
+          bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase, const std::string& when_busy)
+      : rank_(rank), world_(world), on_phase_(std::move(on_phase)) {
     ckpt::tiers::TierOptions o;
     o.memory_root = memory_root;
     o.persistent = persistent;
@@ -221,7 +212,6 @@ class PyTiers {
     if (when_busy != "skip" && when_busy != "wait")
       throw nb::value_error(("when_busy must be 'skip' or 'wait', not '" + when_busy + "'").c_str());
     o.when_busy = when_busy == "skip" ? ckpt::WhenBusy::skip : ckpt::WhenBusy::wait;
-    if (!control.is_none()) control_.emplace(std::move(control), rank, world);
     if (!copier.is_none()) {
       copier_ = std::make_unique<PySnapshotCopier>(std::move(copier));
       o.device = copier_.get();
@@ -238,9 +228,11 @@ class PyTiers {
         }
       };
     }
-    tiers_ = take(without_gil([&] {
-      return control_ ? ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, *control_, std::move(o))
-                      : ckpt::tiers::TieredCheckpointer::create(posix_fs(), comm_, std::move(o));
+    PyComm boot(std::move(bootstrap), rank, world);
+    tiers_ = take(without_gil([&]() -> ckpt::Result<std::unique_ptr<ckpt::tiers::TieredCheckpointer>> {
+      CKPT_ASSIGN_OR_RETURN(comm_, ckpt::GlooComm::connect(boot));
+      CKPT_ASSIGN_OR_RETURN(control_, ckpt::GlooComm::connect(boot));
+      return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, std::move(o));
     }));
   }
   ~PyTiers() { close(); }
@@ -312,8 +304,20 @@ class PyTiers {
   std::uint64_t steps_replicated() { return live().steps_replicated(); }
   std::uint64_t steps_persisted() { return live().steps_persisted(); }
   std::uint64_t steps_skipped() { return live().steps_skipped(); }
-  int rank() const { return comm_.rank(); }
-  int world() const { return comm_.size(); }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+
+  // A test's hook (spec/TIERS.md 4.7): holds the GIL, never releasing it, until this rank has recorded
+  // `step` replicated or `seconds` passed; true when it was. The background needs no interpreter to get there.
+  bool hold_gil_until_replicated(std::uint64_t step, double seconds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      for (const auto& r : live().records())
+        if (r.event == ckpt::tiers::TierEvent::replicated && r.step == step) return true;
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
 
   // Finishes the work taken (as wait()) and stops the worker; the communicator is not used after.
   void close() {
@@ -324,9 +328,10 @@ class PyTiers {
 
  private:
   ckpt::tiers::TieredCheckpointer& live() { return open_or_fail(tiers_, "the tiered checkpointer is closed"); }
+  int rank_, world_;
   // Declared before tiers_, so they outlive it.
-  PyComm comm_;
-  std::optional<PyComm> control_;  // step()'s skip agreement, from the training thread
+  std::unique_ptr<ckpt::GlooComm> comm_;     // the background's: replication, promotion, resume
+  std::unique_ptr<ckpt::GlooComm> control_;  // step()'s skip agreement, from the training thread
   nb::object on_phase_;
   std::unique_ptr<PySnapshotCopier> copier_;
   std::unique_ptr<ckpt::tiers::TieredCheckpointer> tiers_;
@@ -347,11 +352,10 @@ void bind_tiers(nb::module_& m) {
   nb::class_<PyTiers>(m, "Tiers")
       .def(nb::init<nb::object, int, int, const std::string&, const std::string&, std::uint64_t, std::uint64_t, int, std::size_t,
                     std::size_t, const std::string&, std::uint32_t, std::size_t, std::size_t, bool, bool, nb::object, nb::object,
-                    const std::string&, nb::object>(),
+                    const std::string&>(),
            "comm"_a, "rank"_a, "world"_a, "memory_root"_a, "persistent"_a, "memory_every"_a, "persist_every"_a, "replicas"_a,
            "memory_keep"_a, "persistent_keep"_a, "topology"_a, "chunk_size_log2"_a, "staging_bytes"_a, "transfer_block"_a,
-           "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none(), "when_busy"_a = "skip",
-           "control"_a = nb::none())
+           "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none(), "when_busy"_a = "skip")
       .def("action", &PyTiers::action, "step"_a)
       .def("step", &PyTiers::step, "step"_a, "pieces"_a, "state"_a)
       .def("wait", &PyTiers::wait)
@@ -364,6 +368,7 @@ void bind_tiers(nb::module_& m) {
       .def_prop_ro("steps_skipped", &PyTiers::steps_skipped)
       .def_prop_ro("rank", &PyTiers::rank)
       .def_prop_ro("world", &PyTiers::world)
+      .def("_hold_gil_until_replicated", &PyTiers::hold_gil_until_replicated, "step"_a, "seconds"_a)
       .def("close", &PyTiers::close);
 }
 

@@ -9,7 +9,8 @@
 //                                                                          // other ranks: empty
 //   Status broadcast(std::string& bytes, int root);                        // root's bytes land on every rank
 // and may have
-//   Status send(std::string_view bytes, int dest, int tag);   // point-to-point bulk transfer (spec/TIERS.md 4):
+//   Status send(std::string_view bytes, int dest, int tag);   // point-to-point bulk transfer (spec/TIERS.md 4), which
+//                                                             // may wait for its receiver (as MPI_Send may):
 //   Status recv(std::string& bytes, int source, int tag);     // messages of one (source, dest, tag) arrive in
 //                                                             // order; tag in [0, kMaxP2pTag]
 //   void leave(const Status& why);  // this rank stops: the collectives of every other rank, waiting or

@@ -63,27 +63,20 @@ class Resumed:
 
 
 class TorchComm:
-    """The library's communicator (``Comm`` in comm.hpp) over a torch.distributed group. Bytes travel as
-    uint8 tensors, sizes first; send/recv carry the library's tags (gloo supports ``tag=``). The
-    library calls it from its own threads: give it a group nothing else uses."""
+    """The collectives of the library's communicator (``Comm`` in comm.hpp) over a torch.distributed gloo
+    group, as uint8 tensors, sizes first. The tiers only bootstrap their gloo communicators through it
+    (spec/TIERS.md 4.7): after the constructor, no tier byte or message goes through Python."""
 
     def __init__(self, group):
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self._global = [dist.get_global_rank(group, r) for r in range(self.size)]
-        self._broken: Optional[str] = None
-
-    def _live(self):
-        if self._broken is not None:
-            raise RuntimeError(f"the tier communicator was left: {self._broken}")
 
     def barrier(self) -> None:
-        self._live()
         dist.barrier(group=self.group)
 
     def gather(self, data, root: int):
-        self._live()
         mine = torch.from_numpy(np.asarray(data, dtype=np.uint8))
         sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
         dist.all_gather(sizes, torch.tensor([mine.numel()], dtype=torch.int64), group=self.group)
@@ -99,7 +92,6 @@ class TorchComm:
         return []
 
     def broadcast(self, data, root: int):
-        self._live()
         size = torch.tensor([0 if data is None else len(data)], dtype=torch.int64)
         dist.broadcast(size, src=self._global[root], group=self.group)
         n = int(size.item())
@@ -108,28 +100,6 @@ class TorchComm:
         buf = torch.from_numpy(np.asarray(data, dtype=np.uint8)) if self.rank == root else torch.empty(n, dtype=torch.uint8)
         dist.broadcast(buf, src=self._global[root], group=self.group)
         return buf.numpy()
-
-    def send(self, data, dest: int, tag: int) -> None:
-        self._live()
-        payload = torch.from_numpy(np.asarray(data, dtype=np.uint8))
-        dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst=self._global[dest], group=self.group, tag=tag)
-        if payload.numel():
-            dist.send(payload, dst=self._global[dest], group=self.group, tag=tag)
-
-    def recv(self, source: int, tag: int):
-        self._live()
-        size = torch.empty(1, dtype=torch.int64)
-        dist.recv(size, src=self._global[source], group=self.group, tag=tag)
-        n = int(size.item())
-        if n == 0:
-            return np.empty(0, np.uint8)
-        buf = torch.empty(n, dtype=torch.uint8)
-        dist.recv(buf, src=self._global[source], group=self.group, tag=tag)
-        return buf.numpy()
-
-    def leave(self, why: str) -> None:
-        # Best effort: gloo cannot wake the peers already waiting; this rank's later calls fail at once.
-        self._broken = why
 
 
 class DeviceSnapshot:
@@ -286,8 +256,10 @@ class TieredCheckpointer:
     """The tiers for a data-parallel torch.distributed job (every rank holds the whole model).
 
     Construct it on every rank of the default group (``dist.new_group`` is collective there); it makes
-    its own gloo group over the ranks of ``process_group`` (default: the world) for the tier traffic,
-    so the training's collectives never interleave with it. ``data`` is an object with
+    a gloo group over the ranks of ``process_group`` (default: the world) only to connect the tiers' own
+    gloo communicators in C++, which carry all tier traffic without the interpreter (spec/TIERS.md 4.7),
+    so the training's collectives never interleave with it and the GIL never slows it. Ranks reach each
+    other at this host's name, or at the interface ``CKPT_GLOO_IFACE`` or ``GLOO_SOCKET_IFNAME`` names. ``data`` is an object with
     ``state_dict()`` / ``load_state_dict()`` (a stateful sampler or loader), or give the two callables
     ``data_state`` / ``load_data_state``; its ``epoch`` and ``offset`` entries, when ints, are also the
     step's data position. ``topology``: one node name per rank (or see ``topology_text``); default:
@@ -314,10 +286,6 @@ class TieredCheckpointer:
         ranks = dist.get_process_group_ranks(process_group) if process_group is not None else list(range(dist.get_world_size()))
         self.group = dist.new_group(ranks=ranks, backend="gloo")
         self.comm = TorchComm(self.group)
-        # when_busy "skip": every rank skips the same captures, agreed on a second group from the training
-        # thread while the background's collectives use the first (spec/TIERS.md 4.6).
-        self.control_group = dist.new_group(ranks=ranks, backend="gloo") if when_busy == "skip" and len(ranks) > 1 else None
-        control = TorchComm(self.control_group) if self.control_group is not None else None
         if device_snapshots is None:
             device_snapshots = any(t.is_cuda for t in model.state_dict().values() if isinstance(t, torch.Tensor))
         self._copier = device_snapshots if isinstance(device_snapshots, DeviceSnapshot) else \
@@ -328,10 +296,10 @@ class TieredCheckpointer:
             self.comm, self.comm.rank, self.comm.size, str(memory_root), "" if persistent is None else str(persistent),
             memory_every, persist_every, replicas, memory_keep, persistent_keep, topology_text(topology, self.comm.size),
             _DEFAULT_CHUNK_SIZE_LOG2 if chunk_size_log2 is None else chunk_size_log2, staging_bytes, transfer_block,
-            check_free_space, True, self._copier, on_phase, when_busy, control)
+            check_free_space, True, self._copier, on_phase, when_busy)
         # Closed before the interpreter finalizes, also when the job ends on an exception without close():
-        # the saver's worker may be inside a collective that calls into Python, and a thread that takes
-        # the GIL during finalization is ended by the interpreter, which aborts a C++ thread.
+        # the saver's worker may be about to call a Python hook (on_phase, the device copier), and a thread
+        # that takes the GIL during finalization is ended by the interpreter, which aborts a C++ thread.
         self._close_at_exit = _closer(weakref.ref(self))
         atexit.register(self._close_at_exit)
 
@@ -481,8 +449,6 @@ class TieredCheckpointer:
         self._native.close()
         self._native = None
         dist.destroy_process_group(self.group)
-        if self.control_group is not None:
-            dist.destroy_process_group(self.control_group)
 
     def __enter__(self):
         return self
