@@ -558,6 +558,61 @@ TEST_CASE("with load_all_shards every rank loads every shard of the agreed step"
   }
 }
 
+TEST_CASE("a data-parallel resume verifies each shard on one rank and the others receive it", "[tiered]") {
+  // 4 ranks each need all 4 shards, each byte hashed once per rank: a rank verifies the copies its memory
+  // holds (its own shard, the replica it keeps), and receives the other two from their verifiers, which send
+  // them unhashed, hashing them on receipt. Over the ranks the bytes read back to verify add up to twice the
+  // step (own + replica), not 7.5 times (every fetched shard hashed by its sender, on receipt and again before
+  // the load, and every copy again in the second round). One owner's copy does not verify: in the next round
+  // rank 2 verifies shard 1 from its replica (verified already in round 1: not again) and sends it.
+  const auto dir = trained_to_7("verify-once");
+  flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 6);
+  auto r = run(Job{dir, kFourNodes, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(r, 10);
+  std::uint64_t verified = 0;
+  for (const auto& res : r.resumed) {
+    CHECK(res.step == 6);
+    REQUIRE(res.sources.size() == 4);
+    verified += res.verified_bytes;
+  }
+  // The step's shard bytes: each rank's slice of every tensor and its training state, as the trainer fills.
+  PosixFs fs;
+  std::uint64_t step_bytes = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto own = Store::open(fs, layout::own_store((dir / ("node-n" + std::to_string(rank))).string(), static_cast<std::uint32_t>(rank)),
+                           Access::read_only);
+    REQUIRE(own.ok());
+    auto info = (*own)->find(10);
+    REQUIRE(info.ok());
+    auto step = StepReader::open(fs, (*own)->path(), *info, (*own)->uuid());
+    REQUIRE(step.ok());
+    for (const auto& p : step->shard(0).index().pieces) step_bytes += p.data_length;
+  }
+  CHECK(verified > step_bytes);       // every shard verified somewhere
+  CHECK(verified < 2 * step_bytes);   // own and replica, but not rank 1's flipped one, and nothing twice
+  CHECK_THAT(r.resumed[2].sources[0], Catch::Contains("shard 0 from own memory via rank 0, which verified it"));
+  CHECK_THAT(r.resumed[2].sources[1], Catch::StartsWith("shard 1 from replica in memory ("));
+  CHECK_THAT(r.resumed[0].sources[1], Catch::Contains("shard 1 from replica in memory via rank 2, which verified it"));
+  CHECK_THAT(r.resumed[1].sources[1], Catch::Contains("shard 1 from replica in memory via rank 2, which verified it"));
+  bool set_aside = false;
+  for (const auto& s : r.resumed[1].setbacks) set_aside = set_aside || s.find("rank-1/own") != std::string::npos;
+  CHECK(set_aside);
+}
+
+TEST_CASE("a data-parallel resume of a shard only the persistent store holds: one rank reads it and shares it", "[tiered]") {
+  const auto dir = trained_to_7("verify-once-persistent");
+  fsys::remove_all(dir / "node-n2");
+  fsys::remove_all(dir / "node-n3");  // shard 2 of steps 4 and 6 is in no memory; step 4 is persisted
+  auto r = run(Job{dir, kFourNodes, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(r, 10);
+  for (const auto& res : r.resumed) {
+    CHECK(res.step == 4);
+    REQUIRE(res.sources.size() == 4);
+  }
+  CHECK_THAT(r.resumed[2].sources[2], Catch::StartsWith("shard 2 from persistent store ("));
+  CHECK_THAT(r.resumed[0].sources[2], Catch::Contains("shard 2 from persistent store via rank 2, which verified it"));
+}
+
 TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {
   Job job{fresh_dir("long-run"), kFourNodes, 120, {}, [](TierOptions& o) { o.memory_every = 1, o.persist_every = 0, o.persistent.clear(); }};
   auto r = run(job);

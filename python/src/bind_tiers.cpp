@@ -283,6 +283,7 @@ class PyTiers {
     d["sources"] = r.sources;
     d["setbacks"] = r.setbacks;
     d["refilling"] = r.refilling;
+    d["verified_bytes"] = r.verified_bytes;
     return d;
   }
 

@@ -60,6 +60,7 @@ class Resumed:
     world: int
     sources: List[str] = field(default_factory=list)   # for each shard this rank loaded: where from
     setbacks: List[str] = field(default_factory=list)  # copies set aside and steps that failed, in order
+    verified_bytes: int = 0  # shard bytes this rank read back and hashed to verify (each shard on one rank)
 
 
 class TorchComm:
@@ -382,7 +383,7 @@ class TieredCheckpointer:
                 raise
             raise e from self._load_failure  # why this rank's load callback refused a step
         self.resumed = Resumed(out["fresh"], out["step"], out["next_step"], out["digest"], out["world"],
-                               list(out["sources"]), list(out["setbacks"]))
+                               list(out["sources"]), list(out["setbacks"]), out["verified_bytes"])
         return out["next_step"]
 
     def _load(self, view) -> None:

@@ -198,8 +198,9 @@ struct RankReport {
   return r;
 }
 
-// One shard a rank loads, and from where (spec/TIERS.md 7.2).
-enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2 };
+// One shard a rank loads, and from where (spec/TIERS.md 7.2). shared: from rank `holder`, which verified
+// its copy in this round (a data-parallel resume); `copy` is then that copy's CopyKind, for the sources' words.
+enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2, shared = 3 };
 struct PlanEntry {
   std::uint32_t rank = 0, shard = 0;
   How how = How::local;
@@ -249,7 +250,7 @@ struct Decision {
   x.plan.resize(n);
   for (auto& p : x.plan) {
     std::uint8_t how = 0;
-    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 2 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
+    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 3 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
     p.how = static_cast<How>(how);
   }
   if (!d.u32(n) || !d.has(std::size_t{8} * n)) return bad();
@@ -267,15 +268,67 @@ struct Decision {
   return x;
 }
 
-// Sends one copy this rank reaches to `dest` as shard of the agreed step. A copy that cannot be opened or
-// does not verify is told to the receiver, which reports it; only a transport failure is returned.
-[[nodiscard]] CKPT_INLINE Status send_copy(CommRef comm, const LocalCopy& c, const Decision& agreed, int dest, int tag, std::size_t block) {
+// The bytes of a shard's pieces: what a whole read or a verification of it reads.
+[[nodiscard]] CKPT_INLINE std::uint64_t data_bytes(const ShardReader& r) {
+  std::uint64_t n = 0;
+  for (const auto& p : r.index().pieces) n += p.data_length;
+  return n;
+}
+
+// Sends one copy this rank reaches to `dest` as shard of the agreed step, verified as it is read (adds its
+// bytes to *verified). A copy that cannot be opened or does not verify is told to the receiver, which
+// reports it; only a transport failure is returned.
+[[nodiscard]] CKPT_INLINE Status send_copy(CommRef comm, const LocalCopy& c, const Decision& agreed, int dest, int tag, std::size_t block,
+                                           std::uint64_t* verified = nullptr) {
   auto reader = open_copy(c);
   ShardSource src{c.store_path + " step " + std::to_string(c.step) + (reader.ok() ? "" : ": " + reader.status().message()),
                   reader.ok() ? &reader->shard(c.shard_in_step) : nullptr, reader.ok() ? reader->state() : TrainingState()};
   Status copy_failure;
-  return send_shard(comm, src, agreed.step, c.shard, static_cast<std::uint32_t>(agreed.shards.size()), agreed.digest, c.digest, dest, tag,
-                    block, &copy_failure);
+  Status sent = send_shard(comm, src, agreed.step, c.shard, static_cast<std::uint32_t>(agreed.shards.size()), agreed.digest, c.digest, dest,
+                           tag, block, &copy_failure);
+  if (sent.ok() && copy_failure.ok() && reader.ok() && verified != nullptr) *verified += data_bytes(reader->shard(c.shard_in_step));
+  return sent;
+}
+
+// A data-parallel resume of the same world (spec/TIERS.md 7.2): every rank loads every shard, hashing each
+// byte once. A rank whose memory root holds a copy of a shard (its own, a replica) verifies that copy; a rank
+// without one receives the shard from its verifier (its owner when that holds a memory copy, else the rank
+// with one that verifies the fewest, else its owner from the persistent store), which sends it unhashed,
+// and hashes it on receipt. No copy crosses the network to a rank that holds one.
+[[nodiscard]] CKPT_INLINE std::optional<std::vector<PlanEntry>> plan_verify_once(const std::vector<RankReport>& reports, const Claim& c,
+                                                                                const std::set<std::pair<std::uint32_t, std::uint32_t>>& aside,
+                                                                                std::uint32_t world) {
+  std::vector<PlanEntry> plan;
+  std::vector<std::uint32_t> verifies(world, 0);
+  for (std::uint32_t s = 0; s < world; ++s) {
+    const auto copy_in = [&](std::uint32_t h, bool persistent) -> std::optional<std::uint32_t> {
+      for (std::uint32_t i = 0; i < reports[h].copies.size(); ++i) {
+        const auto& cp = reports[h].copies[i];
+        if (cp.step == c.step && cp.shard == s && cp.digest == c.shards[s] && (cp.kind == CopyKind::persistent) == persistent &&
+            !aside.count({h, i}))
+          return i;
+      }
+      return std::nullopt;
+    };
+    std::optional<PlanEntry> verifier;
+    if (auto i = copy_in(s, false)) verifier = PlanEntry{s, s, How::local, s, *i};
+    for (std::uint32_t h = 0; h < world && !verifier; ++h) {
+      if (h == s) continue;
+      auto i = copy_in(h, false);
+      if (i && (!verifier || verifies[h] < verifies[verifier->holder])) verifier = PlanEntry{h, s, How::local, h, *i};
+    }
+    for (std::uint32_t h = 0; h < reports.size() && !verifier; ++h)
+      if (auto i = copy_in(h, true)) verifier = PlanEntry{s, s, How::persistent, h, *i};
+    if (!verifier) return std::nullopt;
+    ++verifies[verifier->rank];
+    const auto kind = static_cast<std::uint32_t>(reports[verifier->holder].copies[verifier->copy].kind);
+    for (std::uint32_t q = 0; q < world; ++q) {
+      if (q == verifier->rank) plan.push_back(*verifier);
+      else if (auto i = copy_in(q, false)) plan.push_back(PlanEntry{q, s, How::local, q, *i});
+      else plan.push_back(PlanEntry{q, s, How::shared, verifier->rank, kind});
+    }
+  }
+  return plan;
 }
 
 // The root's choice (spec/TIERS.md 7.1): the newest (step, digest) not failed for which every shard each
@@ -292,6 +345,12 @@ struct Decision {
     if (failed.count(it->first)) continue;
     const Claim& c = it->second;
     const auto W = static_cast<std::uint32_t>(c.shards.size());
+    if (load_all && W == world && world > 1) {
+      auto plan = plan_verify_once(reports, c, aside, world);
+      if (!plan) continue;
+      x.verdict = Verdict::load, x.step = c.step, x.digest = c.digest, x.shards = c.shards, x.plan = std::move(*plan);
+      return x;
+    }
     std::vector<PlanEntry> plan;
     bool complete = true;
     for (std::uint32_t q = 0; q < world && complete; ++q) {
@@ -359,6 +418,12 @@ struct TieredCheckpointer::Resume {
     std::vector<std::pair<const detail::PlanEntry*, Store*>> incoming;  // from peers, into held stores
     Status local;  // this rank cannot take part: a held store or the persistent tier did not open
   };
+  // (store path, txn) of every copy this resume received and checked on receipt: this process wrote and
+  // hashed those bytes itself, so it loads them without reading them back to hash again (spec/TIERS.md 7.2).
+  std::set<std::pair<std::string, std::uint64_t>> received;
+  // (store path, txn) of every copy this resume verified whole: a later round loads it without hashing it again.
+  std::set<std::pair<std::string, std::uint64_t>> verified_here;
+  std::map<std::uint32_t, const detail::PlanEntry*> shared_from;  // shard -> its entry: verified and sent by p->holder
 
   Resume(TieredCheckpointer& owner, const std::function<Status(TierView&)>& load_fn)
       : tiers(owner), load(load_fn), me(static_cast<std::uint32_t>(owner.rank())), world(static_cast<std::uint32_t>(owner.world())),
@@ -378,6 +443,7 @@ struct TieredCheckpointer::Resume {
   [[nodiscard]] Fetch sources();
   [[nodiscard]] Status exchange_copies(Fetch& fetch);
   void verify_fetched(Fetch& fetch);
+  [[nodiscard]] Status share_verified(Fetch& fetch);
   [[nodiscard]] Status load_view();
   [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
   [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
@@ -574,10 +640,11 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_decision() {
 CKPT_INLINE Result<bool> TieredCheckpointer::Resume::fetch_and_load() {
   out.step = decision.step, out.digest = decision.digest;
   tiers.phase("resuming", decision.step);
-  open_steps.clear(), loaded.clear(), loaded_copies.clear();
+  open_steps.clear(), loaded.clear(), loaded_copies.clear(), shared_from.clear();
   Fetch fetch = sources();
   CKPT_TRY(exchange_copies(fetch));  // the communicator failed: no agreement is possible
   if (fetch.local.ok()) verify_fetched(fetch);
+  CKPT_TRY(share_verified(fetch));
   const bool needs_met = fetch.bad.empty() && fetch.local.ok();
   const Status load_status = needs_met ? load_view() : Status();
   return judge(fetch, needs_met, load_status);
@@ -590,6 +657,7 @@ CKPT_INLINE TieredCheckpointer::Resume::Fetch TieredCheckpointer::Resume::source
   std::vector<const detail::PlanEntry*> from_persistent;
   for (const auto& p : decision.plan) {
     if (p.rank != me) continue;
+    if (p.how == detail::How::shared) continue;  // after this round's verification (share_verified)
     if (p.how == detail::How::local) {
       fetch.mine[p.shard] = scan.copies.at(p.copy);
     } else if (p.how == detail::How::peer) {
@@ -624,7 +692,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
         for (const auto& p : decision.plan) {
           if (p.how != detail::How::peer || p.holder != me) continue;
           CKPT_TRY(detail::send_copy(tiers.comm_, scan.copies.at(p.copy), decision, static_cast<int>(p.rank), detail::kFetchTag,
-                                     tiers.options_.transfer_block));
+                                     tiers.options_.transfer_block, &out.verified_bytes));
         }
         return Status();
       },
@@ -645,6 +713,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
           c.store_path = store->path(), c.fs = tiers.fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
           fetch.mine[p->shard] = c;
           fetched.insert({p->shard, got->info.txn});
+          received.insert({c.store_path, got->info.txn});
           (void)tiers.log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
                                   decision.digest, decision.shards[p->shard], got->info.txn, 0, std::string(), 0}});
         }
@@ -660,7 +729,14 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
     Status ok = reader.ok() ? Status() : reader.status();
     VerifyOptions whole;
     whole.use_mmap = c.fs && c.fs->can_map();  // hash the pages in place: one pass over the bytes, no copy
-    if (ok.ok()) ok = detail::verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
+    // A copy received in this resume was hashed as it was written and its digest checked (4.3): not again.
+    // One verified in an earlier round of this resume is not verified again either.
+    const std::pair<std::string, std::uint64_t> key{c.store_path + "#" + std::to_string(c.shard_in_step), c.info.txn};
+    const bool received_here = c.kind == detail::CopyKind::held && received.count({c.store_path, c.info.txn}) != 0;
+    if (ok.ok() && !received_here && !verified_here.count(key)) {
+      ok = detail::verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
+      if (ok.ok()) out.verified_bytes += detail::data_bytes(reader->shard(c.shard_in_step)), verified_here.insert(key);
+    }
     if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[s])
       ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " +
                                          std::to_string(decision.step) + "'s shard " + std::to_string(s));
@@ -675,6 +751,67 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
     loaded.emplace_back(s, &open_steps.back()->shard(c.shard_in_step));
     loaded_copies[s] = c;
   }
+}
+
+// A data-parallel resume's second exchange (spec/TIERS.md 7.2): each rank sends the shards it verified this
+// round to the ranks the plan names (read without a hash: this process has just verified these bytes; each
+// receiver hashes them on receipt against the agreed digest), while receiving the shards others verified.
+// Both ends walk the plan in its order, so no send waits on a receive that waits on it. A shard whose
+// verifier had no verified copy (it blames its copy) or that fails its receipt leaves this rank's needs unmet.
+CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
+  // What this rank verified, before the receiver below adds to `loaded`: shard -> (reader, its step's state).
+  std::map<std::uint32_t, std::pair<ShardReader*, const TrainingState*>> verified;
+  for (const auto& step : open_steps)
+    for (std::size_t k = 0; k < step->shard_count(); ++k)
+      for (const auto& [s, r] : loaded)
+        if (r == &step->shard(k)) verified[s] = {r, &step->state()};
+  return detail::exchange(
+      [&]() -> Status {
+        for (const auto& p : decision.plan) {
+          if (p.how != detail::How::shared || p.holder != me) continue;
+          detail::ShardSource src{"shard " + std::to_string(p.shard) + ": rank " + std::to_string(me) + " has no verified copy", nullptr,
+                                  TrainingState(), ReadCheck::none};
+          auto v = verified.find(p.shard);
+          if (v != verified.end()) src.where = v->second.first->path(), src.reader = v->second.first, src.state = *v->second.second;
+          // The receiver's memory store holds one shard of the step, also when the verifier read a whole persistent step (2.1).
+          src.state.values[std::string(kPartialStepKey)] = Value(std::to_string(p.shard) + "/" + std::to_string(world));
+          Status copy_failure;
+          CKPT_TRY(detail::send_shard(tiers.comm_, src, decision.step, p.shard, world, decision.digest, decision.shards[p.shard],
+                                      static_cast<int>(p.rank), detail::kShareTag, tiers.options_.transfer_block, &copy_failure));
+        }
+        return Status();
+      },
+      [&]() -> Status {
+        for (const auto& p : decision.plan) {
+          if (p.how != detail::How::shared || p.rank != me) continue;
+          auto store = tiers.held(p.shard);
+          std::optional<detail::Received> got;
+          Status copy_failure;
+          CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, fetch.local.ok() ? store : Result<Store*>(fetch.local),
+                                         static_cast<int>(p.holder), detail::kShareTag, decision.step, p.shard, decision.shards[p.shard], got,
+                                         copy_failure, fetched_here(p.shard)));
+          if (!got) {
+            if (fetch.local.ok()) fetch.local = copy_failure;
+            continue;
+          }
+          fetched.insert({p.shard, got->info.txn});
+          detail::LocalCopy c;
+          c.step = decision.step, c.shard = p.shard, c.digest = decision.shards[p.shard], c.kind = detail::CopyKind::held;
+          c.store_path = (*store)->path(), c.fs = tiers.fs_, c.root = (*store)->path(), c.info = got->info, c.uuid = (*store)->uuid();
+          auto reader = detail::open_copy(c);
+          if (!reader.ok()) {
+            if (fetch.local.ok()) fetch.local = reader.status();
+            continue;
+          }
+          open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
+          loaded.emplace_back(p.shard, &open_steps.back()->shard(0));
+          loaded_copies[p.shard] = c;
+          shared_from[p.shard] = &p;
+          (void)tiers.log({TierRecord{TierEvent::held, decision.step, world, p.shard, decision.digest, decision.shards[p.shard],
+                                      got->info.txn, 0, std::string(), 0}});
+        }
+        return Status();
+      });
 }
 
 // The caller's load over the verified shards, with this rank's training state: its own rank's in the
@@ -767,8 +904,17 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   r.event = TierEvent::resumed, r.step = decision.step, r.world = out.world, r.shard = std::min(me, out.world - 1);
   r.step_digest = decision.digest;
   learned.push_back(r);
-  for (const auto& [s, c] : loaded_copies)
-    out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
+  for (const auto& [s, c] : loaded_copies) {
+    auto from = shared_from.find(s);
+    if (from == shared_from.end()) {
+      out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
+      continue;
+    }
+    const auto kind = from->second->copy <= static_cast<std::uint32_t>(detail::CopyKind::persistent) ? static_cast<detail::CopyKind>(from->second->copy)
+                                                                                                  : detail::CopyKind::held;
+    out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(kind) + " via rank " +
+                          std::to_string(from->second->holder) + ", which verified it (received into " + c.store_path + ")");
+  }
   // The verdicts are durable first: retiring the abandoned timeline reads which copies were set aside.
   CKPT_TRY(tiers.log(learned));
   std::vector<TierRecord> evicted;
@@ -830,7 +976,8 @@ CKPT_INLINE std::string TieredCheckpointer::Resume::refill_list() const {
       for (std::uint32_t i = 0; i < copies.size() && !has; ++i)
         has = copies[i].step == decision.step && copies[i].shard == s && copies[i].digest == decision.shards[s] &&
               copies[i].kind != detail::CopyKind::persistent && !aside.count({holder, i});
-      for (const auto& p : decision.plan) has = has || (p.rank == holder && p.shard == s && p.how == detail::How::peer);
+      for (const auto& p : decision.plan)
+        has = has || (p.rank == holder && p.shard == s && (p.how == detail::How::peer || p.how == detail::How::shared));
       if (!has) list.emplace_back(s, holder);
     }
   Encoder e;
