@@ -90,9 +90,9 @@ struct TierOptions {
   // skip across ranks needs the control communicator of create(fs, comm, control, options), so every
   // rank skips the same captures (spec/TIERS.md 4.6).
   WhenBusy when_busy = WhenBusy::skip;
-  // Every rank loads every shard of the agreed step (data parallel: each rank needs the whole model), each
-  // shard verified by one rank and received by the others (spec/TIERS.md 7.2); false: a rank loads its own
-  // shard only, unless the world changed. Every rank must pass the same.
+  // Every rank loads every shard of the agreed step (data parallel: each rank needs the whole model); a shard
+  // its memory lacks it receives from the rank that verified it (spec/TIERS.md 7.2); false: a rank loads its
+  // own shard only, unless the world changed. Every rank must pass the same.
   bool load_all_shards = false;
   // Device snapshots (spec/ASYNC.md 6): tensors marked on_device are copied by `device` straight into
   // staging allocated by `staging_memory` (pinned host memory for a GPU's copies).
@@ -126,9 +126,9 @@ struct Resumed {
   std::vector<std::string> sources;   // for each shard this rank loaded: where from
   std::vector<std::string> setbacks;  // copies set aside and steps that failed, in the order met
   bool read_persistent = false;       // rank 0: the persistent store had to be read (memory could not serve)
-  // Bytes of shard copies this rank read back and hashed to verify them (its own loads' and the copies it
-  // sent). A data-parallel resume verifies each shard on one rank: over the ranks these add up to the
-  // step's bytes once, not once per rank (spec/TIERS.md 7.2); received bytes are hashed on receipt besides.
+  // Bytes of shard copies this rank read back and hashed to verify them (the copies it loads from where they
+  // lie, and the ones it sent). In a data-parallel resume a rank verifies only the copies its memory holds and
+  // receives the rest from the rank that verified them, hashed on receipt (spec/TIERS.md 7.2).
   std::uint64_t verified_bytes = 0;
   // Holders that lost their copies are being refilled in the background (spec/TIERS.md 7.4): the first
   // capture and wait() wait for it; what it did goes to notes() and the tier log (HELD).
