@@ -321,6 +321,33 @@ TEST_CASE("over gloo: a job replicates, loses a node and a replica's byte, resum
 }
 #endif
 
+TEST_CASE("a capture no rank recorded leaves memory at a fresh start, so its step number can be captured again", "[tiered]") {
+  // A crash between rank 2's commit of step 2 to its own memory and the ranks' agreement: no log records
+  // step 2, the job starts fresh and captures step 2 again (it failed: 'step 2 is committed').
+  const auto dir = fresh_dir("unrecorded-capture");
+  {
+    PosixFs fs;
+    StoreOptions so;
+    so.create_if_missing = true;
+    so.chunk_size_log2 = 12;
+    fsys::create_directories(dir / "node-n2" / "rank-2");
+    auto own = Store::open(fs, layout::own_store((dir / "node-n2").string(), 2), Access::read_write, so);
+    REQUIRE(own.ok());
+    auto tx = (*own)->begin(2);
+    REQUIRE(tx.ok());
+    const std::vector<float> w(64, 1.0f);
+    REQUIRE((*tx)->add_tensor("w", DType::F32, {64}, w.data(), w.size() * sizeof(float)).ok());
+    REQUIRE((*tx)->commit().ok());
+  }
+  auto r = run(Job{dir, kFourNodes, 6, {}, {}});
+  check_final(r, 6);
+  CHECK(r.resumed[2].fresh);
+  bool evicted = false;
+  for (const auto& rec : r.records[2])
+    evicted = evicted || (rec.event == TierEvent::evicted && rec.step == 2 && rec.detail.find("recorded by no rank") != std::string::npos);
+  CHECK(evicted);
+}
+
 TEST_CASE("a lost node resumes from its replica and the replacement is refilled", "[tiered]") {
   const auto dir = trained_to_7("lost-node");
   fsys::remove_all(dir / "node-n2");

@@ -246,6 +246,7 @@ class TieredCheckpointer {
   Status background_failure_;
   std::atomic<std::uint64_t> replicated_{0}, persisted_{0}, skipped_{0};
   bool resumed_ = false;
+  bool log_replaced_ = false;  // create() set aside a damaged tier log: a fresh resume keeps unrecorded steps (7.4)
   std::vector<std::string> notes_;
   std::thread refill_;      // a resume's refill of lost replicas (spec/TIERS.md 7.4): uses comm_ until joined
   Status refill_result_;    // written by refill_, read after the join

@@ -450,7 +450,7 @@ struct TieredCheckpointer::Resume {
   // Finish (7.4).
   [[nodiscard]] Result<Resumed> finish();
   [[nodiscard]] std::vector<TierRecord> learned_records();
-  [[nodiscard]] Status retire_abandoned(std::vector<TierRecord>& learned);
+  [[nodiscard]] Status retire_abandoned(std::vector<TierRecord>& learned, bool fresh);
   [[nodiscard]] Status refill();
   [[nodiscard]] std::string refill_list() const;
 
@@ -895,8 +895,12 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   }
   tiers.resumed_ = true;
   if (decision.verdict != detail::Verdict::done) {
+    // Fresh: no rank's log records a step, so what the memory stores hold are captures the job never agreed
+    // on (a crash between a rank's own commit and the agreement); they leave, or the fresh run's first
+    // capture of that number would find it taken (spec/TIERS.md 7.4).
+    CKPT_TRY(retire_abandoned(learned, true));
     CKPT_TRY(tiers.log(learned));
-    return std::move(out);  // fresh: nothing recorded anywhere
+    return std::move(out);
   }
   out.fresh = false;
   out.world = static_cast<std::uint32_t>(decision.shards.size());
@@ -918,7 +922,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   // The verdicts are durable first: retiring the abandoned timeline reads which copies were set aside.
   CKPT_TRY(tiers.log(learned));
   std::vector<TierRecord> evicted;
-  CKPT_TRY(retire_abandoned(evicted));
+  CKPT_TRY(retire_abandoned(evicted, false));
   if (!evicted.empty()) CKPT_TRY(tiers.log(evicted));
   // A replacement node gets its peers' replicas again (same world): every holder the placement names, in
   // the background (resume() starts it).
@@ -950,16 +954,20 @@ CKPT_INLINE std::vector<TierRecord> TieredCheckpointer::Resume::learned_records(
 }
 
 // Steps newer than the one resumed belong to a timeline the job abandoned: retired from this rank's memory.
-CKPT_INLINE Status TieredCheckpointer::Resume::retire_abandoned(std::vector<TierRecord>& learned) {
+// Fresh: every step there is one no rank recorded; when this rank's own log was damaged (set aside at
+// create()), that absence proves nothing, so its steps move to quarantine/ instead, never deleted.
+CKPT_INLINE Status TieredCheckpointer::Resume::retire_abandoned(std::vector<TierRecord>& learned, bool fresh) {
   std::vector<std::pair<Store*, std::uint32_t>> stores{{tiers.own_.get(), me}};
   for (auto& [s, store] : tiers.held_) stores.emplace_back(store.get(), s);
   for (auto& [store, shard] : stores)
     for (const StepInfo& info : store->steps()) {
-      if (info.step <= decision.step) continue;
-      CKPT_TRY(tiers.leave_memory(*store, info));
+      if (!fresh && info.step <= decision.step) continue;
+      CKPT_TRY(fresh && tiers.log_replaced_ ? store->set_aside(info.step) : tiers.leave_memory(*store, info));
       TierRecord e;
       e.event = TierEvent::evicted, e.step = info.step, e.world = std::max(world, shard + 1), e.shard = shard, e.txn = info.txn;
-      e.detail = "newer than the resumed step " + std::to_string(decision.step);
+      e.detail = fresh ? std::string("recorded by no rank: a capture never agreed on, before a fresh start") +
+                             (tiers.log_replaced_ ? " (kept in quarantine/: this rank's log was damaged)" : "")
+                       : "newer than the resumed step " + std::to_string(decision.step);
       learned.push_back(e);
     }
   return Status();

@@ -473,6 +473,7 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
       Status moved = fs.rename(from, to);
       if (moved.ok()) moved = fs.sync_dir(t->rank_dir_);
       if (moved.ok()) {
+        t->log_replaced_ = true;
         t->notes_.push_back(log.status().message() + ": set aside as " + to + ", a new log begun");
         log = TierLog::open(fs, t->rank_dir_);
       }
