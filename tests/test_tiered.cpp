@@ -589,8 +589,8 @@ TEST_CASE("a data-parallel resume verifies each shard on one rank and the others
   // 4 ranks each need all 4 shards, each byte hashed once per rank: a rank verifies the copies its memory
   // holds (its own shard, the replica it keeps), and receives the other two from their verifiers, which send
   // them unhashed, hashing them on receipt. Over the ranks the bytes read back to verify add up to twice the
-  // step (own + replica), not 7.5 times (every fetched shard hashed by its sender, on receipt and again before
-  // the load, and every copy again in the second round). One owner's copy does not verify: in the next round
+  // step (own + replica), not 7.5 times (the plan before: each fetched shard verified by its sender as it was
+  // read, and every copy verified again in the second round). One owner's copy does not verify: in the next round
   // rank 2 verifies shard 1 from its replica (verified already in round 1: not again) and sends it.
   const auto dir = trained_to_7("verify-once");
   flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 6);

@@ -279,6 +279,18 @@ def test_a_step_the_load_callback_refuses_is_failed_and_the_reason_kept(world_of
     t.close()
 
 
+def run_ranks(tmp_path, name, script_text, world=2, timeout=240):
+    """Runs script_text on `world` gloo ranks (argv: rank, world, job root, init); returns (code, stdout, stderr) each."""
+    root = tmp_path / "job"
+    root.mkdir(exist_ok=True)
+    script = tmp_path / f"{name}.py"
+    script.write_text(script_text)
+    init = f"file://{tmp_path / (name + '-init')}"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(root), init], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(world)]
+    return [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=timeout)]]
+
+
 # --- A capture while the previous one is in the background (spec/TIERS.md 4.6) ---------------------------
 
 SKIP_WHILE_BUSY = r'''
@@ -319,33 +331,13 @@ os._exit(0)  # past torch's gloo exit race (pytorch/pytorch#190489), as dcp_work
 
 
 def test_a_capture_due_while_the_previous_one_replicates_is_skipped_on_every_rank_and_recorded(tmp_path):
-    root = tmp_path / "job"
-    root.mkdir()
-    script = tmp_path / "skip_while_busy.py"
-    script.write_text(SKIP_WHILE_BUSY)
-    init = f"file://{tmp_path / 'init'}"
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(root), init], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    for p in procs:
-        out, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err[-3000:]
+    for code, out, err in run_ranks(tmp_path, "skip_while_busy", SKIP_WHILE_BUSY):
+        assert code == 0, err[-3000:]
         got = json.loads(out.strip().splitlines()[-1])
         assert got["actions"] == {"1": "none", "2": "capture", "3": "none", "4": "skipped", "5": "none", "6": "capture"}, got
         assert got["skipped"] == 1
         assert [r for r in got["records"] if r.startswith("SKIPPED")] and any("step 4" in r for r in got["records"]
                                                                               if r.startswith("SKIPPED")), got["records"]
-
-
-def run_ranks(tmp_path, name, script_text, world=2, timeout=240):
-    """Runs script_text on `world` gloo ranks (argv: rank, world, job root, init); returns (code, stdout, stderr) each."""
-    root = tmp_path / "job"
-    root.mkdir(exist_ok=True)
-    script = tmp_path / f"{name}.py"
-    script.write_text(script_text)
-    init = f"file://{tmp_path / (name + '-init')}"
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(root), init], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(world)]
-    return [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=timeout)]]
 
 
 # --- No interpreter on the data path (spec/TIERS.md 4.7) ------------------------------------------------

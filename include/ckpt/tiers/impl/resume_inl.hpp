@@ -418,11 +418,12 @@ struct TieredCheckpointer::Resume {
     std::vector<std::pair<const detail::PlanEntry*, Store*>> incoming;  // from peers, into held stores
     Status local;  // this rank cannot take part: a held store or the persistent tier did not open
   };
-  // (store path, txn) of every copy this resume received and checked on receipt: this process wrote and
-  // hashed those bytes itself, so it loads them without reading them back to hash again (spec/TIERS.md 7.2).
-  std::set<std::pair<std::string, std::uint64_t>> received;
-  // (store path, txn) of every copy this resume verified whole: a later round loads it without hashing it again.
-  std::set<std::pair<std::string, std::uint64_t>> verified_here;
+  // Every copy this resume hashed whole, (hashed_key, txn): received (hashed as written, digest checked) or
+  // verified in a round. A later round loads it without reading it back to hash again (spec/TIERS.md 7.2).
+  std::set<std::pair<std::string, std::uint64_t>> hashed_here;
+  [[nodiscard]] static std::pair<std::string, std::uint64_t> hashed_key(const detail::LocalCopy& c) {
+    return {c.store_path + "#" + std::to_string(c.shard_in_step), c.info.txn};
+  }
   std::map<std::uint32_t, const detail::PlanEntry*> shared_from;  // shard -> its entry: verified and sent by p->holder
 
   Resume(TieredCheckpointer& owner, const std::function<Status(TierView&)>& load_fn)
@@ -713,7 +714,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
           c.store_path = store->path(), c.fs = tiers.fs_, c.root = store->path(), c.info = got->info, c.uuid = store->uuid();
           fetch.mine[p->shard] = c;
           fetched.insert({p->shard, got->info.txn});
-          received.insert({c.store_path, got->info.txn});
+          hashed_here.insert(hashed_key(c));
           (void)tiers.log({TierRecord{TierEvent::held, decision.step, static_cast<std::uint32_t>(decision.shards.size()), p->shard,
                                   decision.digest, decision.shards[p->shard], got->info.txn, 0, std::string(), 0}});
         }
@@ -729,13 +730,11 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
     Status ok = reader.ok() ? Status() : reader.status();
     VerifyOptions whole;
     whole.use_mmap = c.fs && c.fs->can_map();  // hash the pages in place: one pass over the bytes, no copy
-    // A copy received in this resume was hashed as it was written and its digest checked (4.3): not again.
-    // One verified in an earlier round of this resume is not verified again either.
-    const std::pair<std::string, std::uint64_t> key{c.store_path + "#" + std::to_string(c.shard_in_step), c.info.txn};
-    const bool received_here = c.kind == detail::CopyKind::held && received.count({c.store_path, c.info.txn}) != 0;
-    if (ok.ok() && !received_here && !verified_here.count(key)) {
+    // A copy this resume received (hashed as written, its digest checked: 4.3) or verified in an earlier round
+    // is not hashed again.
+    if (ok.ok() && !hashed_here.count(hashed_key(c))) {
       ok = detail::verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
-      if (ok.ok()) out.verified_bytes += detail::data_bytes(reader->shard(c.shard_in_step)), verified_here.insert(key);
+      if (ok.ok()) out.verified_bytes += detail::data_bytes(reader->shard(c.shard_in_step)), hashed_here.insert(hashed_key(c));
     }
     if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[s])
       ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " +
