@@ -315,7 +315,7 @@ def table(doc):
     out.append("")
     out.append(f"  {'1. blocking per capture':<58}{'seconds':>8}{'GiB/s':>8}   vs limit (target)")
     row("staging copy: memcpy into pre-faulted memory (huge pages)", mc["staging_copy_s"])
-    row("  the same into 4 KiB pages, as the staging pool allocates", mc["staging_copy_small_pages_s"])
+    row("  the same into 4 KiB pages, as a tmpfs file's mapping has", mc["staging_copy_small_pages_s"])
     row("TieredCheckpointer::step(), the caller blocked", mc["stall_s"],
         f"time {f['stall_vs_staging_copy']:.2f}x staging copy ({verdict(f['stall_vs_staging_copy'], 1.1, True)}); "
         f"{f['stall_vs_small_page_copy']:.2f}x the 4 KiB-page copy")
@@ -324,7 +324,7 @@ def table(doc):
             f"ckpt's stall is {f['stall_vs_dcp_async_save']:.2f}x DCP's")
     else:
         out.append(f"  DCP async_save: skipped ({d.get('skipped')})")
-    out.append(f"  first capture (allocates and pre-faults the staging pool): {c['first_capture_stall_s']:.3f} s"
+    out.append(f"  first capture (allocates and pre-faults its memory-tier file): {c['first_capture_stall_s']:.3f} s"
                + (f"; DCP's first async_save {d['first_blocked_s']:.3f} s" if "first_blocked_s" in d else ""))
     out.append("")
     out.append(f"  {'2. replication per capture: each rank its shard to its peer':<58}{'seconds':>8}{'GiB/s':>8}   per rank")
@@ -367,10 +367,12 @@ def table(doc):
     out.append(f"  memory root {human(m0['memory_root_bytes'])}: own store {human(m0['own_store_bytes'])} ({m0['steps_kept']} steps) "
                f"+ replicas {human(m0['held_bytes'])} ({m0['held_shards']} shard x {m0['steps_kept']} steps, {human(per_replica)} "
                f"per replica per step; shard file {human(m0['own_shard_file_bytes'])})")
-    out.append(f"  staging pool: resident memory grew {human(m0['rss_growth_first_capture'])} across the first capture; peak "
-               f"resident {human(m0['rss_peak'])}, of which the benchmark's own state and copy buffers {human(m0['state_and_copy_buffers'])}")
+    out.append(f"  the process's own memory (anonymous: a staging pool; the memory root's files it maps are counted above) grew "
+               f"{human(m0['rss_growth_first_capture'])} across the first capture; peak resident {human(m0['rss_peak'])}, "
+               f"of which the benchmark's own state and copy buffers {human(m0['state_and_copy_buffers'])}")
     out.append(f"  the tiers hold {(m0['memory_root_bytes'] + m0['rss_growth_first_capture']) / per_rank:.2f}x the rank's "
-               f"{human(per_rank)} of state in host memory (memory root + staging pool)")
+               f"{human(per_rank)} of state in host memory (memory root + the process's own growth; "
+               f"{verdict((m0['memory_root_bytes'] + m0['rss_growth_first_capture']) / per_rank, 4, True)})")
     return "\n".join(out)
 
 

@@ -122,14 +122,15 @@ std::int64_t now_ns() {
 }
 double seconds_between(std::int64_t from, std::int64_t to) { return static_cast<double>(to - from) * 1e-9; }
 
-// Resident and peak resident bytes of this process (/proc/self/status VmRSS, VmHWM).
+// This process's own resident bytes, its anonymous memory (/proc/self/status RssAnon: a staging pool, not the
+// memory root's files it maps, which the memory root's size counts), and its peak resident bytes (VmHWM).
 std::pair<std::uint64_t, std::uint64_t> resident_bytes() {
   std::ifstream in("/proc/self/status");
   std::string line;
   std::uint64_t rss = 0, peak = 0;
   while (std::getline(in, line)) {
     const auto kib = [&] { return std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10) * 1024; };
-    if (line.rfind("VmRSS:", 0) == 0) rss = kib();
+    if (line.rfind("RssAnon:", 0) == 0) rss = kib();
     if (line.rfind("VmHWM:", 0) == 0) peak = kib();
   }
   return {rss, peak};

@@ -146,7 +146,7 @@ TEST_CASE("a failed device copy abandons that save, reports it, and the next sav
     CHECK_FALSE((*store)->latest());
     REQUIRE((*saver)->save(request(2, d)).ok());
     REQUIRE((*saver)->wait().ok());
-    CHECK((*saver)->pool().free_slabs() == (*saver)->pool().slab_count());
+    CHECK((*saver)->pool()->free_slabs() == (*saver)->pool()->slab_count());
   }
   REQUIRE((*store)->latest());
   CHECK((*store)->latest()->step == 2);

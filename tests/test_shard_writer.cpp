@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
@@ -496,4 +497,87 @@ TEST_CASE("a writer abandoned with writes queued makes them, then removes its fi
     CHECK(fs.most_at_once() == 1);
   }
   CHECK(logs[0] == logs[1]);
+}
+
+// A reused file mapped shared_write, as a memory store's slot is (spec/JOURNAL.md 10.1), `bytes` long.
+struct MappedSlot {
+  Mapping map;
+  static MappedSlot make(PosixFs& fs, const std::string& path, std::uint64_t bytes) {
+    auto f = fs.open(path, OpenMode::create_new);
+    REQUIRE(f.ok());
+    REQUIRE(fs.truncate(*f, bytes).ok());
+    auto m = fs.map(*f, 0, static_cast<std::size_t>(bytes), MapMode::shared_write);
+    REQUIRE(m.ok());
+    REQUIRE(fs.close(*f).ok());
+    return MappedSlot{std::move(*m)};
+  }
+  [[nodiscard]] unsigned char* at(std::uint64_t off) const { return map.writable_data() + off; }
+};
+
+TEST_CASE("bytes copied into the mapped file where the layout puts them are hashed in place: the same file as written",
+          "[shard_writer][in_place]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const auto a = ckpt_test::random_bytes(70000, 1), b = ckpt_test::random_bytes(3, 2), c = ckpt_test::random_bytes(9000, 3);
+  WriterOptions o;
+  o.chunk_size_log2 = 12;
+  o.alignment_log2 = 9;
+  o.buffer_size = 4096;
+  o.uuid = Uuid{};
+  auto write = [&](const std::string& path, const std::vector<const unsigned char*>& from) {
+    auto w = ShardWriter::create(fs, path, o);
+    REQUIRE(w.ok());
+    REQUIRE(w->add_tensor("a", DType::U8, {a.size()}, from[0], a.size()).ok());
+    REQUIRE(w->add_tensor("empty", DType::F32, {0}, nullptr, 0).ok());
+    REQUIRE(w->add_tensor("b", DType::U8, {b.size()}, from[1], b.size()).ok());
+    REQUIRE(w->add_tensor("c", DType::U8, {c.size()}, from[2], c.size()).ok());
+    REQUIRE(w->finish().ok());
+  };
+  write(dir.file("written.ckpt"), {a.data(), b.data(), c.data()});
+
+  auto layout = plan_data_layout({a.size(), 0, b.size(), c.size()}, o.alignment_log2);
+  REQUIRE(layout.ok());
+  // Longer than the shard and full of old bytes, as a slot written over is: none may survive.
+  const std::uint64_t slot_size = layout->end + 100000;
+  MappedSlot slot = MappedSlot::make(fs, dir.file("slot"), slot_size);
+  std::memset(slot.at(0), 0xee, static_cast<std::size_t>(slot_size));
+  std::memcpy(slot.at(layout->offsets[0]), a.data(), a.size());
+  std::memcpy(slot.at(layout->offsets[2]), b.data(), b.size());
+  std::memcpy(slot.at(layout->offsets[3]), c.data(), c.size());
+  o.reuse = dir.file("slot");
+  o.in_place = slot.at(0);
+  o.in_place_size = slot_size;
+  write(dir.file("in-place.ckpt"), {slot.at(layout->offsets[0]), slot.at(layout->offsets[2]), slot.at(layout->offsets[3])});
+  CHECK(ckpt_test::read_file(dir.file("in-place.ckpt")) == ckpt_test::read_file(dir.file("written.ckpt")));
+  auto r = ShardReader::open(fs, dir.file("in-place.ckpt"));
+  REQUIRE(r.ok());
+  for (const PieceRecord& p : r->index().pieces) CHECK(p.data_offset == layout->offsets[static_cast<std::size_t>(p.tensor)]);
+}
+
+TEST_CASE("bytes of the mapped file handed to the writer away from its position are refused, naming both offsets",
+          "[shard_writer][in_place]") {
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  MappedSlot slot = MappedSlot::make(fs, dir.file("slot"), 1 << 16);
+  WriterOptions o;
+  o.reuse = dir.file("slot");
+  o.in_place = slot.at(0);
+  o.in_place_size = 1 << 16;
+  auto w = ShardWriter::create(fs, dir.file("s.ckpt"), o);
+  REQUIRE(w.ok());
+  REQUIRE(w->begin_piece("w", DType::U8, {100}, {0}, {100}).ok());
+  const Status s = w->write(slot.at(8192), 100);  // the piece starts at the data offset, not at 8192
+  CHECK(s.code() == Code::invalid_argument);
+  CHECK_THAT(s.message(), Catch::Contains("offset 8192") && Catch::Contains("written at offset"));
+  CHECK_FALSE(w->finish().ok());  // the writer is failed: nothing half-written is committed
+}
+
+TEST_CASE("the data layout is the writer's: each piece at the next aligned offset, sizes that overflow refused",
+          "[shard_writer][in_place]") {
+  auto l = plan_data_layout({10, 0, 64, 1}, 6);
+  REQUIRE(l.ok());
+  CHECK(l->offsets == std::vector<std::uint64_t>{128, 192, 192, 256});
+  CHECK(l->end == 257);
+  CHECK(plan_data_layout({UINT64_MAX - 64}, 6).status().code() == Code::invalid_argument);
+  CHECK(plan_data_layout({1}, 5).status().code() == Code::invalid_argument);
 }

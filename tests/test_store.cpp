@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <ckpt/testing/fault_fs.hpp>
@@ -533,6 +535,64 @@ TEST_CASE_METHOD(StoreDir, "with reuse_files a save writes over a retired step's
   REQUIRE(again.ok());
   CHECK((*again)->recovery_report().unknown_entries.empty());
   CHECK((*again)->recovery_report().clean());
+}
+
+TEST_CASE_METHOD(StoreDir, "a reserved slot is the next save's file: bytes copied into it are committed in place, the ring stays mapped",
+                 "[store][reuse][in_place]") {
+  // spec/JOURNAL.md 10.1: keep-last 2; each save's bytes are copied to where reserve_slot says, then written
+  // from there, so the writer only hashes them; from the third save on the slot is a retired step's file.
+  StoreOptions o = writable_options();
+  o.retention = RetentionPolicy{2, 0};
+  o.reuse_files = true;
+  auto store = Store::open(fs, path, Access::read_write, o);
+  REQUIRE(store.ok());
+  auto inode = [](const std::string& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return st.st_ino;
+  };
+  std::set<ino_t> files;
+  for (std::uint64_t step = 1; step <= 8; ++step) {
+    const auto w = ckpt_test::random_bytes(30000 + step, step), m = ckpt_test::random_bytes(77, step + 100);
+    auto at = (*store)->reserve_slot({w.size(), m.size()});
+    REQUIRE(at.ok());
+    REQUIRE(at->size() == 2);
+    std::memcpy((*at)[0], w.data(), w.size());
+    std::memcpy((*at)[1], m.data(), m.size());
+    auto tx = (*store)->begin(step);
+    REQUIRE(tx.ok());
+    REQUIRE((*tx)->add_tensor("w", DType::U8, {w.size()}, (*at)[0], w.size()).ok());
+    REQUIRE((*tx)->add_tensor("m", DType::U8, {m.size()}, (*at)[1], m.size()).ok());
+    REQUIRE((*tx)->commit().ok());
+    const auto info = (*store)->find(step);
+    REQUIRE(info.ok());
+    files.insert(inode(path + "/" + info->dir + "/" + shard_file_name(0, 1)));
+    auto verified = (*store)->verify_step(step);
+    REQUIRE(verified.ok());
+    CHECK(verified->ok());
+    auto reader = (*store)->open_step(step);
+    REQUIRE(reader.ok());
+    std::vector<unsigned char> back(w.size());
+    REQUIRE(reader->read_tensor("w", back.data(), back.size()).ok());
+    CHECK(back == w);
+  }
+  // The ring: the two steps kept and the one retired file in slots/, taken in turn; no other file was made.
+  CHECK(files.size() == 3);
+  CHECK(entries(fs, path + "/slots").size() == 1);
+  // Between saves only; and only with reuse_files, on a file system that maps.
+  auto tx = (*store)->begin(9);
+  REQUIRE(tx.ok());
+  CHECK((*store)->reserve_slot({1}).status().code() == Code::conflict);
+  REQUIRE((*tx)->abort().ok());
+  StoreOptions plain = writable_options();
+  auto other = Store::open(fs, dir.file("plain"), Access::read_write, plain);
+  REQUIRE(other.ok());
+  CHECK((*other)->reserve_slot({1}).status().code() == Code::invalid_argument);
+  SimFs sim;
+  plain.reuse_files = true;
+  auto simulated = Store::open(sim, "/s", Access::read_write, plain);
+  REQUIRE(simulated.ok());
+  CHECK((*simulated)->reserve_slot({1}).status().code() == Code::unsupported);
 }
 
 TEST_CASE_METHOD(StoreDir, "a retired step whose files could not be removed is finished by the next writable open", "[store]") {

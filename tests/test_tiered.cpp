@@ -284,6 +284,30 @@ TEST_CASE("an uninterrupted run records every tier transition and ends as the re
   CHECK(verified->ok());
 }
 
+TEST_CASE("a capture is copied into its memory store's ring of files: each store holds memory_keep shard files, no more",
+          "[tiered][in_place]") {
+  // spec/TIERS.md 2.1: the capture goes straight into the own store's next file (no staging pool) and a replica
+  // into the held store's; each retires its oldest step first once memory_keep are kept, so in steady state
+  // a store holds its memory_keep steps' files and nothing in slots/ (before: one more file per store).
+  Job job{fresh_dir("ring"), kFourNodes, 10, {}, {}};
+  auto r = run(job);
+  check_final(r, 10);
+  std::size_t stores = 0;
+  for (const auto& e : fsys::recursive_directory_iterator(job.dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || (name != "own" && name.rfind("held-", 0) != 0)) continue;
+    ++stores;
+    std::size_t files = 0;
+    for (const auto& f : fsys::recursive_directory_iterator(e.path())) {
+      const std::string n = f.path().filename().string();
+      if (f.is_regular_file() && n != "JOURNAL" && n != "LOCK" && n != "MANIFEST") ++files;
+    }
+    INFO(e.path().string());
+    CHECK(files == 2);
+  }
+  CHECK(stores == 8);  // 4 ranks: own and one held store each
+}
+
 TEST_CASE("a restarted job resumes from its own memory and ends bit-identical", "[tiered]") {
   const auto dir = trained_to_7("restart");
   auto r = run(Job{dir, kFourNodes, 10, {}, {}});

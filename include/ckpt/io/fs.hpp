@@ -62,13 +62,17 @@ struct PathInfo {
   bool is_dir = false;     // kind == EntryKind::directory
   std::uint64_t size = 0;  // bytes, for a regular file; 0 otherwise
   EntryKind kind = EntryKind::file;
+  std::uint64_t id = 0;    // the file's identity while it exists (device and inode), 0 when the Fs has none
 };
 
-// A read-only memory mapping; unmapped on destruction.
 // How a mapping may be used. read_only: PROT_READ, shared with the file. copy_on_write: writable and
 // private; a write changes this process's copy of the page, never the file (what safetensors' loaders
 // hand out): tensors over it can be modified in place, and pages never written share the page cache.
-enum class MapMode : std::uint8_t { read_only, copy_on_write };
+// shared_write: writable and shared, every page faulted in at once: a write changes the file, and the
+// file's fsync makes it durable (a memory store's slot, spec/JOURNAL.md 10.1); the file must be open read_write.
+enum class MapMode : std::uint8_t { read_only, copy_on_write, shared_write };
+
+// A memory mapping; unmapped on destruction.
 
 class Mapping {
  public:
@@ -91,9 +95,9 @@ class Mapping {
   }
   ~Mapping() { reset(); }
   [[nodiscard]] const unsigned char* data() const noexcept { return data_; }
-  // The bytes of a copy_on_write mapping, writable; null for a read_only one.
+  // The bytes of a writable mapping (copy_on_write, shared_write); null for a read_only one.
   [[nodiscard]] unsigned char* writable_data() const noexcept { return writable_ ? const_cast<unsigned char*>(data_) : nullptr; }
-  void set_writable() noexcept { writable_ = true; }  // by the Fs that mapped it copy_on_write
+  void set_writable() noexcept { writable_ = true; }  // by the Fs that mapped it writable
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
  private:

@@ -155,6 +155,7 @@ class PosixFs {
                                       : EntryKind::other;
     info.is_dir = info.kind == EntryKind::directory;
     info.size = info.kind == EntryKind::file ? static_cast<std::uint64_t>(st.st_size) : 0;
+    info.id = (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino);
     return info;
   }
 
@@ -172,19 +173,21 @@ class PosixFs {
     return FileHandle{file.release()};
   }
 
-  // Maps [off, off+n) read-only; the kernel needs a page-aligned start, so the base is rounded down.
+  // Maps [off, off+n) as `mode` says (fs.hpp); the kernel needs a page-aligned start, so the base is rounded down.
   [[nodiscard]] Result<Mapping> map(FileHandle f, std::uint64_t off, std::size_t n, MapMode mode = MapMode::read_only) {
     if (n == 0) return Mapping();
     const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     const std::uint64_t base_off = off & ~(page - 1);
     const std::size_t base_len = static_cast<std::size_t>(off - base_off) + n;
-    const bool cow = mode == MapMode::copy_on_write;
-    void* base = ::mmap(nullptr, base_len, cow ? PROT_READ | PROT_WRITE : PROT_READ, cow ? MAP_PRIVATE : MAP_SHARED,
+    const bool writable = mode != MapMode::read_only, shared = mode != MapMode::copy_on_write;
+    // A slot is written whole at every capture: its pages are faulted in once, here, not during the copy.
+    const int populate = mode == MapMode::shared_write ? MAP_POPULATE : 0;
+    void* base = ::mmap(nullptr, base_len, writable ? PROT_READ | PROT_WRITE : PROT_READ, (shared ? MAP_SHARED : MAP_PRIVATE) | populate,
                         static_cast<int>(f.id), static_cast<off_t>(base_off));
     if (base == MAP_FAILED) return os_error("mmap", "offset " + std::to_string(off));
-    ::madvise(base, base_len, MADV_SEQUENTIAL);
+    if (mode != MapMode::shared_write) ::madvise(base, base_len, MADV_SEQUENTIAL);
     Mapping m(base, base_len, static_cast<const unsigned char*>(base) + (off - base_off), n);
-    if (cow) m.set_writable();
+    if (writable) m.set_writable();
     return Result<Mapping>(std::move(m));  // explicit: nvcc (EDG) has no C++20 implicit move
   }
 

@@ -50,7 +50,22 @@ struct WriterOptions {
   // the write path and written over from offset 0, every byte, its tail past the new end cut at finish. When
   // it cannot be renamed (gone), the file is created as without it.
   std::string reuse;
+  // The reused file's bytes as this process maps them (MapMode::shared_write), from offset 0: a write()
+  // whose bytes lie at exactly the writer's position in it is already in the file, so it is hashed and not
+  // written (a memory store's capture, copied into its slot, spec/JOURNAL.md 10.1); bytes elsewhere in it
+  // are refused. Ignored when no file was reused (the bytes are then written as any others).
+  const unsigned char* in_place = nullptr;
+  std::uint64_t in_place_size = 0;
 };
+
+// Where each piece's bytes start in a shard written with `alignment_log2`, pieces of `sizes` bytes written in
+// that order (each aligned, spec/FORMAT.md 4.2), and where the data ends: what a caller needs to place the
+// bytes in a file before its writer runs (WriterOptions::in_place). Fails when the sizes overflow.
+struct DataLayout {
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t end = 0;
+};
+[[nodiscard]] Result<DataLayout> plan_data_layout(const std::vector<std::uint64_t>& sizes, std::uint32_t alignment_log2);
 
 // What finish() made: enough for a manifest to pin the file's exact content.
 struct ShardSummary {
@@ -171,6 +186,8 @@ class ShardWriter {
                                                   bool borrowed);
   [[nodiscard]] Status release_caller_memory();
   [[nodiscard]] Status write_bytes(const unsigned char* bytes, std::size_t size);
+  [[nodiscard]] Status write_in_place(const unsigned char* bytes, std::size_t size);
+  void hash_span(const unsigned char* bytes, std::size_t n);
   [[nodiscard]] Status drain_writes();
   [[nodiscard]] Status append(const void* data, std::size_t size);
   [[nodiscard]] Status pad_to(std::uint64_t offset);

@@ -140,6 +140,14 @@ struct AsyncSaveOptions {
   // not fit), so on few cores it does not take CPU and memory bandwidth from the caller's copy; true:
   // it writes each slab as soon as it is staged (less total time, more stall). spec/ASYNC.md 1.
   bool write_while_staging = false;
+  // Stage straight into the store's next shard file (Store::reserve_slot: a memory store with reuse_files on
+  // a file system that maps): no staging pool; each tensor is copied to where the file holds its bytes, and the
+  // worker hashes them there and writes only the rest of the file (spec/ASYNC.md 3.1). Needs max_in_flight 1:
+  // the slot is reserved while the worker is idle.
+  bool in_place = false;
+  // Called in save() once the save is taken and before its copy, the worker idle (so max_in_flight 1): makes
+  // room in the store's ring of files (the tiers retire their oldest memory step first, spec/TIERS.md 2.1).
+  std::function<Status(std::uint64_t step)> before_stage;
 };
 
 // What save() did with a request.
@@ -192,7 +200,8 @@ class AsyncSaver {
     std::lock_guard<std::mutex> lock(mutex_);
     return jobs_.size();
   }
-  [[nodiscard]] const StagingPool& pool() const noexcept { return *pool_; }
+  // The staging pool; null when the saver stages in place.
+  [[nodiscard]] const StagingPool* pool() const noexcept { return pool_.get(); }
   [[nodiscard]] std::optional<StepInfo> last_committed() const { return locked_copy(mutex_, last_committed_); }
   [[nodiscard]] std::uint64_t saves_committed() const { return locked_copy(mutex_, committed_); }
   [[nodiscard]] std::uint64_t saves_skipped() const { return locked_copy(mutex_, skipped_); }
@@ -227,6 +236,8 @@ class AsyncSaver {
   [[nodiscard]] Status take_failure();  // under mutex_
   [[nodiscard]] Result<bool> agree_to_skip(bool busy);
   [[nodiscard]] Status stage(Job& job);
+  [[nodiscard]] Status stage_in_place(Job& job, const std::vector<unsigned char*>& at);
+  [[nodiscard]] Result<std::vector<unsigned char*>> reserve_in_place(const SaveRequest& request);
   void publish(Job& job, std::vector<Segment>& pending, unsigned char* slab);
   // Worker side.
   void run();

@@ -268,6 +268,12 @@ class Store {
   [[nodiscard]] bool coordinator() const noexcept { return writer_; }
   // A rank other than 0 of a collective writable open: it writes its own shard files only.
   [[nodiscard]] bool participant() const noexcept { return participant_; }
+  // A capture straight into the file the next transaction writes over (spec/JOURNAL.md 10.1): a file of slots/
+  // (one made when none is free) sized for pieces of `sizes` bytes, mapped shared_write and kept mapped while
+  // it stays in the store; returns where each piece's bytes go, in that order. The next begin() on this rank
+  // takes that file, and its writer hashes the bytes it finds in place instead of writing them (a write()
+  // from exactly there). Needs reuse_files and an Fs that maps; between transactions only.
+  [[nodiscard]] Result<std::vector<unsigned char*>> reserve_slot(const std::vector<std::uint64_t>& sizes);
   // Writes RETIRE for the live commit of this step number, then removes its files.
   [[nodiscard]] Status retire(std::uint64_t step);
   // Takes the live commit of this step number out of the store without removing its files (a copy found
@@ -330,6 +336,18 @@ class Store {
   Transaction* open_txn_ = nullptr;
   bool writer_ = false;  // this process opened the log's writer: a single process, or rank 0
   bool participant_ = false;
+  // reserve_slot: the files captures were copied into, each mapped once while it is in the store (its
+  // committed steps or slots/), by file identity; and the one the next begin() takes.
+  struct SlotMap {
+    std::uint64_t id = 0;
+    Mapping map;
+  };
+  std::vector<SlotMap> slot_maps_;
+  std::string reserved_slot_;
+  const unsigned char* reserved_map_ = nullptr;
+  std::uint64_t reserved_size_ = 0;
+  [[nodiscard]] Result<std::pair<std::string, bool>> pick_slot();  // a slot's path, and whether it is new
+  void forget_slot_maps(std::uint64_t keep_id);  // unmaps the files no longer in the store
 };
 
 

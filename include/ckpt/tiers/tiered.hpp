@@ -14,10 +14,10 @@
 //     CKPT_TRY((*tiers)->step(step, [&](ckpt::SaveRequest& r) { r.add_tensor(...); }).status());
 //   }
 //
-// Threads: step() only stages (the caller blocks for the staging copy); the saver's worker thread
-// commits the memory step and then runs replication and promotion, which are collective on the
-// communicator given to create(): the training loop must not use that communicator itself, and MPI
-// needs MPI_THREAD_MULTIPLE.
+// Threads: step() only copies the state into the memory tier's next file (spec/TIERS.md 2.1); the
+// saver's worker thread commits the memory step and then runs replication and promotion, which are
+// collective on the communicator given to create(): the training loop must not use that communicator
+// itself, and MPI needs MPI_THREAD_MULTIPLE.
 #pragma once
 
 #include <atomic>
@@ -82,7 +82,7 @@ struct TierOptions {
   std::size_t persistent_keep = 0;                  // persistent steps kept; 0: all
   std::optional<Topology> topology;                 // default: each rank's hostname is its node
   std::uint32_t chunk_size_log2 = format::kDefaultChunkSizeLog2;  // every tier alike, so digests compare
-  std::size_t staging_bytes = 0;                    // 0: the first capture's size (at least 16 MiB)
+  std::size_t staging_bytes = 0;                    // with device snapshots (else none, 2.1): 0 is the first capture's size
   std::size_t transfer_block = std::size_t{16} << 20;  // bytes per point-to-point message
   bool check_free_space = true;                     // statvfs the memory root before the first capture
   // A capture due while the previous one is still in the background (committing, replicating, promoting):
@@ -216,10 +216,15 @@ class TieredCheckpointer {
   void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
   [[nodiscard]] Result<std::vector<Digest128>> agree_on_capture(std::uint64_t step, const Status& local, const Digest128& my_digest);
-  [[nodiscard]] Status retire_memory(const std::vector<int>& sources);
-  // Retention of one memory store (memory_keep) and a step's leaving one: a copy this rank's log records
-  // as set aside leaves into quarantine/ instead of being retired, never deleted (spec/TIERS.md 5.2).
-  [[nodiscard]] Result<std::vector<StepInfo>> retain_memory(Store& store);
+  [[nodiscard]] Status retire_memory(const std::vector<int>& sources, std::size_t keep);
+  // Retention of one memory store (its newest `keep` steps) and a step's leaving one: a copy this rank's log
+  // records as set aside leaves into quarantine/ instead of being retired, never deleted (spec/TIERS.md 5.2).
+  [[nodiscard]] Result<std::vector<StepInfo>> retain_memory(Store& store, std::size_t keep);
+  // A held store's retention, its EVICTED records added to `records` (a failure leaves the steps to the next).
+  void evict_held(Store& store, std::uint32_t shard, std::size_t keep, std::vector<TierRecord>& records);
+  // The files a memory store writes over in a ring (spec/TIERS.md 2.1): memory_keep, at least 2, so a capture
+  // or replica never writes over the newest committed step; it retires the oldest first when the ring is full.
+  [[nodiscard]] std::size_t ring_steps() const noexcept { return std::max<std::size_t>(options_.memory_keep, 2); }
   [[nodiscard]] Status leave_memory(Store& store, const StepInfo& info);
   [[nodiscard]] bool recorded_set_aside(const Store& store, const StepInfo& info) const;
   [[nodiscard]] Status promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest, const Digest128& digest);

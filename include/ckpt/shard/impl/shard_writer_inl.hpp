@@ -14,6 +14,9 @@
 namespace ckpt {
 
 namespace detail {
+// Bytes hashed before they are handed on, so they are still in cache when written (spec 7.1).
+inline constexpr std::size_t kHashWindow = std::size_t{256} << 10;
+
 CKPT_INLINE WriteBuffer allocate_write_buffer(std::size_t size) {
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
   void* p = nullptr;
@@ -125,6 +128,24 @@ CKPT_INLINE void WriteBehind::run() {
 }
 }  // namespace detail
 
+CKPT_INLINE Result<DataLayout> plan_data_layout(const std::vector<std::uint64_t>& sizes, std::uint32_t alignment_log2) {
+  if (alignment_log2 < format::kMinAlignmentLog2 || alignment_log2 > format::kMaxAlignmentLog2)
+    return make_error(Code::invalid_argument, "alignment_log2 must be in [6, 21]");
+  const std::uint64_t alignment = std::uint64_t{1} << alignment_log2;
+  DataLayout layout;
+  layout.offsets.reserve(sizes.size());
+  // As the writer places them: the data begins after the superblock, each piece at the next aligned offset.
+  std::uint64_t position = align_up(format::kSuperblockSize, alignment);
+  for (const std::uint64_t size : sizes) {
+    const std::uint64_t start = align_up(position, alignment);
+    if (start < position || size > UINT64_MAX - start) return make_error(Code::invalid_argument, "piece sizes overflow 64 bits");
+    layout.offsets.push_back(start);
+    position = start + size;
+  }
+  layout.end = position;
+  return layout;
+}
+
 CKPT_INLINE Result<ShardWriter> ShardWriter::create(FsRef fs, std::string path, WriterOptions options) {
   if (options.alignment_log2 < format::kMinAlignmentLog2 || options.alignment_log2 > format::kMaxAlignmentLog2)
     return make_error(Code::invalid_argument, "alignment_log2 must be in [6, 21]");
@@ -135,6 +156,7 @@ CKPT_INLINE Result<ShardWriter> ShardWriter::create(FsRef fs, std::string path, 
   std::string write_path = options.atomic_rename ? path + ".tmp-" + uuid_string(uuid) : path;
   Result<FileHandle> file = make_error(Code::not_found, "no file to reuse");
   const bool reused = !options.reuse.empty() && fs.rename(options.reuse, write_path).ok();
+  if (!reused) options.in_place = nullptr, options.in_place_size = 0;  // another file: its bytes are written
   if (reused) file = fs.open(write_path, OpenMode::read_write);
   else file = fs.open(write_path, OpenMode::create_new);
   if (!file.ok()) return file.status().with_context(reused ? "cannot open the reused shard file" : "cannot create shard file");
@@ -357,10 +379,45 @@ CKPT_INLINE Status ShardWriter::write(const void* data, std::size_t size) {
   auto& p = *open_;
   if (size > p.record.data_length - p.written)
     return make_error(Code::invalid_argument, "tensor '" + tensors_[p.tensor].name + "': write of " + std::to_string(size) + " bytes exceeds the piece's remaining " + std::to_string(p.record.data_length - p.written));
-  const Status written = write_bytes(static_cast<const unsigned char*>(data), size);
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  const auto at = reinterpret_cast<std::uintptr_t>(bytes), base = reinterpret_cast<std::uintptr_t>(options_.in_place);
+  if (options_.in_place != nullptr && at >= base && at - base < options_.in_place_size) return write_in_place(bytes, size);
+  const Status written = write_bytes(bytes, size);
   // Whatever happened, the caller's memory is not referenced once write() returns.
   const Status released = release_caller_memory();
   return written.ok() ? released : written;
+}
+
+// Hashes n bytes of the open piece into its chunks, a cache-sized window at a time.
+CKPT_INLINE void ShardWriter::hash_span(const unsigned char* bytes, std::size_t n) {
+  auto& p = *open_;
+  const std::uint64_t chunk_size = superblock_.chunk_size();
+  for (std::size_t hashed = 0; hashed < n;) {
+    const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>({n - hashed, detail::kHashWindow, chunk_size - p.chunk_filled}));
+    hasher_.update(bytes + hashed, part);
+    hashed += part;
+    p.chunk_filled += part;
+    if (p.chunk_filled == chunk_size) close_chunk();
+  }
+}
+
+// Bytes the caller already put in the file through its mapping (WriterOptions::in_place): the buffered bytes
+// before them (superblock, padding) go out first, then the position moves past them; they are hashed where
+// they lie, the one pass over them (spec/JOURNAL.md 10.1).
+CKPT_INLINE Status ShardWriter::write_in_place(const unsigned char* bytes, std::size_t size) {
+  auto& p = *open_;
+  const std::uint64_t at = reinterpret_cast<std::uintptr_t>(bytes) - reinterpret_cast<std::uintptr_t>(options_.in_place);
+  if (at != position_ || size > options_.in_place_size - at)
+    return fail(make_error(Code::invalid_argument, path_ + ": tensor '" + tensors_[p.tensor].name + "': " + std::to_string(size) +
+                                                       " bytes lying at offset " + std::to_string(at) + " of the mapped file written at offset " +
+                                                       std::to_string(position_) + " (" + std::to_string(options_.in_place_size) + " bytes mapped)"));
+  CKPT_TRY(flush());
+  hash_span(bytes, size);
+  position_ += size;
+  buffer_start_ = position_;
+  p.written += size;
+  data_bytes_ += size;
+  return Status();
 }
 
 CKPT_INLINE Status ShardWriter::write_bytes(const unsigned char* bytes, std::size_t size) {
@@ -374,21 +431,14 @@ CKPT_INLINE Status ShardWriter::write_bytes(const unsigned char* bytes, std::siz
   // Pipelined, the caller's thread hashes block k+1 while the I/O thread writes block k. The last
   // whole block of a call is copied instead of passed on: write() would otherwise wait for it to be
   // written, and the I/O thread would then idle while the next call hashes its first block.
-  constexpr std::size_t kHashWindow = std::size_t{256} << 10;
   const std::size_t block = options_.buffer_size;
-  const bool may_bypass = block > 2 * kHashWindow;  // smaller buffers: append() already passes slices straight on
+  const bool may_bypass = block > 2 * detail::kHashWindow;  // smaller buffers: append() already passes slices straight on
   while (size > 0) {
     const bool direct = may_bypass && filled_ == 0 && size >= block && position_ % block == 0 &&
                         (!write_behind_ || size - block >= block);
     const std::size_t n =
-        direct ? block : static_cast<std::size_t>(std::min<std::uint64_t>({size, kHashWindow, chunk_size - p.chunk_filled}));
-    for (std::size_t hashed = 0; hashed < n;) {
-      const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>({n - hashed, kHashWindow, chunk_size - p.chunk_filled}));
-      hasher_.update(bytes + hashed, part);
-      hashed += part;
-      p.chunk_filled += part;
-      if (p.chunk_filled == chunk_size) close_chunk();
-    }
+        direct ? block : static_cast<std::size_t>(std::min<std::uint64_t>({size, detail::kHashWindow, chunk_size - p.chunk_filled}));
+    hash_span(bytes, n);
     if (direct) {
       CKPT_TRY(write_block(bytes, n, position_, true).status());
       position_ += n;

@@ -17,12 +17,18 @@ CKPT_INLINE Result<std::unique_ptr<AsyncSaver>> AsyncSaver::create_with(Store& s
   if (store.world_size() > 1 && options.when_busy == WhenBusy::skip && !control)
     return make_error(Code::invalid_argument,
                       "WhenBusy::skip across ranks needs a control communicator, so every rank skips the same steps");
-  // At least two slabs: one being filled while the worker writes the other (spec/ASYNC.md 3).
-  std::size_t slab = std::max<std::size_t>(StagingPool::kPage, std::min(options.slab_bytes, options.staging_bytes / 2));
+  if ((options.in_place || options.before_stage) && options.max_in_flight != 1)
+    return make_error(Code::invalid_argument, "a saver in place or with before_stage takes one save at a time (max_in_flight 1)");
+  if (options.in_place && (!store.fs().can_map() || store.step_root().empty()))
+    return make_error(Code::unsupported, store.path() + ": staging in place needs a file system that maps files");
   std::unique_ptr<AsyncSaver> saver(new AsyncSaver(store, options, control));
-  auto pool = StagingPool::create(options.staging_bytes, slab, options.memory);
-  if (!pool.ok()) return pool.status();
-  saver->pool_ = std::move(pool).value();
+  if (!options.in_place) {
+    // At least two slabs: one being filled while the worker writes the other (spec/ASYNC.md 3).
+    std::size_t slab = std::max<std::size_t>(StagingPool::kPage, std::min(options.slab_bytes, options.staging_bytes / 2));
+    auto pool = StagingPool::create(options.staging_bytes, slab, options.memory);
+    if (!pool.ok()) return pool.status();
+    saver->pool_ = std::move(pool).value();
+  }
   const SaveEstimate e = store.estimate_save();
   if (e.known()) saver->estimated_rate_ = e.bytes_per_second;
   saver->worker_ = std::thread([s = saver.get()] { s->run(); });
@@ -64,6 +70,7 @@ CKPT_INLINE Result<SaveTicket> AsyncSaver::save(SaveRequest request) {
     if (t.on_device && options_.device == nullptr)
       return make_error(Code::invalid_argument, "tensor '" + t.name + "' is on the device and the saver has no SnapshotCopier");
   std::shared_ptr<Job> job;
+  std::vector<unsigned char*> destinations;  // in_place: where each tensor's bytes go in the store's next file
   {
     std::unique_lock<std::mutex> lock(mutex_);
     Status earlier = take_failure();
@@ -85,12 +92,23 @@ CKPT_INLINE Result<SaveTicket> AsyncSaver::save(SaveRequest request) {
       }
     }
     idle_.wait(lock, [&] { return jobs_.size() < options_.max_in_flight; });
+    if (options_.in_place || options_.before_stage) {
+      lock.unlock();  // no job: the worker is idle and leaves the store to this thread until one is pushed
+      Status room = options_.before_stage ? options_.before_stage(request.step()) : Status();
+      if (room.ok() && options_.in_place) {
+        auto at = reserve_in_place(request);
+        if (at.ok()) destinations = std::move(at).value();
+        else room = at.status();
+      }
+      if (!room.ok()) return room.with_context("save of step " + std::to_string(ticket.step));
+      lock.lock();
+    }
     job = std::make_shared<Job>(std::move(request));
     job->started = started;
     jobs_.push_back(job);  // the worker may BEGIN while we stage: the two overlap
   }
   work_.notify_all();
-  Status staged = stage(*job);
+  Status staged = options_.in_place ? stage_in_place(*job, destinations) : stage(*job);
   const auto stall = std::chrono::steady_clock::now() - started;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -116,6 +134,39 @@ CKPT_INLINE void AsyncSaver::publish(Job& job, std::vector<Segment>& pending, un
   }
   pending.clear();
   work_.notify_all();
+}
+
+CKPT_INLINE Result<std::vector<unsigned char*>> AsyncSaver::reserve_in_place(const SaveRequest& request) {
+  std::vector<std::uint64_t> sizes;
+  sizes.reserve(request.tensors().size());
+  for (const auto& t : request.tensors()) sizes.push_back(t.size);
+  return target_->reserve_slot(sizes);
+}
+
+// In place (spec/ASYNC.md 3.1): each tensor copied once, to where the store's next file holds it; published
+// whole, so the worker hashes bytes that have landed (device copies fenced first).
+CKPT_INLINE Status AsyncSaver::stage_in_place(Job& job, const std::vector<unsigned char*>& at) {
+  std::vector<Segment> pending;
+  pending.reserve(at.size());
+  Status failure;
+  bool device_pending = false;
+  const auto& tensors = job.request.tensors();
+  for (std::size_t i = 0; i < tensors.size() && failure.ok(); ++i) {
+    const SaveTensor& t = tensors[i];
+    if (t.on_device) {
+      failure = options_.device->copy(at[i], t.data, t.size).with_context("device snapshot of '" + t.name + "'");
+      device_pending = device_pending || failure.ok();
+    } else if (t.size > 0) {
+      std::memcpy(at[i], t.data, t.size);
+    }
+    pending.push_back(Segment{i, at[i], t.size, nullptr});
+  }
+  if (device_pending) {
+    Status fenced = options_.device->fence().with_context("device snapshot");
+    if (failure.ok()) failure = fenced;
+  }
+  publish(job, pending, nullptr);
+  return failure;
 }
 
 CKPT_INLINE Status AsyncSaver::stage(Job& job) {
@@ -180,7 +231,7 @@ CKPT_INLINE Status AsyncSaver::stage(Job& job) {
 CKPT_INLINE bool AsyncSaver::next_segment(Job& job, Segment& out) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    if (!job.staged && !job.streaming && pool_->free_slabs() == 0) job.streaming = true;
+    if (!job.staged && !job.streaming && pool_ && pool_->free_slabs() == 0) job.streaming = true;
     if (!job.segments.empty() && (job.staged || job.streaming || options_.write_while_staging)) {
       out = job.segments.front();
       job.segments.pop_front();

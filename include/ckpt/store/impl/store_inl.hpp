@@ -293,6 +293,80 @@ CKPT_INLINE Status Store::retire_txns(const std::vector<std::uint64_t>& txns) {
   return result.ok() ? upkeep : result;
 }
 
+// --- Slots a capture is copied into (spec/JOURNAL.md 10.1) --------------------------------------------
+
+CKPT_INLINE Result<std::pair<std::string, bool>> Store::pick_slot() {
+  FsRef fs = this->fs();
+  const std::string slots = join_path(step_root(), std::string(journal::kSlotsName));
+  auto listing = fs.list_dir(slots);
+  if (listing.ok() && !listing->empty())
+    return std::make_pair(join_path(slots, *std::min_element(listing->begin(), listing->end())), false);  // as create_shard picks
+  if (!listing.ok()) {
+    if (listing.status().code() != Code::not_found) return listing.status().with_context("slots of " + path());
+    Status made = fs.mkdir(slots);
+    if (!made.ok() && made.code() != Code::conflict) return made.with_context("slots of " + path());
+    CKPT_TRY(fs.sync_dir(step_root()));
+  }
+  // A new file in slots/ is free space like any other there (10.1): nothing reads it, recovery keeps it.
+  return std::make_pair(join_path(slots, "new-" + uuid_string(random_uuid())), true);
+}
+
+CKPT_INLINE void Store::forget_slot_maps(std::uint64_t keep_id) {
+  // A mapping keeps its file's pages alive: a file the store removed (beyond kMaxSlots, a failed transaction)
+  // must not stay mapped. Live: the files of slots/ and this rank's files of committed steps.
+  std::set<std::uint64_t> live{keep_id};
+  FsRef fs = this->fs();
+  const std::string slots = join_path(step_root(), std::string(journal::kSlotsName));
+  if (auto listing = fs.list_dir(slots); listing.ok())
+    for (const auto& name : *listing)
+      if (auto st = fs.stat(join_path(slots, name)); st.ok()) live.insert(st->id);
+  for (const TxnInfo& t : txns_)
+    if (t.state == TxnState::committed)
+      for (const TxnFile& f : t.files)
+        if (f.rank == static_cast<std::uint32_t>(rank()))
+          if (auto st = fs.stat(join_path(step_path(t.dir()), f.name)); st.ok()) live.insert(st->id);
+  slot_maps_.erase(std::remove_if(slot_maps_.begin(), slot_maps_.end(), [&](const SlotMap& m) { return live.count(m.id) == 0; }),
+                   slot_maps_.end());
+}
+
+CKPT_INLINE Result<std::vector<unsigned char*>> Store::reserve_slot(const std::vector<std::uint64_t>& sizes) {
+  CKPT_TRY(check_writable());
+  if (!options_.reuse_files) return make_error(Code::invalid_argument, path() + ": reserve_slot needs StoreOptions::reuse_files");
+  if (!fs().can_map() || step_root().empty())
+    return make_error(Code::unsupported, path() + ": a slot needs a file system that maps files");
+  if (open_txn_ != nullptr)
+    return make_error(Code::conflict, path() + ": transaction " + std::to_string(open_txn_->txn()) + " is open; reserve a slot between saves");
+  CKPT_ASSIGN_OR_RETURN(const DataLayout layout, plan_data_layout(sizes, options_.alignment_log2));
+  if (layout.end > SIZE_MAX) return make_error(Code::invalid_argument, path() + ": a slot of " + std::to_string(layout.end) + " bytes");
+  FsRef fs = this->fs();
+  CKPT_ASSIGN_OR_RETURN(const auto picked, pick_slot());
+  const std::string& slot = picked.first;
+  CKPT_ASSIGN_OR_RETURN(const FileHandle f, fs.open(slot, picked.second ? OpenMode::create_new : OpenMode::read_write));
+  auto mapped = [&]() -> Result<const unsigned char*> {
+    CKPT_ASSIGN_OR_RETURN(const std::uint64_t size, fs.file_size(f));
+    // Every mapped page must lie inside the file (a page past its end faults): grown first, never cut here.
+    if (size < layout.end) CKPT_TRY(fs.truncate(f, layout.end));
+    CKPT_ASSIGN_OR_RETURN(const PathInfo st, fs.stat(slot));
+    forget_slot_maps(st.id);
+    auto it = std::find_if(slot_maps_.begin(), slot_maps_.end(), [&](const SlotMap& m) { return st.id != 0 && m.id == st.id; });
+    if (it != slot_maps_.end() && it->map.size() >= layout.end) return it->map.data();
+    CKPT_ASSIGN_OR_RETURN(Mapping m, fs.map(f, 0, static_cast<std::size_t>(layout.end), MapMode::shared_write));
+    if (it != slot_maps_.end()) it->map = std::move(m);
+    else it = slot_maps_.insert(slot_maps_.end(), SlotMap{st.id, std::move(m)});
+    return it->map.data();
+  }();
+  Status closed = fs.close(f);
+  if (!mapped.ok()) return mapped.status().with_context("slot " + slot);
+  CKPT_TRY(closed.with_context("slot " + slot));
+  reserved_slot_ = slot;
+  reserved_map_ = *mapped;
+  reserved_size_ = layout.end;
+  std::vector<unsigned char*> at;
+  at.reserve(sizes.size());
+  for (const std::uint64_t off : layout.offsets) at.push_back(const_cast<unsigned char*>(*mapped) + off);
+  return at;
+}
+
 CKPT_INLINE Status Store::retire(std::uint64_t step) {
   CKPT_TRY(check_writable());
   std::vector<std::uint64_t> victims;

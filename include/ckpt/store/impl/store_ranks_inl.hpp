@@ -412,7 +412,12 @@ CKPT_INLINE Result<std::unique_ptr<Transaction>> Store::create_shard(const TxnIn
   wo.buffer_size = options_.buffer_size;
   wo.atomic_rename = false;  // BEGIN already names the file; O_EXCL, no temporary name
   wo.durable = true;
-  if (options_.reuse_files) {
+  if (!reserved_slot_.empty()) {
+    // The slot reserve_slot mapped: the capture's bytes already lie in it (spec/JOURNAL.md 10.1).
+    wo.reuse = std::exchange(reserved_slot_, std::string());
+    wo.in_place = std::exchange(reserved_map_, nullptr);
+    wo.in_place_size = std::exchange(reserved_size_, 0);
+  } else if (options_.reuse_files) {
     // A retired step's file, written over: its pages are not allocated again (spec/JOURNAL.md 10.1).
     const std::string slots = join_path(log_->step_root(), std::string(journal::kSlotsName));
     auto free = fs().list_dir(slots);

@@ -569,14 +569,14 @@ CKPT_INLINE Status TieredCheckpointer::check_capacity(std::uint64_t bytes) {
   const std::uint64_t free_bytes = static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize;
   int on_node = 0;
   for (int r = 0; r < topology_.size(); ++r) on_node += topology_.node(r) == topology_.node(rank()) ? 1 : 0;
-  // Each rank keeps memory_keep steps of its own shard and of each shard it holds, plus one being written.
+  // Each rank keeps a ring of files of its own shard and of each shard it holds (spec/TIERS.md 2.1).
   const std::uint64_t copies = 1 + placement_.held_by(rank()).size();
-  const std::uint64_t per_rank = (options_.memory_keep + 1) * copies * (bytes + bytes / 64 + (std::uint64_t{1} << 20));
+  const std::uint64_t per_rank = ring_steps() * copies * (bytes + bytes / 64 + (std::uint64_t{1} << 20));
   const std::uint64_t needed = per_rank * static_cast<std::uint64_t>(std::max(on_node, 1));
   if (needed > free_bytes)
     return make_error(Code::io, "memory tier " + options_.memory_root + " on node " + topology_.node(rank()) + ": needs " +
                                     std::to_string(needed) + " bytes (" + std::to_string(on_node) + " ranks x " +
-                                    std::to_string(options_.memory_keep + 1) + " steps x " + std::to_string(copies) +
+                                    std::to_string(ring_steps()) + " steps x " + std::to_string(copies) +
                                     " copies x " + std::to_string(bytes) + " bytes per shard), " + std::to_string(free_bytes) +
                                     " bytes are free");
   return Status();
@@ -586,8 +586,14 @@ CKPT_INLINE Status TieredCheckpointer::start_saver(std::size_t bytes) {
   AsyncSaveOptions o;
   o.staging_bytes = options_.staging_bytes != 0 ? options_.staging_bytes : std::max<std::size_t>(bytes + (std::size_t{1} << 20), std::size_t{16} << 20);
   o.slab_bytes = std::min<std::size_t>(std::size_t{8} << 20, std::max<std::size_t>(o.staging_bytes / 4, 4096));
-  // wait: the next capture stages while the last one is in the background; skip: none is taken then (4.6).
-  o.max_in_flight = options_.when_busy == WhenBusy::skip ? 1 : 2;
+  // The capture is the memory tier: copied straight into the own store's next file, mapped once and written
+  // over in a ring whose oldest step is retired first (spec/TIERS.md 2.1); without a file system that maps,
+  // or with device snapshots (whose copies need pinned memory, 8), through the staging pool into the same
+  // ring. Its file is the slot: a capture due while the last one is in the background waits for it to end
+  // (wait) or is not taken (skip, 4.6).
+  o.max_in_flight = 1;
+  o.in_place = fs_.can_map() && options_.device == nullptr;
+  o.before_stage = [this](std::uint64_t) { return retire_memory(placement_.held_by(rank()), ring_steps() - 1); };
   o.when_busy = options_.when_busy;
   o.obey_flush_requests = false;
   o.device = options_.device;
@@ -707,6 +713,8 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
           auto store = held(shard);
           std::optional<detail::Received> got;
           Status copy_failure;
+          // The replica writes over the oldest held step's file instead of a new one (spec/TIERS.md 2.1).
+          if (store.ok()) evict_held(**store, shard, ring_steps() - 1, held_records);
           CKPT_TRY(detail::receive_shard(fs_, comm_, store, s, detail::kReplicateTag, step, shard, shards[shard], got, copy_failure));
           if (!got) {
             // A copy that does not verify is not acknowledged (spec/TIERS.md 4.3).
@@ -717,13 +725,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
           h.event = TierEvent::held, h.step = step, h.world = world, h.shard = shard, h.step_digest = digest;
           h.shard_digest = shards[shard], h.txn = got->info.txn;
           held_records.push_back(h);
-          auto retired = retain_memory(**store);
-          if (retired.ok())
-            for (const auto& old : *retired) {
-              TierRecord e;
-              e.event = TierEvent::evicted, e.step = old.step, e.world = world, e.shard = shard, e.txn = old.txn;
-              held_records.push_back(e);
-            }
+          evict_held(**store, shard, options_.memory_keep, held_records);
         }
         return Status();
       });
@@ -760,7 +762,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
   if (options_.persist_every > 0 && step % options_.persist_every == 0) CKPT_TRY(promote(step, *mine, my_digest, digest));
   // 5. Retention of this rank's own memory steps.
-  CKPT_TRY(retire_memory(sources));
+  CKPT_TRY(retire_memory(sources, options_.memory_keep));
   CKPT_TRY(compact_log());
   if (!exchanged.ok()) return exchanged;
   return receive_failure;
@@ -802,10 +804,20 @@ CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(
 
 // Retention of this rank's own memory steps (memory_keep), and of the shards it fetched at a resume
 // that the placement does not give it (`sources` are the shards it holds by placement).
-CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sources) {
+CKPT_INLINE void TieredCheckpointer::evict_held(Store& store, std::uint32_t shard, std::size_t keep, std::vector<TierRecord>& records) {
+  auto retired = retain_memory(store, keep);
+  if (!retired.ok()) return;  // kept longer: retention runs again at the next replica
+  for (const auto& old : *retired) {
+    TierRecord e;
+    e.event = TierEvent::evicted, e.step = old.step, e.world = static_cast<std::uint32_t>(world()), e.shard = shard, e.txn = old.txn;
+    records.push_back(e);
+  }
+}
+
+CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sources, std::size_t keep) {
   const auto me = static_cast<std::uint32_t>(rank());
   const auto world = static_cast<std::uint32_t>(this->world());
-  CKPT_ASSIGN_OR_RETURN(auto retired, retain_memory(*own_));
+  CKPT_ASSIGN_OR_RETURN(auto retired, retain_memory(*own_, keep));
   std::vector<TierRecord> evicted;
   for (const auto& old : retired) {
     TierRecord e;
@@ -833,13 +845,13 @@ CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sou
   return Status();
 }
 
-CKPT_INLINE Result<std::vector<StepInfo>> TieredCheckpointer::retain_memory(Store& store) {
+CKPT_INLINE Result<std::vector<StepInfo>> TieredCheckpointer::retain_memory(Store& store, std::size_t keep) {
   const std::vector<StepInfo> live = store.steps();
-  for (std::size_t i = 0; i + options_.memory_keep < live.size(); ++i)
+  for (std::size_t i = 0; i + keep < live.size(); ++i)
     if (recorded_set_aside(store, live[i])) CKPT_TRY(store.set_aside(live[i].step));
-  RetentionPolicy keep;
-  keep.keep_last = options_.memory_keep;
-  return store.apply_retention(keep);
+  RetentionPolicy policy;
+  policy.keep_last = keep;
+  return store.apply_retention(policy);
 }
 
 CKPT_INLINE Status TieredCheckpointer::leave_memory(Store& store, const StepInfo& info) {
