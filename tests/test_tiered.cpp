@@ -878,6 +878,89 @@ TEST_CASE("a capture due while the previous one replicates is skipped on every r
   }
 }
 
+TEST_CASE("a promotion runs beside replication: the next capture replicates meanwhile, and one that would write over the "
+          "step being promoted is skipped", "[tiered][skip][promotion]") {
+  // spec/TIERS.md 4.4, 4.6: each rank's promotion of step 2 blocks until step 4 is replicated on that rank and
+  // both training threads have returned from step 6. With one worker for both, step 4 would be skipped and
+  // never replicated, and the promotion would wait out its minute. With a promoter of its own: 4 is taken and
+  // replicated; 6 is skipped (its file would be step 2's, still read by the promotion); 8 is taken.
+  const fsys::path dir = fresh_dir("promoter");
+  constexpr int kWorld = 2;
+  ThreadGroup group(kWorld), control_group(kWorld), promotion_group(kWorld);
+  std::mutex m;
+  std::condition_variable cv;
+  int returned = 0;
+  bool timed_out = false;
+  std::vector<Status> errors(kWorld);
+  std::vector<std::vector<bool>> skipped(kWorld);
+  std::vector<std::vector<TierRecord>> records(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      ThreadComm comm(group, r), control(control_group, r), promotion(promotion_group, r);
+      PosixFs fs;
+      Job job{dir, {"n0", "n1"}, 0, {}, {}};
+      TierOptions o = options_for(job, r);
+      o.when_busy = WhenBusy::skip, o.memory_every = 2, o.persist_every = 2;
+      std::atomic<TieredCheckpointer*> self{nullptr};
+      o.on_phase = [&](const char* phase, std::uint64_t step) {
+        if (std::string(phase) != "promoting" || step != 2) return;
+        std::unique_lock<std::mutex> lock(m);
+        if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned == kWorld && self.load()->steps_replicated() >= 4; }))
+          timed_out = true;
+      };
+      auto fail = [&](const Status& s) {
+        errors[i] = s;
+        comm.leave(s);
+        promotion.leave(s);
+      };
+      auto tiers = TieredCheckpointer::create(fs, comm, control, promotion, o);
+      if (!tiers.ok()) return fail(tiers.status());
+      self = tiers->get();
+      tier_trainer::Trainer trainer(kElems, kWorld, r);
+      for (std::uint64_t s = 1; s <= 8; ++s) {
+        trainer.train(s);
+        auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
+        if (!step.ok()) return fail(step.status());
+        if (s % 2 == 0) skipped[i].push_back(step->skipped);
+        if (s == 3 || s == 5) {  // the worker is done with the last capture: only a promotion can make the next busy
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while ((*tiers)->captures_in_background() > 0 && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (s == 6) {
+          {
+            std::lock_guard<std::mutex> lock(m);
+            ++returned;
+          }
+          cv.notify_all();
+          Status idle = (*tiers)->wait();  // step 8 finds the background idle
+          if (!idle.ok()) return fail(idle);
+        }
+      }
+      Status waited = (*tiers)->wait();
+      if (!waited.ok()) return fail(waited);
+      records[i] = (*tiers)->records();
+    });
+  for (auto& t : threads) t.join();
+  CHECK_FALSE(timed_out);
+  for (int r = 0; r < kWorld; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    INFO("rank " << r);
+    REQUIRE(errors[i].ok());
+    CHECK(skipped[i] == std::vector<bool>{false, false, true, false});  // 2, 4 and 8 taken; 6 skipped
+    CHECK(count(records[i], TierEvent::replicated) == 3);
+    CHECK(count(records[i], TierEvent::persisted) == 3);
+  }
+  PosixFs fs;
+  auto p = Store::open(fs, (dir / "persistent").string(), Access::read_only);
+  REQUIRE(p.ok());
+  std::vector<std::uint64_t> persisted;
+  for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
+  CHECK(persisted == std::vector<std::uint64_t>{2, 4, 8});
+}
+
 TEST_CASE("skipping across ranks without a control communicator is refused at create", "[tiered][skip]") {
   const fsys::path dir = fresh_dir("skip-no-control");
   const auto created = ckpt_test::run_ranks(2, [&](std::uint32_t r, ThreadComm& comm) {

@@ -186,8 +186,8 @@ std::vector<ckpt::SaveTensor> save_tensors_of(const nb::list& pieces, std::vecto
 
 class PyTiers {
  public:
-  // Collective over bootstrap, which connects the tiers' two gloo communicators (the background's, and
-  // step()'s skip agreement from the training thread), then TieredCheckpointer::create. topology: "RANK NODE
+  // Collective over bootstrap, which connects the tiers' gloo communicators (the background's, step()'s skip
+  // agreement from the training thread, and with a persistent tier the promoter's), then TieredCheckpointer::create. topology: "RANK NODE
   // [RACK]" lines (parse_topology); empty: every rank's hostname is its node.
   PyTiers(nb::object bootstrap, int rank, int world, const std::string& memory_root, const std::string& persistent,
           std::uint64_t memory_every, std::uint64_t persist_every, int replicas, std::size_t memory_keep, std::size_t persistent_keep,
@@ -232,7 +232,10 @@ class PyTiers {
     tiers_ = take(without_gil([&]() -> ckpt::Result<std::unique_ptr<ckpt::tiers::TieredCheckpointer>> {
       CKPT_ASSIGN_OR_RETURN(comm_, ckpt::GlooComm::connect(boot));
       CKPT_ASSIGN_OR_RETURN(control_, ckpt::GlooComm::connect(boot));
-      return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, std::move(o));
+      if (o.persist_every == 0) return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, std::move(o));
+      // Promotions on a thread and communicator of their own: never in the way of the next replication (4.4).
+      CKPT_ASSIGN_OR_RETURN(promotion_, ckpt::GlooComm::connect(boot));
+      return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, *promotion_, std::move(o));
     }));
   }
   ~PyTiers() { close(); }
@@ -331,8 +334,9 @@ class PyTiers {
   ckpt::tiers::TieredCheckpointer& live() { return open_or_fail(tiers_, "the tiered checkpointer is closed"); }
   int rank_, world_;
   // Declared before tiers_, so they outlive it.
-  std::unique_ptr<ckpt::GlooComm> comm_;     // the background's: replication, promotion, resume
-  std::unique_ptr<ckpt::GlooComm> control_;  // step()'s skip agreement, from the training thread
+  std::unique_ptr<ckpt::GlooComm> comm_;       // the background's: replication, resume
+  std::unique_ptr<ckpt::GlooComm> control_;    // step()'s skip agreement, from the training thread
+  std::unique_ptr<ckpt::GlooComm> promotion_;  // the promoter's, with a persistent tier
   nb::object on_phase_;
   std::unique_ptr<PySnapshotCopier> copier_;
   std::unique_ptr<ckpt::tiers::TieredCheckpointer> tiers_;

@@ -148,6 +148,10 @@ struct AsyncSaveOptions {
   // Called in save() once the save is taken and before its copy, the worker idle (so max_in_flight 1): makes
   // room in the store's ring of files (the tiers retire their oldest memory step first, spec/TIERS.md 2.1).
   std::function<Status(std::uint64_t step)> before_stage;
+  // Busy for a reason besides saves in flight (the tiers: the file the next capture writes over is still
+  // being promoted, spec/TIERS.md 4.6): WhenBusy applies to it as to a save in flight; before_stage then
+  // waits for what this reports.
+  std::function<bool()> busy;
 };
 
 // What save() did with a request.

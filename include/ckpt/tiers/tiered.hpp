@@ -21,7 +21,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -162,13 +164,21 @@ class TieredCheckpointer {
   // and computes the replica placement; comm must outlive the object.
   template <class Comm>
   [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create(FsRef fs, Comm& comm, TierOptions options) {
-    return create_with(fs, CommRef(comm), std::nullopt, std::move(options));
+    return create_with(fs, CommRef(comm), std::nullopt, std::nullopt, std::move(options));
   }
   // The same, with `control`: a second communicator of the same ranks (MpiComm::duplicate) on which step()
   // agrees whether to skip a capture, from the training thread while the background uses comm.
   template <class Comm, class Control>
   [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create(FsRef fs, Comm& comm, Control& control, TierOptions options) {
-    return create_with(fs, CommRef(comm), CommRef(control), std::move(options));
+    return create_with(fs, CommRef(comm), CommRef(control), std::nullopt, std::move(options));
+  }
+  // The same, with `promotion`: a third communicator of the same ranks on which promotions run on a thread of
+  // their own, so a promotion slower than the capture interval never delays the next capture's replication
+  // (spec/TIERS.md 4.4); without it the worker promotes after replicating.
+  template <class Comm, class Control, class Promotion>
+  [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create(FsRef fs, Comm& comm, Control& control, Promotion& promotion,
+                                                                         TierOptions options) {
+    return create_with(fs, CommRef(comm), CommRef(control), CommRef(promotion), std::move(options));
   }
   TieredCheckpointer(const TieredCheckpointer&) = delete;
   TieredCheckpointer& operator=(const TieredCheckpointer&) = delete;
@@ -199,14 +209,17 @@ class TieredCheckpointer {
   // Steps every shard of which has the placement's copies (REPLICATED), and steps persisted, as recorded.
   [[nodiscard]] std::uint64_t steps_replicated() const noexcept { return replicated_.load(); }
   [[nodiscard]] std::uint64_t steps_persisted() const noexcept { return persisted_.load(); }
+  // Captures taken and not yet through the worker's sequence (commit, agreement, replication; spec/TIERS.md
+  // 4.1): 0 or 1. Promotions on a promoter of their own are not counted.
+  [[nodiscard]] std::size_t captures_in_background() const { return saver_ ? saver_->in_flight() : 0; }
   // Captures not taken by when_busy skip (each one a SKIPPED record).
   [[nodiscard]] std::uint64_t steps_skipped() const noexcept { return skipped_.load(); }
 
  private:
-  TieredCheckpointer(FsRef fs, CommRef comm, std::optional<CommRef> control, TierOptions options)
-      : fs_(fs), comm_(comm), control_(control), options_(std::move(options)) {}
+  TieredCheckpointer(FsRef fs, CommRef comm, std::optional<CommRef> control, std::optional<CommRef> promotion, TierOptions options)
+      : fs_(fs), comm_(comm), control_(control), promotion_(promotion), options_(std::move(options)) {}
   [[nodiscard]] static Result<std::unique_ptr<TieredCheckpointer>> create_with(FsRef fs, CommRef comm, std::optional<CommRef> control,
-                                                                              TierOptions options);
+                                                                              std::optional<CommRef> promotion, TierOptions options);
   struct Resume;  // one resume(): its state and phases (impl/resume_inl.hpp)
   [[nodiscard]] Status start_saver(std::size_t bytes);
   [[nodiscard]] Status check_capacity(std::uint64_t bytes);
@@ -228,6 +241,17 @@ class TieredCheckpointer {
   [[nodiscard]] Status leave_memory(Store& store, const StepInfo& info);
   [[nodiscard]] bool recorded_set_aside(const Store& store, const StepInfo& info) const;
   [[nodiscard]] Status promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest, const Digest128& digest);
+  // The promoter thread (spec/TIERS.md 4.4): the queued promotions, in step order, on promotion_.
+  void run_promotions();
+  // A promotion of this own step is queued or running: its file is not retired meanwhile.
+  [[nodiscard]] bool promoting(std::uint64_t step) const;
+  // Waits until no promotion is queued or running (the training thread).
+  void finish_promotions();
+  // A promotion reads an own step the next capture would retire (spec/TIERS.md 4.6): the capture is busy.
+  [[nodiscard]] bool promotion_pins_next_slot() const;
+  // Before a capture's copy (the training thread, the worker idle): retires the oldest own steps down to one
+  // fewer than the ring, waiting for a promotion that still reads one of them (spec/TIERS.md 2.1, 4.4).
+  [[nodiscard]] Status make_room();
   [[nodiscard]] Result<Store*> held(std::uint32_t shard);
   [[nodiscard]] Status log(std::vector<TierRecord> records);
   // Rewrites the tier log once it outgrows what the memory stores hold (spec/TIERS.md 5.4).
@@ -237,6 +261,19 @@ class TieredCheckpointer {
   FsRef fs_;
   CommRef comm_;
   std::optional<CommRef> control_;  // step()'s skip agreement (training thread); comm_ is the background's
+  std::optional<CommRef> promotion_;  // the promoter's; none: the worker promotes on comm_
+  // Promotions the worker queued for the promoter: the front one is running (spec/TIERS.md 4.4).
+  struct QueuedPromotion {
+    std::uint64_t step = 0;
+    std::shared_ptr<StepReader> mine;
+    Digest128 my_digest, digest;
+  };
+  mutable std::mutex promote_mutex_;
+  std::condition_variable promote_cv_;
+  std::deque<QueuedPromotion> promotions_;
+  bool promoter_stop_ = false;
+  std::thread promoter_;
+  std::deque<std::uint64_t> recent_;  // the newest ring_steps() - 1 captures: the next capture retires none of them
   TierOptions options_;
   Topology topology_;
   Placement placement_;

@@ -78,7 +78,7 @@ CKPT_INLINE Result<SaveTicket> AsyncSaver::save(SaveRequest request) {
       return earlier.with_context("save of step " + std::to_string(ticket.step) + " not taken: an earlier save failed");
     if (deadline())
       return make_error(Code::cancelled, "save of step " + std::to_string(ticket.step) + " not taken: a flush was requested");
-    bool busy = jobs_.size() >= options_.max_in_flight;
+    bool busy = jobs_.size() >= options_.max_in_flight || (options_.busy && options_.busy());
     if (options_.when_busy == WhenBusy::skip && (control_ || busy)) {
       lock.unlock();  // the agreement may wait for other ranks; the worker must not wait for us meanwhile
       auto skip = agree_to_skip(busy);

@@ -393,6 +393,7 @@ template <class Tx>
 
 CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::create_with(FsRef fs, CommRef comm,
                                                                                      std::optional<CommRef> control,
+                                                                                     std::optional<CommRef> promotion,
                                                                                      TierOptions options) {
   Status local;
   if (options.memory_root.empty()) local = make_error(Code::invalid_argument, "TierOptions: memory_root is empty");
@@ -414,12 +415,15 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
   else if (control && control->size() != comm.size())
     local = make_error(Code::invalid_argument, "the control communicator has " + std::to_string(control->size()) +
                                                    " ranks, the tiers' communicator " + std::to_string(comm.size()));
+  else if (promotion && promotion->size() != comm.size())
+    local = make_error(Code::invalid_argument, "the promotion communicator has " + std::to_string(promotion->size()) +
+                                                   " ranks, the tiers' communicator " + std::to_string(comm.size()));
   else if (options.when_busy == WhenBusy::skip && comm.size() > 1 && !control)
     local = make_error(Code::invalid_argument,
                        "TierOptions: when_busy skip across ranks needs a control communicator (create(fs, comm, control, "
                        "options)) so every rank skips the same captures; or set when_busy to wait (spec/TIERS.md 4.6)");
   CKPT_TRY(wire::agree(comm, local));
-  std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, control, std::move(options)));
+  std::unique_ptr<TieredCheckpointer> t(new TieredCheckpointer(fs, comm, control, promotion, std::move(options)));
   if (t->options_.topology) {
     t->topology_ = *t->options_.topology;
     if (t->topology_.size() != comm.size())
@@ -488,7 +492,68 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
 CKPT_INLINE TieredCheckpointer::~TieredCheckpointer() {
   finish_refill().ignore_error();  // its failure is in the tier log and notes; a destructor reports nothing
   if (saver_) (void)saver_->wait();
-  saver_.reset();
+  saver_.reset();  // no promotion is queued after this
+  {
+    std::lock_guard<std::mutex> lock(promote_mutex_);
+    promoter_stop_ = true;
+  }
+  promote_cv_.notify_all();
+  if (promoter_.joinable()) promoter_.join();  // the queued promotions end first
+}
+
+// --- The promoter (spec/TIERS.md 4.4) --------------------------------------------------------------------
+
+CKPT_INLINE void TieredCheckpointer::run_promotions() {
+  for (;;) {
+    QueuedPromotion job;
+    {
+      std::unique_lock<std::mutex> lock(promote_mutex_);
+      promote_cv_.wait(lock, [&] { return promoter_stop_ || !promotions_.empty(); });
+      if (promotions_.empty()) return;
+      job = promotions_.front();  // stays queued, so its step stays pinned, until it ends
+    }
+    Status s = promote(job.step, *job.mine, job.my_digest, job.digest);
+    if (!s.ok()) {
+      promotion_->leave(s);  // the other ranks' promotions fail instead of waiting for this rank
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      if (background_failure_.ok()) background_failure_ = s.with_context("step " + std::to_string(job.step));
+    }
+    {
+      std::lock_guard<std::mutex> lock(promote_mutex_);
+      promotions_.pop_front();
+    }
+    promote_cv_.notify_all();
+  }
+}
+
+CKPT_INLINE bool TieredCheckpointer::promoting(std::uint64_t step) const {
+  std::lock_guard<std::mutex> lock(promote_mutex_);
+  for (const auto& p : promotions_)
+    if (p.step == step) return true;
+  return false;
+}
+
+CKPT_INLINE bool TieredCheckpointer::promotion_pins_next_slot() const {
+  std::lock_guard<std::mutex> lock(promote_mutex_);
+  for (const auto& p : promotions_)
+    if (std::find(recent_.begin(), recent_.end(), p.step) == recent_.end()) return true;
+  return false;
+}
+
+CKPT_INLINE Status TieredCheckpointer::make_room() {
+  const std::vector<StepInfo> live = own_->steps();
+  for (std::size_t i = 0; i + (ring_steps() - 1) < live.size(); ++i) {
+    std::unique_lock<std::mutex> lock(promote_mutex_);
+    promote_cv_.wait(lock, [&] {
+      return std::none_of(promotions_.begin(), promotions_.end(), [&](const QueuedPromotion& p) { return p.step == live[i].step; });
+    });
+  }
+  return retire_memory(placement_.held_by(rank()), ring_steps() - 1);
+}
+
+CKPT_INLINE void TieredCheckpointer::finish_promotions() {
+  std::unique_lock<std::mutex> lock(promote_mutex_);
+  promote_cv_.wait(lock, [&] { return promotions_.empty(); });
 }
 
 CKPT_INLINE Status TieredCheckpointer::finish_refill() {
@@ -593,7 +658,8 @@ CKPT_INLINE Status TieredCheckpointer::start_saver(std::size_t bytes) {
   // (wait) or is not taken (skip, 4.6).
   o.max_in_flight = 1;
   o.in_place = fs_.can_map() && options_.device == nullptr;
-  o.before_stage = [this](std::uint64_t) { return retire_memory(placement_.held_by(rank()), ring_steps() - 1); };
+  o.before_stage = [this](std::uint64_t) { return make_room(); };
+  if (promotion_) o.busy = [this] { return promotion_pins_next_slot(); };
   o.when_busy = options_.when_busy;
   o.obey_flush_requests = false;
   o.device = options_.device;
@@ -637,6 +703,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
   if (!ticket.ok()) {
     // The other ranks' workers would wait for this rank's part of the step: tell them (spec/SHARDING.md 3.4).
     comm_.leave(ticket.status());
+    if (promotion_) promotion_->leave(ticket.status());
     return ticket.status();
   }
   out.stall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
@@ -654,6 +721,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
 CKPT_INLINE Status TieredCheckpointer::wait() {
   CKPT_TRY(finish_refill());
   if (saver_) CKPT_TRY(saver_->wait());
+  finish_promotions();
   std::lock_guard<std::mutex> lock(failure_mutex_);
   return std::exchange(background_failure_, Status());
 }
@@ -684,6 +752,11 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   if (local.ok()) phase("captured", step);
   CKPT_ASSIGN_OR_RETURN(const std::vector<Digest128> shards, agree_on_capture(step, local, my_digest));
   const Digest128 digest = step_digest(step, shards);
+  {
+    std::lock_guard<std::mutex> lock(promote_mutex_);
+    recent_.push_back(step);
+    while (recent_.size() > ring_steps() - 1) recent_.pop_front();
+  }
   TierRecord rec;
   rec.event = TierEvent::captured, rec.step = step, rec.world = world, rec.shard = me, rec.step_digest = digest;
   rec.shard_digest = my_digest, rec.txn = mine->info().txn, rec.detail = encode_shard_digests(shards);
@@ -760,7 +833,19 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     replicated_ = step;
   }
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
-  if (options_.persist_every > 0 && step % options_.persist_every == 0) CKPT_TRY(promote(step, *mine, my_digest, digest));
+  if (options_.persist_every > 0 && step % options_.persist_every == 0) {
+    if (!promotion_) {
+      CKPT_TRY(promote(step, *mine, my_digest, digest));
+    } else {
+      // To the promoter, in step order: the next capture replicates meanwhile; the step's file is pinned.
+      {
+        std::lock_guard<std::mutex> lock(promote_mutex_);
+        promotions_.push_back(QueuedPromotion{step, std::make_shared<StepReader>(std::move(*mine)), my_digest, digest});
+        if (!promoter_.joinable()) promoter_ = std::thread([this] { run_promotions(); });
+      }
+      promote_cv_.notify_all();
+    }
+  }
   // 5. Retention of this rank's own memory steps.
   CKPT_TRY(retire_memory(sources, options_.memory_keep));
   CKPT_TRY(compact_log());
@@ -847,11 +932,15 @@ CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sou
 
 CKPT_INLINE Result<std::vector<StepInfo>> TieredCheckpointer::retain_memory(Store& store, std::size_t keep) {
   const std::vector<StepInfo> live = store.steps();
-  for (std::size_t i = 0; i + keep < live.size(); ++i)
-    if (recorded_set_aside(store, live[i])) CKPT_TRY(store.set_aside(live[i].step));
-  RetentionPolicy policy;
-  policy.keep_last = keep;
-  return store.apply_retention(policy);
+  std::vector<StepInfo> retired;
+  for (std::size_t i = 0; i + keep < live.size(); ++i) {
+    // A step the promoter still reads stays until its promotion ends (spec/TIERS.md 4.4); retention catches up.
+    if (&store == own_.get() && promoting(live[i].step)) continue;
+    const bool aside = recorded_set_aside(store, live[i]);
+    CKPT_TRY(leave_memory(store, live[i]));
+    if (!aside) retired.push_back(live[i]);
+  }
+  return retired;
 }
 
 CKPT_INLINE Status TieredCheckpointer::leave_memory(Store& store, const StepInfo& info) {
@@ -876,7 +965,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
     PersistentWriteOptions o;
     o.chunk_size_log2 = options_.chunk_size_log2;
     o.keep = options_.persistent_keep;
-    auto p = PersistentTier::open_write(fs_, options_.persistent, options_.open_objects, o, comm_);
+    auto p = PersistentTier::open_write(fs_, options_.persistent, options_.open_objects, o, promotion_ ? *promotion_ : comm_);
     if (!p.ok()) return p.status().with_context("persistent tier");
     persistent_ = std::move(*p);
   }
@@ -898,7 +987,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   else if (shard_digest(reader->shard(me)) != my_digest)
     same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
                                          " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
-  CKPT_TRY(wire::agree(comm_, same));
+  CKPT_TRY(wire::agree(promotion_ ? *promotion_ : comm_, same));
   TierRecord r;
   r.event = TierEvent::persisted, r.step = step, r.world = static_cast<std::uint32_t>(world()), r.shard = me, r.step_digest = digest;
   r.shard_digest = my_digest, r.txn = committed->step.txn;
