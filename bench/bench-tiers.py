@@ -370,7 +370,7 @@ def table(doc):
     out.append(f"  the process's own memory (anonymous: a staging pool; the memory root's files it maps are counted above) grew "
                f"{human(m0['rss_growth_first_capture'])} across the first capture; peak resident {human(m0['rss_peak'])}, "
                f"of which the benchmark's own state and copy buffers {human(m0['state_and_copy_buffers'])}")
-    out.append(f"  the tiers hold {(m0['memory_root_bytes'] + m0['rss_growth_first_capture']) / per_rank:.2f}x the rank's "
+    out.append(f"  the tiers hold {(m0['memory_root_bytes'] + m0['rss_growth_first_capture']) / per_rank:.3f}x the rank's "
                f"{human(per_rank)} of state in host memory (memory root + the process's own growth; "
                f"{verdict((m0['memory_root_bytes'] + m0['rss_growth_first_capture']) / per_rank, 4, True)})")
     return "\n".join(out)

@@ -203,3 +203,55 @@ TEST_CASE("a gloo communicator connects through any bootstrap, once, and then ne
   for (auto& t : threads) t.join();
   check_all_ok(seen);
 }
+
+TEST_CASE("gloo communicators connected in one exchange are independent, each usable from its own thread at once",
+          "[gloo_comm]") {
+  // connect_many (what the tiers connect from Python: background, skip agreement, promoter): 3 ranks, 3
+  // communicators, one bootstrap round (counted: a fixed number of collectives, not one round per
+  // communicator); then each communicator runs its own traffic on its own thread, all at the same time.
+  constexpr int kWorld = 3;
+  constexpr std::size_t kComms = 3;
+  std::atomic<int> bootstrap_collectives{0};
+  check_all_ok(ckpt_test::run_ranks(kWorld, [&](std::uint32_t rank, ThreadComm& bootstrap) -> Status {
+    struct Counting {
+      ThreadComm& inner;
+      std::atomic<int>& n;
+      int rank() const { return inner.rank(); }
+      int size() const { return inner.size(); }
+      Status barrier() { return ++n, inner.barrier(); }
+      Result<std::vector<std::string>> gather(std::string b, int root) { return ++n, inner.gather(std::move(b), root); }
+      Status broadcast(std::string& b, int root) { return ++n, inner.broadcast(b, root); }
+      Status send(std::string_view b, int dest, int tag) { return inner.send(b, dest, tag); }
+      Status recv(std::string& b, int source, int tag) { return inner.recv(b, source, tag); }
+      void leave(const Status& why) { inner.leave(why); }
+    } counting{bootstrap, bootstrap_collectives};
+    CKPT_ASSIGN_OR_RETURN(auto comms, GlooComm::connect_many(counting, kComms, loopback()));
+    if (comms.size() != kComms) return make_error(Code::corrupt, "wrong number of communicators");
+    std::vector<Status> results(kComms);
+    std::vector<std::thread> threads;
+    for (std::size_t c = 0; c < kComms; ++c)
+      threads.emplace_back([&, c] {
+        GlooComm& comm = *comms[c];
+        const int me = static_cast<int>(rank), next = (me + 1) % kWorld, prev = (me + kWorld - 1) % kWorld;
+        for (int round = 0; round < 20 && results[c].ok(); ++round) {
+          const std::string mine = pattern(1000 + c * 100 + static_cast<std::size_t>(round), me * 10 + static_cast<int>(c));
+          std::string got;
+          std::thread sender([&] { results[c] = comm.send(mine, next, 5); });
+          Status r = comm.recv(got, prev, 5);
+          sender.join();
+          if (results[c].ok()) results[c] = r;
+          if (results[c].ok() && got != pattern(1000 + c * 100 + static_cast<std::size_t>(round), prev * 10 + static_cast<int>(c)))
+            results[c] = make_error(Code::corrupt, "communicator " + std::to_string(c) + " delivered another's bytes");
+          std::string b = me == 0 ? "round " + std::to_string(round) + " on " + std::to_string(c) : "";
+          if (results[c].ok()) results[c] = comm.broadcast(b, 0);
+          if (results[c].ok() && b != "round " + std::to_string(round) + " on " + std::to_string(c))
+            results[c] = make_error(Code::corrupt, "broadcast crossed communicators: " + b);
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& r : results) CKPT_TRY(r);
+    return Status();
+  }));
+  // Per rank: agreement (gather + broadcast), gather, broadcast, agreement: 6, whatever kComms.
+  CHECK(bootstrap_collectives.load() == 6 * kWorld);
+}

@@ -230,11 +230,13 @@ class PyTiers {
     }
     PyComm boot(std::move(bootstrap), rank, world);
     tiers_ = take(without_gil([&]() -> ckpt::Result<std::unique_ptr<ckpt::tiers::TieredCheckpointer>> {
-      CKPT_ASSIGN_OR_RETURN(comm_, ckpt::GlooComm::connect(boot));
-      CKPT_ASSIGN_OR_RETURN(control_, ckpt::GlooComm::connect(boot));
-      if (o.persist_every == 0) return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, std::move(o));
-      // Promotions on a thread and communicator of their own: never in the way of the next replication (4.4).
-      CKPT_ASSIGN_OR_RETURN(promotion_, ckpt::GlooComm::connect(boot));
+      // With a persistent tier, promotions get a thread and communicator of their own (4.4): all in one exchange.
+      const bool promoter = o.persist_every > 0;
+      CKPT_ASSIGN_OR_RETURN(auto comms, ckpt::GlooComm::connect_many(boot, promoter ? 3 : 2));
+      comm_ = std::move(comms[0]);
+      control_ = std::move(comms[1]);
+      if (!promoter) return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, std::move(o));
+      promotion_ = std::move(comms[2]);
       return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, *promotion_, std::move(o));
     }));
   }

@@ -54,7 +54,15 @@ class GlooComm {
   // Collective on `bootstrap` (any Comm): every rank of it calls this with the same options.
   template <class Bootstrap>
   [[nodiscard]] static Result<std::unique_ptr<GlooComm>> connect(Bootstrap& bootstrap, GlooCommOptions options = {}) {
-    return connect_through(CommRef(bootstrap), std::move(options));
+    CKPT_ASSIGN_OR_RETURN(auto comms, connect_through(CommRef(bootstrap), 1, std::move(options)));
+    return std::move(comms.front());
+  }
+  // `count` communicators of the same ranks, connected through one exchange on `bootstrap` (the tiers from
+  // Python need three: one bootstrap round instead of three).
+  template <class Bootstrap>
+  [[nodiscard]] static Result<std::vector<std::unique_ptr<GlooComm>>> connect_many(Bootstrap& bootstrap, std::size_t count,
+                                                                                  GlooCommOptions options = {}) {
+    return connect_through(CommRef(bootstrap), count, std::move(options));
   }
   GlooComm(const GlooComm&) = delete;
   GlooComm& operator=(const GlooComm&) = delete;
@@ -73,7 +81,8 @@ class GlooComm {
   class Mesh;  // gloo::Context whose pairs connect through the bootstrap
   GlooComm(std::shared_ptr<Mesh> mesh, GlooCommOptions options, int rank, int size)
       : mesh_(std::move(mesh)), options_(std::move(options)), rank_(rank), size_(size) {}
-  [[nodiscard]] static Result<std::unique_ptr<GlooComm>> connect_through(CommRef bootstrap, GlooCommOptions options);
+  [[nodiscard]] static Result<std::vector<std::unique_ptr<GlooComm>>> connect_through(CommRef bootstrap, std::size_t count,
+                                                                                     GlooCommOptions options);
   // Runs one gloo operation: a gloo exception or a broken communicator comes back as a Status, and the
   // first failure breaks it (closing every connection, so the peers fail too).
   template <class F>
@@ -93,14 +102,11 @@ class GlooComm {
 class GlooComm::Mesh final : public gloo::Context {
  public:
   Mesh(int r, int n) : gloo::Context(r, n) {}
-  // Each rank makes one pair per peer and publishes their addresses; then connects pair i to the address
-  // rank i made for it (what gloo's rendezvous does through a key-value store, here through the bootstrap).
-  [[nodiscard]] Status connect(CommRef bootstrap, const std::shared_ptr<gloo::transport::Device>& device,
-                               std::chrono::milliseconds timeout) {
+  // Makes one pair per peer; returns their addresses (peer, address)* for the bootstrap's table.
+  [[nodiscard]] Result<std::string> make_pairs(const std::shared_ptr<gloo::transport::Device>& device, std::chrono::milliseconds timeout) {
     device_ = device;
     setTimeout(timeout);
     Encoder mine;
-    Status made;
     try {
       transportContext_ = device_->createContext(rank, size);
       transportContext_->setTimeout(timeout);
@@ -111,39 +117,30 @@ class GlooComm::Mesh final : public gloo::Context {
         wire::put_text(mine, std::string_view(address.data(), address.size()));
       }
     } catch (const std::exception& e) {
-      made = make_error(Code::io, std::string("gloo: making this rank's pairs: ") + e.what());
+      return make_error(Code::io, std::string("gloo: making this rank's pairs: ") + e.what());
     }
-    CKPT_TRY(wire::agree(bootstrap, made));
-    CKPT_ASSIGN_OR_RETURN(auto all, bootstrap.gather(std::move(mine.str()), 0));
-    Encoder table;
-    for (const auto& a : all) wire::put_text(table, a);
-    std::string table_bytes = std::move(table.str());
-    CKPT_TRY(bootstrap.broadcast(table_bytes, 0));
-    Status connected;
-    Decoder d = wire::decoder(table_bytes);
-    for (int from = 0; from < size && connected.ok(); ++from) {
-      std::string entries;
-      if (!wire::get_text(d, entries, UINT32_MAX)) {
-        connected = make_error(Code::corrupt, "gloo bootstrap: undecodable address table");
-        break;
+    return std::move(mine.str());
+  }
+  // Connects the pair to rank `from` to the address `from` made for this rank (in `entries`, what its
+  // make_pairs returned): what gloo's rendezvous does through a key-value store, here through the bootstrap.
+  [[nodiscard]] Status connect_from(int from, const std::string& entries) {
+    Decoder e = wire::decoder(entries);
+    std::uint32_t peer = 0;
+    std::string address;
+    while (e.u32(peer) && wire::get_text(e, address, UINT32_MAX)) {
+      if (peer != static_cast<std::uint32_t>(rank)) continue;
+      try {
+        transportContext_->getPair(from)->connect(std::vector<char>(address.begin(), address.end()));
+      } catch (const std::exception& ex) {
+        return make_error(Code::io, "gloo: connecting to rank " + std::to_string(from) + ": " + ex.what());
       }
-      Decoder e = wire::decoder(entries);
-      std::uint32_t peer = 0;
-      std::string address;
-      while (from != rank && connected.ok() && e.u32(peer) && wire::get_text(e, address, UINT32_MAX)) {
-        if (peer != static_cast<std::uint32_t>(rank)) continue;
-        try {
-          transportContext_->getPair(from)->connect(std::vector<char>(address.begin(), address.end()));
-        } catch (const std::exception& ex) {
-          connected = make_error(Code::io, "gloo: connecting to rank " + std::to_string(from) + ": " + ex.what());
-        }
-      }
+      return Status();
     }
-    return wire::agree(bootstrap, connected);
+    return make_error(Code::corrupt, "gloo bootstrap: rank " + std::to_string(from) + " published no address for rank " + std::to_string(rank));
   }
 };
 
-inline Result<std::unique_ptr<GlooComm>> GlooComm::connect_through(CommRef bootstrap, GlooCommOptions options) {
+inline Result<std::vector<std::unique_ptr<GlooComm>>> GlooComm::connect_through(CommRef bootstrap, std::size_t count, GlooCommOptions options) {
   const int rank = bootstrap.rank(), size = bootstrap.size();
   gloo::transport::tcp::attr attr;
   if (options.iface.empty() && options.hostname.empty()) {
@@ -152,6 +149,8 @@ inline Result<std::unique_ptr<GlooComm>> GlooComm::connect_through(CommRef boots
     if (env != nullptr) options.iface = env;
   }
   attr.iface = options.iface, attr.hostname = options.hostname;
+  // Every communicator's pairs in one exchange: one agreement, one gather, one broadcast, one agreement,
+  // whatever `count` (a Python bootstrap's collective each cost a trip through the interpreter).
   Status made;
   std::shared_ptr<gloo::transport::Device> device;
   try {
@@ -159,10 +158,36 @@ inline Result<std::unique_ptr<GlooComm>> GlooComm::connect_through(CommRef boots
   } catch (const std::exception& e) {
     made = make_error(Code::io, "gloo: no TCP device for interface '" + attr.iface + "', host '" + attr.hostname + "': " + e.what());
   }
+  std::vector<std::shared_ptr<Mesh>> meshes;
+  Encoder mine;
+  for (std::size_t i = 0; i < count && made.ok(); ++i) {
+    meshes.push_back(std::make_shared<Mesh>(rank, size));
+    auto entries = meshes.back()->make_pairs(device, options.timeout);
+    if (entries.ok()) wire::put_text(mine, *entries);
+    else made = entries.status();
+  }
   CKPT_TRY(wire::agree(bootstrap, made));
-  auto mesh = std::make_shared<Mesh>(rank, size);
-  CKPT_TRY(mesh->connect(bootstrap, device, options.timeout));
-  return std::unique_ptr<GlooComm>(new GlooComm(std::move(mesh), std::move(options), rank, size));
+  CKPT_ASSIGN_OR_RETURN(auto all, bootstrap.gather(std::move(mine.str()), 0));
+  Encoder table;
+  for (const auto& a : all) wire::put_text(table, a);
+  std::string table_bytes = std::move(table.str());
+  CKPT_TRY(bootstrap.broadcast(table_bytes, 0));
+  Status connected;
+  Decoder d = wire::decoder(table_bytes);
+  for (int from = 0; from < size && connected.ok(); ++from) {
+    std::string published;
+    if (!wire::get_text(d, published, UINT32_MAX)) connected = make_error(Code::corrupt, "gloo bootstrap: undecodable address table");
+    Decoder each = wire::decoder(published);
+    for (std::size_t i = 0; i < count && connected.ok(); ++i) {
+      std::string entries;
+      if (!wire::get_text(each, entries, UINT32_MAX)) connected = make_error(Code::corrupt, "gloo bootstrap: undecodable address table");
+      else if (from != rank) connected = meshes[i]->connect_from(from, entries);
+    }
+  }
+  CKPT_TRY(wire::agree(bootstrap, connected));
+  std::vector<std::unique_ptr<GlooComm>> out;
+  for (auto& mesh : meshes) out.push_back(std::unique_ptr<GlooComm>(new GlooComm(std::move(mesh), options, rank, size)));
+  return out;
 }
 
 inline Status GlooComm::broken() const {
