@@ -82,6 +82,9 @@ int run(const Args& a) {
   }
   auto comm = MpiComm::duplicate(MPI_COMM_WORLD);
   if (!comm.ok()) return std::fprintf(stderr, "%s\n", comm.status().to_string().c_str()), 2;
+  // Promotions on a promoter of their own (spec/TIERS.md 4.4), so the kills during promotion hit that thread.
+  auto control = MpiComm::duplicate(MPI_COMM_WORLD), promotion = MpiComm::duplicate(MPI_COMM_WORLD);
+  if (!control.ok() || !promotion.ok()) return std::fprintf(stderr, "MPI_Comm_dup failed\n"), 2;
   PosixFs fs;
   TierOptions o;
   o.memory_root = a.root + "/node-" + a.nodes[static_cast<std::size_t>(rank)];
@@ -93,7 +96,7 @@ int run(const Args& a) {
   t.node_of_rank = a.nodes;
   o.topology = t;
   o.on_phase = [&](const char* phase, std::uint64_t step) { maybe_die(a, rank, phase, step); };
-  auto tiers = TieredCheckpointer::create(fs, *comm, o);
+  auto tiers = TieredCheckpointer::create(fs, *comm, *control, *promotion, o);
   if (!tiers.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, tiers.status().to_string().c_str()), 1;
   tier_trainer::Trainer trainer(kElems, world, rank);
   auto resumed = (*tiers)->resume([&](TierView& v) { return trainer.load(v); });
