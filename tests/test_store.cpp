@@ -50,6 +50,26 @@ struct StoreDir {
   const std::string path = dir.file("store");
 
   std::unique_ptr<Store> open_writable(bool create = true) { return open_store(fs, path, create); }
+  // A writable store that keeps the last `keep` steps and writes over retired steps' files (spec/JOURNAL.md 10.1).
+  Result<std::unique_ptr<Store>> open_reusing(std::size_t keep) {
+    StoreOptions o = writable_options();
+    o.retention = RetentionPolicy{keep, 0};
+    o.reuse_files = true;
+    auto store = Store::open(fs, path, Access::read_write, o);
+    REQUIRE(store.ok());
+    return store;
+  }
+  // This rank's shard file of a live step.
+  fsys::path shard_path(Store& store, std::uint64_t step) {
+    const auto info = store.find(step);
+    REQUIRE(info.ok());
+    return fsys::path(path) / info->dir / shard_file_name(0, 1);
+  }
+  static ino_t inode(const fsys::path& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return st.st_ino;
+  }
 };
 
 std::vector<float> weights(std::uint64_t step) {
@@ -485,21 +505,8 @@ TEST_CASE_METHOD(StoreDir, "with reuse_files a save writes over a retired step's
                  "[store][reuse]") {
   // spec/JOURNAL.md 10.1: keep-last 1, so each save retires the step before it; the first steps are larger
   // than the later ones, so a file taken from slots/ is longer than the shard written over it.
-  StoreOptions o = writable_options();
-  o.retention = RetentionPolicy{1, 0};
-  o.reuse_files = true;
-  auto store = Store::open(fs, path, Access::read_write, o);
-  REQUIRE(store.ok());
-  auto shard_of = [&](std::uint64_t step) {
-    const auto info = (*store)->find(step);
-    REQUIRE(info.ok());
-    return fsys::path(path) / info->dir / shard_file_name(0, 1);
-  };
-  auto inode = [](const fsys::path& p) {
-    struct stat st {};
-    REQUIRE(::stat(p.c_str(), &st) == 0);
-    return st.st_ino;
-  };
+  auto store = open_reusing(1);
+  auto shard_of = [&](std::uint64_t step) { return shard_path(**store, step); };
   auto save_of = [&](std::uint64_t step, std::size_t elems) {
     auto tx = (*store)->begin(step);
     REQUIRE(tx.ok());
@@ -541,16 +548,7 @@ TEST_CASE_METHOD(StoreDir, "a reserved slot is the next save's file: bytes copie
                  "[store][reuse][in_place]") {
   // spec/JOURNAL.md 10.1: keep-last 2; each save's bytes are copied to where reserve_slot says, then written
   // from there, so the writer only hashes them; from the third save on the slot is a retired step's file.
-  StoreOptions o = writable_options();
-  o.retention = RetentionPolicy{2, 0};
-  o.reuse_files = true;
-  auto store = Store::open(fs, path, Access::read_write, o);
-  REQUIRE(store.ok());
-  auto inode = [](const std::string& p) {
-    struct stat st {};
-    REQUIRE(::stat(p.c_str(), &st) == 0);
-    return st.st_ino;
-  };
+  auto store = open_reusing(2);
   std::set<ino_t> files;
   for (std::uint64_t step = 1; step <= 8; ++step) {
     const auto w = ckpt_test::random_bytes(30000 + step, step), m = ckpt_test::random_bytes(77, step + 100);
@@ -564,9 +562,7 @@ TEST_CASE_METHOD(StoreDir, "a reserved slot is the next save's file: bytes copie
     REQUIRE((*tx)->add_tensor("w", DType::U8, {w.size()}, (*at)[0], w.size()).ok());
     REQUIRE((*tx)->add_tensor("m", DType::U8, {m.size()}, (*at)[1], m.size()).ok());
     REQUIRE((*tx)->commit().ok());
-    const auto info = (*store)->find(step);
-    REQUIRE(info.ok());
-    files.insert(inode(path + "/" + info->dir + "/" + shard_file_name(0, 1)));
+    files.insert(inode(shard_path(**store, step)));
     auto verified = (*store)->verify_step(step);
     REQUIRE(verified.ok());
     CHECK(verified->ok());

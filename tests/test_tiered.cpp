@@ -803,75 +803,104 @@ TEST_CASE("an s3:// persistent tier without an object opener is refused at creat
 
 // --- A capture while the previous one is in the background (spec/TIERS.md 4.6) ----------------------------
 
-TEST_CASE("a capture due while the previous one replicates is skipped on every rank and recorded, never waited for",
-          "[tiered][skip]") {
-  // Rank workers block in step 2's replication until both training threads have returned from step 4: with
-  // when_busy wait, step(4) would wait for that replication and the job would never get there.
-  const fsys::path dir = fresh_dir("skip");
+// Two ranks (threads) with skip across ranks, training steps 1..`steps`; each rank's background is held at
+// (`hold_phase`, `hold_step`) until both training threads returned from step `release_after` (and `hold_also`
+// holds), a hold over a minute counting as timed out; after `release_after` each rank waits for its
+// background, so the next capture finds it idle. With `promoter` the tiers get a promotion communicator.
+struct HeldJob {
+  fsys::path dir;
+  std::uint64_t steps = 0;
+  std::string hold_phase;
+  std::uint64_t hold_step = 0, release_after = 0;
+  bool promoter = false;
+  std::function<bool(TieredCheckpointer&)> hold_also = [](TieredCheckpointer&) { return true; };
+  std::function<void(TieredCheckpointer&, std::uint64_t step)> after_step = [](TieredCheckpointer&, std::uint64_t) {};
+  std::function<void(TierOptions&)> tune = [](TierOptions&) {};
+};
+struct HeldResult {
+  bool timed_out = false;
+  std::vector<Status> errors;
+  std::vector<std::vector<bool>> skipped;  // per rank: each capture's
+  std::vector<std::uint64_t> counted;      // steps_skipped()
+  std::vector<std::vector<TierRecord>> records;
+};
+
+HeldResult run_held(const HeldJob& job) {
   constexpr int kWorld = 2;
-  ThreadGroup group(kWorld), control_group(kWorld);
+  ThreadGroup group(kWorld), control_group(kWorld), promotion_group(kWorld);
   std::mutex m;
   std::condition_variable cv;
   int returned = 0;
-  bool timed_out = false;
-  std::vector<Status> errors(kWorld);
-  std::vector<std::vector<bool>> skipped(kWorld);
-  std::vector<std::uint64_t> counted(kWorld);
-  std::vector<std::vector<TierRecord>> records(kWorld);
+  HeldResult out;
+  out.errors.resize(kWorld), out.skipped.resize(kWorld), out.counted.resize(kWorld), out.records.resize(kWorld);
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r)
     threads.emplace_back([&, r] {
       const auto i = static_cast<std::size_t>(r);
-      ThreadComm comm(group, r), control(control_group, r);
+      ThreadComm comm(group, r), control(control_group, r), promotion(promotion_group, r);
       PosixFs fs;
-      Job job{dir, {"n0", "n1"}, 0, {}, {}};
-      TierOptions o = options_for(job, r);
-      o.when_busy = WhenBusy::skip, o.memory_every = 2, o.persist_every = 0, o.persistent.clear();
+      TierOptions o = options_for(Job{job.dir, {"n0", "n1"}, 0, {}, {}}, r);
+      o.when_busy = WhenBusy::skip, o.memory_every = 2;
+      job.tune(o);
+      std::atomic<TieredCheckpointer*> self{nullptr};
       o.on_phase = [&](const char* phase, std::uint64_t step) {
-        if (std::string(phase) != "replicating" || step != 2) return;
+        if (phase != job.hold_phase || step != job.hold_step) return;
         std::unique_lock<std::mutex> lock(m);
-        if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned == kWorld; })) timed_out = true;
+        if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned == kWorld && job.hold_also(*self.load()); }))
+          out.timed_out = true;
       };
       auto fail = [&](const Status& s) {
-        errors[i] = s;
+        out.errors[i] = s;
         comm.leave(s);
+        promotion.leave(s);
       };
-      auto tiers = TieredCheckpointer::create(fs, comm, control, o);
+      auto tiers = job.promoter ? TieredCheckpointer::create(fs, comm, control, promotion, o) : TieredCheckpointer::create(fs, comm, control, o);
       if (!tiers.ok()) return fail(tiers.status());
+      self = tiers->get();
       tier_trainer::Trainer trainer(kElems, kWorld, r);
-      for (std::uint64_t s = 1; s <= 6; ++s) {
+      for (std::uint64_t s = 1; s <= job.steps; ++s) {
         trainer.train(s);
         auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
         if (!step.ok()) return fail(step.status());
-        if (s % 2 == 0) skipped[i].push_back(step->skipped);
-        if (s == 4) {
-          std::lock_guard<std::mutex> lock(m);
-          ++returned;
+        if (s % 2 == 0) out.skipped[i].push_back(step->skipped);
+        job.after_step(**tiers, s);
+        if (s == job.release_after) {
+          {
+            std::lock_guard<std::mutex> lock(m);
+            ++returned;
+          }
           cv.notify_all();
-        }
-        if (s == 4) {
-          Status idle = (*tiers)->wait();  // step 6 finds the background idle
+          Status idle = (*tiers)->wait();
           if (!idle.ok()) return fail(idle);
         }
       }
       Status waited = (*tiers)->wait();
       if (!waited.ok()) return fail(waited);
-      counted[i] = (*tiers)->steps_skipped();
-      records[i] = (*tiers)->records();
+      out.counted[i] = (*tiers)->steps_skipped();
+      out.records[i] = (*tiers)->records();
     });
   for (auto& t : threads) t.join();
-  CHECK_FALSE(timed_out);
-  for (int r = 0; r < kWorld; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    INFO("rank " << r);
-    REQUIRE(errors[i].ok());
-    CHECK(skipped[i] == std::vector<bool>{false, true, false});  // steps 2 and 6 taken, 4 skipped
-    CHECK(counted[i] == 1);
-    CHECK(count(records[i], TierEvent::skipped) == 1);
-    CHECK(count(records[i], TierEvent::captured) == 2);
-    for (const auto& rec : records[i])
+  return out;
+}
+
+TEST_CASE("a capture due while the previous one replicates is skipped on every rank and recorded, never waited for",
+          "[tiered][skip]") {
+  // Rank workers block in step 2's replication until both training threads have returned from step 4: with
+  // when_busy wait, step(4) would wait for that replication and the job would never get there.
+  HeldJob job{fresh_dir("skip"), 6, "replicating", 2, 4};
+  job.tune = [](TierOptions& o) { o.persist_every = 0, o.persistent.clear(); };
+  const HeldResult r = run_held(job);
+  CHECK_FALSE(r.timed_out);
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    INFO("rank " << i);
+    REQUIRE(r.errors[i].ok());
+    CHECK(r.skipped[i] == std::vector<bool>{false, true, false});  // steps 2 and 6 taken, 4 skipped
+    CHECK(r.counted[i] == 1);
+    CHECK(count(r.records[i], TierEvent::skipped) == 1);
+    CHECK(count(r.records[i], TierEvent::captured) == 2);
+    for (const auto& rec : r.records[i])
       if (rec.event == TierEvent::skipped) CHECK(rec.step == 4);
-    const fsys::path own = dir / ("node-n" + std::to_string(r)) / ("rank-" + std::to_string(r)) / "own";
+    const fsys::path own = job.dir / ("node-n" + std::to_string(i)) / ("rank-" + std::to_string(i)) / "own";
     CHECK(holds_shard_of(own, 2));
     CHECK_FALSE(holds_shard_of(own, 4));
     CHECK(holds_shard_of(own, 6));
@@ -880,81 +909,29 @@ TEST_CASE("a capture due while the previous one replicates is skipped on every r
 
 TEST_CASE("a promotion runs beside replication: the next capture replicates meanwhile, and one that would write over the "
           "step being promoted is skipped", "[tiered][skip][promotion]") {
-  // spec/TIERS.md 4.4, 4.6: each rank's promotion of step 2 blocks until step 4 is replicated on that rank and
+  // spec/TIERS.md 4.4, 4.6: each rank's promotion of step 2 is held until step 4 is replicated on that rank and
   // both training threads have returned from step 6. With one worker for both, step 4 would be skipped and
-  // never replicated, and the promotion would wait out its minute. With a promoter of its own: 4 is taken and
-  // replicated; 6 is skipped (its file would be step 2's, still read by the promotion); 8 is taken.
-  const fsys::path dir = fresh_dir("promoter");
-  constexpr int kWorld = 2;
-  ThreadGroup group(kWorld), control_group(kWorld), promotion_group(kWorld);
-  std::mutex m;
-  std::condition_variable cv;
-  int returned = 0;
-  bool timed_out = false;
-  std::vector<Status> errors(kWorld);
-  std::vector<std::vector<bool>> skipped(kWorld);
-  std::vector<std::vector<TierRecord>> records(kWorld);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      const auto i = static_cast<std::size_t>(r);
-      ThreadComm comm(group, r), control(control_group, r), promotion(promotion_group, r);
-      PosixFs fs;
-      Job job{dir, {"n0", "n1"}, 0, {}, {}};
-      TierOptions o = options_for(job, r);
-      o.when_busy = WhenBusy::skip, o.memory_every = 2, o.persist_every = 2;
-      std::atomic<TieredCheckpointer*> self{nullptr};
-      o.on_phase = [&](const char* phase, std::uint64_t step) {
-        if (std::string(phase) != "promoting" || step != 2) return;
-        std::unique_lock<std::mutex> lock(m);
-        if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned == kWorld && self.load()->steps_replicated() >= 4; }))
-          timed_out = true;
-      };
-      auto fail = [&](const Status& s) {
-        errors[i] = s;
-        comm.leave(s);
-        promotion.leave(s);
-      };
-      auto tiers = TieredCheckpointer::create(fs, comm, control, promotion, o);
-      if (!tiers.ok()) return fail(tiers.status());
-      self = tiers->get();
-      tier_trainer::Trainer trainer(kElems, kWorld, r);
-      for (std::uint64_t s = 1; s <= 8; ++s) {
-        trainer.train(s);
-        auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
-        if (!step.ok()) return fail(step.status());
-        if (s % 2 == 0) skipped[i].push_back(step->skipped);
-        if (s == 3 || s == 5) {  // the worker is done with the last capture: only a promotion can make the next busy
-          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-          while ((*tiers)->captures_in_background() > 0 && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        if (s == 6) {
-          {
-            std::lock_guard<std::mutex> lock(m);
-            ++returned;
-          }
-          cv.notify_all();
-          Status idle = (*tiers)->wait();  // step 8 finds the background idle
-          if (!idle.ok()) return fail(idle);
-        }
-      }
-      Status waited = (*tiers)->wait();
-      if (!waited.ok()) return fail(waited);
-      records[i] = (*tiers)->records();
-    });
-  for (auto& t : threads) t.join();
-  CHECK_FALSE(timed_out);
-  for (int r = 0; r < kWorld; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    INFO("rank " << r);
-    REQUIRE(errors[i].ok());
-    CHECK(skipped[i] == std::vector<bool>{false, false, true, false});  // 2, 4 and 8 taken; 6 skipped
-    CHECK(count(records[i], TierEvent::replicated) == 3);
-    CHECK(count(records[i], TierEvent::persisted) == 3);
+  // never replicated, and the hold would time out. With a promoter of its own: 4 is taken and replicated; 6
+  // is skipped (its file would be step 2's, still read by the promotion); 8 is taken.
+  HeldJob job{fresh_dir("promoter"), 8, "promoting", 2, 6, true};
+  job.tune = [](TierOptions& o) { o.persist_every = 2; };
+  job.hold_also = [](TieredCheckpointer& t) { return t.steps_replicated() >= 4; };
+  job.after_step = [](TieredCheckpointer& t, std::uint64_t s) {
+    if (s != 3 && s != 5) return;  // the worker is done with the last capture: only a promotion can make the next busy
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (t.captures_in_background() > 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  const HeldResult r = run_held(job);
+  CHECK_FALSE(r.timed_out);
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    INFO("rank " << i);
+    REQUIRE(r.errors[i].ok());
+    CHECK(r.skipped[i] == std::vector<bool>{false, false, true, false});  // 2, 4 and 8 taken; 6 skipped
+    CHECK(count(r.records[i], TierEvent::replicated) == 3);
+    CHECK(count(r.records[i], TierEvent::persisted) == 3);
   }
   PosixFs fs;
-  auto p = Store::open(fs, (dir / "persistent").string(), Access::read_only);
+  auto p = Store::open(fs, (job.dir / "persistent").string(), Access::read_only);
   REQUIRE(p.ok());
   std::vector<std::uint64_t> persisted;
   for (const auto& info : (*p)->steps()) persisted.push_back(info.step);

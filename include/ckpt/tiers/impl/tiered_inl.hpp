@@ -887,8 +887,6 @@ CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(
   return shards;
 }
 
-// Retention of this rank's own memory steps (memory_keep), and of the shards it fetched at a resume
-// that the placement does not give it (`sources` are the shards it holds by placement).
 CKPT_INLINE void TieredCheckpointer::evict_held(Store& store, std::uint32_t shard, std::size_t keep, std::vector<TierRecord>& records) {
   auto retired = retain_memory(store, keep);
   if (!retired.ok()) return;  // kept longer: retention runs again at the next replica
@@ -899,6 +897,8 @@ CKPT_INLINE void TieredCheckpointer::evict_held(Store& store, std::uint32_t shar
   }
 }
 
+// Retention of this rank's own memory steps (the newest `keep`), and of the shards it fetched at a resume
+// that the placement does not give it (`sources` are the shards it holds by placement).
 CKPT_INLINE Status TieredCheckpointer::retire_memory(const std::vector<int>& sources, std::size_t keep) {
   const auto me = static_cast<std::uint32_t>(rank());
   const auto world = static_cast<std::uint32_t>(this->world());
