@@ -245,6 +245,7 @@ class TieredCheckpointer {
   void run_promotions();
   // A promotion of this own step is queued or running: its file is not retired meanwhile.
   [[nodiscard]] bool promoting(std::uint64_t step) const;
+  [[nodiscard]] bool promoting_locked(std::uint64_t step) const;  // promote_mutex_ held
   // Waits until no promotion is queued or running (the training thread).
   void finish_promotions();
   // A promotion reads an own step the next capture would retire (spec/TIERS.md 4.6): the capture is busy.

@@ -526,11 +526,13 @@ CKPT_INLINE void TieredCheckpointer::run_promotions() {
   }
 }
 
+CKPT_INLINE bool TieredCheckpointer::promoting_locked(std::uint64_t step) const {
+  return std::any_of(promotions_.begin(), promotions_.end(), [&](const QueuedPromotion& p) { return p.step == step; });
+}
+
 CKPT_INLINE bool TieredCheckpointer::promoting(std::uint64_t step) const {
   std::lock_guard<std::mutex> lock(promote_mutex_);
-  for (const auto& p : promotions_)
-    if (p.step == step) return true;
-  return false;
+  return promoting_locked(step);
 }
 
 CKPT_INLINE bool TieredCheckpointer::promotion_pins_next_slot() const {
@@ -544,9 +546,7 @@ CKPT_INLINE Status TieredCheckpointer::make_room() {
   const std::vector<StepInfo> live = own_->steps();
   for (std::size_t i = 0; i + (ring_steps() - 1) < live.size(); ++i) {
     std::unique_lock<std::mutex> lock(promote_mutex_);
-    promote_cv_.wait(lock, [&] {
-      return std::none_of(promotions_.begin(), promotions_.end(), [&](const QueuedPromotion& p) { return p.step == live[i].step; });
-    });
+    promote_cv_.wait(lock, [&] { return !promoting_locked(live[i].step); });
   }
   return retire_memory(placement_.held_by(rank()), ring_steps() - 1);
 }
