@@ -412,6 +412,22 @@ TEST_CASE("fsync without sync_dir can lose a new file's name", "[sim_fs]") {
   CHECK(*s.file_content("/d/new") == data);
 }
 
+TEST_CASE("syncing a directory with nothing pending leaves other directories' pending names intact", "[sim_fs]") {
+  // Two writers: one syncs a directory it did not change while the other's new name is still pending.
+  SimFs fs;
+  REQUIRE(fs.mkdir("/a").ok());
+  REQUIRE(fs.mkdir("/b").ok());
+  REQUIRE(fs.sync_dir("/").ok());
+  write_file(fs, "/a/new", bytes_of("x"), true, false);
+  REQUIRE(fs.sync_dir("/b").ok());
+  REQUIRE(fs.crash_state_count() == 2);
+  std::set<std::vector<std::string>> listings;
+  for (auto& s : all_states(fs)) listings.insert(*s.list_dir("/a"));
+  CHECK(listings == std::set<std::vector<std::string>>{{}, {"new"}});
+  REQUIRE(fs.sync_dir("/a").ok());
+  CHECK(*fs.durable_state().list_dir("/a") == std::vector<std::string>{"new"});
+}
+
 TEST_CASE("a new directory's contents vanish when its own name is lost", "[sim_fs]") {
   SimFs fs;
   REQUIRE(fs.mkdir("/d").ok());

@@ -60,6 +60,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -246,8 +247,7 @@ class SimFs {
   mutable std::shared_ptr<const CrashPlan> plan_cache_;
   Hook hook_;
   bool hook_every_mutation_ = false;
-  bool in_hook_ = false;
-  std::uint64_t points_ = 0;
+  std::atomic<std::uint64_t> points_{0};  // hooks fire from every writer's thread
   std::string crash_note_;
   std::uint64_t sync_error_in_ = 0;  // syncs left before the failing one; 0: none armed
   std::uint64_t sync_errors_taken_ = 0;
@@ -412,7 +412,7 @@ inline SimFs::SimFs(SimFs&& other) noexcept {
   crash_note_ = std::move(other.crash_note_);
   hook_ = std::move(other.hook_);
   hook_every_mutation_ = other.hook_every_mutation_;
-  points_ = other.points_;
+  points_ = other.points_.load();
 }
 
 inline SimFs& SimFs::operator=(SimFs&& other) noexcept {
@@ -423,7 +423,7 @@ inline SimFs& SimFs::operator=(SimFs&& other) noexcept {
   crash_note_ = std::move(other.crash_note_);
   hook_ = std::move(other.hook_);
   hook_every_mutation_ = other.hook_every_mutation_;
-  points_ = other.points_;
+  points_ = other.points_.load();
   return *this;
 }
 
@@ -575,12 +575,15 @@ inline void SimFs::collect_garbage() {
 }
 
 inline void SimFs::fire(FsOp op, const std::string& path, bool barrier) {
-  if (!hook_ || in_hook_ || (!barrier && !hook_every_mutation_)) return;
+  // A hook's own reads do not fire it again on its thread; other threads' operations still do.
+  thread_local const SimFs* in_hook = nullptr;
+  if (!hook_ || in_hook == this || (!barrier && !hook_every_mutation_)) return;
   struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{in_hook_};
-  in_hook_ = true;
+    const SimFs*& flag;
+    const SimFs* before;
+    ~Reset() { flag = before; }
+  } reset{in_hook, in_hook};
+  in_hook = this;
   PersistencePoint point;
   point.op = op;
   point.path = path;
@@ -840,24 +843,26 @@ inline Status SimFs::sync_dir(const std::string& path) {
       forced.insert(op.dir);
       if (op.kind == DirOpKind::rename) forced.insert(op.to_dir);
     }
-    std::vector<DirOp> still_pending;
-    for (std::size_t i = 0; i < state_.dir_ops.size(); ++i) {
-      DirOp& op = state_.dir_ops[i];
-      if (!durable[i]) {
-        still_pending.push_back(std::move(op));
-        continue;
+    // Operations are moved out only when some become durable: moving every one into a list that is then
+    // dropped would leave the pending ones without names.
+    if (std::find(durable.begin(), durable.end(), true) != durable.end()) {
+      std::vector<DirOp> still_pending;
+      for (std::size_t i = 0; i < state_.dir_ops.size(); ++i) {
+        DirOp& op = state_.dir_ops[i];
+        if (!durable[i]) {
+          still_pending.push_back(std::move(op));
+          continue;
+        }
+        auto& entries = state_.nodes.at(op.dir).durable_entries;
+        switch (op.kind) {
+          case DirOpKind::link: entries[op.name] = op.ino; break;
+          case DirOpKind::unlink: entries.erase(op.name); break;
+          case DirOpKind::rename:
+            entries.erase(op.name);
+            state_.nodes.at(op.to_dir).durable_entries[op.to_name] = op.ino;
+            break;
+        }
       }
-      auto& entries = state_.nodes.at(op.dir).durable_entries;
-      switch (op.kind) {
-        case DirOpKind::link: entries[op.name] = op.ino; break;
-        case DirOpKind::unlink: entries.erase(op.name); break;
-        case DirOpKind::rename:
-          entries.erase(op.name);
-          state_.nodes.at(op.to_dir).durable_entries[op.to_name] = op.ino;
-          break;
-      }
-    }
-    if (still_pending.size() != state_.dir_ops.size()) {
       state_.dir_ops = std::move(still_pending);
       ++state_.generation;
       collect_garbage();
