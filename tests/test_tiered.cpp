@@ -15,6 +15,7 @@
 #include <ckpt/store/open_store.hpp>
 #include <ckpt/store/store.hpp>
 #include <ckpt/report/verify.hpp>
+#include <ckpt/testing/fault_fs.hpp>
 #include <ckpt/testing/memory_objects.hpp>
 #include <ckpt/dist/thread_comm.hpp>
 #if CKPT_TEST_GLOO
@@ -42,6 +43,7 @@ struct Job {
   std::function<void(TierOptions&)> tune;
   std::function<void(int rank)> after_resume = {};  // each rank, once its resume() returned
   bool over_gloo = false;  // the tiers talk over a GlooComm the ThreadComm bootstraps (spec/TIERS.md 4.7)
+  std::uint64_t elems = kElems;  // floats per tensor
 };
 
 struct JobResult {
@@ -50,6 +52,7 @@ struct JobResult {
   std::vector<Status> errors;
   std::vector<std::vector<TierRecord>> records;
   std::vector<std::vector<std::string>> notes;
+  std::vector<std::uint64_t> written;  // bytes each rank handed to pwrite
   [[nodiscard]] bool ok() const {
     for (const auto& e : errors)
       if (!e.ok()) return false;
@@ -89,12 +92,14 @@ JobResult run(const Job& job) {
   out.errors.resize(static_cast<std::size_t>(world));
   out.records.resize(static_cast<std::size_t>(world));
   out.notes.resize(static_cast<std::size_t>(world));
+  out.written.resize(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       const auto i = static_cast<std::size_t>(r);
       ThreadComm comm(group, r);
-      PosixFs fs;
+      PosixFs posix;
+      FaultFs<PosixFs> fs(posix, FaultPlan{Fault::none, 0, false, fs_op_bit(FsOp::pwrite)});  // counts, never fails
 #if CKPT_TEST_GLOO
       std::unique_ptr<GlooComm> gloo;
 #endif
@@ -120,7 +125,7 @@ JobResult run(const Job& job) {
       auto tiers = TieredCheckpointer::create(fs, comm, options_for(job, r));
 #endif
       if (!tiers.ok()) return fail(tiers.status());
-      tier_trainer::Trainer trainer(kElems, world, r);
+      tier_trainer::Trainer trainer(job.elems, world, r);
       auto resumed = (*tiers)->resume([&](TierView& v) {
         if (job.before_load) CKPT_TRY(job.before_load(r, v));
         return trainer.load(v);
@@ -138,6 +143,7 @@ JobResult run(const Job& job) {
       out.records[i] = (*tiers)->records();
       out.notes[i] = (*tiers)->notes();
       out.slices[i] = trainer.bytes();
+      out.written[i] = fs.written_bytes();
     });
   for (auto& t : threads) t.join();
   return out;
@@ -215,10 +221,10 @@ struct ObjectTier {
   }
 };
 
-void check_final(const JobResult& r, std::uint64_t steps) {
+void check_final(const JobResult& r, std::uint64_t steps, std::uint64_t elems = kElems) {
   INFO(r.first_error());
   REQUIRE(r.ok());
-  CHECK(tier_trainer::assemble(r.slices, kElems) == tier_trainer::reference(kElems, steps));
+  CHECK(tier_trainer::assemble(r.slices, elems) == tier_trainer::reference(elems, steps));
 }
 
 }  // namespace
@@ -306,6 +312,21 @@ TEST_CASE("a capture is copied into its memory store's ring of files: each store
     CHECK(files == 2);
   }
   CHECK(stores == 8);  // 4 ranks: own and one held store each
+}
+
+TEST_CASE("a replica is copied from the message into its held store's mapped file: the holder writes none of its bytes",
+          "[tiered][in_place]") {
+  // spec/TIERS.md 4.3: a holder copies each received message into the ring file the replica's transaction
+  // writes over and hashes it there; its pwrite calls carry superblocks, indexes, footers and logs only.
+  Job job{fresh_dir("replica-in-place"), kFourNodes, 10, {}, [](TierOptions& o) { o.persist_every = 0; }};
+  job.elems = 1 << 18;
+  auto r = run(job);
+  check_final(r, 10, job.elems);
+  const std::uint64_t shard_bytes = 2 * job.elems / 4 * sizeof(float);  // each rank's quarter of 2 tensors
+  for (std::size_t rank = 0; rank < r.written.size(); ++rank) {
+    INFO("rank " << rank << " wrote " << r.written[rank] << " bytes by pwrite over 5 captures of a " << shard_bytes << "-byte shard");
+    CHECK(r.written[rank] < shard_bytes);  // the 5 replicas it received, written, would be 5 shards' bytes
+  }
 }
 
 TEST_CASE("a restarted job resumes from its own memory and ends bit-identical", "[tiered]") {

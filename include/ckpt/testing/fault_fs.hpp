@@ -78,7 +78,7 @@ class FaultFs {
   void set_plan(FaultPlan plan) {
     std::lock_guard<std::mutex> lock(mutex_);
     plan_ = plan;
-    counted_ = total_ = faults_ = 0;
+    counted_ = total_ = faults_ = written_ = 0;
     first_fault_.clear();
   }
   [[nodiscard]] FaultPlan plan() const { return locked_copy(mutex_, plan_); }
@@ -88,6 +88,8 @@ class FaultFs {
   [[nodiscard]] std::uint64_t total_count() const { return locked_copy(mutex_, total_); }
   // Operations that were failed or interrupted so far.
   [[nodiscard]] std::uint64_t faults() const { return locked_copy(mutex_, faults_); }
+  // Bytes pwrite handed to the inner Fs so far (what a test of "not written again" counts).
+  [[nodiscard]] std::uint64_t written_bytes() const { return locked_copy(mutex_, written_); }
   // The first injected fault, e.g. "pwrite #7 /ckpt/a.tmp: no_space"; empty when none fired.
   [[nodiscard]] std::string first_fault() const { return locked_copy(mutex_, first_fault_); }
   [[nodiscard]] Inner& inner() noexcept { return inner_; }
@@ -129,12 +131,20 @@ class FaultFs {
     if (shot.fault == Fault::short_write) {
       // A full disk mid-transfer: a prefix lands, the rest is refused.
       if (half > 0) CKPT_TRY(inner_.pwrite(f, bytes, half, off));
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        written_ += half;
+      }
       Shot full = shot;
       full.fault = Fault::no_space;
       return injected("pwrite", name_of(shot) + " offset " + std::to_string(off + half) + " (short write, " +
                                     std::to_string(half) + " of " + std::to_string(n) + " bytes written)", full);
     }
     if (fails(shot)) return injected("pwrite", name_of(shot) + " offset " + std::to_string(off), shot);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      written_ += n;
+    }
     if (shot.fault != Fault::interrupted || half == 0) return inner_.pwrite(f, buf, n, off);
     // Interrupted after half the transfer; the retry writes the rest.
     CKPT_TRY(inner_.pwrite(f, bytes, half, off));
@@ -259,7 +269,7 @@ class FaultFs {
   Inner& inner_;
   mutable std::mutex mutex_;
   FaultPlan plan_;
-  std::uint64_t counted_ = 0, total_ = 0, faults_ = 0;
+  std::uint64_t counted_ = 0, total_ = 0, faults_ = 0, written_ = 0;
   std::string first_fault_;
   std::map<std::int64_t, std::string> paths_;  // handle -> path it was opened under, for messages
 };
