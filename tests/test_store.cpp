@@ -571,7 +571,13 @@ TEST_CASE_METHOD(StoreDir, "a reserved slot is the next save's file: bytes copie
     std::vector<unsigned char> back(w.size());
     REQUIRE(reader->read_tensor("w", back.data(), back.size()).ok());
     CHECK(back == w);
+    // The committed shard's bytes as its store keeps them mapped: a sender reads them there (spec/TIERS.md 4.2).
+    const std::string_view kept = (*store)->kept_mapping(shard_path(**store, step));
+    const auto& piece = reader->shard(0).index().pieces[0];
+    REQUIRE(kept.size() >= piece.data_offset + w.size());
+    CHECK(std::memcmp(kept.data() + piece.data_offset, w.data(), w.size()) == 0);
   }
+  CHECK((*store)->kept_mapping(path + "/JOURNAL").empty());  // not a file of the ring
   // The ring: the two steps kept and the one retired file in slots/, taken in turn; no other file was made.
   CHECK(files.size() == 3);
   CHECK(entries(fs, path + "/slots").size() == 1);

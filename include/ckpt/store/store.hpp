@@ -274,6 +274,9 @@ class Store {
   // takes that file, and its writer hashes the bytes it finds in place instead of writing them (a write()
   // from exactly there). Needs reuse_files and an Fs that maps; between transactions only.
   [[nodiscard]] Result<std::vector<unsigned char*>> reserve_slot(const std::vector<std::uint64_t>& sizes);
+  // The mapping reserve_slot keeps of `file` when that is one of this store's files (a step's shard written
+  // in place, by file identity), else empty: its bytes read where they were copied, not mapped again.
+  [[nodiscard]] std::string_view kept_mapping(const std::string& file);
   // Writes RETIRE for the live commit of this step number, then removes its files.
   [[nodiscard]] Status retire(std::uint64_t step);
   // Takes the live commit of this step number out of the store without removing its files (a copy found

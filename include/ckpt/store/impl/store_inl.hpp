@@ -367,6 +367,15 @@ CKPT_INLINE Result<std::vector<unsigned char*>> Store::reserve_slot(const std::v
   return at;
 }
 
+CKPT_INLINE std::string_view Store::kept_mapping(const std::string& file) {
+  if (slot_maps_.empty()) return {};
+  const auto st = fs().stat(file);
+  if (!st.ok() || st->id == 0) return {};
+  for (const auto& m : slot_maps_)
+    if (m.id == st->id) return std::string_view(reinterpret_cast<const char*>(m.map.data()), m.map.size());
+  return {};
+}
+
 CKPT_INLINE Status Store::retire(std::uint64_t step) {
   CKPT_TRY(check_writable());
   std::vector<std::uint64_t> victims;

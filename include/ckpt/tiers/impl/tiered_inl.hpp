@@ -140,6 +140,9 @@ struct ShardSource {
   // verdict names the bad copy). none: a capture hashed as it was written; the receiver's digest check
   // covers every byte end to end (spec/TIERS.md 4.3), so a second hash would only slow replication.
   ReadCheck check = ReadCheck::touched;
+  // With check none: the whole shard file as the store that wrote it in place keeps it mapped (empty: each
+  // piece is mapped, or read, for the send).
+  std::string_view mapped;
 };
 
 // Returns a transport failure (the stream is broken); a copy that cannot be read or does not verify is
@@ -181,7 +184,10 @@ struct ShardSource {
     const unsigned char* bytes = nullptr;
     std::optional<Mapping> mapping;
     Status got;
-    if (r.fs().can_map() && length > 0) {
+    const std::uint64_t at = index.pieces[k].data_offset;
+    if (src.check == ReadCheck::none && at <= src.mapped.size() && length <= src.mapped.size() - at) {
+      bytes = reinterpret_cast<const unsigned char*>(src.mapped.data()) + at;
+    } else if (r.fs().can_map() && length > 0) {
       auto m = r.map_piece(k, src.check);
       if (m.ok()) mapping.emplace(std::move(*m)), bytes = mapping->data();
       else got = m.status();
@@ -787,6 +793,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   std::vector<int> holders = placement_.holders[me];
   std::vector<int> sources = placement_.held_by(static_cast<int>(me));
   detail::ShardSource src{own_->path() + " step " + std::to_string(step), &mine->shard(0), mine->state(), ReadCheck::none};
+  if (mine) src.mapped = own_->kept_mapping(mine->shard(0).path());  // the capture's own pages, already mapped
   std::vector<TierRecord> held_records;
   Status receive_failure;
   phase("replicating", step);
