@@ -44,6 +44,8 @@ struct Job {
   std::function<void(int rank)> after_resume = {};  // each rank, once its resume() returned
   bool over_gloo = false;  // the tiers talk over a GlooComm the ThreadComm bootstraps (spec/TIERS.md 4.7)
   std::uint64_t elems = kElems;  // floats per tensor
+  std::uint64_t norm = 0;        // floats of a replicated tensor every rank holds (the SDC canary's); 0: none
+  std::function<void(int rank, std::uint64_t step, tier_trainer::Trainer&)> before_step = {};  // after train(step)
 };
 
 struct JobResult {
@@ -53,6 +55,7 @@ struct JobResult {
   std::vector<std::vector<TierRecord>> records;
   std::vector<std::vector<std::string>> notes;
   std::vector<std::uint64_t> written;  // bytes each rank handed to pwrite
+  std::vector<std::vector<float>> norms;  // each rank's replicated tensor at the end
   [[nodiscard]] bool ok() const {
     for (const auto& e : errors)
       if (!e.ok()) return false;
@@ -93,6 +96,7 @@ JobResult run(const Job& job) {
   out.records.resize(static_cast<std::size_t>(world));
   out.notes.resize(static_cast<std::size_t>(world));
   out.written.resize(static_cast<std::size_t>(world));
+  out.norms.resize(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
@@ -126,6 +130,7 @@ JobResult run(const Job& job) {
 #endif
       if (!tiers.ok()) return fail(tiers.status());
       tier_trainer::Trainer trainer(job.elems, world, r);
+      if (job.norm != 0) trainer.with_norm(job.norm);
       auto resumed = (*tiers)->resume([&](TierView& v) {
         if (job.before_load) CKPT_TRY(job.before_load(r, v));
         return trainer.load(v);
@@ -135,15 +140,17 @@ JobResult run(const Job& job) {
       if (job.after_resume) job.after_resume(r);
       for (std::uint64_t s = resumed->next_step() == 0 ? 1 : resumed->next_step(); s <= job.run_to; ++s) {
         trainer.train(s);
+        if (job.before_step) job.before_step(r, s, trainer);
         auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
         if (!step.ok()) return fail(step.status());
       }
       Status waited = (*tiers)->wait();
-      if (!waited.ok()) return fail(waited);
       out.records[i] = (*tiers)->records();
+      if (!waited.ok()) return fail(waited);
       out.notes[i] = (*tiers)->notes();
       out.slices[i] = trainer.bytes();
       out.written[i] = fs.written_bytes();
+      out.norms[i] = trainer.norm;
     });
   for (auto& t : threads) t.join();
   return out;
@@ -327,6 +334,104 @@ TEST_CASE("a replica is copied from the message into its held store's mapped fil
     INFO("rank " << rank << " wrote " << r.written[rank] << " bytes by pwrite over 5 captures of a " << shard_bytes << "-byte shard");
     CHECK(r.written[rank] < shard_bytes);  // the 5 replicas it received, written, would be 5 shards' bytes
   }
+}
+
+TEST_CASE("the SDC canary: a bit flipped in one rank's replicated tensor is named by rank, tensor and chunk; that step is in no "
+          "tier and the job resumes from the last agreeing one, bit-identical",
+          "[tiered][sdc]") {
+  // spec/TIERS.md 12: every rank holds "norm" (3000 floats: three 4 KiB chunks, the last shorter); rank 0 writes
+  // it, every other rank's digests of it come from step(). Rank 2's copy gets a bit flipped before capture 6.
+  std::mutex mutex;
+  std::vector<SdcFinding> found;
+  Job job{fresh_dir("sdc"), kFourNodes, 6, {}, [&](TierOptions& o) {
+            o.on_sdc = [&](const SdcFinding& f) {
+              std::lock_guard<std::mutex> lock(mutex);
+              found.push_back(f);
+            };
+          }};
+  job.norm = 3000;
+  job.before_step = [](int rank, std::uint64_t step, tier_trainer::Trainer& t) {
+    if (rank == 2 && step == 6) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &t.norm[1500], 4);  // byte 6000: chunk 1
+      bits ^= 1u << 7;
+      std::memcpy(&t.norm[1500], &bits, 4);
+    }
+  };
+  auto r = run(job);
+  for (std::size_t rank = 0; rank < r.errors.size(); ++rank) {
+    INFO("rank " << rank << ": " << r.errors[rank].to_string());
+    CHECK(r.errors[rank].code() == Code::corrupt);
+    CHECK_THAT(r.errors[rank].message(), Catch::Contains("silent data corruption at step 6") && Catch::Contains("rank 2 differs"));
+  }
+  REQUIRE(found.size() == 4);  // every rank was told
+  for (const auto& f : found) {
+    CHECK(f.step == 6);
+    CHECK(f.tensor == "norm");
+    CHECK(f.chunk == 1);
+    CHECK(f.chunks_differing == 1);
+    CHECK(f.odd_rank == 2);
+    REQUIRE(f.digests.size() == 4);
+    CHECK(f.digests[0].second == f.digests[1].second);
+    CHECK(f.digests[2].second != f.digests[0].second);
+  }
+  // Step 6 is in no tier: every log says SDC and none CAPTURED; the own stores hold step 4 only as the newest.
+  for (const auto& records : r.records) {
+    std::size_t sdc = 0, captured = 0;
+    for (const auto& rec : records) {
+      sdc += rec.event == TierEvent::sdc && rec.step == 6 ? 1 : 0;
+      captured += rec.event == TierEvent::captured && rec.step == 6 ? 1 : 0;
+    }
+    CHECK(sdc == 1);
+    CHECK(captured == 0);
+  }
+  // The relaunched job resumes from step 4, the newest every holder agreed on, and ends as an uninterrupted run.
+  Job next{job.dir, kFourNodes, 10, {}, {}};
+  next.norm = 3000;
+  auto resumed = run(next);
+  check_final(resumed, 10);
+  for (const auto& res : resumed.resumed) CHECK(res.step == 4);
+  tier_trainer::Trainer reference(kElems, 1, 0);
+  reference.with_norm(3000);
+  for (std::uint64_t s = 1; s <= 10; ++s) reference.train(s);
+  for (const auto& n : resumed.norms) CHECK(n == reference.norm);
+}
+
+TEST_CASE("a replicated tensor goes to the persistent store from its owner alone; a resume from there reads it from the owner's shard",
+          "[tiered][sdc]") {
+  // spec/TIERS.md 12.1: every holder keeps "norm" in its memory shard; the persistent step's pieces never overlap.
+  Job first{fresh_dir("replicated-persistent"), kFourNodes, 8, {}, {}};
+  first.norm = 3000;
+  auto r = run(first);
+  INFO(r.first_error());
+  REQUIRE(r.ok());
+  {
+    PosixFs fs;
+    auto p = Store::open(fs, (first.dir / "persistent").string(), Access::read_only);
+    REQUIRE(p.ok());
+    auto step8 = (*p)->open_step(8);
+    REQUIRE(step8.ok());
+    REQUIRE(step8->shard_count() == 4);
+    CHECK(step8->shard(0).index().find_tensor("norm") != nullptr);
+    for (std::size_t k = 1; k < 4; ++k) CHECK(step8->shard(k).index().find_tensor("norm") == nullptr);
+    auto verified = (*p)->verify_step(8);
+    REQUIRE(verified.ok());
+    CHECK(verified->ok());
+  }
+  for (const auto& n : kFourNodes) fsys::remove_all(first.dir / ("node-" + n));  // every memory root lost
+  Job next{first.dir, kFourNodes, 10, {}, {}};
+  next.norm = 3000;
+  auto resumed = run(next);
+  check_final(resumed, 10);
+  for (const auto& res : resumed.resumed) {
+    CHECK(res.step == 8);
+    REQUIRE_FALSE(res.sources.empty());
+    CHECK_THAT(res.sources[0], Catch::Contains("persistent"));
+  }
+  tier_trainer::Trainer reference(kElems, 1, 0);
+  reference.with_norm(3000);
+  for (std::uint64_t s = 1; s <= 10; ++s) reference.train(s);
+  for (const auto& n : resumed.norms) CHECK(n == reference.norm);
 }
 
 TEST_CASE("a restarted job resumes from its own memory and ends bit-identical", "[tiered]") {

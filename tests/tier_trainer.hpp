@@ -22,6 +22,9 @@ inline std::uint64_t mix(std::uint64_t x) {
 struct Trainer {
   std::uint64_t elems = 0, begin = 0, count = 0;
   std::vector<float> w, m;
+  // Optional: a tensor every rank holds the same bytes of (a norm's weight), saved as replicated (owner rank 0)
+  // for the SDC canary; updated from the step and the RNG only, so every rank's copy stays bit-identical.
+  std::vector<float> norm;
   std::uint64_t rng = 0x9e3779b97f4a7c15ULL;
   std::uint64_t data_offset = 0;
   std::string rng_bytes;  // the RNG as the state saves it
@@ -43,7 +46,10 @@ struct Trainer {
       m[i] = 0.9f * m[i] + 0.1f * g;
       w[i] -= 0.01f * m[i];
     }
+    for (std::uint64_t i = 0; i < norm.size(); ++i) norm[i] += static_cast<float>(mix(rng ^ ~i) % 101) / 100000.0f;
   }
+
+  void with_norm(std::uint64_t n) { norm.assign(n, 1.0f); }
 
   void fill(ckpt::SaveRequest& r) {
     r.add_piece("w", ckpt::DType::F32, {elems}, {begin}, {count}, w.data(), count * sizeof(float));
@@ -51,6 +57,7 @@ struct Trainer {
     t.name = "adam.m", t.dtype = ckpt::DType::F32, t.global_shape = {elems}, t.offsets = {begin}, t.local_shape = {count};
     t.data = m.data(), t.size = count * sizeof(float), t.optimizer = true;
     r.add(std::move(t));
+    if (!norm.empty()) r.add_replicated_tensor("norm", ckpt::DType::F32, {norm.size()}, norm.data(), norm.size() * sizeof(float));
     rng_bytes.assign(reinterpret_cast<const char*>(&rng), sizeof rng);
     r.state().rng = rng_bytes;
     r.state().data.offset = data_offset;
@@ -59,6 +66,7 @@ struct Trainer {
   ckpt::Status load(ckpt::tiers::TierView& v) {
     CKPT_TRY(v.read_slice("w", {begin}, {count}, w.data(), count * sizeof(float)));
     CKPT_TRY(v.read_slice("adam.m", {begin}, {count}, m.data(), count * sizeof(float)));
+    if (!norm.empty()) CKPT_TRY(v.read_tensor("norm", norm.data(), norm.size() * sizeof(float)));
     if (v.state().rng.size() != sizeof rng) return ckpt::make_error(ckpt::Code::corrupt, "rng state of the wrong size");
     std::memcpy(&rng, v.state().rng.data(), sizeof rng);
     data_offset = v.state().data.offset;

@@ -455,6 +455,19 @@ struct FileOutcome {
   return j;
 }
 
+// An SDC record's finding (spec/TIERS.md 12.2), or the reason it does not decode.
+[[nodiscard]] inline json sdc_json(const tiers::TierRecord& r) {
+  auto f = tiers::decode_sdc(r, "");
+  if (!f.ok()) return json{{"error", f.status().message()}};
+  json holders = json::array();
+  for (const auto& [rank, digest] : f->digests) holders.push_back({{"rank", rank}, {"digest", hex64(digest)}});
+  return {{"tensor", f->tensor},
+          {"chunk", f->chunk},
+          {"chunks_differing", f->chunks_differing},
+          {"odd_rank", f->odd_rank == tiers::SdcFinding::kNoRank ? json(nullptr) : json(f->odd_rank)},
+          {"holders", std::move(holders)}};
+}
+
 [[nodiscard]] inline json memory_step_json(const tiers::MemoryRoot& root, const tiers::MemoryStep& s, bool verified) {
   json shards = json::array();
   for (const auto& sh : s.shards) {
@@ -471,7 +484,9 @@ struct FileOutcome {
                       {"shard", e.record.shard},
                       {"txn", e.record.txn},
                       {"copies", e.record.copies},
-                      {"detail", e.record.event == tiers::TierEvent::captured ? json(nullptr) : json(e.record.detail)},
+                      {"detail", e.record.event == tiers::TierEvent::captured ? json(nullptr)
+                                 : e.record.event == tiers::TierEvent::sdc     ? sdc_json(e.record)
+                                                                               : json(e.record.detail)},
                       {"text", e.record.describe()}});
   return {{"step", s.step},
           {"digest", digest_json(s.digest)},
@@ -481,6 +496,7 @@ struct FileOutcome {
           {"replicated_copies", s.replicated_copies},
           {"persisted", s.persisted},
           {"load_failed", s.load_failed},
+          {"sdc", s.sdc},
           {"resumed", s.resumed},
           {"set_aside", s.set_aside},
           {"shards_here", s.shards_here()},

@@ -64,6 +64,9 @@ struct SaveTensor {
   std::size_t size = 0;        // bytes: exactly the piece's
   bool optimizer = false;      // listed in the step's optimizer tensors
   bool on_device = false;      // copied by AsyncSaveOptions::device
+  // >= 0: every rank holds these same bytes and only this rank writes them; the tiers compare every
+  // holder's digests of them (the SDC canary, spec/TIERS.md 12). -1: this rank's own tensor.
+  std::int32_t replica_owner = -1;
 };
 
 // What one save holds: tensors (their memory is read only during save()) and the training state.
@@ -90,6 +93,24 @@ class SaveRequest {
     t.data = data;
     t.size = size;
     return add(std::move(t));
+  }
+  // A tensor every rank holds the same bytes of (a data-parallel replica, a norm under tensor parallelism):
+  // written by `owner` only, and with the tiers each holder's digests of it are compared (spec/TIERS.md 12).
+  SaveRequest& add_replicated_tensor(std::string name, DType dtype, const Shape& shape, const void* data, std::size_t size,
+                                     int owner = 0) {
+    add_tensor(std::move(name), dtype, shape, data, size);
+    tensors_.back().replica_owner = owner;
+    return *this;
+  }
+  // Takes out the replicated tensors a rank other than `rank` owns (that rank writes them), returning them.
+  std::vector<SaveTensor> take_replicas_of_others(int rank) {
+    std::vector<SaveTensor> taken, kept;
+    for (auto& t : tensors_) {
+      if (t.replica_owner >= 0 && t.replica_owner != rank) bytes_ -= t.size, taken.push_back(std::move(t));
+      else kept.push_back(std::move(t));
+    }
+    tensors_ = std::move(kept);
+    return taken;
   }
   SaveRequest& add(SaveTensor t) {
     bytes_ += t.size;

@@ -88,6 +88,7 @@ struct MemoryStep {
   std::vector<ShardCopies> shards;     // world entries when known, else the shards seen, by shard
   std::vector<RecordedEvent> events;   // every record about it, by rank directory, in log order
   bool captured = false, replicated = false, persisted = false, load_failed = false, resumed = false;
+  bool sdc = false;  // the canary found its replicated tensors' holders disagreeing (spec/TIERS.md 12)
   std::uint32_t replicated_copies = 0;  // the fewest copies a REPLICATED record gives every shard
   std::size_t set_aside = 0;            // copies set aside
   PersistentState persistent = PersistentState::not_checked;

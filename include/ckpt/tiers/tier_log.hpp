@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../core/config.hpp"
@@ -40,8 +42,9 @@ enum class TierEvent : std::uint16_t {
   load_failed = 7,  // the job could not load this (step, digest): never chosen again (Megatron-LM #5281)
   resumed = 8,      // the job resumed this (step, digest)
   skipped = 9,      // a capture due at this step was not taken: the previous one was still in the background
+  sdc = 10,         // ranks holding the same bytes disagreed on them (silent data corruption): never a step of any tier
 };
-[[nodiscard]] constexpr EnumBounds<TierEvent> enum_bounds(TierEvent) noexcept { return {TierEvent::captured, TierEvent::skipped}; }
+[[nodiscard]] constexpr EnumBounds<TierEvent> enum_bounds(TierEvent) noexcept { return {TierEvent::captured, TierEvent::sdc}; }
 [[nodiscard]] const char* tier_event_name(TierEvent e) noexcept;
 
 struct TierRecord {
@@ -52,7 +55,7 @@ struct TierRecord {
   Digest128 step_digest, shard_digest;
   std::uint64_t txn = 0;    // the store transaction the record is about (memory, held or persistent)
   std::uint32_t copies = 0;
-  std::string detail;       // captured: world x 16-byte shard digests; set_aside/load_failed: why
+  std::string detail;       // captured: world x 16-byte shard digests; set_aside/load_failed: why; sdc: encode_sdc
   std::uint64_t offset = 0; // where it sits in the log (read back)
   [[nodiscard]] std::string describe() const;
 };
@@ -60,6 +63,25 @@ struct TierRecord {
 // The captured record's detail: every shard's digest, in rank order.
 [[nodiscard]] std::string encode_shard_digests(const std::vector<Digest128>& digests);
 [[nodiscard]] Result<std::vector<Digest128>> decode_shard_digests(const TierRecord& r, const std::string& where);
+
+// A canary's finding (spec/TIERS.md 12): the holders of a replicated tensor disagree on a chunk's digest.
+struct SdcFinding {
+  std::uint64_t step = 0;
+  std::string tensor;
+  std::uint64_t chunk = 0;             // the first chunk (of the tensor's bytes, chunk_size each) whose digests differ
+  std::uint64_t chunks_differing = 0;  // how many chunks differ in all
+  std::uint32_t odd_rank = kNoRank;    // the one holder whose digest differs from every other's (3 or more holders)
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> digests;  // each holder's (rank, digest of that chunk)
+  static constexpr std::uint32_t kNoRank = 0xffffffffu;
+  [[nodiscard]] std::string describe() const;
+};
+// The SDC record's detail: u32 name length, name, u64 chunk, u64 chunks differing, u32 odd rank, u32 holders,
+// then per holder u32 rank and u64 digest (little endian).
+[[nodiscard]] std::string encode_sdc(const SdcFinding& f);
+[[nodiscard]] Result<SdcFinding> decode_sdc(const TierRecord& r, const std::string& where);
+// Compares each replicated tensor's chunk digests across its holders: (name, rank, digests) per holder.
+[[nodiscard]] std::vector<SdcFinding> compare_replicas(
+    std::uint64_t step, const std::vector<std::tuple<std::string, std::uint32_t, std::vector<std::uint64_t>>>& held);
 
 // Reads a tier log without writing; a missing log is an empty one. Mid-log damage is Code::corrupt.
 [[nodiscard]] Result<std::vector<TierRecord>> read_tier_log(FsRef fs, const std::string& dir);

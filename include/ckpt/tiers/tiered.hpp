@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -103,6 +104,10 @@ struct TierOptions {
   // Test and fault-injection hook: called on the rank at named points of its work (spec/TIERS.md 9).
   // Phases: "captured", "replicating", "promoting", "resuming", "refilling" (the resume's background refill).
   std::function<void(const char* phase, std::uint64_t step)> on_phase;
+  // The SDC canary (spec/TIERS.md 12): called on every rank's background thread for each finding, after its
+  // SDC record is durable; the step is then no step of any tier, and the next step() or wait() returns
+  // Code::corrupt ("silent data corruption ...").
+  std::function<void(const SdcFinding&)> on_sdc;
 };
 
 // The policy's decision for one step.
@@ -156,6 +161,10 @@ class TierView {
   std::uint32_t world_ = 0;
   TrainingState state_;
   std::vector<ShardReader*> shards_;  // each verified whole just before the load: reads hash nothing again
+  // The other shards of a loaded persistent step, for a tensor no loaded shard holds (a replicated tensor only
+  // its owner wrote there, spec/TIERS.md 12.1): read with every chunk verified.
+  std::vector<ShardReader*> others_;
+  [[nodiscard]] std::pair<ShardReader*, const TensorRecord*> find(std::string_view name) const;
 };
 
 class TieredCheckpointer {
@@ -228,7 +237,20 @@ class TieredCheckpointer {
   void note(std::string text);
   void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
-  [[nodiscard]] Result<std::vector<Digest128>> agree_on_capture(std::uint64_t step, const Status& local, const Digest128& my_digest);
+  // Replicated tensors of one capture (spec/TIERS.md 12.1): each with this rank's chunk digests, read from
+  // the committed memory shard's index (every holder keeps its copy there).
+  struct CanaryTensor {
+    std::string name;
+    std::uint32_t owner = 0;  // the rank whose copy goes to the persistent store
+    std::vector<std::uint64_t> digests;
+  };
+  [[nodiscard]] std::vector<CanaryTensor> canary_of(std::uint64_t step, const StepReader* mine);
+  // Every rank's capture status, shard digest and replicated tensors' digests to rank 0; back the shard
+  // digests (or the first rank's failure) and the canary's findings.
+  [[nodiscard]] Result<std::vector<Digest128>> agree_on_capture(std::uint64_t step, const Status& local, const Digest128& my_digest,
+                                                                const std::vector<CanaryTensor>& canary, std::vector<SdcFinding>& findings);
+  // Every rank: the findings recorded (SDC), the step retired from its own memory, on_sdc told.
+  [[nodiscard]] Status report_sdc(std::uint64_t step, const std::vector<Digest128>& shards, const std::vector<SdcFinding>& findings);
   [[nodiscard]] Status retire_memory(const std::vector<int>& sources, std::size_t keep);
   // Retention of one memory store (its newest `keep` steps) and a step's leaving one: a copy this rank's log
   // records as set aside leaves into quarantine/ instead of being retired, never deleted (spec/TIERS.md 5.2).
@@ -240,7 +262,9 @@ class TieredCheckpointer {
   [[nodiscard]] std::size_t ring_steps() const noexcept { return std::max<std::size_t>(options_.memory_keep, 2); }
   [[nodiscard]] Status leave_memory(Store& store, const StepInfo& info);
   [[nodiscard]] bool recorded_set_aside(const Store& store, const StepInfo& info) const;
-  [[nodiscard]] Status promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest, const Digest128& digest);
+  // owners_write: replicated tensors another rank owns, left out of this rank's persistent shard.
+  [[nodiscard]] Status promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest, const Digest128& digest,
+                               const std::set<std::string>& owners_write);
   // The promoter thread (spec/TIERS.md 4.4): the queued promotions, in step order, on promotion_.
   void run_promotions();
   // A promotion of this own step is queued or running: its file is not retired meanwhile.
@@ -268,6 +292,7 @@ class TieredCheckpointer {
     std::uint64_t step = 0;
     std::shared_ptr<StepReader> mine;
     Digest128 my_digest, digest;
+    std::set<std::string> owners_write;
   };
   mutable std::mutex promote_mutex_;
   std::condition_variable promote_cv_;
@@ -275,6 +300,8 @@ class TieredCheckpointer {
   bool promoter_stop_ = false;
   std::thread promoter_;
   std::deque<std::uint64_t> recent_;  // the newest ring_steps() - 1 captures: the next capture retires none of them
+  std::mutex canary_mutex_;
+  std::map<std::uint64_t, std::vector<CanaryTensor>> canary_;  // step() to the worker, by step
   TierOptions options_;
   Topology topology_;
   Placement placement_;

@@ -385,7 +385,8 @@ namespace detail {
                 st.set_aside ? (", " + std::to_string(st.set_aside) + " set aside").c_str() : "");
     s += "  recorded: " + events_line(st) + "\n";
     for (const auto& e : st.events)
-      if (e.record.event == tiers::TierEvent::set_aside || e.record.event == tiers::TierEvent::load_failed)
+      if (e.record.event == tiers::TierEvent::set_aside || e.record.event == tiers::TierEvent::load_failed ||
+          e.record.event == tiers::TierEvent::sdc)
         s += format("    rank-%u: %s\n", e.rank_dir, printable(e.record.describe()).c_str());
     if (st.persistent != tiers::PersistentState::not_checked)
       s += std::string("  persistent: ") + tiers::persistent_state_name(st.persistent) +

@@ -270,6 +270,19 @@ CKPT_INLINE void place_records(MemoryRoot& root, std::map<RootStepKey, MemorySte
         case TierEvent::persisted: s.persisted = true; break;
         case TierEvent::load_failed: s.load_failed = true; break;
         case TierEvent::resumed: s.resumed = true; break;
+        case TierEvent::sdc: {
+          // Every rank records the same finding: one problem per step and finding, from the first log that has it.
+          const bool first = !s.sdc || std::none_of(s.events.begin(), s.events.end() - 1, [&](const RecordedEvent& e) {
+            return e.record.event == TierEvent::sdc && e.record.detail == r.detail;
+          });
+          s.sdc = true;
+          if (first)
+            root.problems.push_back(root_problem(label, rank, log_path, r.step, std::nullopt, 0,
+                                                 ::ckpt::detail::step_problem(make_error(Code::corrupt, log_path + ": silent data corruption at capture: " +
+                                                                                                         r.describe()),
+                                                                              "tier log", log_path)));
+          break;
+        }
         default: break;
       }
     }

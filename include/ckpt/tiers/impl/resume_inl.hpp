@@ -15,11 +15,15 @@ CKPT_INLINE std::vector<std::string> TierView::tensor_names() const {
   return std::vector<std::string>(names.begin(), names.end());
 }
 
-CKPT_INLINE const TensorRecord* TierView::find_tensor(std::string_view name) const {
-  for (const ShardReader* s : shards_)
-    if (const TensorRecord* t = s->index().find_tensor(name)) return t;
-  return nullptr;
+CKPT_INLINE std::pair<ShardReader*, const TensorRecord*> TierView::find(std::string_view name) const {
+  for (ShardReader* s : shards_)
+    if (const TensorRecord* t = s->index().find_tensor(name)) return {s, t};
+  for (ShardReader* s : others_)
+    if (const TensorRecord* t = s->index().find_tensor(name)) return {s, t};
+  return {nullptr, nullptr};
 }
+
+CKPT_INLINE const TensorRecord* TierView::find_tensor(std::string_view name) const { return find(name).second; }
 
 CKPT_INLINE Status TierView::read_tensor(std::string_view name, void* dst, std::size_t dst_size) {
   const TensorRecord* t = find_tensor(name);
@@ -28,9 +32,16 @@ CKPT_INLINE Status TierView::read_tensor(std::string_view name, void* dst, std::
 }
 
 CKPT_INLINE Status TierView::read_slice(std::string_view name, const Shape& offsets, const Shape& shape, void* dst, std::size_t dst_size) {
-  const TensorRecord* first = find_tensor(name);
+  const auto [holder, first] = find(name);
   if (first == nullptr) return make_error(Code::not_found, "step " + std::to_string(step_) + ": no tensor '" + std::string(name) + "'");
   CKPT_ASSIGN_OR_RETURN(const std::uint64_t elements, check_slice(*first, offsets, shape, dst_size));
+  // Only in another shard of a persistent step (a replicated tensor its owner wrote): read from there, verified.
+  if (std::find(shards_.begin(), shards_.end(), holder) == shards_.end()) {
+    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, holder->read_slice_partial(*first, offsets, shape, dst, ReadCheck::touched));
+    if (n == elements) return Status();
+    return make_error(Code::incomplete, holder->path() + ": tensor '" + first->name + "' holds " + std::to_string(n) + " of the " +
+                                            std::to_string(elements) + " requested elements");
+  }
   std::uint64_t copied = 0;
   for (ShardReader* s : shards_) {
     const TensorRecord* t = s->index().find_tensor(name);
@@ -39,6 +50,8 @@ CKPT_INLINE Status TierView::read_slice(std::string_view name, const Shape& offs
       return make_error(Code::corrupt, s->path() + ": tensor '" + t->name + "' differs in dtype or shape from another shard of step " +
                                            std::to_string(step_));
     CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->read_slice_partial(*t, offsets, shape, dst, ReadCheck::none));
+    // A replicated tensor is whole in several shards (every holder's memory copy, spec/TIERS.md 12.1): one is read.
+    if (copied == 0 && n == elements) return Status();
     copied += n;
   }
   if (copied != elements)
@@ -125,8 +138,8 @@ CKPT_INLINE void scan_log(const std::vector<TierRecord>& records, const std::str
       auto shards = decode_shard_digests(r, where);
       if (shards.ok()) out.claims.push_back(Claim{r.step, r.step_digest, std::move(*shards)});
       else out.notes.push_back(shards.status().message());
-    } else if (r.event == TierEvent::load_failed) {
-      out.failed.insert(step_key(r.step, r.step_digest));
+    } else if (r.event == TierEvent::load_failed || r.event == TierEvent::sdc) {
+      out.failed.insert(step_key(r.step, r.step_digest));  // never chosen again (7.3, 12.3)
     } else if (r.event == TierEvent::set_aside) {
       aside.insert({r.detail, r.txn});
     }
@@ -282,7 +295,7 @@ struct Decision {
                                            std::uint64_t* verified = nullptr) {
   auto reader = open_copy(c);
   ShardSource src{c.store_path + " step " + std::to_string(c.step) + (reader.ok() ? "" : ": " + reader.status().message()),
-                  reader.ok() ? &reader->shard(c.shard_in_step) : nullptr, reader.ok() ? reader->state() : TrainingState()};
+                  reader.ok() ? &reader->shard(c.shard_in_step) : nullptr, reader.ok() ? reader->state() : TrainingState(), ReadCheck::touched, {}};
   Status copy_failure;
   Status sent = send_shard(comm, src, agreed.step, c.shard, static_cast<std::uint32_t>(agreed.shards.size()), agreed.digest, c.digest, dest,
                            tag, block, &copy_failure);
@@ -769,7 +782,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
         for (const auto& p : decision.plan) {
           if (p.how != detail::How::shared || p.holder != me) continue;
           detail::ShardSource src{"shard " + std::to_string(p.shard) + ": rank " + std::to_string(me) + " has no verified copy", nullptr,
-                                  TrainingState(), ReadCheck::none};
+                                  TrainingState(), ReadCheck::none, {}};
           auto v = verified.find(p.shard);
           if (v != verified.end()) src.where = v->second.first->path(), src.reader = v->second.first, src.state = *v->second.second;
           // The receiver's memory store holds one shard of the step, also when the verifier read a whole persistent step (2.1).
@@ -820,6 +833,9 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_view() {
   view.step_ = decision.step;
   view.world_ = static_cast<std::uint32_t>(decision.shards.size());
   for (auto& [s, r] : loaded) view.shards_.push_back(r);
+  for (auto& step : open_steps)
+    for (std::size_t k = 0; k < step->shard_count(); ++k)
+      if (std::find(view.shards_.begin(), view.shards_.end(), &step->shard(k)) == view.shards_.end()) view.others_.push_back(&step->shard(k));
   const std::uint32_t whose = decision.shards.size() == world ? me : 0;  // a rank of the step that still exists
   const std::string where = "step " + std::to_string(decision.step);
   const TensorRecord* st = view.find_tensor(layout::state_tensor(whose));

@@ -10,7 +10,7 @@ namespace ckpt::tiers {
 
 CKPT_INLINE const char* tier_event_name(TierEvent e) noexcept {
   // Upper case like the journal's record types, the unknown one too.
-  return enum_name(e, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED", "SET_ASIDE", "LOAD_FAILED", "RESUMED", "SKIPPED"},
+  return enum_name(e, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED", "SET_ASIDE", "LOAD_FAILED", "RESUMED", "SKIPPED", "SDC"},
                    "UNKNOWN");
 }
 
@@ -20,7 +20,85 @@ CKPT_INLINE std::string TierRecord::describe() const {
   if (txn != 0) s += " txn " + std::to_string(txn);
   if (event == TierEvent::replicated) s += " copies " + std::to_string(copies);
   if ((event == TierEvent::set_aside || event == TierEvent::load_failed) && !detail.empty()) s += ": " + detail;
+  if (event == TierEvent::sdc) {
+    auto f = decode_sdc(*this, "");
+    s += ": " + (f.ok() ? f->describe() : f.status().message());
+  }
   return s;
+}
+
+CKPT_INLINE std::string SdcFinding::describe() const {
+  std::string s = "tensor '" + tensor + "' chunk " + std::to_string(chunk);
+  if (chunks_differing > 1) s += " (and " + std::to_string(chunks_differing - 1) + " more chunks)";
+  s += odd_rank != kNoRank ? ": rank " + std::to_string(odd_rank) + " differs from every other holder" : ": the holders disagree";
+  std::string list;
+  for (const auto& [rank, digest] : digests) list += (list.empty() ? "" : ", ") + std::to_string(rank) + "=" + hex64(digest);
+  return s + " (rank=digest: " + list + ")";
+}
+
+CKPT_INLINE std::string encode_sdc(const SdcFinding& f) {
+  Encoder out;
+  out.u32(static_cast<std::uint32_t>(f.tensor.size()));
+  out.bytes(f.tensor);
+  out.u64(f.chunk), out.u64(f.chunks_differing), out.u32(f.odd_rank), out.u32(static_cast<std::uint32_t>(f.digests.size()));
+  for (const auto& [rank, digest] : f.digests) out.u32(rank), out.u64(digest);
+  return std::move(out.str());
+}
+
+CKPT_INLINE Result<SdcFinding> decode_sdc(const TierRecord& r, const std::string& where) {
+  SdcFinding f;
+  f.step = r.step;
+  Decoder d(reinterpret_cast<const unsigned char*>(r.detail.data()), r.detail.size());
+  std::uint32_t name_length = 0, holders = 0;
+  bool ok = d.u32(name_length) && d.str(name_length, f.tensor) && d.u64(f.chunk) && d.u64(f.chunks_differing) && d.u32(f.odd_rank) &&
+            d.u32(holders) && holders <= d.remaining() / 12;
+  for (std::uint32_t i = 0; ok && i < holders; ++i) {
+    std::uint32_t rank = 0;
+    std::uint64_t digest = 0;
+    ok = d.u32(rank) && d.u64(digest);
+    f.digests.emplace_back(rank, digest);
+  }
+  if (!ok || d.remaining() != 0)
+    return make_error(Code::corrupt, where + (where.empty() ? "" : ": ") + "SDC record of step " + std::to_string(r.step) + ": " +
+                                         std::to_string(r.detail.size()) + " bytes of detail do not decode (spec/TIERS.md 12.2)");
+  return f;
+}
+
+CKPT_INLINE std::vector<SdcFinding> compare_replicas(
+    std::uint64_t step, const std::vector<std::tuple<std::string, std::uint32_t, std::vector<std::uint64_t>>>& held) {
+  std::map<std::string, std::vector<std::pair<std::uint32_t, const std::vector<std::uint64_t>*>>> by_name;
+  for (const auto& [name, rank, digests] : held) by_name[name].emplace_back(rank, &digests);
+  std::vector<SdcFinding> out;
+  for (const auto& [name, holders] : by_name) {
+    if (holders.size() < 2) continue;
+    std::size_t chunks = 0;
+    for (const auto& h : holders) chunks = std::max(chunks, h.second->size());
+    // A holder with fewer chunks differs from the others at the first one it lacks (digest 0 stands for none).
+    const auto digest_at = [](const std::vector<std::uint64_t>& v, std::size_t c) { return c < v.size() ? v[c] : 0; };
+    SdcFinding f;
+    f.step = step, f.tensor = name;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      bool same = true;
+      for (const auto& h : holders) same = same && digest_at(*h.second, c) == digest_at(*holders.front().second, c);
+      if (same) continue;
+      if (f.chunks_differing++ > 0) continue;
+      f.chunk = c;
+      for (const auto& h : holders) f.digests.emplace_back(h.first, digest_at(*h.second, c));
+    }
+    if (f.chunks_differing == 0) continue;
+    // The odd one out: every holder but one agrees (needs three holders to say which).
+    if (holders.size() >= 3)
+      for (const auto& [rank, digest] : f.digests) {
+        std::size_t equal = 0;
+        for (const auto& other : f.digests) equal += other.second == digest ? 1 : 0;
+        const bool others_agree = std::all_of(f.digests.begin(), f.digests.end(), [&, r = rank, d = digest](const auto& o) {
+          return o.first == r || o.second == f.digests[f.digests.front().first == r ? 1 : 0].second;
+        });
+        if (equal == 1 && others_agree) f.odd_rank = rank;
+      }
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 CKPT_INLINE std::string encode_shard_digests(const std::vector<Digest128>& digests) {

@@ -383,13 +383,15 @@ template <class SendAll, class ReceiveAll>
 // writer, whose digests must be the capture's. A piece that cannot be read or differs abandons the step on
 // every rank: this rank aborts, the others' commit fails.
 template <class Tx>
-[[nodiscard]] Result<CommitResult> promote_shard(Tx& tx, ShardReader& shard, const TrainingState& state, std::uint64_t step) {
+[[nodiscard]] Result<CommitResult> promote_shard(Tx& tx, ShardReader& shard, const TrainingState& state, std::uint64_t step,
+                                                const std::set<std::string>& owners_write) {
   tx.state() = state;
   tx.state().values.erase(std::string(kPartialStepKey));  // the persistent step is whole
   Status copied;
   for (std::size_t k = 0; k < shard.index().pieces.size() && copied.ok(); ++k) {
     const PieceRecord& p = shard.index().pieces[k];
     const TensorRecord& t = shard.index().tensors[static_cast<std::size_t>(p.tensor)];
+    if (owners_write.count(t.name) != 0) continue;  // a replicated tensor: its owner's shard holds it
     copied = tx.begin_piece(t.name, t.dtype, t.shape, p.offsets, p.shape);
     if (!copied.ok()) break;
     if (p.data_length > 0) {
@@ -539,7 +541,7 @@ CKPT_INLINE void TieredCheckpointer::run_promotions() {
       if (promotions_.empty()) return;
       job = promotions_.front();  // stays queued, so its step stays pinned, until it ends
     }
-    Status s = promote(job.step, *job.mine, job.my_digest, job.digest);
+    Status s = promote(job.step, *job.mine, job.my_digest, job.digest, job.owners_write);
     if (!s.ok()) {
       promotion_->leave(s);  // the other ranks' promotions fail instead of waiting for this rank
       std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -614,10 +616,13 @@ CKPT_INLINE Status TieredCheckpointer::compact_log() {
   for (const auto& [s, store] : held_)
     for (const auto& info : store->steps()) oldest = std::min(oldest, info.step);
   std::size_t verdicts = 0;
-  for (const auto& r : log_->records()) verdicts += r.event == TierEvent::load_failed || r.event == TierEvent::set_aside ? 1 : 0;
+  const auto verdict = [](const TierRecord& r) {
+    return r.event == TierEvent::load_failed || r.event == TierEvent::set_aside || r.event == TierEvent::sdc;
+  };
+  for (const auto& r : log_->records()) verdicts += verdict(r) ? 1 : 0;
   std::size_t skip_verdicts = verdicts > 256 ? verdicts - 256 : 0;
   return log_->compact([&](const TierRecord& r) {
-    if (r.event == TierEvent::load_failed || r.event == TierEvent::set_aside) return skip_verdicts == 0 || (--skip_verdicts, false);
+    if (verdict(r)) return skip_verdicts == 0 || (--skip_verdicts, false);
     return oldest != UINT64_MAX && r.step >= oldest;
   });
 }
@@ -712,6 +717,15 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
   fill(request);
   request.state().step = step;
   const auto me = static_cast<std::uint32_t>(rank());
+  // The canary's replicated tensors (spec/TIERS.md 12.1): every holder keeps its copy in its own memory shard,
+  // so each holder's digests of it are the ones its writer computes as it hashes the capture.
+  std::vector<CanaryTensor> canary;
+  for (const auto& t : request.tensors())
+    if (t.replica_owner >= 0) canary.push_back(CanaryTensor{t.name, static_cast<std::uint32_t>(t.replica_owner), {}});
+  if (!canary.empty()) {
+    std::lock_guard<std::mutex> lock(canary_mutex_);
+    canary_[step] = std::move(canary);  // before the save: its worker may look for them at once
+  }
   Encoder state;
   encode_training_state(state, request.state());
   std::string state_bytes = std::move(state.str());
@@ -727,6 +741,10 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     CKPT_TRY(wire::agree(comm_, local));
   }
   auto ticket = saver_->save(std::move(request));
+  if (!ticket.ok() || ticket->skipped) {
+    std::lock_guard<std::mutex> lock(canary_mutex_);
+    canary_.erase(step);
+  }
   if (!ticket.ok()) {
     // The other ranks' workers would wait for this rank's part of the step: tell them (spec/SHARDING.md 3.4).
     comm_.leave(ticket.status());
@@ -777,7 +795,14 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     else local = reader.status();
   }
   if (local.ok()) phase("captured", step);
-  CKPT_ASSIGN_OR_RETURN(const std::vector<Digest128> shards, agree_on_capture(step, local, my_digest));
+  std::vector<SdcFinding> findings;
+  const std::vector<CanaryTensor> canary = canary_of(step, mine ? &*mine : nullptr);
+  CKPT_ASSIGN_OR_RETURN(const std::vector<Digest128> shards, agree_on_capture(step, local, my_digest, canary, findings));
+  if (!findings.empty()) return report_sdc(step, shards, findings);
+  // A replicated tensor goes to the persistent store from its owner only (spec/SHARDING.md 3.3: no overlap).
+  std::set<std::string> owners_write;
+  for (const auto& c : canary)
+    if (c.owner != me) owners_write.insert(c.name);
   const Digest128 digest = step_digest(step, shards);
   {
     std::lock_guard<std::mutex> lock(promote_mutex_);
@@ -792,7 +817,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   // 2. Replicas: this rank's shard to its holders; the shards it holds from their sources.
   std::vector<int> holders = placement_.holders[me];
   std::vector<int> sources = placement_.held_by(static_cast<int>(me));
-  detail::ShardSource src{own_->path() + " step " + std::to_string(step), &mine->shard(0), mine->state(), ReadCheck::none};
+  detail::ShardSource src{own_->path() + " step " + std::to_string(step), &mine->shard(0), mine->state(), ReadCheck::none, {}};
   if (mine) src.mapped = own_->kept_mapping(mine->shard(0).path());  // the capture's own pages, already mapped
   std::vector<TierRecord> held_records;
   Status receive_failure;
@@ -863,12 +888,12 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
   if (options_.persist_every > 0 && step % options_.persist_every == 0) {
     if (!promotion_) {
-      CKPT_TRY(promote(step, *mine, my_digest, digest));
+      CKPT_TRY(promote(step, *mine, my_digest, digest, owners_write));
     } else {
       // To the promoter, in step order: the next capture replicates meanwhile; the step's file is pinned.
       {
         std::lock_guard<std::mutex> lock(promote_mutex_);
-        promotions_.push_back(QueuedPromotion{step, std::make_shared<StepReader>(std::move(*mine)), my_digest, digest});
+        promotions_.push_back(QueuedPromotion{step, std::make_shared<StepReader>(std::move(*mine)), my_digest, digest, owners_write});
         if (!promoter_.joinable()) promoter_ = std::thread([this] { run_promotions(); });
       }
       promote_cv_.notify_all();
@@ -881,27 +906,71 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   return receive_failure;
 }
 
-// Every rank's capture of `step` (its status and shard digest) to rank 0, and back the shard digests
-// of every rank, or the first rank's failure: a step not captured on every rank is no step of the tier.
+CKPT_INLINE std::vector<TieredCheckpointer::CanaryTensor> TieredCheckpointer::canary_of(std::uint64_t step, const StepReader* mine) {
+  std::vector<CanaryTensor> canary;
+  {
+    std::lock_guard<std::mutex> lock(canary_mutex_);
+    auto it = canary_.find(step);
+    if (it == canary_.end()) return canary;
+    canary = std::move(it->second);
+    canary_.erase(it);
+  }
+  if (mine == nullptr) return {};
+  const Index& index = mine->shard(0).index();
+  for (auto& c : canary) {
+    // The digests the writer computed as it hashed the capture's bytes: no second pass (spec/TIERS.md 12.1).
+    const TensorRecord* t = index.find_tensor(c.name);
+    if (t == nullptr || t->piece_count != 1) continue;  // not in the shard: nothing of this rank to compare
+    const PieceRecord& p = index.pieces[static_cast<std::size_t>(t->piece_first)];
+    for (std::uint64_t k = 0; k < p.chunk_count; ++k) c.digests.push_back(index.chunks[static_cast<std::size_t>(p.chunk_first + k)].digest);
+  }
+  return canary;
+}
+
+// Every rank's capture of `step` (its status, shard digest and replicated tensors' chunk digests) to rank 0,
+// and back the shard digests of every rank, or the first rank's failure: a step not captured on every rank
+// is no step of the tier. Rank 0 compares the replicated tensors' digests across their holders (12.1).
 CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(std::uint64_t step, const Status& local,
-                                                                              const Digest128& my_digest) {
+                                                                              const Digest128& my_digest,
+                                                                              const std::vector<CanaryTensor>& canary,
+                                                                              std::vector<SdcFinding>& findings) {
   const auto world = static_cast<std::uint32_t>(this->world());
   Encoder report;
   wire::put_status(report, local);
   wire::put_digest(report, my_digest);
+  report.u32(static_cast<std::uint32_t>(canary.size()));
+  for (const auto& c : canary) {
+    wire::put_text(report, c.name);
+    report.u32(static_cast<std::uint32_t>(c.digests.size()));
+    for (const std::uint64_t d : c.digests) report.u64(d);
+  }
   CKPT_ASSIGN_OR_RETURN(auto gathered, comm_.gather(std::move(report.str()), 0));
   Encoder verdict;
   if (rank() == 0) {
     Status first;
     std::vector<Digest128> digests(world);
+    std::vector<std::tuple<std::string, std::uint32_t, std::vector<std::uint64_t>>> held;
     for (std::uint32_t r = 0; r < world; ++r) {
       Decoder d = wire::decoder(gathered[r]);
       Status s;
-      if (!wire::get_status(d, s) || !wire::get_digest(d, digests[r])) s = make_error(Code::corrupt, "undecodable capture report");
+      std::uint32_t tensors = 0;
+      bool ok = wire::get_status(d, s) && wire::get_digest(d, digests[r]) && d.u32(tensors);
+      for (std::uint32_t i = 0; ok && i < tensors; ++i) {
+        std::string name;
+        std::uint32_t n = 0;
+        ok = wire::get_text(d, name, journal::kMaxPayload) && d.u32(n) && n <= d.remaining() / 8;
+        std::vector<std::uint64_t> chunk_digests(ok ? n : 0);
+        for (auto& c : chunk_digests) ok = ok && d.u64(c);
+        if (ok) held.emplace_back(std::move(name), r, std::move(chunk_digests));
+      }
+      if (!ok) s = make_error(Code::corrupt, "undecodable capture report");
       if (!s.ok() && first.ok()) first = s.with_context("rank " + std::to_string(r) + " did not capture step " + std::to_string(step));
     }
     wire::put_status(verdict, first);
     for (const auto& d : digests) wire::put_digest(verdict, d);
+    const std::vector<SdcFinding> found = first.ok() ? compare_replicas(step, held) : std::vector<SdcFinding>{};
+    verdict.u32(static_cast<std::uint32_t>(found.size()));
+    for (const auto& f : found) wire::put_text(verdict, encode_sdc(f));
   }
   std::string verdict_bytes = std::move(verdict.str());
   CKPT_TRY(comm_.broadcast(verdict_bytes, 0));
@@ -910,9 +979,41 @@ CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(
   std::vector<Digest128> shards(world);
   bool decoded = wire::get_status(vd, captured);
   for (auto& d : shards) decoded = decoded && wire::get_digest(vd, d);
+  std::uint32_t found = 0;
+  decoded = decoded && vd.u32(found);
+  for (std::uint32_t i = 0; decoded && i < found; ++i) {
+    TierRecord r;
+    r.step = step;
+    decoded = wire::get_text(vd, r.detail, journal::kMaxPayload);
+    auto f = decoded ? decode_sdc(r, "capture verdict") : Result<SdcFinding>(make_error(Code::corrupt, ""));
+    decoded = decoded && f.ok();
+    if (decoded) findings.push_back(std::move(*f));
+  }
   if (!decoded) return make_error(Code::corrupt, "undecodable capture verdict");
   if (!captured.ok()) return captured;  // not captured on every rank: not a step of the memory tier
   return shards;
+}
+
+// A step whose replicated tensors' holders disagree is no step of any tier (spec/TIERS.md 12.3): recorded,
+// never replicated or promoted, its own copy retired at once; the job is told and resumes from an older one.
+CKPT_INLINE Status TieredCheckpointer::report_sdc(std::uint64_t step, const std::vector<Digest128>& shards,
+                                                  const std::vector<SdcFinding>& findings) {
+  std::vector<TierRecord> records;
+  for (const auto& f : findings) {
+    TierRecord r;
+    r.event = TierEvent::sdc, r.step = step, r.world = static_cast<std::uint32_t>(world()), r.shard = static_cast<std::uint32_t>(rank());
+    r.step_digest = step_digest(step, shards), r.detail = encode_sdc(f);
+    records.push_back(std::move(r));
+  }
+  CKPT_TRY(log(std::move(records)));
+  Status retired = own_->retire(step);
+  if (!retired.ok()) note("step " + std::to_string(step) + " (SDC) stays in the own memory store until retention: " + retired.message());
+  if (options_.on_sdc)
+    for (const auto& f : findings) options_.on_sdc(f);
+  std::string what = findings.front().describe();
+  if (findings.size() > 1) what += "; and " + std::to_string(findings.size() - 1) + " more replicated tensors";
+  return make_error(Code::corrupt, "silent data corruption at step " + std::to_string(step) + ": " + what +
+                                       " (the step is in no tier; resume from an older one)");
 }
 
 CKPT_INLINE void TieredCheckpointer::evict_held(Store& store, std::uint32_t shard, std::size_t keep, std::vector<TierRecord>& records) {
@@ -987,7 +1088,7 @@ CKPT_INLINE bool TieredCheckpointer::recorded_set_aside(const Store& store, cons
 // Promotion (spec/TIERS.md 4.4), on every rank: its sealed memory shard into one collective transaction of
 // the persistent store, then its shard digest read back from there and compared with the memory shard's.
 CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& mine, const Digest128& my_digest,
-                                               const Digest128& digest) {
+                                               const Digest128& digest, const std::set<std::string>& owners_write) {
   const auto me = static_cast<std::uint32_t>(rank());
   if (!persistent_) {
     PersistentWriteOptions o;
@@ -1006,13 +1107,14 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   }
   phase("promoting", step);
   CKPT_ASSIGN_OR_RETURN(PersistentTransaction tx, persistent_->begin(step));
-  auto committed = detail::promote_shard(*tx, mine.shard(0), mine.state(), step);
+  auto committed = detail::promote_shard(*tx, mine.shard(0), mine.state(), step, owners_write);
   CKPT_TRY(committed.status());
-  // The persistent copy must be the same content: its shard digest against the memory shard's.
+  // The persistent copy must be the same content: its shard digest against the memory shard's. Without the
+  // replicated tensors another rank writes, each piece's chunks were compared with the capture's instead.
   Status same;
   auto reader = persistent_->open_step(committed->step);
   if (!reader.ok()) same = reader.status();
-  else if (shard_digest(reader->shard(me)) != my_digest)
+  else if (owners_write.empty() && shard_digest(reader->shard(me)) != my_digest)
     same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
                                          " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
   CKPT_TRY(wire::agree(promotion_ ? *promotion_ : comm_, same));
