@@ -26,7 +26,9 @@ constexpr int kWorld = 4;
 
 // Trains every rank through step `run_to` (captures 2, 4, 6; step 4 persisted; two memory steps kept:
 // 4 and 6) with the memory root dir/mem and the persistent store dir/persistent. Returns each rank's error.
-inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_to = 7) {
+// sdc_step: every rank holds a replicated tensor and rank 2's copy gets a bit flipped before that capture
+// (the SDC canary's finding, spec/TIERS.md 12); train through that step only.
+inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_to = 7, std::uint64_t sdc_step = 0) {
   ckpt::ThreadGroup group(kWorld);
   std::vector<ckpt::Status> errors(kWorld);
   std::vector<std::thread> threads;
@@ -51,10 +53,12 @@ inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_
       auto tiers = ckpt::tiers::TieredCheckpointer::create(fs, comm, o);
       if (!tiers.ok()) return fail(tiers.status());
       tier_trainer::Trainer trainer(kElems, kWorld, r);
+      if (sdc_step != 0) trainer.with_norm(3000);
       auto resumed = (*tiers)->resume([&](ckpt::tiers::TierView& v) { return trainer.load(v); });
       if (!resumed.ok()) return fail(resumed.status());
       for (std::uint64_t s = resumed->next_step() == 0 ? 1 : resumed->next_step(); s <= run_to; ++s) {
         trainer.train(s);
+        if (r == 2 && s == sdc_step) trainer.norm[1500] = -trainer.norm[1500];  // the sign bit: chunk 1 of "norm"
         auto step = (*tiers)->step(s, [&](ckpt::SaveRequest& req) { trainer.fill(req); });
         if (!step.ok()) return fail(step.status());
       }

@@ -173,6 +173,42 @@ TEST_CASE("ckpt-verify checks every copy of a memory root: exit 0 intact, 1 dama
   CHECK(no_root.err.find("--persistent") != std::string::npos);
 }
 
+TEST_CASE("ckpt-inspect and ckpt-verify show the SDC canary's finding: the rank, tensor and chunk; verify exits 1",
+          "[tools][memory_root][sdc]") {
+  const fsys::path dir = fsys::path(CKPT_BINARY_DIR) / "test-memory-root" / "sdc";
+  fsys::remove_all(dir);
+  fsys::create_directories(dir);
+  for (const auto& e : fixture::train(dir, 6, 6)) CHECK(e.code() == ckpt::Code::corrupt);
+  const std::string mem = (dir / "mem").string();
+  const Run inspect = run(kInspect, {"--json", mem});
+  INFO(inspect.out << inspect.err);
+  REQUIRE(inspect.code == 1);  // an integrity problem: the job's state was damaged
+  const json doc = inspect.out_json();
+  const json* step6 = step_of(doc, 6);
+  REQUIRE(step6 != nullptr);
+  CHECK((*step6)["sdc"] == true);
+  CHECK((*step6)["captured"] == false);
+  std::size_t records = 0;
+  for (const auto& e : (*step6)["events"]) {
+    if (e["event"] != "SDC") continue;
+    ++records;
+    CHECK(e["detail"]["tensor"] == "norm");
+    CHECK(e["detail"]["chunk"] == 1);
+    CHECK(e["detail"]["odd_rank"] == 2);
+    CHECK(e["detail"]["holders"].size() == 4);
+  }
+  CHECK(records == 4);  // every rank recorded it
+  const Run human = run(kInspect, {mem});
+  CHECK(human.says("SDC step 6"));
+  CHECK(human.says("tensor 'norm' chunk 1: rank 2 differs from every other holder"));
+  const Run verify = run(kVerify, {"--json", mem});
+  REQUIRE(verify.code == 1);
+  const json verified = verify.out_json();
+  const json& problems = verified["memory_roots"][0]["problems"];
+  REQUIRE(problems.size() == 1);  // one finding, recorded by four ranks
+  CHECK_THAT(problems[0]["message"].get<std::string>(), Catch::Contains("silent data corruption") && Catch::Contains("rank 2"));
+}
+
 TEST_CASE("ckpt-repair recovers each store of a memory root; --dry-run changes nothing", "[tools][memory_root]") {
   const auto dir = fixture::fresh_copy("tools-repair");
   const std::string mem = (dir / "mem").string();

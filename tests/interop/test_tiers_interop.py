@@ -10,7 +10,9 @@ decoded here with `struct` and the `xxhash` package, and checks, for every recor
              spec/IDENTITY.md 2 recomputed from the file by tests/interop/ckpt_spec_reader.py, every
              chunk digest checked against the data;
   HELD       the replica's file (held-<shard>/step-<step>-<txn>) has the record's shard digest;
-  PERSISTED  the persistent store's shard file of that transaction has the record's shard digest.
+  PERSISTED  the persistent store's shard file of that transaction has the record's shard digest;
+  SDC        its detail decodes as spec/TIERS.md 12.2 lays it out, to the last byte, and the odd rank it
+             names is the one holder whose digest differs while every other holder's agree.
 Exit 0 all agree, 1 a mismatch, 77 the xxhash package is missing (skipped).
 
 usage: test_tiers_interop.py DIR
@@ -32,7 +34,9 @@ from ckpt_spec_reader import CkptFile  # noqa: E402
 
 PAGE = 4096
 TIER_BASE = 0x8000 | 0x0100
-EVENTS = {1: "CAPTURED", 2: "HELD", 3: "REPLICATED", 4: "PERSISTED", 5: "EVICTED", 6: "SET_ASIDE", 7: "LOAD_FAILED", 8: "RESUMED"}
+EVENTS = {1: "CAPTURED", 2: "HELD", 3: "REPLICATED", 4: "PERSISTED", 5: "EVICTED", 6: "SET_ASIDE", 7: "LOAD_FAILED", 8: "RESUMED",
+          9: "SKIPPED", 10: "SDC"}
+NO_RANK = 0xFFFFFFFF
 counts = {}
 
 
@@ -66,6 +70,21 @@ def decode(payload):
     detail = payload[64:]
     assert len(detail) == detail_len
     return dict(step=step, world=world, shard=shard, step_digest=sd, shard_digest=hd, txn=txn, copies=copies, detail=detail)
+
+
+def decode_sdc(detail, where):
+    """An SDC record's detail (spec/TIERS.md 12.2): name, first differing chunk, count, odd rank, holders."""
+    try:
+        (n,) = struct.unpack_from("<I", detail, 0)
+        tensor = detail[4:4 + n].decode()
+        chunk, differing, odd, count = struct.unpack_from("<QQII", detail, 4 + n)
+        off = 4 + n + 24
+        holders = [struct.unpack_from("<IQ", detail, off + 12 * i) for i in range(count)]
+        check(off + 12 * count == len(detail), where + f": detail of {len(detail)} bytes, the layout takes {off + 12 * count}")
+        return tensor, chunk, differing, odd, holders
+    except (struct.error, UnicodeDecodeError) as e:
+        check(False, where + f": undecodable SDC detail: {e}")
+        return None
 
 
 def d128(data):
@@ -143,9 +162,18 @@ def main():
                     mine = [f for f in files if os.path.basename(f).startswith("shard-%05d-" % r["shard"])]
                     check(len(mine) == 1 and shard_digest(mine[0]) == r["shard_digest"], where + ": the persistent shard's identity")
                     counts["persistent files"] = counts.get("persistent files", 0) + 1
+            elif event == "SDC":
+                sdc = decode_sdc(r["detail"], where)
+                if sdc:
+                    tensor, chunk, differing, odd, holders = sdc
+                    check(differing >= 1 and len(holders) >= 2, where + ": a finding has a differing chunk and two holders")
+                    digests = [d for _, d in holders]
+                    lone = [rank for rank, d in holders if digests.count(d) == 1 and len(set(digests)) == 2]
+                    expected = lone[0] if len(holders) >= 3 and len(lone) == 1 else NO_RANK
+                    check(odd == expected, where + f": odd rank {odd}, the digests say {expected}")
             counts[event] = counts.get(event, 0) + 1
     print("checked:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    for need in ("CAPTURED", "HELD", "PERSISTED", "own files", "held files", "persistent files"):
+    for need in ("CAPTURED", "HELD", "PERSISTED", "SDC", "own files", "held files", "persistent files"):
         check(counts.get(need, 0) > 0, f"no {need} seen under {root}")
     return finish()
 

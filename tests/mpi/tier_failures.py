@@ -27,10 +27,11 @@ STEPS = 10  # memory every 2 steps, persistent every 4, one replica on the next 
 failures = []
 
 
-def job(root, nodes, steps=STEPS, kill=None, expect_ok=True):
+def job(root, nodes, steps=STEPS, kill=None, expect_ok=True, extra=()):
     cmd = [MPIEXEC, "-np", str(len(nodes))] + FLAGS + [TRAIN, "--root", root, "--nodes", ",".join(nodes), "--steps", str(steps)]
     if kill:
         cmd += ["--kill", kill]
+    cmd += list(extra)
     started = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
     took = time.monotonic() - started
@@ -135,5 +136,26 @@ except Exception as e:
 
 case("4 nodes shrunk to 3", "train:7:3", gone("n3"), resumed_at=6, nodes_after=["n0", "n1", "n2"])
 
-print(f"{11 - len(failures)} of 11 cases passed")
+# The SDC canary (spec/TIERS.md 12): rank 2's copy of a tensor every rank holds gets a bit flipped before
+# capture 6; every rank stops with the finding naming rank 2, and the relaunch resumes step 4 bit-identical.
+name = "a bit flipped in one rank's replicated tensor: the canary names it, the job resumes the last agreeing step"
+root = os.path.join(WORK, "sdc")
+shutil.rmtree(root, ignore_errors=True)
+os.makedirs(root)
+try:
+    _, err, _ = job(root, NODES4, steps=6, expect_ok=False, extra=["--norm", "3000", "--sdc", "6:2"])
+    told = [line for line in err.splitlines() if "SDC at step 6" in line and "rank 2 differs" in line]
+    stopped = [line for line in err.splitlines() if "silent data corruption at step 6" in line]
+    out, err2, took = job(root, NODES4, extra=["--norm", "3000"])
+    ok = len(told) == 4 and len(stopped) == 4 and out["resumed"] == 4 and out["identical"]
+    print(f"{'passed' if ok else 'FAILED'}: {name}: told {len(told)} ranks, stopped {len(stopped)}, resumed {out['resumed']}, "
+          f"identical {out['identical']}, {took:.1f} s")
+    if not ok:
+        failures.append(name)
+        print(err[-2000:])
+except Exception as e:
+    failures.append(name)
+    print(f"FAILED: {name}: {e}")
+
+print(f"{12 - len(failures)} of 12 cases passed")
 sys.exit(1 if failures else 0)

@@ -30,6 +30,9 @@ struct Args {
   std::vector<std::string> nodes;
   std::uint64_t steps = 10, kill_step = 0;
   int kill_rank = -1;
+  std::uint64_t norm = 0;  // floats of a replicated tensor every rank holds (the SDC canary's, spec/TIERS.md 12)
+  std::uint64_t sdc_step = 0;  // flip a bit of rank sdc_rank's copy of it after training this step
+  int sdc_rank = -1;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -50,6 +53,12 @@ bool parse(int argc, char** argv, Args& a) {
       auto p = split(v, ':');
       if (p.size() != 3) return false;
       a.kill_phase = p[0], a.kill_step = std::stoull(p[1]), a.kill_rank = std::stoi(p[2]);
+    } else if (k == "--norm") {
+      a.norm = std::stoull(v);
+    } else if (k == "--sdc") {
+      auto p = split(v, ':');
+      if (p.size() != 2) return false;
+      a.sdc_step = std::stoull(p[0]), a.sdc_rank = std::stoi(p[1]);
     } else return false;
   }
   return !a.root.empty() && !a.nodes.empty();
@@ -96,9 +105,13 @@ int run(const Args& a) {
   t.node_of_rank = a.nodes;
   o.topology = t;
   o.on_phase = [&](const char* phase, std::uint64_t step) { maybe_die(a, rank, phase, step); };
+  o.on_sdc = [&](const SdcFinding& f) {
+    std::fprintf(stderr, "rank %d: SDC at step %llu: %s\n", rank, static_cast<unsigned long long>(f.step), f.describe().c_str());
+  };
   auto tiers = TieredCheckpointer::create(fs, *comm, *control, *promotion, o);
   if (!tiers.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, tiers.status().to_string().c_str()), 1;
   tier_trainer::Trainer trainer(kElems, world, rank);
+  if (a.norm != 0) trainer.with_norm(a.norm);
   auto resumed = (*tiers)->resume([&](TierView& v) { return trainer.load(v); });
   if (!resumed.ok()) return std::fprintf(stderr, "rank %d: resume: %s\n", rank, resumed.status().to_string().c_str()), 1;
   for (const auto& s : resumed->setbacks) std::fprintf(stderr, "rank %d: setback: %s\n", rank, s.c_str());
@@ -108,6 +121,12 @@ int run(const Args& a) {
     if (rank == a.kill_rank && s == a.kill_step && a.kill_phase == "train") (void)(*tiers)->wait();
     maybe_die(a, rank, "train", s);
     trainer.train(s);
+    if (rank == a.sdc_rank && s == a.sdc_step && !trainer.norm.empty()) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &trainer.norm[trainer.norm.size() / 2], 4);
+      bits ^= 1u << 3;  // a silent bit flip in this rank's copy of a tensor every rank holds
+      std::memcpy(&trainer.norm[trainer.norm.size() / 2], &bits, 4);
+    }
     auto step = (*tiers)->step(s, [&](SaveRequest& r) { trainer.fill(r); });
     if (!step.ok()) return std::fprintf(stderr, "rank %d: step %llu: %s\n", rank, static_cast<unsigned long long>(s), step.status().to_string().c_str()), 1;
   }
@@ -120,7 +139,13 @@ int run(const Args& a) {
   auto where = comm->gather(sources, 0);
   if (!slices.ok() || !where.ok()) return 1;
   if (rank == 0) {
-    const bool identical = tier_trainer::assemble(*slices, kElems) == tier_trainer::reference(kElems, a.steps);
+    bool identical = tier_trainer::assemble(*slices, kElems) == tier_trainer::reference(kElems, a.steps);
+    if (a.norm != 0) {
+      tier_trainer::Trainer reference(kElems, 1, 0);
+      reference.with_norm(a.norm);
+      for (std::uint64_t s = 1; s <= a.steps; ++s) reference.train(s);
+      identical = identical && trainer.norm == reference.norm;  // rank 0's copy; every rank loaded the same
+    }
     std::printf("{\"resumed\": %lld, \"world_of_step\": %u, \"identical\": %s, \"sources\": [", resumed->fresh ? -1LL : static_cast<long long>(resumed->step),
                 resumed->world, identical ? "true" : "false");
     for (std::size_t r = 0; r < where->size(); ++r) std::printf("%s\"%s\"", r ? ", " : "", json_escape((*where)[r]).c_str());
@@ -138,7 +163,7 @@ int main(int argc, char** argv) {
   Args a;
   int rc = 2;
   if (provided < MPI_THREAD_MULTIPLE) std::fprintf(stderr, "tier_train: MPI_THREAD_MULTIPLE is not available\n");
-  else if (!parse(argc, argv, a)) std::fprintf(stderr, "usage: mpirun -np W tier_train --root DIR --nodes N0,N1,... --steps N [--kill PHASE:STEP:RANK]\n");
+  else if (!parse(argc, argv, a)) std::fprintf(stderr, "usage: mpirun -np W tier_train --root DIR --nodes N0,N1,... --steps N [--kill PHASE:STEP:RANK] [--norm N [--sdc STEP:RANK]]\n");
   else rc = run(a);
   int worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

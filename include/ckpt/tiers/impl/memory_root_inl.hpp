@@ -267,7 +267,10 @@ CKPT_INLINE void place_records(MemoryRoot& root, std::map<RootStepKey, MemorySte
           s.replicated_copies = s.replicated ? std::min(s.replicated_copies, r.copies) : r.copies;
           s.replicated = true;
           break;
-        case TierEvent::persisted: s.persisted = true; break;
+        case TierEvent::persisted:
+          s.persisted = true;
+          s.persisted_digests[r.shard] = r.shard_digest;
+          break;
         case TierEvent::load_failed: s.load_failed = true; break;
         case TierEvent::resumed: s.resumed = true; break;
         case TierEvent::sdc: {
@@ -401,8 +404,11 @@ CKPT_INLINE void compare_persistent(RootScan& scan) {
       s.persistent_detail = "it has " + std::to_string(digests.size()) + " shards, the memory step " + std::to_string(s.world);
     } else {
       std::string differ;
-      for (std::uint32_t k = 0; k < s.world; ++k)
-        if (digests[k] != s.shards[k].digest) differ += (differ.empty() ? "" : ", ") + std::to_string(k);
+      for (std::uint32_t k = 0; k < s.world; ++k) {
+        const auto recorded = s.persisted_digests.find(k);
+        if (digests[k] != (recorded != s.persisted_digests.end() ? recorded->second : s.shards[k].digest))
+          differ += (differ.empty() ? "" : ", ") + std::to_string(k);
+      }
       s.persistent = differ.empty() ? PersistentState::same : PersistentState::different;
       if (!differ.empty()) s.persistent_detail = "shards " + differ + " differ";
     }

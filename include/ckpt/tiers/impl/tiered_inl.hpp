@@ -1112,15 +1112,17 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   // The persistent copy must be the same content: its shard digest against the memory shard's. Without the
   // replicated tensors another rank writes, each piece's chunks were compared with the capture's instead.
   Status same;
+  Digest128 persisted_digest = my_digest;
   auto reader = persistent_->open_step(committed->step);
   if (!reader.ok()) same = reader.status();
-  else if (owners_write.empty() && shard_digest(reader->shard(me)) != my_digest)
+  else if (!owners_write.empty()) persisted_digest = shard_digest(reader->shard(me));
+  else if (shard_digest(reader->shard(me)) != my_digest)
     same = make_error(Code::corrupt, persistent_->path() + ": step " + std::to_string(step) + " shard " + std::to_string(me) +
                                          " has digest " + shard_digest(reader->shard(me)).hex() + ", the memory shard " + my_digest.hex());
   CKPT_TRY(wire::agree(promotion_ ? *promotion_ : comm_, same));
   TierRecord r;
   r.event = TierEvent::persisted, r.step = step, r.world = static_cast<std::uint32_t>(world()), r.shard = me, r.step_digest = digest;
-  r.shard_digest = my_digest, r.txn = committed->step.txn;
+  r.shard_digest = persisted_digest, r.txn = committed->step.txn;  // the persistent shard's content (12.1)
   CKPT_TRY(log({r}));
   persisted_ = step;
   return Status();
