@@ -27,7 +27,7 @@ constexpr int kWorld = 4;
 // Trains every rank through step `run_to` (captures 2, 4, 6; step 4 persisted; two memory steps kept:
 // 4 and 6) with the memory root dir/mem and the persistent store dir/persistent. Returns each rank's error.
 // sdc_step: every rank holds a replicated tensor and rank 2's copy gets a bit flipped before that capture
-// (the SDC canary's finding, spec/TIERS.md 12); train through that step only.
+// (the SDC canary's finding, spec/TIERS.md 11); train through that step only.
 inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_to = 7, std::uint64_t sdc_step = 0) {
   ckpt::ThreadGroup group(kWorld);
   std::vector<ckpt::Status> errors(kWorld);

@@ -339,7 +339,7 @@ TEST_CASE("a replica is copied from the message into its held store's mapped fil
 TEST_CASE("the SDC canary: a bit flipped in one rank's replicated tensor is named by rank, tensor and chunk; that step is in no "
           "tier and the job resumes from the last agreeing one, bit-identical",
           "[tiered][sdc]") {
-  // spec/TIERS.md 12: every rank holds "norm" (3000 floats: three 4 KiB chunks, the last shorter); rank 0 writes
+  // spec/TIERS.md 11: every rank holds "norm" (3000 floats: three 4 KiB chunks, the last shorter); rank 0 writes
   // it, every other rank's digests of it come from step(). Rank 2's copy gets a bit flipped before capture 6.
   std::mutex mutex;
   std::vector<SdcFinding> found;
@@ -399,7 +399,7 @@ TEST_CASE("the SDC canary: a bit flipped in one rank's replicated tensor is name
 
 TEST_CASE("a replicated tensor goes to the persistent store from its owner alone; a resume from there reads it from the owner's shard",
           "[tiered][sdc]") {
-  // spec/TIERS.md 12.1: every holder keeps "norm" in its memory shard; the persistent step's pieces never overlap.
+  // spec/TIERS.md 11.1: every holder keeps "norm" in its memory shard; the persistent step's pieces never overlap.
   Job first{fresh_dir("replicated-persistent"), kFourNodes, 8, {}, {}};
   first.norm = 3000;
   auto r = run(first);

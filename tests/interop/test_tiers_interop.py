@@ -11,7 +11,7 @@ decoded here with `struct` and the `xxhash` package, and checks, for every recor
              chunk digest checked against the data;
   HELD       the replica's file (held-<shard>/step-<step>-<txn>) has the record's shard digest;
   PERSISTED  the persistent store's shard file of that transaction has the record's shard digest;
-  SDC        its detail decodes as spec/TIERS.md 12.2 lays it out, to the last byte, and the odd rank it
+  SDC        its detail decodes as spec/TIERS.md 11.2 lays it out, to the last byte, and the odd rank it
              names is the one holder whose digest differs while every other holder's agree.
 Exit 0 all agree, 1 a mismatch, 77 the xxhash package is missing (skipped).
 
@@ -73,7 +73,7 @@ def decode(payload):
 
 
 def decode_sdc(detail, where):
-    """An SDC record's detail (spec/TIERS.md 12.2): name, first differing chunk, count, odd rank, holders."""
+    """An SDC record's detail (spec/TIERS.md 11.2): name, first differing chunk, count, odd rank, holders."""
     try:
         (n,) = struct.unpack_from("<I", detail, 0)
         tensor = detail[4:4 + n].decode()

@@ -136,7 +136,7 @@ except Exception as e:
 
 case("4 nodes shrunk to 3", "train:7:3", gone("n3"), resumed_at=6, nodes_after=["n0", "n1", "n2"])
 
-# The SDC canary (spec/TIERS.md 12): rank 2's copy of a tensor every rank holds gets a bit flipped before
+# The SDC canary (spec/TIERS.md 11): rank 2's copy of a tensor every rank holds gets a bit flipped before
 # capture 6; every rank stops with the finding naming rank 2, and the relaunch resumes step 4 bit-identical.
 name = "a bit flipped in one rank's replicated tensor: the canary names it, the job resumes the last agreeing step"
 root = os.path.join(WORK, "sdc")

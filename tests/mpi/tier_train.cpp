@@ -30,7 +30,7 @@ struct Args {
   std::vector<std::string> nodes;
   std::uint64_t steps = 10, kill_step = 0;
   int kill_rank = -1;
-  std::uint64_t norm = 0;  // floats of a replicated tensor every rank holds (the SDC canary's, spec/TIERS.md 12)
+  std::uint64_t norm = 0;  // floats of a replicated tensor every rank holds (the SDC canary's, spec/TIERS.md 11)
   std::uint64_t sdc_step = 0;  // flip a bit of rank sdc_rank's copy of it after training this step
   int sdc_rank = -1;
 };

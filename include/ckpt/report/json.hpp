@@ -455,7 +455,7 @@ struct FileOutcome {
   return j;
 }
 
-// An SDC record's finding (spec/TIERS.md 12.2), or the reason it does not decode.
+// An SDC record's finding (spec/TIERS.md 11.2), or the reason it does not decode.
 [[nodiscard]] inline json sdc_json(const tiers::TierRecord& r) {
   auto f = tiers::decode_sdc(r, "");
   if (!f.ok()) return json{{"error", f.status().message()}};

@@ -65,7 +65,7 @@ struct SaveTensor {
   bool optimizer = false;      // listed in the step's optimizer tensors
   bool on_device = false;      // copied by AsyncSaveOptions::device
   // >= 0: every rank holds these same bytes and only this rank writes them; the tiers compare every
-  // holder's digests of them (the SDC canary, spec/TIERS.md 12). -1: this rank's own tensor.
+  // holder's digests of them (the SDC canary, spec/TIERS.md 11). -1: this rank's own tensor.
   std::int32_t replica_owner = -1;
 };
 
@@ -95,7 +95,7 @@ class SaveRequest {
     return add(std::move(t));
   }
   // A tensor every rank holds the same bytes of (a data-parallel replica, a norm under tensor parallelism):
-  // written by `owner` only, and with the tiers each holder's digests of it are compared (spec/TIERS.md 12).
+  // written by `owner` only, and with the tiers each holder's digests of it are compared (spec/TIERS.md 11).
   SaveRequest& add_replicated_tensor(std::string name, DType dtype, const Shape& shape, const void* data, std::size_t size,
                                      int owner = 0) {
     add_tensor(std::move(name), dtype, shape, data, size);

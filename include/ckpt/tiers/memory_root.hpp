@@ -89,9 +89,9 @@ struct MemoryStep {
   std::vector<ShardCopies> shards;     // world entries when known, else the shards seen, by shard
   std::vector<RecordedEvent> events;   // every record about it, by rank directory, in log order
   bool captured = false, replicated = false, persisted = false, load_failed = false, resumed = false;
-  bool sdc = false;  // the canary found its replicated tensors' holders disagreeing (spec/TIERS.md 12)
+  bool sdc = false;  // the canary found its replicated tensors' holders disagreeing (spec/TIERS.md 11)
   // Each PERSISTED record's shard digest, by shard: the persistent shard's content, which leaves out the
-  // replicated tensors another rank owns (spec/TIERS.md 12.1), so it may differ from the memory shard's.
+  // replicated tensors another rank owns (spec/TIERS.md 11.1), so it may differ from the memory shard's.
   std::map<std::uint32_t, Digest128> persisted_digests;
   std::uint32_t replicated_copies = 0;  // the fewest copies a REPLICATED record gives every shard
   std::size_t set_aside = 0;            // copies set aside

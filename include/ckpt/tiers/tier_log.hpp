@@ -64,7 +64,7 @@ struct TierRecord {
 [[nodiscard]] std::string encode_shard_digests(const std::vector<Digest128>& digests);
 [[nodiscard]] Result<std::vector<Digest128>> decode_shard_digests(const TierRecord& r, const std::string& where);
 
-// A canary's finding (spec/TIERS.md 12): the holders of a replicated tensor disagree on a chunk's digest.
+// A canary's finding (spec/TIERS.md 11): the holders of a replicated tensor disagree on a chunk's digest.
 struct SdcFinding {
   std::uint64_t step = 0;
   std::string tensor;

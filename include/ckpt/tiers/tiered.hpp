@@ -104,7 +104,7 @@ struct TierOptions {
   // Test and fault-injection hook: called on the rank at named points of its work (spec/TIERS.md 9).
   // Phases: "captured", "replicating", "promoting", "resuming", "refilling" (the resume's background refill).
   std::function<void(const char* phase, std::uint64_t step)> on_phase;
-  // The SDC canary (spec/TIERS.md 12): called on every rank's background thread for each finding, after its
+  // The SDC canary (spec/TIERS.md 11): called on every rank's background thread for each finding, after its
   // SDC record is durable; the step is then no step of any tier, and the next step() or wait() returns
   // Code::corrupt ("silent data corruption ...").
   std::function<void(const SdcFinding&)> on_sdc;
@@ -162,7 +162,7 @@ class TierView {
   TrainingState state_;
   std::vector<ShardReader*> shards_;  // each verified whole just before the load: reads hash nothing again
   // The other shards of a loaded persistent step, for a tensor no loaded shard holds (a replicated tensor only
-  // its owner wrote there, spec/TIERS.md 12.1): read with every chunk verified.
+  // its owner wrote there, spec/TIERS.md 11.1): read with every chunk verified.
   std::vector<ShardReader*> others_;
   [[nodiscard]] std::pair<ShardReader*, const TensorRecord*> find(std::string_view name) const;
 };
@@ -237,7 +237,7 @@ class TieredCheckpointer {
   void note(std::string text);
   void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
-  // Replicated tensors of one capture (spec/TIERS.md 12.1): each with this rank's chunk digests, read from
+  // Replicated tensors of one capture (spec/TIERS.md 11.1): each with this rank's chunk digests, read from
   // the committed memory shard's index (every holder keeps its copy there).
   struct CanaryTensor {
     std::string name;

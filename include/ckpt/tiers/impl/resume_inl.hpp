@@ -50,7 +50,7 @@ CKPT_INLINE Status TierView::read_slice(std::string_view name, const Shape& offs
       return make_error(Code::corrupt, s->path() + ": tensor '" + t->name + "' differs in dtype or shape from another shard of step " +
                                            std::to_string(step_));
     CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->read_slice_partial(*t, offsets, shape, dst, ReadCheck::none));
-    // A replicated tensor is whole in several shards (every holder's memory copy, spec/TIERS.md 12.1): one is read.
+    // A replicated tensor is whole in several shards (every holder's memory copy, spec/TIERS.md 11.1): one is read.
     if (copied == 0 && n == elements) return Status();
     copied += n;
   }
@@ -139,7 +139,7 @@ CKPT_INLINE void scan_log(const std::vector<TierRecord>& records, const std::str
       if (shards.ok()) out.claims.push_back(Claim{r.step, r.step_digest, std::move(*shards)});
       else out.notes.push_back(shards.status().message());
     } else if (r.event == TierEvent::load_failed || r.event == TierEvent::sdc) {
-      out.failed.insert(step_key(r.step, r.step_digest));  // never chosen again (7.3, 12.3)
+      out.failed.insert(step_key(r.step, r.step_digest));  // never chosen again (7.3, 11.3)
     } else if (r.event == TierEvent::set_aside) {
       aside.insert({r.detail, r.txn});
     }

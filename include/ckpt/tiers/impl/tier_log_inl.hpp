@@ -60,7 +60,7 @@ CKPT_INLINE Result<SdcFinding> decode_sdc(const TierRecord& r, const std::string
   }
   if (!ok || d.remaining() != 0)
     return make_error(Code::corrupt, where + (where.empty() ? "" : ": ") + "SDC record of step " + std::to_string(r.step) + ": " +
-                                         std::to_string(r.detail.size()) + " bytes of detail do not decode (spec/TIERS.md 12.2)");
+                                         std::to_string(r.detail.size()) + " bytes of detail do not decode (spec/TIERS.md 11.2)");
   return f;
 }
 

@@ -717,7 +717,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
   fill(request);
   request.state().step = step;
   const auto me = static_cast<std::uint32_t>(rank());
-  // The canary's replicated tensors (spec/TIERS.md 12.1): every holder keeps its copy in its own memory shard,
+  // The canary's replicated tensors (spec/TIERS.md 11.1): every holder keeps its copy in its own memory shard,
   // so each holder's digests of it are the ones its writer computes as it hashes the capture.
   std::vector<CanaryTensor> canary;
   for (const auto& t : request.tensors())
@@ -918,7 +918,7 @@ CKPT_INLINE std::vector<TieredCheckpointer::CanaryTensor> TieredCheckpointer::ca
   if (mine == nullptr) return {};
   const Index& index = mine->shard(0).index();
   for (auto& c : canary) {
-    // The digests the writer computed as it hashed the capture's bytes: no second pass (spec/TIERS.md 12.1).
+    // The digests the writer computed as it hashed the capture's bytes: no second pass (spec/TIERS.md 11.1).
     const TensorRecord* t = index.find_tensor(c.name);
     if (t == nullptr || t->piece_count != 1) continue;  // not in the shard: nothing of this rank to compare
     const PieceRecord& p = index.pieces[static_cast<std::size_t>(t->piece_first)];
@@ -929,7 +929,7 @@ CKPT_INLINE std::vector<TieredCheckpointer::CanaryTensor> TieredCheckpointer::ca
 
 // Every rank's capture of `step` (its status, shard digest and replicated tensors' chunk digests) to rank 0,
 // and back the shard digests of every rank, or the first rank's failure: a step not captured on every rank
-// is no step of the tier. Rank 0 compares the replicated tensors' digests across their holders (12.1).
+// is no step of the tier. Rank 0 compares the replicated tensors' digests across their holders (11.1).
 CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(std::uint64_t step, const Status& local,
                                                                               const Digest128& my_digest,
                                                                               const std::vector<CanaryTensor>& canary,
@@ -994,7 +994,7 @@ CKPT_INLINE Result<std::vector<Digest128>> TieredCheckpointer::agree_on_capture(
   return shards;
 }
 
-// A step whose replicated tensors' holders disagree is no step of any tier (spec/TIERS.md 12.3): recorded,
+// A step whose replicated tensors' holders disagree is no step of any tier (spec/TIERS.md 11.3): recorded,
 // never replicated or promoted, its own copy retired at once; the job is told and resumes from an older one.
 CKPT_INLINE Status TieredCheckpointer::report_sdc(std::uint64_t step, const std::vector<Digest128>& shards,
                                                   const std::vector<SdcFinding>& findings) {
@@ -1122,7 +1122,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   CKPT_TRY(wire::agree(promotion_ ? *promotion_ : comm_, same));
   TierRecord r;
   r.event = TierEvent::persisted, r.step = step, r.world = static_cast<std::uint32_t>(world()), r.shard = me, r.step_digest = digest;
-  r.shard_digest = persisted_digest, r.txn = committed->step.txn;  // the persistent shard's content (12.1)
+  r.shard_digest = persisted_digest, r.txn = committed->step.txn;  // the persistent shard's content (11.1)
   CKPT_TRY(log({r}));
   persisted_ = step;
   return Status();
