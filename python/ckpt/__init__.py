@@ -12,7 +12,8 @@
 from . import _ckpt
 from ._reader import TensorSlice, safe_open
 from .errors import (CancelledError, CkptError, CkptIOError, ConflictError, CorruptError, IncompleteError,
-                     IntegrityError, InvalidArgumentError, NotFoundError, UnsupportedError, VersionError)
+                     IntegrityError, InvalidArgumentError, NotFoundError, SilentDataCorruptionError, UnsupportedError,
+                     VersionError)
 from .store import SaveTicket, Store, Transaction
 from .report import Diff, Inspection, Problem, Repair, Report, VerifyReport, diff, inspect, repair, root_digest, verify, write_sidecar
 from . import plan
@@ -30,6 +31,6 @@ def xxh3_64(data) -> int:
 
 __all__ = ["safe_open", "TensorSlice", "Store", "Transaction", "SaveTicket", "verify", "inspect", "root_digest", "diff", "write_sidecar", "repair", "Report", "VerifyReport", "Repair",
            "Inspection", "Diff", "Problem",
-           "CkptError", "IntegrityError", "CorruptError", "IncompleteError", "VersionError", "NotFoundError",
+           "CkptError", "IntegrityError", "CorruptError", "SilentDataCorruptionError", "IncompleteError", "VersionError", "NotFoundError",
            "InvalidArgumentError", "ConflictError", "UnsupportedError", "CancelledError", "CkptIOError", "DTYPES",
            "xxh3_64", "plan"]

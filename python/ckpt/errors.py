@@ -58,6 +58,11 @@ class CorruptError(IntegrityError, code="corrupt"):
     """Bytes on disk do not match their digest or a structural rule."""
 
 
+class SilentDataCorruptionError(CorruptError):
+    """The SDC canary's finding (spec/TIERS.md 11): ranks that hold the same bytes disagreed on them at a
+    capture. That step is in no tier; stop, and relaunch: the resume takes the newest step they agreed on."""
+
+
 class IncompleteError(IntegrityError, code="incomplete"):
     """A file or log ends before it should: a torn write, a truncated copy."""
 

@@ -153,14 +153,16 @@ class PyTierView {
   ckpt::tiers::TierView* view_;
 };
 
-// A step's pieces: (name, dtype, global_shape, offsets, local_shape, data, optimizer) where data is a uint8
-// CPU buffer, or (device_address, bytes) for the copier. The CPU buffers go to keep, which must stay
+// A step's pieces: (name, dtype, global_shape, offsets, local_shape, data, optimizer[, replica_owner]) where
+// data is a uint8 CPU buffer, or (device_address, bytes) for the copier, and replica_owner (default -1) the rank
+// that writes a tensor every rank holds (spec/TIERS.md 11.1). The CPU buffers go to keep, which must stay
 // referenced until the library has copied them.
 std::vector<ckpt::SaveTensor> save_tensors_of(const nb::list& pieces, std::vector<nb::object>& keep) {
   std::vector<ckpt::SaveTensor> tensors;
   for (nb::handle item : pieces) {
     nb::tuple p = nb::cast<nb::tuple>(item);
-    if (p.size() != 7) fail("a piece is (name, dtype, global_shape, offsets, local_shape, data, optimizer)");
+    if (p.size() != 7 && p.size() != 8)
+      fail("a piece is (name, dtype, global_shape, offsets, local_shape, data, optimizer[, replica_owner])");
     ckpt::SaveTensor s;
     s.name = nb::cast<std::string>(p[0]);
     s.dtype = dtype_of(nb::cast<std::string>(p[1]));
@@ -168,6 +170,7 @@ std::vector<ckpt::SaveTensor> save_tensors_of(const nb::list& pieces, std::vecto
     s.offsets = nb::cast<ckpt::Shape>(p[3]);
     s.local_shape = nb::cast<ckpt::Shape>(p[4]);
     s.optimizer = nb::cast<bool>(p[6]);
+    if (p.size() == 8) s.replica_owner = nb::cast<std::int32_t>(p[7]);
     if (nb::isinstance<nb::tuple>(p[5])) {
       nb::tuple device = nb::cast<nb::tuple>(p[5]);
       s.data = reinterpret_cast<const void*>(nb::cast<std::uintptr_t>(device[0]));

@@ -413,3 +413,67 @@ def test_a_job_that_exits_on_a_background_failure_without_close_exits_with_the_e
         assert "terminate called" not in err, err[-3000:]
         assert code == 1, (code, err[-3000:])
         assert "persistent" in err, err[-3000:]
+
+
+# --- The SDC canary (spec/TIERS.md 11) --------------------------------------------------------------------
+
+SDC_JOB = r'''
+import json, os, sys, torch, torch.distributed as dist
+import ckpt
+from ckpt.torch import TieredCheckpointer
+rank, world, root, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+FLIP_AT, RUN_TO = __FLIP_AT__, __RUN_TO__
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+
+def make():
+    torch.manual_seed(0)  # every rank the same model: a data-parallel replica
+    return torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
+
+def train(model, step):
+    with torch.no_grad():
+        for p in model.parameters():
+            p += 0.001 * step
+
+model = make()
+tiers = TieredCheckpointer(model, memory_root=os.path.join(root, f"node-n{rank}"), memory_every=2, replicas=1, memory_keep=2,
+                           topology=[f"n{r}" for r in range(world)], when_busy="wait", replicated=["model/1.weight", "model/1.bias"])
+start = tiers.resume()
+out = {"resumed": tiers.resumed.step if not tiers.resumed.fresh else None}
+try:
+    for step in range(max(start, 1), RUN_TO + 1):
+        train(model, step)
+        if rank == 1 and step == FLIP_AT:
+            bits = model[1].weight.data.view(torch.int32)
+            bits[5] ^= 1 << 4  # a silent bit flip in this rank's copy of a tensor every rank holds
+        tiers.step(step)
+    tiers.wait()
+    reference = make()
+    for step in range(1, RUN_TO + 1):
+        train(reference, step)
+    out["identical"] = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+except ckpt.SilentDataCorruptionError as e:
+    out["sdc"] = str(e)
+print(json.dumps(out), flush=True)
+tiers.close()
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # past torch's gloo exit race (pytorch/pytorch#190489), as dcp_worker.py
+'''
+
+
+def test_a_bit_flipped_in_one_ranks_replicated_tensor_is_named_and_the_job_resumes_the_last_agreeing_step(tmp_path):
+    # Three gloo ranks hold the same LayerNorm; rank 1's weight gets a bit flipped before capture 4. Every rank
+    # raises SilentDataCorruptionError naming rank 1; relaunched, the job resumes step 2 and ends as an
+    # uninterrupted run, bit for bit.
+    flipped = SDC_JOB.replace("__FLIP_AT__", "4").replace("__RUN_TO__", "4")
+    for code, out, err in run_ranks(tmp_path, "sdc_flip", flipped, world=3):
+        assert code == 0, err[-3000:]
+        got = json.loads(out.strip().splitlines()[-1])
+        assert "silent data corruption at step 4" in got.get("sdc", ""), got
+        assert "tensor 'model/1.weight'" in got["sdc"] and "rank 1 differs from every other holder" in got["sdc"], got
+    clean = SDC_JOB.replace("__FLIP_AT__", "0").replace("__RUN_TO__", "6")
+    for code, out, err in run_ranks(tmp_path, "sdc_resume", clean, world=3):
+        assert code == 0, err[-3000:]
+        got = json.loads(out.strip().splitlines()[-1])
+        assert got["resumed"] == 2 and got["identical"] is True, got

@@ -40,6 +40,19 @@ _SKELETON_KEY = "ckpt.torch.skeleton"  # the pickled structure of the state dict
 _DEFAULT_CHUNK_SIZE_LOG2 = _ckpt.DEFAULT_CHUNK_SIZE_LOG2
 
 
+class _sdc_raised:
+    """The canary's finding (a CorruptError saying "silent data corruption") raised as SilentDataCorruptionError."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if isinstance(value, _ckpt_errors.CorruptError) and "silent data corruption" in str(value) and \
+                not isinstance(value, _ckpt_errors.SilentDataCorruptionError):
+            raise _ckpt_errors.SilentDataCorruptionError(str(value), getattr(value, "problem", None)) from value
+        return False
+
+
 @dataclass(frozen=True)
 class _TensorRef:
     """Where a tensor was in a state dict: its name among the step's tensors, its dtype and shape."""
@@ -268,7 +281,11 @@ class TieredCheckpointer:
     into pinned staging on a side stream (default: when the model has CUDA tensors); a DeviceSnapshot
     instance is used as the copier. ``when_busy``: a capture due while the previous one is still in the
     background is "skip"ped (recorded, counted in ``steps_skipped``; the training loop never waits for
-    the background) or "wait"s for it; every rank must pass the same.
+    the background) or "wait"s for it; every rank must pass the same. ``replicated``: names of state-dict
+    entries (as the step names them, e.g. ``"model/norm.weight"``) that every rank holds bit-identical and
+    saves whole, written by rank 0: at each capture every rank's digests of them are compared (the SDC
+    canary, spec/TIERS.md 11), and a disagreement raises ``ckpt.SilentDataCorruptionError`` from the next
+    ``step()`` or ``wait()``; relaunched, the job resumes the newest step every rank agreed on.
     """
 
     def __init__(self, model, optimizer=None, scheduler=None, *, memory_root: str, persistent: Optional[str] = None,
@@ -277,10 +294,12 @@ class TieredCheckpointer:
                  data_state: Optional[Callable[[], Any]] = None, load_data_state: Optional[Callable[[Any], None]] = None,
                  chunk_size_log2: Optional[int] = None, staging_bytes: int = 0, transfer_block: int = 16 << 20,
                  check_free_space: bool = True, device_snapshots: Optional[bool] = None,
-                 on_phase: Optional[Callable[[str, int], None]] = None, when_busy: str = "skip"):
+                 on_phase: Optional[Callable[[str, int], None]] = None, when_busy: str = "skip",
+                 replicated=()):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("TieredCheckpointer needs torch.distributed initialized (torchrun, init_process_group)")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self._replicated = frozenset(replicated)
         if data is not None:
             data_state, load_data_state = data.state_dict, data.load_state_dict
         self._data_state, self._load_data_state = data_state, load_data_state
@@ -321,6 +340,10 @@ class TieredCheckpointer:
         for name, t in tensors:
             dtype = _tensors.torch_name(t.dtype)
             n = t.numel()
+            if name in self._replicated and not (self._copier is not None and self._copier.handles(t)):
+                # Whole on every rank, written by rank 0: the canary compares every rank's copy (spec/TIERS.md 11.1).
+                pieces.append((name, dtype, [n], [0], [n], _tensors.torch_bytes(t.reshape(-1)), name.startswith("optim/"), 0))
+                continue
             begin, end = n * rank // world, n * (rank + 1) // world
             if begin == end and not (n == 0 and rank == 0):
                 continue  # nothing of this tensor here; an empty tensor is rank 0's
@@ -345,7 +368,8 @@ class TieredCheckpointer:
         on in the background. An earlier step's background failure is raised here. Returns the action
         taken, or "skipped" when the previous capture was still in the background (when_busy "skip")."""
         if self._native.action(step) == "none":
-            return self._native.step(step, [], {})["action"]  # surfaces a background failure
+            with _sdc_raised():
+                return self._native.step(step, [], {})["action"]  # surfaces a background failure
         tensors: List[Tuple[str, torch.Tensor]] = []
         skeleton = _split(self._state_dicts(), "", tensors)
         state = {"rng": _rng_state(), "values": {_SKELETON_KEY: pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)}}
@@ -361,7 +385,8 @@ class TieredCheckpointer:
         if self._copier is not None:
             self._copier.begin()
         try:
-            out = self._native.step(step, pieces, state)
+            with _sdc_raised():
+                out = self._native.step(step, pieces, state)
             return "skipped" if out["skipped"] else out["action"]
         finally:
             if self._copier is not None:
@@ -369,7 +394,8 @@ class TieredCheckpointer:
 
     def wait(self) -> None:
         """Blocks until every captured step is committed, replicated and (when due) persisted."""
-        self._native.wait()
+        with _sdc_raised():
+            self._native.wait()
 
     def resume(self) -> int:
         """Collective, before the first ``step()``: agrees with every rank on the newest step whose every
