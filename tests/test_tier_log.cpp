@@ -144,3 +144,69 @@ TEST_CASE("a record a reader would refuse is never written", "[tier_log]") {
   CHECK(log->append({bad}).code() == Code::invalid_argument);
   CHECK(TierLog::open(fs, dir.string()).ok());
 }
+
+TEST_CASE("the canary compares each replicated tensor's chunk digests across its holders, naming the odd rank", "[tier_log][sdc]") {
+  // spec/TIERS.md 11.1: (holders' digests) -> (first differing chunk, chunks differing, odd rank).
+  using Held = std::vector<std::tuple<std::string, std::uint32_t, std::vector<std::uint64_t>>>;
+  struct Row {
+    const char* what;
+    Held held;
+    std::size_t findings;
+    std::uint64_t chunk, differing;
+    std::uint32_t odd;
+  };
+  const std::uint32_t none = SdcFinding::kNoRank;
+  const std::vector<Row> rows = {
+      {"all agree", {{"n", 0, {1, 2, 3}}, {"n", 1, {1, 2, 3}}, {"n", 2, {1, 2, 3}}}, 0, 0, 0, none},
+      {"one holder: nothing to compare", {{"n", 0, {1, 2}}}, 0, 0, 0, none},
+      {"rank 2 differs in chunk 1 of 3 holders", {{"n", 0, {1, 2, 3}}, {"n", 1, {1, 2, 3}}, {"n", 2, {1, 9, 3}}}, 1, 1, 1, 2},
+      {"two holders disagree: no odd rank", {{"n", 0, {1, 2}}, {"n", 1, {1, 5}}}, 1, 1, 1, none},
+      {"two chunks differ, the first named", {{"n", 0, {1, 2, 3}}, {"n", 1, {7, 2, 8}}, {"n", 2, {1, 2, 3}}}, 1, 0, 2, 1},
+      {"three different digests: no odd rank", {{"n", 0, {1}}, {"n", 1, {2}}, {"n", 2, {3}}}, 1, 0, 1, none},
+      {"a holder with fewer chunks differs where it ends", {{"n", 0, {1, 2}}, {"n", 1, {1}}, {"n", 2, {1, 2}}}, 1, 1, 1, 1},
+      {"different tensors are never compared", {{"a", 0, {1}}, {"b", 1, {2}}}, 0, 0, 0, none},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    const auto found = compare_replicas(7, row.held);
+    REQUIRE(found.size() == row.findings);
+    if (found.empty()) continue;
+    CHECK(found[0].step == 7);
+    CHECK(found[0].chunk == row.chunk);
+    CHECK(found[0].chunks_differing == row.differing);
+    CHECK(found[0].odd_rank == row.odd);
+    CHECK(found[0].digests.size() == row.held.size());
+  }
+}
+
+TEST_CASE("an SDC record's detail round-trips and damaged details are refused", "[tier_log][sdc]") {
+  SdcFinding f;
+  f.step = 6, f.tensor = "norm", f.chunk = 1, f.chunks_differing = 1, f.odd_rank = 2;
+  f.digests = {{0, 0xaa}, {1, 0xaa}, {2, 0xbb}, {3, 0xaa}};
+  TierRecord r;
+  r.event = TierEvent::sdc, r.step = 6, r.world = 4, r.detail = encode_sdc(f);
+  CHECK(r.detail.size() == 4 + 4 + 8 + 8 + 4 + 4 + 4 * 12);  // spec/TIERS.md 11.2
+  auto back = decode_sdc(r, "log");
+  REQUIRE(back.ok());
+  CHECK(back->tensor == "norm");
+  CHECK(back->odd_rank == 2);
+  CHECK(back->digests == f.digests);
+  CHECK_THAT(r.describe(), Catch::Contains("tensor 'norm' chunk 1: rank 2 differs from every other holder"));
+  const std::string good = r.detail;
+  struct Damage {
+    const char* what;
+    std::string detail;
+  };
+  std::string long_name = good;
+  long_name[0] = '\x7f';  // a name longer than the record
+  std::string many = good;
+  many[4 + 4 + 8 + 8 + 4] = '\x50';  // more holders than bytes
+  const std::vector<Damage> table = {
+      {"empty", ""}, {"cut in the name", good.substr(0, 6)}, {"cut in a holder", good.substr(0, good.size() - 3)},
+      {"a byte too many", good + "x"}, {"name length past the end", long_name}, {"holder count past the end", many}};
+  for (const auto& d : table) {
+    INFO(d.what);
+    r.detail = d.detail;
+    CHECK(decode_sdc(r, "log").status().code() == Code::corrupt);
+  }
+}

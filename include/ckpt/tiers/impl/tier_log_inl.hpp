@@ -1,6 +1,10 @@
 // ckpt: definitions for tiers/tier_log.hpp (spec/TIERS.md 5).
 #pragma once
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "../../core/coding.hpp"
 #include "../../core/uuid.hpp"
 #include "../../store/memory_layout.hpp"
@@ -87,14 +91,12 @@ CKPT_INLINE std::vector<SdcFinding> compare_replicas(
     }
     if (f.chunks_differing == 0) continue;
     // The odd one out: every holder but one agrees (needs three holders to say which).
-    if (holders.size() >= 3)
-      for (const auto& [rank, digest] : f.digests) {
-        std::size_t equal = 0;
-        for (const auto& other : f.digests) equal += other.second == digest ? 1 : 0;
-        const bool others_agree = std::all_of(f.digests.begin(), f.digests.end(), [&, r = rank, d = digest](const auto& o) {
-          return o.first == r || o.second == f.digests[f.digests.front().first == r ? 1 : 0].second;
-        });
-        if (equal == 1 && others_agree) f.odd_rank = rank;
+    if (f.digests.size() >= 3)
+      for (std::size_t i = 0; i < f.digests.size(); ++i) {
+        std::set<std::uint64_t> others;
+        for (std::size_t j = 0; j < f.digests.size(); ++j)
+          if (j != i) others.insert(f.digests[j].second);
+        if (others.size() == 1 && *others.begin() != f.digests[i].second) f.odd_rank = f.digests[i].first;
       }
     out.push_back(std::move(f));
   }
