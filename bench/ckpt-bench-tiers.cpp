@@ -78,6 +78,8 @@ struct Settings {
   double pace_gbps = 0;  // resume: decimal GB/s per rank for first reads of the persistent store; 0: none
   bool json = false;
   std::string transport = "mpi";  // the tiers' communicator and the raw baseline's: mpi, or gloo bootstrapped over MPI
+  std::uint64_t replicated = 0;   // capture: bytes of a tensor every rank holds the same of, besides the state
+  bool canary = true;             // declared replicated (the SDC canary compares it), or saved as each rank's own
 };
 
 // The tiers' communicator (and the raw baseline's, a second one of the same kind): an MPI_Comm_dup, or
@@ -426,12 +428,19 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
   const std::string scratch_file = ckpt::tiers::layout::rank_dir(options.memory_root, static_cast<std::uint32_t>(l.rank)) + "/bench-write";
   fill_state(state.data(), l);
   std::string buffer;
+  // A tensor every rank holds the same bytes of: declared replicated, the canary compares every rank's copy
+  // (spec/TIERS.md 11); --no-canary saves the same bytes as each rank's own tensor, the baseline.
+  std::vector<unsigned char> replicated(static_cast<std::size_t>(s.replicated / 4 * 4));
+  for (std::size_t i = 0; i < replicated.size(); ++i) replicated[i] = static_cast<unsigned char>(i * 131 + 7);
   const auto fill = [&](ckpt::SaveRequest& r) {
     std::uint64_t off = 0;
     for (std::size_t i = 0; i < l.tensor_sizes.size(); ++i) {
       r.add_tensor(tensor_name(l.rank, i), ckpt::DType::F32, {l.tensor_sizes[i] / 4}, state.data() + off, static_cast<std::size_t>(l.tensor_sizes[i]));
       off += l.tensor_sizes[i];
     }
+    if (replicated.empty()) return;
+    if (s.canary) r.add_replicated_tensor("replicated", ckpt::DType::F32, {replicated.size() / 4}, replicated.data(), replicated.size());
+    else r.add_tensor("replicated-" + std::to_string(l.rank), ckpt::DType::F32, {replicated.size() / 4}, replicated.data(), replicated.size());
   };
   nlohmann::json out;
   auto capture = [&](std::uint64_t step) {
@@ -583,12 +592,12 @@ double median_of(std::vector<double> v) { return ckpt::bench::summarize(std::mov
 nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const Settings& s, const Layout& l) {
   nlohmann::json j;
   const std::size_t rounds = ranks[0]["rounds"].size();
-  std::vector<double> copy, copy_small, memory_write, stall, stall_reported, commit, replicate, raw;
+  std::vector<double> copy, copy_small, memory_write, stall, stall_reported, commit, replicate, raw, agreement;
   std::vector<double> background_user, background_sys, raw_cpu, raw_write;
   std::map<std::string, std::vector<double>> background_fs;  // per kind of call, per capture, all ranks
   for (std::size_t i = 0; i < rounds; ++i) {
     double c = 0, cs = 0, mw = 0, st = 0, sr = 0, cm = 0, bu = 0, bs = 0, rc = 0, rw = 0;
-    std::int64_t rep_from = INT64_MAX, rep_to = 0, raw_from = INT64_MAX, raw_to = 0;
+    std::int64_t rep_from = INT64_MAX, rep_to = 0, raw_from = INT64_MAX, raw_to = 0, agree_from = INT64_MAX, agree_to = 0;
     for (const auto& r : ranks) {
       const auto& round = r["rounds"][i];
       const auto& cap = round["capture"];
@@ -607,6 +616,8 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
       bu += cap["background_cpu"]["user_s"].get<double>();
       bs += cap["background_cpu"]["sys_s"].get<double>();
       rc += round["raw_cpu"]["user_s"].get<double>() + round["raw_cpu"]["sys_s"].get<double>();
+      agree_from = std::min(agree_from, cap["captured_ns"].get<std::int64_t>());
+      agree_to = std::max(agree_to, cap["replicating_ns"].get<std::int64_t>());
       rep_from = std::min(rep_from, cap["replicating_ns"].get<std::int64_t>());
       rep_to = std::max(rep_to, cap["waited_ns"].get<std::int64_t>());
       raw_from = std::min(raw_from, round["raw_start_ns"].get<std::int64_t>());
@@ -615,6 +626,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
     background_user.push_back(bu), background_sys.push_back(bs), raw_cpu.push_back(rc), raw_write.push_back(rw);
     copy.push_back(c), copy_small.push_back(cs), memory_write.push_back(mw), stall.push_back(st), stall_reported.push_back(sr), commit.push_back(cm);
     replicate.push_back(seconds_between(rep_from, rep_to)), raw.push_back(seconds_between(raw_from, raw_to));
+    agreement.push_back(seconds_between(agree_from, agree_to));
   }
   double first_stall = 0, promote = 0;
   std::int64_t promote_from = INT64_MAX, promote_to = 0;
@@ -645,12 +657,16 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   j["stall_reported_s"] = stall_reported;
   j["commit_s"] = commit;
   j["replication_s"] = replicate;
+  j["agreement_s"] = agreement;  // 'captured' to 'replicating': the capture's agreement (and the canary's comparison)
+  j["replicated_bytes"] = s.replicated;
+  j["canary"] = s.canary;
   j["raw_p2p_s"] = raw;
   j["median"] = {{"staging_copy_s", median_of(copy)}, {"staging_copy_small_pages_s", median_of(copy_small)},
                  {"memory_write_s", median_of(memory_write)}, {"background_user_s", median_of(background_user)},
                  {"background_sys_s", median_of(background_sys)}, {"raw_p2p_cpu_s", median_of(raw_cpu)},
                  {"raw_p2p_write_s", median_of(raw_write)}, {"stall_s", median_of(stall)}, {"stall_reported_s", median_of(stall_reported)},
-                 {"commit_s", median_of(commit)}, {"replication_s", median_of(replicate)}, {"raw_p2p_s", median_of(raw)}};
+                 {"commit_s", median_of(commit)}, {"replication_s", median_of(replicate)}, {"raw_p2p_s", median_of(raw)},
+                 {"agreement_s", median_of(agreement)}};
   for (const auto& [kind, v] : background_fs) j["median"]["background_fs_s"][kind] = median_of(v);
   j["stall_vs_copy"] = median_of(copy) > 0 ? median_of(stall) / median_of(copy) : 0.0;
   j["replication_vs_raw_rate"] = median_of(replicate) > 0 ? median_of(raw) / median_of(replicate) : 0.0;
@@ -737,6 +753,12 @@ void print_capture(const nlohmann::json& j) {
   row("replication (replicating -> wait())", m["replication_s"].get<double>());
   row("write into the memory root (pwrite 8 MiB)", m["memory_write_s"].get<double>());
   row("send/recv, receiver writing into its root", m["raw_p2p_write_s"].get<double>());
+  row("agreement ('captured' -> 'replicating')", m["agreement_s"].get<double>());
+  if (j["replicated_bytes"].get<std::uint64_t>() > 0)
+    std::printf("  a tensor of %s every rank holds, %s\n", ckpt::cli::human_bytes(j["replicated_bytes"].get<std::uint64_t>()).c_str(),
+                j["canary"].get<bool>() ? "declared replicated: the SDC canary compares it" : "saved as each rank's own (--no-canary)");
+  std::printf("  background CPU per capture, all ranks: user %.3f s, sys %.3f s\n", m["background_user_s"].get<double>(),
+              m["background_sys_s"].get<double>());
   std::printf("  stall / staging copy %.2fx; replication rate / send-recv rate %.2fx\n", j["stall_vs_copy"].get<double>(),
               j["replication_vs_raw_rate"].get<double>());
 }
@@ -813,7 +835,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Settings s;
-  std::string size_text = "1GiB", tensor_text = "16MiB", block_text = "16MiB";
+  std::string size_text = "1GiB", tensor_text = "16MiB", block_text = "16MiB", replicated_text = "0";
   CLI::App app{"The memory and persistent tiers against this machine's limits, one MPI rank per simulated node\n"
                "(spec/TIERS.md). `capture` times step()'s stall against a memcpy of the same bytes and\n"
                "replication against MpiComm send/recv between the same pairs, and leaves a persisted step;\n"
@@ -837,6 +859,8 @@ int main(int argc, char** argv) {
     if (std::string(mode) == "capture") {
       sub->add_option("--repeat", s.repeat, "timed captures; the median is reported (default 5)")->check(CLI::Range(1, 100));
       sub->add_option("--transfer-block", block_text, "bytes per point-to-point message, both paths (default 16MiB)");
+      sub->add_option("--replicated", replicated_text, "bytes of a tensor every rank holds the same of, declared replicated (default 0)");
+      sub->add_flag("--no-canary{false}", s.canary, "save that tensor as each rank's own instead: the canary's baseline");
     } else {
       sub->add_option("--pace-gbps", s.pace_gbps, "first reads of the persistent store at most this many GB/s (10^9 B/s) per rank; 0: unpaced")
           ->check(CLI::Range(0.0, 1e6));
@@ -846,12 +870,12 @@ int main(int argc, char** argv) {
   if (rc < 0) {
     s.mode = app.got_subcommand("capture") ? "capture" : "resume";
     const auto size = ckpt::bench::parse_size(size_text), tensor = ckpt::bench::parse_size(tensor_text),
-               block = ckpt::bench::parse_size(block_text);
-    if (!size || !tensor || !block || *block == 0 || *block > (std::uint64_t{1} << 30)) {
+               block = ckpt::bench::parse_size(block_text), replicated = ckpt::bench::parse_size(replicated_text);
+    if (!size || !tensor || !block || !replicated || *block == 0 || *block > (std::uint64_t{1} << 30)) {
       if (rank == 0) std::fprintf(stderr, "%s: --size, --tensor and --transfer-block take sizes like 16MiB (a block at most 1GiB)\n", kTool);
       rc = ckpt::cli::kUsage;
     } else {
-      s.size = *size, s.tensor_bytes = *tensor, s.transfer_block = static_cast<std::size_t>(*block);
+      s.size = *size, s.tensor_bytes = *tensor, s.transfer_block = static_cast<std::size_t>(*block), s.replicated = *replicated;
       // One spelling of each path, so the pacing recognises the persistent store's files by prefix.
       s.root = std::filesystem::absolute(s.root).lexically_normal().string();
       s.persistent = std::filesystem::absolute(s.persistent).lexically_normal().string();
