@@ -574,6 +574,9 @@ Status save_rank_steps(int r, FaultFs<SimFs>& fs, ThreadComm& comm, const std::v
     std::vector<unsigned char> rows(64 * 100, static_cast<unsigned char>(step / 100 + static_cast<std::uint64_t>(r)));
     SaveRequest req(step);
     req.add_piece("w", DType::U8, {256, 100}, {static_cast<std::uint64_t>(r) * 64, 0}, {64, 100}, rows.data(), rows.size());
+    // Every rank holds "b"; only its owner (rank 0) writes it, so the pieces never overlap (SHARDING.md 3.3).
+    const std::vector<unsigned char> bias(100, static_cast<unsigned char>(step / 100));
+    req.add_replicated_tensor("b", DType::U8, {100}, bias.data(), bias.size());
     req.state().values["note"] = "from rank 0";
     CKPT_ASSIGN_OR_RETURN(auto ticket, saver->save(std::move(req)));
     (void)ticket;
@@ -604,6 +607,11 @@ TEST_CASE("async saves across ranks join one collective commit, and one rank's f
     std::vector<unsigned char> all(256 * 100);
     REQUIRE(reader->read_tensor("w", all.data(), all.size()).ok());
     for (int r = 0; r < kWorld; ++r) CHECK(all[static_cast<std::size_t>(r) * 6400 + 99] == static_cast<unsigned char>(2 + r));
+    std::vector<unsigned char> bias(100);
+    REQUIRE(reader->read_tensor("b", bias.data(), bias.size()).ok());
+    CHECK(bias == std::vector<unsigned char>(100, 2));
+    CHECK(reader->shard(0).index().find_tensor("b") != nullptr);
+    for (std::size_t k = 1; k < 4; ++k) CHECK(reader->shard(k).index().find_tensor("b") == nullptr);
     REQUIRE((*check)->save_records().size() == 2);
     CHECK((*check)->save_records()[1].async);
   }
