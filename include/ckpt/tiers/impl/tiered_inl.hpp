@@ -275,9 +275,19 @@ struct Received {
   // Where a memory store maps its files, each piece is copied from the message into the file the
   // transaction writes over and hashed there, in cache: no pwrite (spec/TIERS.md 4.3).
   std::vector<unsigned char*> in_place;
-  if (s.ok() && (*into)->fs().can_map()) {
-    std::vector<std::uint64_t> sizes;
-    for (const auto& p : heads) sizes.push_back(p.length);
+  std::vector<std::uint64_t> sizes;
+  std::uint64_t total = 0;
+  bool fits = s.ok() && (*into)->fs().can_map();
+  for (const auto& p : heads) {
+    fits = fits && p.length <= UINT64_MAX - total;
+    total += fits ? p.length : 0;
+    sizes.push_back(p.length);
+  }
+  // The lengths are the sender's word: a slot grows (and is populated) only within the free space of the
+  // memory tier's file system; otherwise the pieces are written, and a write past it fails with ENOSPC.
+  struct statvfs sv {};
+  fits = fits && ::statvfs((*into)->path().c_str(), &sv) == 0 && total <= static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize;
+  if (fits) {
     auto slot = (*into)->reserve_slot(sizes);
     if (slot.ok()) in_place = std::move(*slot);
     else if (slot.status().code() != Code::invalid_argument && slot.status().code() != Code::unsupported) s = slot.status();
