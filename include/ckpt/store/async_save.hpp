@@ -102,15 +102,14 @@ class SaveRequest {
     tensors_.back().replica_owner = owner;
     return *this;
   }
-  // Takes out the replicated tensors a rank other than `rank` owns (that rank writes them), returning them.
-  std::vector<SaveTensor> take_replicas_of_others(int rank) {
-    std::vector<SaveTensor> taken, kept;
+  // Drops the replicated tensors a rank other than `rank` owns: that rank writes them (spec/SHARDING.md 3.3).
+  void drop_replicas_of_others(int rank) {
+    std::vector<SaveTensor> kept;
     for (auto& t : tensors_) {
-      if (t.replica_owner >= 0 && t.replica_owner != rank) bytes_ -= t.size, taken.push_back(std::move(t));
+      if (t.replica_owner >= 0 && t.replica_owner != rank) bytes_ -= t.size;
       else kept.push_back(std::move(t));
     }
     tensors_ = std::move(kept);
-    return taken;
   }
   SaveRequest& add(SaveTensor t) {
     bytes_ += t.size;

@@ -67,7 +67,7 @@ CKPT_INLINE Result<SaveTicket> AsyncSaver::save(SaveRequest request) {
   SaveTicket ticket;
   ticket.step = request.step();
   // A replicated tensor is written by its owner rank only (spec/SHARDING.md 3.3: pieces never overlap).
-  if (target_->world_size() > 1) (void)request.take_replicas_of_others(target_->rank());
+  if (target_->world_size() > 1) request.drop_replicas_of_others(target_->rank());
   for (const auto& t : request.tensors())
     if (t.on_device && options_.device == nullptr)
       return make_error(Code::invalid_argument, "tensor '" + t.name + "' is on the device and the saver has no SnapshotCopier");
