@@ -12,6 +12,7 @@
 #include "ckpt/interop/pickle.hpp"
 #include "ckpt/identity/identity.hpp"
 #include "ckpt/identity/sidecar.hpp"
+#include "ckpt/tiers/parity.hpp"
 #include "ckpt/tiers/tiered.hpp"
 #include "ckpt/tiers/memory_root.hpp"
 #include "ckpt/report/verify.hpp"

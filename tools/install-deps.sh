@@ -43,7 +43,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # clang and libclang-rt-dev: the libFuzzer targets of tests/fuzz (tools/fuzz.sh, the fuzz step of tests/run.sh).
 # libcurl4-openssl-dev, libpugixml-dev, zlib1g-dev: the S3 client (HTTP and SigV4, XML, CRC32; spec/OBJECT.md 2).
 # libgloo-dev: the tiers' transport between ranks, in C++ without the interpreter (spec/TIERS.md 4.7).
-PKGS="cmake g++ make libcli11-dev libxxhash-dev catch2 nlohmann-json3-dev libopenmpi-dev openmpi-bin xxd clang libclang-rt-dev libcurl4-openssl-dev libpugixml-dev zlib1g-dev libgloo-dev"
+# libisal-dev: ISA-L's Reed-Solomon codes for the memory tier's parity groups (spec/TIERS.md 12).
+PKGS="cmake g++ make libcli11-dev libxxhash-dev catch2 nlohmann-json3-dev libopenmpi-dev openmpi-bin xxd clang libclang-rt-dev libcurl4-openssl-dev libpugixml-dev zlib1g-dev libgloo-dev libisal-dev"
 # python3, python3-venv and python3-dev: the interpreter the environment below is made from, on a machine
 # that lacks it; Debian's python3 has no ensurepip without python3-venv, and no Python.h (which the Python
 # package's extension is built against) without python3-dev.

@@ -77,6 +77,10 @@ class ShardReader {
   Index index_;
 };
 
+// The index of a whole shard file held in memory (a shard rebuilt from parity, spec/TIERS.md 12.4), its
+// superblock, footer and index validated as open() validates them; `path` names it in errors.
+[[nodiscard]] Result<Index> decode_shard_index(const unsigned char* bytes, std::uint64_t size, const std::string& path);
+
 }  // namespace ckpt
 
 #if !CKPT_DECLARATIONS_ONLY

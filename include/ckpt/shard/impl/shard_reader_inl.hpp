@@ -4,6 +4,7 @@
 #include "../shard_reader.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 
 namespace ckpt {
@@ -73,7 +74,10 @@ struct ShardHead {
 // salvage (the verifier) a superblock whose digest fails is still read for its fields where they are
 // in range, and a footer followed by extra bytes is found and the extra bytes reported, so the rest of
 // the file can be checked. The Result fails when the head cannot be used; problems then says why.
-[[nodiscard]] CKPT_INLINE Result<ShardHead> read_shard_head(FsRef fs, FileHandle file, const std::string& path, std::uint64_t file_size,
+// `read_at(buf, n, off)` reads n bytes at off of the file: from a file system, or from memory (a shard rebuilt from
+// parity, spec/TIERS.md 12.4).
+using ReadAt = std::function<Status(void* buf, std::size_t n, std::uint64_t off)>;
+[[nodiscard]] CKPT_INLINE Result<ShardHead> read_shard_head(const ReadAt& read_at, const std::string& path, std::uint64_t file_size,
                                                 bool salvage, std::vector<Problem>& problems) {
   auto problem = [&](Problem p) {
     if (p.message.rfind(path, 0) != 0) p.message = path + ": " + p.message;
@@ -92,7 +96,7 @@ struct ShardHead {
   }
   // Superblock (spec 3).
   unsigned char sb_bytes[format::kSuperblockSize];
-  if (Status s = read_exact(fs, file, path, sb_bytes, sizeof sb_bytes, 0); !s.ok()) {
+  if (Status s = read_at(sb_bytes, sizeof sb_bytes, 0); !s.ok()) {
     read_status(s, "superblock", 0, format::kSuperblockSize);
     return unusable();
   }
@@ -112,7 +116,7 @@ struct ShardHead {
 
   // Footer (spec 6); bytes after a valid footer are named as trailing data.
   unsigned char ft_bytes[format::kFooterSize];
-  if (Status s = read_exact(fs, file, path, ft_bytes, sizeof ft_bytes, file_size - format::kFooterSize); !s.ok()) {
+  if (Status s = read_at(ft_bytes, sizeof ft_bytes, file_size - format::kFooterSize); !s.ok()) {
     read_status(s, "footer", file_size - format::kFooterSize, format::kFooterSize);
     return unusable();
   }
@@ -124,7 +128,7 @@ struct ShardHead {
     // Look back for a footer followed by extra bytes (a file appended to, or a copy padded).
     const std::uint64_t window = std::min<std::uint64_t>(file_size, std::uint64_t{1} << 20);
     std::vector<unsigned char> tail(static_cast<std::size_t>(window));
-    if (!read_exact(fs, file, path, tail.data(), tail.size(), file_size - window).ok()) return unusable();
+    if (!read_at(tail.data(), tail.size(), file_size - window).ok()) return unusable();
     for (std::size_t q = tail.size() - 8; q >= format::ft::kMagic && q > 0; --q) {
       if (std::memcmp(tail.data() + q, format::kFooterMagic, 8) != 0) continue;
       const std::uint64_t end = file_size - window + q + 8;
@@ -155,7 +159,7 @@ struct ShardHead {
 
   // Index (spec 5).
   std::vector<unsigned char> index_bytes(static_cast<std::size_t>(footer->index_length));
-  if (Status s = read_exact(fs, file, path, index_bytes.data(), index_bytes.size(), footer->index_offset); !s.ok()) {
+  if (Status s = read_at(index_bytes.data(), index_bytes.size(), footer->index_offset); !s.ok()) {
     read_status(s, "index", footer->index_offset, footer->index_length);
     return unusable();
   }
@@ -182,7 +186,27 @@ struct ShardHead {
   head.index = std::move(decoded_index).value();
   return head;
 }
+[[nodiscard]] CKPT_INLINE Result<ShardHead> read_shard_head(FsRef fs, FileHandle file, const std::string& path, std::uint64_t file_size,
+                                                bool salvage, std::vector<Problem>& problems) {
+  return read_shard_head([&](void* buf, std::size_t n, std::uint64_t off) { return read_exact(fs, file, path, buf, n, off); }, path,
+                         file_size, salvage, problems);
+}
 }  // namespace detail
+
+CKPT_INLINE Result<Index> decode_shard_index(const unsigned char* bytes, std::uint64_t size, const std::string& path) {
+  std::vector<Problem> problems;
+  auto head = detail::read_shard_head(
+      [&](void* buf, std::size_t n, std::uint64_t off) -> Status {
+        if (off > size || n > size - off)
+          return make_error(Code::incomplete, path + ": [" + std::to_string(off) + ", +" + std::to_string(n) + ") is past its " +
+                                                  std::to_string(size) + " bytes");
+        std::memcpy(buf, bytes + off, n);
+        return Status();
+      },
+      path, size, false, problems);
+  if (!head.ok()) return head.status();
+  return std::move(head->index);
+}
 
 CKPT_INLINE Result<ShardReader> ShardReader::open(FsRef fs, std::string path) {
   auto file = fs.open(path, OpenMode::read);
