@@ -184,10 +184,10 @@ TEST_CASE("a parity layout round-trips, and damaged encodings are refused naming
   const std::vector<Damage> table{
       {"truncated", [](std::string b) { return b.substr(0, b.size() - 1); }, "truncated"},
       {"trailing bytes", [](std::string b) { return b + "z"; }, "after the last stripe"},
-      {"k = 0", [](std::string b) { b.at(4) = 0; return b; }, "need 1 <= k < n"},
-      {"k = n", [](std::string b) { b.at(4) = 4; return b; }, "need 1 <= k < n"},
-      {"stripe past n", [](std::string b) { b.at(28) = 9; return b; }, "stripe 9"},
-      {"wrong member count", [](std::string b) { b.at(44) = 2; return b; }, "2 members"},
+      {"k = 0", [](std::string b) { return b.replace(4, 1, 1, static_cast<char>(0)); }, "need 1 <= k < n"},
+      {"k = n", [](std::string b) { return b.replace(4, 1, 1, static_cast<char>(4)); }, "need 1 <= k < n"},
+      {"stripe past n", [](std::string b) { return b.replace(28, 1, 1, static_cast<char>(9)); }, "stripe 9"},
+      {"wrong member count", [](std::string b) { return b.replace(44, 1, 1, static_cast<char>(2)); }, "2 members"},
   };
   for (const auto& d : table) {
     INFO(d.what);
