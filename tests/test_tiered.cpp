@@ -1077,3 +1077,159 @@ TEST_CASE("skipping across ranks without a control communicator is refused at cr
     CHECK_THAT(s.message(), Catch::Contains("control communicator"));
   }
 }
+
+// --- Parity groups (spec/TIERS.md 12) -----------------------------------------------------------------
+
+namespace {
+
+std::function<void(TierOptions&)> with_parity(int group, int losses) {
+  return [=](TierOptions& o) { o.replicas = 0, o.parity_group = group, o.parity_losses = losses; };
+}
+
+std::vector<std::string> nodes_named(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back("n" + std::to_string(i));
+  return out;
+}
+
+// Flips one byte inside tensor `tensor` of `step` in the store at `store`.
+void flip_tensor_byte(const fsys::path& store, std::uint64_t step, const std::string& tensor) {
+  PosixFs fs;
+  auto s = Store::open(fs, store.string(), Access::read_only);
+  REQUIRE(s.ok());
+  auto info = (*s)->find(step);
+  REQUIRE(info.ok());
+  auto reader = StepReader::open(fs, store.string(), *info, (*s)->uuid());
+  REQUIRE(reader.ok());
+  const Index& index = reader->shard(0).index();
+  for (const auto& p : index.pieces) {
+    if (index.tensors[static_cast<std::size_t>(p.tensor)].name != tensor) continue;
+    REQUIRE(p.data_length > 100);
+    std::fstream file(reader->shard(0).path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(p.data_offset + p.data_length / 2);
+    file.seekg(at);
+    const char c = static_cast<char>(file.get());
+    file.seekp(at);
+    file.put(static_cast<char>(c ^ 0x01));
+    return;
+  }
+  FAIL("no tensor " << tensor << " in step " << step << " of " << store);
+}
+
+// Every subset of {0..n-1} with 1 to k members.
+std::vector<std::vector<int>> losses_of(int n, int k) {
+  std::vector<std::vector<int>> out;
+  for (unsigned mask = 1; mask < (1u << n); ++mask)
+    if (__builtin_popcount(mask) <= k) {
+      std::vector<int> s;
+      for (int i = 0; i < n; ++i)
+        if (mask & (1u << i)) s.push_back(i);
+      out.push_back(s);
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("parity groups: a capture's parity is committed on every rank and the step recorded as surviving k losses", "[tiered][parity]") {
+  const auto dir = fresh_dir("parity-capture");
+  auto r = run(Job{dir, nodes_named(4), 7, {}, with_parity(4, 1)});
+  INFO(r.first_error());
+  REQUIRE(r.ok());
+  PosixFs fs;
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(count(r.records[static_cast<std::size_t>(rank)], TierEvent::parity) == 3);  // steps 2, 4, 6
+    CHECK(count(r.records[static_cast<std::size_t>(rank)], TierEvent::replicated) == 3);
+    CHECK(count(r.records[static_cast<std::size_t>(rank)], TierEvent::held) == 0);  // no replicas
+    // memory_keep 2: the parity store holds steps 4 and 6, each with one stripe's parity and the layout.
+    const std::string root = (dir / ("node-n" + std::to_string(rank))).string();
+    auto store = Store::open(fs, memory_layout::parity_store(root, static_cast<std::uint32_t>(rank)), Access::read_only);
+    REQUIRE(store.ok());
+    REQUIRE((*store)->steps().size() == 2);
+    CHECK((*store)->steps().back().step == 6);
+  }
+}
+
+TEST_CASE("parity groups: every loss of up to k nodes of a 4- and a 6-node group is rebuilt and resumes bit-identical",
+          "[tiered][parity]") {
+  for (auto [n, k] : std::vector<std::pair<int, int>>{{4, 1}, {4, 2}, {6, 1}, {6, 2}}) {
+    const std::string name = "parity-" + std::to_string(n) + "-" + std::to_string(k);
+    const auto base = fresh_dir(name + "-base");
+    {
+      auto first = run(Job{base, nodes_named(n), 7, {}, with_parity(n, k)});
+      INFO(first.first_error());
+      REQUIRE(first.ok());
+    }
+    for (const auto& lost : losses_of(n, k)) {
+      std::string which;
+      for (int i : lost) which += "-" + std::to_string(i);
+      INFO("group of " << n << ", k " << k << ", nodes lost" << which);
+      const auto dir = fresh_dir(name + "-lost" + which);
+      fsys::copy(base, dir, fsys::copy_options::recursive);
+      for (int i : lost) fsys::remove_all(dir / ("node-n" + std::to_string(i)));
+      auto r = run(Job{dir, nodes_named(n), 10, {}, with_parity(n, k)});
+      check_final(r, 10);
+      for (int rank = 0; rank < n; ++rank) {
+        CHECK(r.resumed[static_cast<std::size_t>(rank)].step == 6);
+        CHECK_FALSE(r.resumed[static_cast<std::size_t>(rank)].read_persistent);
+        const bool was_lost = std::find(lost.begin(), lost.end(), rank) != lost.end();
+        CHECK(count(r.records[static_cast<std::size_t>(rank)], TierEvent::rebuilt) == (was_lost ? 1u : 0u));
+      }
+      fsys::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("parity groups: a lost node's replacement is refilled with the parity it held", "[tiered][parity]") {
+  const auto dir = fresh_dir("parity-refill");
+  REQUIRE(run(Job{dir, nodes_named(4), 7, {}, with_parity(4, 1)}).ok());
+  fsys::remove_all(dir / "node-n2");
+  auto r = run(Job{dir, nodes_named(4), 0, {}, with_parity(4, 1)});
+  INFO(r.first_error());
+  REQUIRE(r.ok());
+  CHECK(r.resumed[2].step == 6);
+  bool rebuilt = false, refilled = false;
+  for (const auto& s : r.resumed[2].setbacks) rebuilt = rebuilt || s.find("rebuilt from its parity group") != std::string::npos;
+  for (const auto& s : r.notes[2]) refilled = refilled || s.find("parity segments refilled") != std::string::npos;
+  CHECK(rebuilt);
+  CHECK(refilled);
+  // Rank 2 holds step 6's parity again, and a second loss (another node) is survived from it.
+  PosixFs fs;
+  auto store = Store::open(fs, memory_layout::parity_store((dir / "node-n2").string(), 2), Access::read_only);
+  REQUIRE(store.ok());
+  REQUIRE_FALSE((*store)->steps().empty());
+  CHECK((*store)->steps().back().step == 6);
+  fsys::remove_all(dir / "node-n1");
+  auto again = run(Job{dir, nodes_named(4), 10, {}, with_parity(4, 1)});
+  check_final(again, 10);
+  CHECK(again.resumed[1].step == 6);
+  CHECK(count(again.records[1], TierEvent::rebuilt) == 1);
+}
+
+TEST_CASE("parity groups: a damaged parity chunk on top of a node loss is set aside and the persistent tier serves, saying why",
+          "[tiered][parity]") {
+  const auto dir = fresh_dir("parity-damaged");
+  REQUIRE(run(Job{dir, nodes_named(4), 7, {}, with_parity(4, 1)}).ok());
+  fsys::remove_all(dir / "node-n2");
+  // Rank 2's segment 0 lies in stripe 1, whose parity rank 1 holds (spec/TIERS.md 12.2): damaged for steps 4 and 6.
+  for (std::uint64_t step : {4, 6}) flip_tensor_byte(dir / "node-n1" / "rank-1" / "parity", step, parity_tensor(1));
+  auto r = run(Job{dir, nodes_named(4), 10, {}, with_parity(4, 1)});
+  check_final(r, 10);
+  CHECK(r.resumed[0].step == 4);  // step 6 of shard 2 survives nowhere; step 4 is persisted
+  CHECK(r.resumed[0].read_persistent);
+  CHECK_THAT(r.resumed[2].sources.at(0), Catch::Contains("persistent store"));
+  CHECK(count(r.records[1], TierEvent::set_aside) == 2);
+  CHECK(count(r.records[2], TierEvent::rebuilt) == 0);
+  bool said = false;
+  for (const auto& s : r.resumed[0].setbacks) said = said || s.find("cannot be rebuilt from parity") != std::string::npos;
+  CHECK(said);
+  // The damaged parity is kept for inspection, never deleted.
+  CHECK(holds_shard_of(dir / "node-n1" / "rank-1" / "parity", 6));
+}
+
+TEST_CASE("parity groups are refused with replicas, and a group too small keeps no parity", "[tiered][parity]") {
+  const auto dir = fresh_dir("parity-refused");
+  auto both = run(Job{dir, nodes_named(4), 2, {}, [](TierOptions& o) { o.parity_group = 4; }});
+  CHECK(both.errors[0].code() == Code::invalid_argument);
+  CHECK_THAT(both.errors[0].message(), Catch::Contains("set replicas to 0"));
+}

@@ -6,6 +6,7 @@
 //
 //   ROOT/rank-<r>/own        a store of rank r's shards
 //   ROOT/rank-<r>/held-<s>   a store of the replicas of rank s's shards that rank r keeps
+//   ROOT/rank-<r>/parity     a store of the parity segments rank r keeps for its parity group (spec/TIERS.md 12)
 //   ROOT/rank-<r>/TIERS      rank r's tier log
 #pragma once
 
@@ -40,6 +41,7 @@ namespace memory_layout {
 inline constexpr std::string_view kRankDirPrefix = "rank-";  // ROOT/rank-<r>/: every rank that ever ran on the node
 inline constexpr std::string_view kOwnStore = "own";         // rank-<r>/own: r's shards (a store of one rank)
 inline constexpr std::string_view kHeldPrefix = "held-";     // rank-<r>/held-<s>: replicas of s's shards r keeps
+inline constexpr std::string_view kParityStore = "parity";  // rank-<r>/parity: its parity segments (spec/TIERS.md 12)
 inline constexpr std::string_view kTierLog = "TIERS";        // rank-<r>/TIERS: the tier log (spec/TIERS.md 5)
 inline constexpr std::string_view kSetAsideLogInfix = ".corrupt-";  // rank-<r>/TIERS.corrupt-<n>: a damaged log set aside (5.1)
 
@@ -54,6 +56,9 @@ inline constexpr std::string_view kSetAsideLogInfix = ".corrupt-";  // rank-<r>/
 }
 [[nodiscard]] inline std::string held_store(const std::string& root, std::uint32_t rank, std::uint32_t shard) {
   return join_path(rank_dir(root, rank), held_store_name(shard));
+}
+[[nodiscard]] inline std::string parity_store(const std::string& root, std::uint32_t rank) {
+  return join_path(rank_dir(root, rank), std::string(kParityStore));
 }
 // Whether `named` (a store path as some rank spelled it, e.g. in a SET_ASIDE record) names the store at
 // `path`: the same path, or the same last two components rank-<r>/<store> (the root may be spelled otherwise).
@@ -85,6 +90,7 @@ struct RankDirEntry {
   std::string path;
   bool has_log = false;              // TIERS is a regular file
   std::vector<StoreEntry> stores;    // its own/ and held-<s>/ directories, in name order
+  std::string parity;                // its parity/ store directory, when there is one (spec/TIERS.md 12)
   std::vector<std::string> unknown;  // every other entry but TIERS, in name order
   Status error;                      // it could not be listed: stores and unknown are empty
   // What spec/TIERS.md 10 calls a rank directory: it holds its tier log or a store (own/ or held-<s>/
@@ -116,6 +122,13 @@ struct RankDirEntry {
   std::sort(names.begin(), names.end());
   for (auto& name : names) {
     if (name == kTierLog) continue;
+    if (name == kParityStore) {
+      auto st = fs.stat(join_path(trimmed, name));
+      if (st.ok() && st->is_dir) {
+        out.parity = join_path(trimmed, name);
+        continue;
+      }
+    }
     StoreEntry s;
     s.own = name == kOwnStore;
     s.shard = out.rank;

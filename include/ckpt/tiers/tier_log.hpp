@@ -43,8 +43,10 @@ enum class TierEvent : std::uint16_t {
   resumed = 8,      // the job resumed this (step, digest)
   skipped = 9,      // a capture due at this step was not taken: the previous one was still in the background
   sdc = 10,         // ranks holding the same bytes disagreed on them (silent data corruption): never a step of any tier
+  parity = 11,      // this rank committed parity segments of the step in its parity store (txn); detail: the layout (12.3)
+  rebuilt = 12,     // this rank's shard of the step was rebuilt from its parity group, verified, committed in own (txn)
 };
-[[nodiscard]] constexpr EnumBounds<TierEvent> enum_bounds(TierEvent) noexcept { return {TierEvent::captured, TierEvent::sdc}; }
+[[nodiscard]] constexpr EnumBounds<TierEvent> enum_bounds(TierEvent) noexcept { return {TierEvent::captured, TierEvent::rebuilt}; }
 [[nodiscard]] const char* tier_event_name(TierEvent e) noexcept;
 
 struct TierRecord {

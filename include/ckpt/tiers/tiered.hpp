@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../store/async_save.hpp"
@@ -46,6 +47,7 @@
 #include "../io/posix_fs.hpp"
 #include "../io/object/client.hpp"
 #include "../store/store.hpp"
+#include "parity.hpp"
 #include "persistent_tier.hpp"
 #include "tier_log.hpp"
 #include "topology.hpp"
@@ -81,6 +83,11 @@ struct TierOptions {
   std::uint64_t memory_every = 1;                   // capture steps that are multiples of this
   std::uint64_t persist_every = 0;                  // promote steps that are multiples of this; 0: never
   int replicas = 1;                                 // copies of each shard in other failure domains
+  // Parity groups instead of replicas (spec/TIERS.md 12): groups of parity_group nodes keep Reed-Solomon parity of
+  // each other's shards, so any parity_losses nodes of a group may be lost, for parity_losses/(parity_group -
+  // parity_losses) of a shard per rank. 0: none. Needs replicas = 0 and a build with ISA-L.
+  int parity_group = 0;
+  int parity_losses = 1;
   std::size_t memory_keep = 2;                      // memory steps each rank keeps (its own and each held shard's)
   std::size_t persistent_keep = 0;                  // persistent steps kept; 0: all
   std::optional<Topology> topology;                 // default: each rank's hostname is its node
@@ -102,7 +109,7 @@ struct TierOptions {
   SnapshotCopier* device = nullptr;
   StagingMemory staging_memory;
   // Test and fault-injection hook: called on the rank at named points of its work (spec/TIERS.md 9).
-  // Phases: "captured", "replicating", "promoting", "resuming", "refilling" (the resume's background refill).
+  // Phases: "captured", "encoding" (parity, 12.3), "replicating", "promoting", "resuming", "refilling" (the resume's background refill).
   std::function<void(const char* phase, std::uint64_t step)> on_phase;
   // The SDC canary (spec/TIERS.md 11): called on every rank's background thread for each finding, after its
   // SDC record is durable; the step is then no step of any tier, and the next step() or wait() returns
@@ -206,6 +213,8 @@ class TieredCheckpointer {
   [[nodiscard]] Result<Resumed> resume(const std::function<Status(TierView&)>& load);
 
   [[nodiscard]] const Placement& placement() const noexcept { return placement_; }
+  // The parity groups (spec/TIERS.md 12), when TierOptions::parity_group is set.
+  [[nodiscard]] const std::optional<ParityPlacement>& parity_placement() const noexcept { return parity_; }
   [[nodiscard]] const Topology& topology() const noexcept { return topology_; }
   [[nodiscard]] const TierOptions& options() const noexcept { return options_; }
   [[nodiscard]] int rank() const { return comm_.rank(); }
@@ -278,6 +287,19 @@ class TieredCheckpointer {
   // fewer than the ring, waiting for a promotion that still reads one of them (spec/TIERS.md 2.1, 4.4).
   [[nodiscard]] Status make_room();
   [[nodiscard]] Result<Store*> held(std::uint32_t shard);
+  // Parity groups (spec/TIERS.md 12). encode_parity: this rank's segments of its committed own step to the holders
+  // of their stripes' parity, while it builds the parity it holds and commits it to its parity store (12.3); `only`
+  // names the (group, stripe, parity) to build (a refill), nullptr all. Returns a transport failure; a local one
+  // (a segment that did not arrive whole) goes to *failure and that stripe is not committed. `built`: stripes committed.
+  using ParityWork = std::set<std::tuple<int, int, int>>;
+  [[nodiscard]] Status encode_parity(std::uint64_t step, const Digest128& digest, const std::vector<Digest128>& shards,
+                                     const ParityWork* only, std::vector<TierRecord>& records, std::uint32_t& built, Status& failure);
+  // The resume's first phase (12.4): a shard no rank's memory holds is rebuilt from its group's survivors, verified
+  // against the claim and committed to its rank's own store; the holders that lost parity of that step are refilled.
+  [[nodiscard]] Status rebuild_from_parity();
+  [[nodiscard]] Status commit_rebuilt(std::uint64_t step, const std::vector<unsigned char>& bytes, const Digest128& expected,
+                                      const Digest128& digest, std::vector<TierRecord>& records);
+  [[nodiscard]] Result<Store*> parity_store();
   [[nodiscard]] Status log(std::vector<TierRecord> records);
   // Rewrites the tier log once it outgrows what the memory stores hold (spec/TIERS.md 5.4).
   [[nodiscard]] Status compact_log();
@@ -308,6 +330,8 @@ class TieredCheckpointer {
   std::string rank_dir_;
   std::unique_ptr<Store> own_;
   std::map<std::uint32_t, std::unique_ptr<Store>> held_;
+  std::optional<ParityPlacement> parity_;       // parity groups (spec/TIERS.md 12), when asked for
+  std::unique_ptr<Store> parity_store_;         // this rank's parity segments, opened when first needed
   std::unique_ptr<PersistentTier> persistent_;  // opened writable at the first promotion (collective)
   std::unique_ptr<TierLog> log_;
   mutable std::mutex log_mutex_;

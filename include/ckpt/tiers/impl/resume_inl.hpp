@@ -498,6 +498,8 @@ struct TieredCheckpointer::Resume {
 
 CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Status(TierView&)>& load) {
   if (saver_ || refill_.joinable()) return make_error(Code::invalid_argument, "resume() must come before the first step()");
+  // Parity groups first (spec/TIERS.md 12.4): a lost shard rebuilt into its rank's own store is then a copy like any.
+  if (parity_) CKPT_TRY(rebuild_from_parity());
   // On the heap: a refill that outlives this call keeps the copies it sends from open (7.4).
   auto owned = std::make_shared<Resume>(*this, load);
   Resume& run = *owned;

@@ -14,7 +14,7 @@ namespace ckpt::tiers {
 
 CKPT_INLINE const char* tier_event_name(TierEvent e) noexcept {
   // Upper case like the journal's record types, the unknown one too.
-  return enum_name(e, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED", "SET_ASIDE", "LOAD_FAILED", "RESUMED", "SKIPPED", "SDC"},
+  return enum_name(e, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED", "SET_ASIDE", "LOAD_FAILED", "RESUMED", "SKIPPED", "SDC", "PARITY", "REBUILT"},
                    "UNKNOWN");
 }
 

@@ -457,6 +457,11 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
   else if (promotion && promotion->size() != comm.size())
     local = make_error(Code::invalid_argument, "the promotion communicator has " + std::to_string(promotion->size()) +
                                                    " ranks, the tiers' communicator " + std::to_string(comm.size()));
+  else if (options.parity_group != 0 && options.replicas != 0)
+    local = make_error(Code::invalid_argument, "TierOptions: parity groups replace replicas: set replicas to 0 with parity_group " +
+                                                   std::to_string(options.parity_group) + " (spec/TIERS.md 12)");
+  else if (options.parity_group != 0 && !ErasureCode::create(std::max(options.parity_group, options.parity_losses + 1), std::max(options.parity_losses, 1)).ok())
+    local = ErasureCode::create(std::max(options.parity_group, options.parity_losses + 1), std::max(options.parity_losses, 1)).status();
   else if (options.when_busy == WhenBusy::skip && comm.size() > 1 && !control)
     local = make_error(Code::invalid_argument,
                        "TierOptions: when_busy skip across ranks needs a control communicator (create(fs, comm, control, "
@@ -475,6 +480,11 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     auto placement = place_replicas(t->topology_, t->options_.replicas);
     if (placement.ok()) t->placement_ = std::move(*placement);
     else local = placement.status();
+  }
+  if (local.ok() && t->options_.parity_group != 0) {
+    auto parity = place_parity(t->topology_, t->options_.parity_group, t->options_.parity_losses);
+    if (parity.ok()) t->parity_ = std::move(*parity);
+    else local = parity.status();
   }
   const auto me = static_cast<std::uint32_t>(comm.rank());
   t->rank_dir_ = layout::rank_dir(t->options_.memory_root, me);
@@ -677,8 +687,15 @@ CKPT_INLINE Status TieredCheckpointer::check_capacity(std::uint64_t bytes) {
   int on_node = 0;
   for (int r = 0; r < topology_.size(); ++r) on_node += topology_.node(r) == topology_.node(rank()) ? 1 : 0;
   // Each rank keeps a ring of files of its own shard and of each shard it holds (spec/TIERS.md 2.1).
-  const std::uint64_t copies = 1 + placement_.held_by(rank()).size();
-  const std::uint64_t per_rank = ring_steps() * copies * (bytes + bytes / 64 + (std::uint64_t{1} << 20));
+  std::uint64_t copies = 1 + placement_.held_by(rank()).size();
+  std::uint64_t per_rank = ring_steps() * copies * (bytes + bytes / 64 + (std::uint64_t{1} << 20));
+  // Parity (spec/TIERS.md 12.1): k segments of a shard's 1/(n-k) each, over the largest shard of the group.
+  if (const ParityGroup* g = parity_ ? parity_->group(rank()) : nullptr) {
+    const std::uint64_t parity_bytes = (bytes + bytes / 64 + (std::uint64_t{1} << 20)) * static_cast<std::uint64_t>(g->losses) /
+                                       static_cast<std::uint64_t>(g->data());
+    per_rank += ring_steps() * (parity_bytes + (std::uint64_t{1} << 20));
+    copies += 1;
+  }
   const std::uint64_t needed = per_rank * static_cast<std::uint64_t>(std::max(on_node, 1));
   if (needed > free_bytes)
     return make_error(Code::io, "memory tier " + options_.memory_root + " on node " + topology_.node(rank()) + ": needs " +
@@ -824,6 +841,38 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   rec.shard_digest = my_digest, rec.txn = mine->info().txn, rec.detail = encode_shard_digests(shards);
   CKPT_TRY(log({rec}));
 
+  // 2a. Parity groups (spec/TIERS.md 12.3): this rank's segments to its stripes' parity holders, the parity it holds built.
+  Status parity_failure;
+  if (parity_) {
+    std::vector<TierRecord> parity_records;
+    std::uint32_t built = 0;
+    phase("encoding", step);
+    CKPT_TRY(encode_parity(step, digest, shards, nullptr, parity_records, built, parity_failure));
+    if (!parity_records.empty()) CKPT_TRY(log(parity_records));
+    Encoder ack;
+    ack.u32(built);
+    CKPT_ASSIGN_OR_RETURN(auto acks, comm_.gather(std::move(ack.str()), 0));
+    std::string complete(1, '\0');
+    if (me == 0) {
+      std::uint64_t expected = 0, got = 0;
+      for (const auto& g : parity_->groups) expected += static_cast<std::uint64_t>(g.size()) * static_cast<std::uint64_t>(g.losses);
+      for (const auto& a : acks) {
+        Decoder d = wire::decoder(a);
+        std::uint32_t n = 0;
+        if (d.u32(n)) got += n;
+      }
+      complete[0] = static_cast<char>(expected > 0 && got == expected ? 1 : 0);
+    }
+    CKPT_TRY(comm_.broadcast(complete, 0));
+    if (complete.size() == 1 && complete[0] == 1) {
+      // Every stripe's parity is held: any parity_losses nodes of each group may now be lost (12.3).
+      TierRecord r;
+      r.event = TierEvent::replicated, r.step = step, r.world = world, r.shard = me, r.step_digest = digest;
+      r.copies = static_cast<std::uint32_t>(options_.parity_losses);
+      CKPT_TRY(log({r}));
+      replicated_ = step;
+    }
+  }
   // 2. Replicas: this rank's shard to its holders; the shards it holds from their sources.
   std::vector<int> holders = placement_.holders[me];
   std::vector<int> sources = placement_.held_by(static_cast<int>(me));
@@ -913,7 +962,8 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   CKPT_TRY(retire_memory(sources, options_.memory_keep));
   CKPT_TRY(compact_log());
   if (!exchanged.ok()) return exchanged;
-  return receive_failure;
+  if (!receive_failure.ok()) return receive_failure;
+  return parity_failure;
 }
 
 CKPT_INLINE std::vector<TieredCheckpointer::CanaryTensor> TieredCheckpointer::canary_of(std::uint64_t step, const StepReader* mine) {
@@ -1139,5 +1189,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
 }
 
 }  // namespace ckpt::tiers
+
+#include "parity_tier_inl.hpp"
 
 #include "resume_inl.hpp"
