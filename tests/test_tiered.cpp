@@ -1218,6 +1218,7 @@ TEST_CASE("parity groups: a damaged parity chunk on top of a node loss is set as
   CHECK(r.resumed[0].step == 4);  // step 6 of shard 2 survives nowhere; step 4 is persisted
   CHECK(r.resumed[0].read_persistent);
   CHECK_THAT(r.resumed[2].sources.at(0), Catch::Contains("persistent store"));
+  CHECK_THAT(r.resumed[0].sources.at(0), Catch::Contains("own memory"));
   CHECK(count(r.records[1], TierEvent::set_aside) == 2);
   CHECK(count(r.records[2], TierEvent::rebuilt) == 0);
   bool said = false;

@@ -12,7 +12,11 @@ decoded here with `struct` and the `xxhash` package, and checks, for every recor
   HELD       the replica's file (held-<shard>/step-<step>-<txn>) has the record's shard digest;
   PERSISTED  the persistent store's shard file of that transaction has the record's shard digest;
   SDC        its detail decodes as spec/TIERS.md 11.2 lays it out, to the last byte, and the odd rank it
-             names is the one holder whose digest differs while every other holder's agree.
+             names is the one holder whose digest differs while every other holder's agree;
+  PARITY     its detail decodes as the parity layout of spec/TIERS.md 12.3, the parity store's file of that
+             transaction carries the same layout, and each stripe's parity segment equals the Reed-Solomon
+             parity recomputed here from the members' own shard files: GF(2^8) over x^8+x^4+x^3+x^2+1, the
+             Cauchy coefficients 1/((m+p) xor d) and the segments of 12.2, in plain Python (no ISA-L).
 Exit 0 all agree, 1 a mismatch, 77 the xxhash package is missing (skipped).
 
 usage: test_tiers_interop.py DIR
@@ -35,7 +39,7 @@ from ckpt_spec_reader import CkptFile  # noqa: E402
 PAGE = 4096
 TIER_BASE = 0x8000 | 0x0100
 EVENTS = {1: "CAPTURED", 2: "HELD", 3: "REPLICATED", 4: "PERSISTED", 5: "EVICTED", 6: "SET_ASIDE", 7: "LOAD_FAILED", 8: "RESUMED",
-          9: "SKIPPED", 10: "SDC"}
+          9: "SKIPPED", 10: "SDC", 11: "PARITY", 12: "REBUILT"}
 NO_RANK = 0xFFFFFFFF
 counts = {}
 
@@ -127,6 +131,109 @@ def step_file(store, step, txn):
     return [os.path.join(d, x) for x in files]
 
 
+# GF(2^8) of spec/TIERS.md 12.2, from its polynomial alone: exp and log tables of the generator 2.
+GF_EXP, GF_LOG = [0] * 512, [0] * 256
+_x = 1
+for _i in range(255):
+    GF_EXP[_i] = _x
+    GF_LOG[_x] = _i
+    _x <<= 1
+    if _x & 0x100:
+        _x ^= 0x11D
+for _i in range(255, 512):
+    GF_EXP[_i] = GF_EXP[_i - 255]
+
+
+def gf_mul(a, b):
+    return 0 if a == 0 or b == 0 else GF_EXP[GF_LOG[a] + GF_LOG[b]]
+
+
+def gf_inv(a):
+    return GF_EXP[255 - GF_LOG[a]]
+
+
+def gf_scale(c, data):
+    """c times every byte of data, as one byte translation."""
+    return data.translate(bytes(gf_mul(c, x) for x in range(256)))
+
+
+def xor(a, b):
+    return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(len(a), "little")
+
+
+def decode_layout(detail, where):
+    """spec/TIERS.md 12.3, to the last byte: n, k, n ranks, stripes (j, p, length, n - k members)."""
+    n, k = struct.unpack_from("<II", detail, 0)
+    at = 8
+    ranks = list(struct.unpack_from(f"<{n}I", detail, at))
+    at += 4 * n
+    (count,) = struct.unpack_from("<I", detail, at)
+    at += 4
+    stripes = []
+    for _ in range(count):
+        j, p, length, members = struct.unpack_from("<IIQI", detail, at)
+        at += 20
+        check(members == n - k, where + f": stripe {j} has {members} members, n - k is {n - k}")
+        ms = []
+        for _ in range(members):
+            rank, file_length, high, low = struct.unpack_from("<IQQQ", detail, at)
+            at += 28
+            ms.append((rank, file_length, (high, low)))
+        stripes.append((j, p, length, ms))
+    check(at == len(detail), where + f": the layout ends at byte {at} of {len(detail)}")
+    return n, k, ranks, stripes
+
+
+def own_file(job, rank, step, digest):
+    """The shard file of `rank`'s own store holding `step` with that shard digest, on whichever node holds it."""
+    for dirpath, dirs, _ in os.walk(job):
+        if os.path.basename(dirpath) == "own" and os.path.basename(os.path.dirname(dirpath)) == f"rank-{rank}":
+            for d in dirs:
+                if d.startswith(f"step-{step}-"):
+                    for f in step_file(dirpath, step, int(d.split("-")[2])) or []:
+                        if shard_digest(f) == digest:
+                            return f
+    return None
+
+
+def check_parity(job, dirpath, r, where):
+    n, k, ranks, stripes = decode_layout(r["detail"], where)
+    m = n - k
+    me = ranks.index(r["shard"]) if r["shard"] in ranks else -1
+    check(me >= 0, where + ": the holder is a member of its group")
+    files = step_file(os.path.join(dirpath, "parity"), r["step"], r["txn"])
+    if not files:
+        return  # retired since
+    f = CkptFile.open(files[0])
+    f.verify()
+    tensors = {t["name"]: t for t in f.tensors}
+
+    def tensor_bytes(name):
+        piece = tensors[name]["pieces"][0]
+        return f.data[piece["data_offset"]:piece["data_offset"] + piece["data_length"]]
+
+    check(tensor_bytes("__ckpt_tiers__/parity/layout") == r["detail"], where + ": the parity file's layout tensor is the record's")
+    for j, p, length, members in stripes:
+        check((j + p) % n == me, where + f": stripe {j} parity {p} is held at position (j + p) mod n")
+        parity = bytes(length)
+        for d, (rank, file_length, digest) in enumerate(members):
+            check(ranks[(j + k + d) % n] == rank, where + f": stripe {j} data {d} comes from position (j + k + d) mod n")
+            src = own_file(job, rank, r["step"], digest)
+            if src is None:
+                counts["parity stripes without their data"] = counts.get("parity stripes without their data", 0) + 1
+                parity = None
+                break
+            with open(src, "rb") as fh:
+                data = fh.read()
+            check(len(data) == file_length, where + f": rank {rank}'s shard file is {len(data)} bytes, the layout says {file_length}")
+            seg = -(-file_length // m)
+            segment = data[d * seg:(d + 1) * seg].ljust(length, b"\0")
+            parity = xor(parity, gf_scale(gf_inv((m + p) ^ d), segment))
+        if parity is not None:
+            check(parity == tensor_bytes(f"__ckpt_tiers__/parity/stripe-{j}"), where + f": stripe {j}'s parity recomputed from the spec")
+            counts["parity stripes recomputed"] = counts.get("parity stripes recomputed", 0) + 1
+
+
 def main():
     root = sys.argv[1]
     interop_util.only_failures()  # a check per record and per file: print the failures only
@@ -171,9 +278,12 @@ def main():
                     lone = [rank for rank, d in holders if digests.count(d) == 1 and len(set(digests)) == 2]
                     expected = lone[0] if len(holders) >= 3 and len(lone) == 1 else NO_RANK
                     check(odd == expected, where + f": odd rank {odd}, the digests say {expected}")
+            elif event == "PARITY":
+                check_parity(job, dirpath, r, where)
             counts[event] = counts.get(event, 0) + 1
     print("checked:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    for need in ("CAPTURED", "HELD", "PERSISTED", "SDC", "own files", "held files", "persistent files"):
+    for need in ("CAPTURED", "HELD", "PERSISTED", "SDC", "PARITY", "REBUILT", "own files", "held files", "persistent files",
+                 "parity stripes recomputed"):
         check(counts.get(need, 0) > 0, f"no {need} seen under {root}")
     return finish()
 

@@ -33,6 +33,7 @@ struct Args {
   std::uint64_t norm = 0;  // floats of a replicated tensor every rank holds (the SDC canary's, spec/TIERS.md 11)
   std::uint64_t sdc_step = 0;  // flip a bit of rank sdc_rank's copy of it after training this step
   int sdc_rank = -1;
+  int parity_group = 0, parity_losses = 0;  // parity groups instead of replicas (spec/TIERS.md 12)
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -55,6 +56,10 @@ bool parse(int argc, char** argv, Args& a) {
       a.kill_phase = p[0], a.kill_step = std::stoull(p[1]), a.kill_rank = std::stoi(p[2]);
     } else if (k == "--norm") {
       a.norm = std::stoull(v);
+    } else if (k == "--parity") {
+      auto p = split(v, ':');
+      if (p.size() != 2) return false;
+      a.parity_group = std::stoi(p[0]), a.parity_losses = std::stoi(p[1]);
     } else if (k == "--sdc") {
       auto p = split(v, ':');
       if (p.size() != 2) return false;
@@ -100,6 +105,7 @@ int run(const Args& a) {
   o.persistent = a.root + "/persistent";
   o.memory_every = 2, o.persist_every = 4, o.replicas = 1, o.memory_keep = 2, o.chunk_size_log2 = 12;
   o.transfer_block = 10000;
+  if (a.parity_group != 0) o.replicas = 0, o.parity_group = a.parity_group, o.parity_losses = a.parity_losses;
   o.when_busy = WhenBusy::wait;  // every capture taken: the kill points name steps that exist
   Topology t;
   t.node_of_rank = a.nodes;
@@ -163,7 +169,7 @@ int main(int argc, char** argv) {
   Args a;
   int rc = 2;
   if (provided < MPI_THREAD_MULTIPLE) std::fprintf(stderr, "tier_train: MPI_THREAD_MULTIPLE is not available\n");
-  else if (!parse(argc, argv, a)) std::fprintf(stderr, "usage: mpirun -np W tier_train --root DIR --nodes N0,N1,... --steps N [--kill PHASE:STEP:RANK] [--norm N [--sdc STEP:RANK]]\n");
+  else if (!parse(argc, argv, a)) std::fprintf(stderr, "usage: mpirun -np W tier_train --root DIR --nodes N0,N1,... --steps N [--kill PHASE:STEP:RANK] [--norm N [--sdc STEP:RANK]] [--parity NODES:LOSSES]\n");
   else rc = run(a);
   int worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

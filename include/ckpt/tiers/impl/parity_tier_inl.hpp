@@ -255,6 +255,8 @@ struct RebuildPlan {
   for (auto it = claims.rbegin(); it != claims.rend(); ++it) {
     const ParityReport::Claim& c = *it->second;
     if (c.shards.size() != world || failed.count(it->first) != 0 || hopeless.count(c.step) != 0) continue;
+    // A step no rank keeps parity of any more (retired everywhere) is no candidate, and no note either.
+    if (std::none_of(reports.begin(), reports.end(), [&](const ParityReport& r) { return r.parity.count(c.step) != 0; })) continue;
     auto holds_own = [&](std::uint32_t r) {
       auto o = reports[r].own.find(c.step);
       return o != reports[r].own.end() && o->second.digest == c.shards[r] && excluded.count({r, c.step}) == 0;
