@@ -1234,3 +1234,18 @@ TEST_CASE("parity groups are refused with replicas, and a group too small keeps 
   CHECK(both.errors[0].code() == Code::invalid_argument);
   CHECK_THAT(both.errors[0].message(), Catch::Contains("set replicas to 0"));
 }
+
+TEST_CASE("parity groups: a survivor's flipped byte makes a rebuild that does not verify; it is never loaded and an older step is rebuilt",
+          "[tiered][parity]") {
+  const auto dir = fresh_dir("parity-bad-source");
+  REQUIRE(run(Job{dir, nodes_named(4), 7, {}, with_parity(4, 1)}).ok());
+  fsys::remove_all(dir / "node-n2");
+  flip_shard_byte(dir / "node-n0" / "rank-0" / "own", 6);  // its index still claims step 6's digest
+  auto r = run(Job{dir, nodes_named(4), 10, {}, with_parity(4, 1)});
+  check_final(r, 10);
+  CHECK(r.resumed[0].step == 4);
+  CHECK(count(r.records[2], TierEvent::rebuilt) == 1);  // step 4's shard; step 6's rebuild did not verify
+  bool said = false;
+  for (const auto& s : r.resumed[2].setbacks) said = said || s.find("step 4: this rank's shard was rebuilt") != std::string::npos;
+  CHECK(said);
+}

@@ -741,20 +741,18 @@ CKPT_INLINE Status TieredCheckpointer::rebuild_from_parity() {
     CKPT_ASSIGN_OR_RETURN(auto outcomes, comm_.gather(std::move(outcome.str()), 0));
     std::string verdict_bytes;
     if (me == 0) {
-      bool all_ok = true;
+      bool all_ok = true, source_failed = false, rebuild_failed = false;
       for (std::uint32_t r = 0; r < world_size; ++r) {
         Decoder d = wire::decoder(outcomes[r]);
         std::uint8_t own_failed = 0, parity_failed = 0, rebuilt_state = 0;
         std::string why;
         if (!d.u8(own_failed) || !d.u8(parity_failed) || !d.u8(rebuilt_state) || !wire::get_text(d, why, journal::kMaxPayload))
           return make_error(Code::corrupt, "rank " + std::to_string(r) + "'s rebuild verdict is undecodable");
-        if (own_failed || parity_failed) excluded.insert({r, step}), all_ok = false;
-        if (rebuilt_state == 2) {
-          all_ok = false;
-          // A rebuild that fails with every source good cannot succeed by repeating it: that step is left to the ladder.
-          if (!own_failed && !parity_failed) hopeless.insert(step);
-        }
+        if (own_failed || parity_failed) excluded.insert({r, step}), all_ok = false, source_failed = true;
+        if (rebuilt_state == 2) all_ok = false, rebuild_failed = true;
       }
+      // A rebuild that fails with every source good cannot succeed by repeating it: that step is left to the ladder.
+      if (rebuild_failed && !source_failed) hopeless.insert(step);
       Encoder v;
       v.u8(all_ok ? 1 : 0);
       ParityWork refill;
