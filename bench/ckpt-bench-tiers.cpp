@@ -46,6 +46,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -80,6 +81,7 @@ struct Settings {
   std::string transport = "mpi";  // the tiers' communicator and the raw baseline's: mpi, or gloo bootstrapped over MPI
   std::uint64_t replicated = 0;   // capture: bytes of a tensor every rank holds the same of, besides the state
   bool canary = true;             // declared replicated (the SDC canary compares it), or saved as each rank's own
+  int parity_group = 0, parity_losses = 1;  // parity groups instead of one replica (spec/TIERS.md 12); 0: replicas
 };
 
 // The tiers' communicator (and the raw baseline's, a second one of the same kind): an MPI_Comm_dup, or
@@ -197,7 +199,8 @@ ckpt::tiers::TierOptions tier_options(const Settings& s, const Layout& l, std::u
   o.persistent = s.persistent;
   o.memory_every = 1;
   o.persist_every = persist_every;
-  o.replicas = 1;
+  o.replicas = s.parity_group != 0 ? 0 : 1;
+  o.parity_group = s.parity_group, o.parity_losses = s.parity_losses;
   o.memory_keep = 2;
   o.transfer_block = s.transfer_block;
   o.when_busy = ckpt::WhenBusy::wait;  // each capture measured whole, none skipped
@@ -345,6 +348,10 @@ class PhaseClock {
     std::lock_guard<std::mutex> lock(mutex_);
     at_[phase] = now_ns();
   }
+  [[nodiscard]] bool reached(const std::string& phase) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return at_.count(phase) != 0;
+  }
   [[nodiscard]] std::int64_t at(const std::string& phase) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = at_.find(phase);
@@ -456,7 +463,9 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
     const std::int64_t t2 = now_ns();
     const nlohmann::json background_cpu = cpu_since(cpu0);
     const nlohmann::json background_fs = seconds_since(fs.call_seconds(), fs0);
+    nlohmann::json encoding = phases.reached("encoding") ? nlohmann::json(phases.at("encoding")) : nlohmann::json();
     return nlohmann::json{{"step", step},
+                          {"encoding_ns", encoding},
                           {"start_ns", t0},
                           {"stall_s", seconds_between(t0, t1)},
                           {"stall_reported_s", std::chrono::duration<double>(outcome->stall).count()},
@@ -518,11 +527,13 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
   if (tiers.steps_persisted() != last) throw ckpt::bench::BenchError("step " + std::to_string(last) + " was not persisted");
 
   const auto own = usage_of(ckpt::tiers::layout::own_store(options.memory_root, static_cast<std::uint32_t>(l.rank)));
+  const auto parity = usage_of(ckpt::memory_layout::parity_store(options.memory_root, static_cast<std::uint32_t>(l.rank)));
   const auto all = usage_of(options.memory_root);
   const auto end = resident_bytes();
   out["memory"] = {{"memory_root_bytes", all.allocated},
                    {"own_store_bytes", own.allocated},
-                   {"held_bytes", all.allocated - own.allocated},
+                   {"held_bytes", all.allocated - own.allocated - parity.allocated},
+                   {"parity_bytes", parity.allocated},
                    {"own_shard_file_bytes", own.largest_shard},
                    {"held_shards", tiers.placement().held_by(l.rank).size()},
                    {"steps_kept", options.memory_keep},
@@ -592,12 +603,13 @@ double median_of(std::vector<double> v) { return ckpt::bench::summarize(std::mov
 nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const Settings& s, const Layout& l) {
   nlohmann::json j;
   const std::size_t rounds = ranks[0]["rounds"].size();
-  std::vector<double> copy, copy_small, memory_write, stall, stall_reported, commit, replicate, raw, agreement;
+  std::vector<double> copy, copy_small, memory_write, stall, stall_reported, commit, replicate, raw, agreement, encoding;
   std::vector<double> background_user, background_sys, raw_cpu, raw_write;
   std::map<std::string, std::vector<double>> background_fs;  // per kind of call, per capture, all ranks
   for (std::size_t i = 0; i < rounds; ++i) {
     double c = 0, cs = 0, mw = 0, st = 0, sr = 0, cm = 0, bu = 0, bs = 0, rc = 0, rw = 0;
     std::int64_t rep_from = INT64_MAX, rep_to = 0, raw_from = INT64_MAX, raw_to = 0, agree_from = INT64_MAX, agree_to = 0;
+    std::int64_t encode_from = INT64_MAX, encode_to = 0;
     for (const auto& r : ranks) {
       const auto& round = r["rounds"][i];
       const auto& cap = round["capture"];
@@ -619,6 +631,10 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
       agree_from = std::min(agree_from, cap["captured_ns"].get<std::int64_t>());
       agree_to = std::max(agree_to, cap["replicating_ns"].get<std::int64_t>());
       rep_from = std::min(rep_from, cap["replicating_ns"].get<std::int64_t>());
+      if (!cap["encoding_ns"].is_null()) {
+        encode_from = std::min(encode_from, cap["encoding_ns"].get<std::int64_t>());
+        encode_to = std::max(encode_to, cap["replicating_ns"].get<std::int64_t>());
+      }
       rep_to = std::max(rep_to, cap["waited_ns"].get<std::int64_t>());
       raw_from = std::min(raw_from, round["raw_start_ns"].get<std::int64_t>());
       raw_to = std::max(raw_to, round["raw_end_ns"].get<std::int64_t>());
@@ -627,6 +643,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
     copy.push_back(c), copy_small.push_back(cs), memory_write.push_back(mw), stall.push_back(st), stall_reported.push_back(sr), commit.push_back(cm);
     replicate.push_back(seconds_between(rep_from, rep_to)), raw.push_back(seconds_between(raw_from, raw_to));
     agreement.push_back(seconds_between(agree_from, agree_to));
+    encoding.push_back(encode_to > 0 ? seconds_between(encode_from, encode_to) : 0.0);
   }
   double first_stall = 0, promote = 0;
   std::int64_t promote_from = INT64_MAX, promote_to = 0;
@@ -659,6 +676,8 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   j["replication_s"] = replicate;
   j["agreement_s"] = agreement;  // 'captured' to 'replicating': the capture's agreement (and the canary's comparison)
   j["replicated_bytes"] = s.replicated;
+  j["parity"] = s.parity_group != 0 ? nlohmann::json{{"group", s.parity_group}, {"losses", s.parity_losses}} : nlohmann::json();
+  j["encoding_s"] = encoding;  // 'encoding' to 'replicating': segments sent, parity built and committed (spec/TIERS.md 12.3)
   j["canary"] = s.canary;
   j["raw_p2p_s"] = raw;
   j["median"] = {{"staging_copy_s", median_of(copy)}, {"staging_copy_small_pages_s", median_of(copy_small)},
@@ -666,7 +685,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
                  {"background_sys_s", median_of(background_sys)}, {"raw_p2p_cpu_s", median_of(raw_cpu)},
                  {"raw_p2p_write_s", median_of(raw_write)}, {"stall_s", median_of(stall)}, {"stall_reported_s", median_of(stall_reported)},
                  {"commit_s", median_of(commit)}, {"replication_s", median_of(replicate)}, {"raw_p2p_s", median_of(raw)},
-                 {"agreement_s", median_of(agreement)}};
+                 {"agreement_s", median_of(agreement)}, {"encoding_s", median_of(encoding)}};
   for (const auto& [kind, v] : background_fs) j["median"]["background_fs_s"][kind] = median_of(v);
   j["stall_vs_copy"] = median_of(copy) > 0 ? median_of(stall) / median_of(copy) : 0.0;
   j["replication_vs_raw_rate"] = median_of(replicate) > 0 ? median_of(raw) / median_of(replicate) : 0.0;
@@ -754,6 +773,11 @@ void print_capture(const nlohmann::json& j) {
   row("write into the memory root (pwrite 8 MiB)", m["memory_write_s"].get<double>());
   row("send/recv, receiver writing into its root", m["raw_p2p_write_s"].get<double>());
   row("agreement ('captured' -> 'replicating')", m["agreement_s"].get<double>());
+  if (!j["parity"].is_null()) {
+    std::printf("  parity groups of %d nodes, %d losses (spec/TIERS.md 12), no replicas\n", j["parity"]["group"].get<int>(),
+                j["parity"]["losses"].get<int>());
+    row("parity encoding ('encoding' -> 'replicating')", m["encoding_s"].get<double>());
+  }
   if (j["replicated_bytes"].get<std::uint64_t>() > 0)
     std::printf("  a tensor of %s every rank holds, %s\n", ckpt::cli::human_bytes(j["replicated_bytes"].get<std::uint64_t>()).c_str(),
                 j["canary"].get<bool>() ? "declared replicated: the SDC canary compares it" : "saved as each rank's own (--no-canary)");
@@ -771,10 +795,81 @@ void print_resume(const nlohmann::json& j) {
     for (const auto& src : r) std::printf("  %s\n", src.get<std::string>().c_str());
 }
 
+// `code`: ISA-L's Reed-Solomon on this machine against a memcpy of the same bytes (spec/TIERS.md 12.2), on rank 0:
+// the parity of `size` bytes of shard files (m = N - K segments per stripe, K parity rows) computed all at once, and
+// as the tiers build it (each holder one row, one source window of transfer_block at a time), and one lost segment
+// decoded from the m others. Best of 5 runs each; per GiB of data.
+int run_code(const Settings& s) {
+  const int n = s.parity_group != 0 ? s.parity_group : 4, k = s.parity_group != 0 ? s.parity_losses : 1, m = n - k;
+  auto code = ckpt::tiers::ErasureCode::create(n, k);
+  check(code.status(), "the erasure code");
+  const std::size_t segment = static_cast<std::size_t>(s.size / static_cast<std::uint64_t>(m)) / 64 * 64;
+  const double gib = static_cast<double>(segment) * m / static_cast<double>(std::uint64_t{1} << 30);
+  ckpt::bench::Buffer data(segment * static_cast<std::size_t>(m)), parity(segment * static_cast<std::size_t>(k)), copy(segment * static_cast<std::size_t>(m));
+  for (std::size_t i = 0; i < segment * static_cast<std::size_t>(m); i += 4096) data.data()[i] = static_cast<unsigned char>(i * 131 + 7);
+  std::memset(parity.data(), 0, segment * static_cast<std::size_t>(k));
+  std::memset(copy.data(), 0, segment * static_cast<std::size_t>(m));
+  std::vector<const unsigned char*> in;
+  std::vector<unsigned char*> out;
+  for (int d = 0; d < m; ++d) in.push_back(data.data() + static_cast<std::size_t>(d) * segment);
+  for (int p = 0; p < k; ++p) out.push_back(parity.data() + static_cast<std::size_t>(p) * segment);
+  auto best = [](const std::function<void()>& f) {
+    double b = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const std::int64_t t0 = now_ns();
+      f();
+      b = std::min(b, seconds_between(t0, now_ns()));
+    }
+    return b;
+  };
+  const double memcpy_s = best([&] { std::memcpy(copy.data(), data.data(), segment * static_cast<std::size_t>(m)); });
+  const double encode_s = best([&] { code->encode(segment, in, out); });
+  const double streamed_s = best([&] {
+    std::memset(parity.data(), 0, segment * static_cast<std::size_t>(k));
+    for (int p = 0; p < k; ++p)
+      for (int d = 0; d < m; ++d) {
+        const ckpt::tiers::GfMultiplyAdd add(code->coefficient(p, d));
+        for (std::size_t off = 0; off < segment; off += s.transfer_block)
+          add(in[static_cast<std::size_t>(d)] + off, std::min(s.transfer_block, segment - off), out[static_cast<std::size_t>(p)] + off);
+      }
+  });
+  // Segment 0 lost: decoded from the other data segments and parity 0.
+  std::vector<int> rows;
+  for (int d = 1; d < m; ++d) rows.push_back(d);
+  rows.push_back(m);
+  auto coefficients = code->decoder(rows, 0);
+  check(coefficients.status(), "the decoder");
+  std::vector<const unsigned char*> sources;
+  for (int d = 1; d < m; ++d) sources.push_back(in[static_cast<std::size_t>(d)]);
+  sources.push_back(out[0]);
+  const double decode_s = best([&] {
+    std::memset(copy.data(), 0, segment);
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      const ckpt::tiers::GfMultiplyAdd add{(*coefficients)[i]};
+      add(sources[i], segment, copy.data());
+    }
+  });
+  const bool decoded = std::memcmp(copy.data(), in[0], segment) == 0;
+  nlohmann::json j{{"group", n}, {"losses", k}, {"data_bytes", segment * static_cast<std::size_t>(m)}, {"segment_bytes", segment},
+                   {"memcpy_s_per_gib", memcpy_s / gib}, {"encode_s_per_gib", encode_s / gib}, {"encode_as_tiers_s_per_gib", streamed_s / gib},
+                   {"decode_one_segment_s", decode_s}, {"decode_one_segment_s_per_gib_of_segment", decode_s / (static_cast<double>(segment) / (1 << 30))},
+                   {"encode_vs_memcpy", encode_s / memcpy_s}, {"encode_as_tiers_vs_memcpy", streamed_s / memcpy_s}, {"decoded_bit_exact", decoded}};
+  if (s.json) ckpt::cli::print_json(j);
+  else
+    std::printf("ckpt-bench-tiers code: Reed-Solomon %d+%d (ISA-L) over %s of data\n"
+                "  per GiB of data: memcpy %.3f s; parity, all %d rows at once %.3f s (%.2fx memcpy); as the tiers build it,\n"
+                "  one row per holder, one %s window at a time %.3f s (%.2fx memcpy); one lost segment of %s decoded in %.3f s%s\n",
+                m, k, ckpt::cli::human_bytes(static_cast<double>(segment) * m).c_str(), memcpy_s / gib, k, encode_s / gib, encode_s / memcpy_s,
+                ckpt::cli::human_bytes(static_cast<double>(s.transfer_block)).c_str(), streamed_s / gib, streamed_s / memcpy_s,
+                ckpt::cli::human_bytes(static_cast<double>(segment)).c_str(), decode_s, decoded ? "" : " (NOT bit-exact)");
+  return decoded ? ckpt::cli::kOk : ckpt::cli::kIntegrity;
+}
+
 int run(const Settings& s, std::int64_t main_ns, std::int64_t init_start_ns, std::int64_t init_end_ns) {
   int world = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (s.mode == "code") return rank == 0 ? run_code(s) : ckpt::cli::kOk;
   if (world < 2) {
     if (rank == 0) std::fprintf(stderr, "%s: needs at least 2 ranks (one per simulated node): mpirun -np 4\n", kTool);
     return ckpt::cli::kUsage;
@@ -835,7 +930,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Settings s;
-  std::string size_text = "1GiB", tensor_text = "16MiB", block_text = "16MiB", replicated_text = "0";
+  std::string size_text = "1GiB", tensor_text = "16MiB", block_text = "16MiB", replicated_text = "0", parity_text;
   CLI::App app{"The memory and persistent tiers against this machine's limits, one MPI rank per simulated node\n"
                "(spec/TIERS.md). `capture` times step()'s stall against a memcpy of the same bytes and\n"
                "replication against MpiComm send/recv between the same pairs, and leaves a persisted step;\n"
@@ -846,6 +941,11 @@ int main(int argc, char** argv) {
                "Exit status: 0 measured, 1 the loaded state differs, 2 bad arguments or an I/O error.",
                kTool};
   app.require_subcommand(1, 1);
+  CLI::App* code_cmd = app.add_subcommand("code", "ISA-L's Reed-Solomon parity (encode, decode) against a memcpy of the same bytes, on rank 0");
+  code_cmd->add_option("--size", size_text, "bytes of data (default 1GiB)");
+  code_cmd->add_option("--parity", parity_text, "the code as N:K (group nodes : losses; default 4:1)");
+  code_cmd->add_option("--transfer-block", block_text, "the window the tiers add one source's bytes in (default 16MiB)");
+  code_cmd->add_flag("--json", s.json, "print a JSON document instead of the table");
   for (const char* mode : {"capture", "resume"}) {
     CLI::App* sub = app.add_subcommand(mode, std::string(mode) == "capture" ? "time captures and replication; leave a persisted step"
                                                                              : "time a fresh job's start and load");
@@ -856,6 +956,7 @@ int main(int argc, char** argv) {
     sub->add_flag("--json", s.json, "print a JSON document (every rank's raw moments too) instead of the table");
     sub->add_option("--transport", s.transport, "the tiers' communicator and the baseline's: mpi, or gloo connected through MPI (default mpi)")
         ->check(CLI::IsMember({"mpi", "gloo"}));
+    sub->add_option("--parity", parity_text, "parity groups of N nodes surviving K losses instead of one replica, as N:K (spec/TIERS.md 12)");
     if (std::string(mode) == "capture") {
       sub->add_option("--repeat", s.repeat, "timed captures; the median is reported (default 5)")->check(CLI::Range(1, 100));
       sub->add_option("--transfer-block", block_text, "bytes per point-to-point message, both paths (default 16MiB)");
@@ -868,17 +969,23 @@ int main(int argc, char** argv) {
   }
   int rc = ckpt::bench::parse_on_every_rank(app, rank, argc, argv);
   if (rc < 0) {
-    s.mode = app.got_subcommand("capture") ? "capture" : "resume";
+    s.mode = app.got_subcommand("capture") ? "capture" : app.got_subcommand("code") ? "code" : "resume";
     const auto size = ckpt::bench::parse_size(size_text), tensor = ckpt::bench::parse_size(tensor_text),
                block = ckpt::bench::parse_size(block_text), replicated = ckpt::bench::parse_size(replicated_text);
-    if (!size || !tensor || !block || !replicated || *block == 0 || *block > (std::uint64_t{1} << 30)) {
+    const auto colon = parity_text.find(':');
+    if (!parity_text.empty() &&
+        (colon == std::string::npos || std::sscanf(parity_text.c_str(), "%d:%d", &s.parity_group, &s.parity_losses) != 2 || s.parity_group <= s.parity_losses ||
+         s.parity_losses < 1)) {
+      if (rank == 0) std::fprintf(stderr, "%s: --parity takes N:K with 1 <= K < N, e.g. 4:1\n", kTool);
+      rc = ckpt::cli::kUsage;
+    } else if (!size || !tensor || !block || !replicated || *block == 0 || *block > (std::uint64_t{1} << 30)) {
       if (rank == 0) std::fprintf(stderr, "%s: --size, --tensor and --transfer-block take sizes like 16MiB (a block at most 1GiB)\n", kTool);
       rc = ckpt::cli::kUsage;
     } else {
       s.size = *size, s.tensor_bytes = *tensor, s.transfer_block = static_cast<std::size_t>(*block), s.replicated = *replicated;
-      // One spelling of each path, so the pacing recognises the persistent store's files by prefix.
-      s.root = std::filesystem::absolute(s.root).lexically_normal().string();
-      s.persistent = std::filesystem::absolute(s.persistent).lexically_normal().string();
+      // One spelling of each path, so the pacing recognises the persistent store's files by prefix (code has none).
+      if (!s.root.empty()) s.root = std::filesystem::absolute(s.root).lexically_normal().string();
+      if (!s.persistent.empty()) s.persistent = std::filesystem::absolute(s.persistent).lexically_normal().string();
       while (s.persistent.size() > 1 && s.persistent.back() == '/') s.persistent.pop_back();
       while (s.root.size() > 1 && s.root.back() == '/') s.root.pop_back();
     }
