@@ -195,7 +195,8 @@ class PyTiers {
   PyTiers(nb::object bootstrap, int rank, int world, const std::string& memory_root, const std::string& persistent,
           std::uint64_t memory_every, std::uint64_t persist_every, int replicas, std::size_t memory_keep, std::size_t persistent_keep,
           const std::string& topology, std::uint32_t chunk_size_log2, std::size_t staging_bytes, std::size_t transfer_block,
-          bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase, const std::string& when_busy)
+          bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase, const std::string& when_busy,
+          int parity_group, int parity_losses)
       : rank_(rank), world_(world), on_phase_(std::move(on_phase)) {
     ckpt::tiers::TierOptions o;
     o.memory_root = memory_root;
@@ -204,6 +205,8 @@ class PyTiers {
     o.memory_every = memory_every;
     o.persist_every = persist_every;
     o.replicas = replicas;
+    o.parity_group = parity_group;  // parity groups instead of replicas (spec/TIERS.md 12)
+    o.parity_losses = parity_losses;
     o.memory_keep = memory_keep;
     o.persistent_keep = persistent_keep;
     if (!topology.empty()) o.topology = take(ckpt::tiers::parse_topology(topology, world, "topology"));
@@ -302,6 +305,13 @@ class PyTiers {
     d["achievable"] = p.achievable;
     d["holders"] = p.holders;
     d["notes"] = p.notes;
+    if (const auto& parity = live().parity_placement()) {
+      std::vector<std::vector<int>> groups;
+      for (const auto& g : parity->groups) groups.push_back(g.ranks);
+      d["parity_groups"] = groups;
+      d["parity_losses"] = parity->losses;
+      for (const auto& n : parity->notes) nb::cast<nb::list>(d["notes"]).append(n);
+    }
     return d;
   }
   std::string topology() { return ckpt::tiers::format_topology(live().topology()); }
@@ -362,10 +372,11 @@ void bind_tiers(nb::module_& m) {
   nb::class_<PyTiers>(m, "Tiers")
       .def(nb::init<nb::object, int, int, const std::string&, const std::string&, std::uint64_t, std::uint64_t, int, std::size_t,
                     std::size_t, const std::string&, std::uint32_t, std::size_t, std::size_t, bool, bool, nb::object, nb::object,
-                    const std::string&>(),
+                    const std::string&, int, int>(),
            "comm"_a, "rank"_a, "world"_a, "memory_root"_a, "persistent"_a, "memory_every"_a, "persist_every"_a, "replicas"_a,
            "memory_keep"_a, "persistent_keep"_a, "topology"_a, "chunk_size_log2"_a, "staging_bytes"_a, "transfer_block"_a,
-           "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none(), "when_busy"_a = "skip")
+           "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none(), "when_busy"_a = "skip",
+           "parity_group"_a = 0, "parity_losses"_a = 1)
       .def("action", &PyTiers::action, "step"_a)
       .def("step", &PyTiers::step, "step"_a, "pieces"_a, "state"_a)
       .def("wait", &PyTiers::wait)

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
-CONTENDERS = ["ideal", "torch_save", "dcp", "dcp_async", "ckpt_store", "ckpt_tiered"]
+CONTENDERS = ["ideal", "torch_save", "dcp", "dcp_async", "ckpt_store", "ckpt_tiered", "ckpt_tiered_parity"]
 KINDS = ["crash", "node", "power"]
 SEED = 118  # the failure schedule's (the report fixture says why this one)
 
@@ -85,7 +85,7 @@ def test_the_same_schedule_hits_every_contender(report):
 def test_ckpt_contenders_resume_bit_identically_and_verify_every_load(report):
     doc, _, _ = report
     by_name = {c["name"]: c for c in doc["contenders"]}
-    for name in ("ckpt_store", "ckpt_tiered"):
+    for name in ("ckpt_store", "ckpt_tiered", "ckpt_tiered_parity"):
         assert by_name[name]["bit_identical"], name
         assert by_name[name]["verified_loads"], name
     ideal_digest = by_name["ideal"]["measured"]["digest"]

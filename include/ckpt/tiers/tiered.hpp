@@ -300,6 +300,15 @@ class TieredCheckpointer {
   [[nodiscard]] Status commit_rebuilt(std::uint64_t step, const std::vector<unsigned char>& bytes, const Digest128& expected,
                                       const Digest128& digest, std::vector<TierRecord>& records);
   [[nodiscard]] Result<Store*> parity_store();
+  // The refill a rebuild leaves for after the resume's load (spec/TIERS.md 12.4): run on refill_ like 7.4's.
+  struct ParityRefill {
+    std::uint64_t step = 0;
+    Digest128 digest;
+    std::vector<Digest128> shards;
+    ParityWork work;
+  };
+  std::optional<ParityRefill> parity_refill_;
+  [[nodiscard]] Status refill_parity();
   [[nodiscard]] Status log(std::vector<TierRecord> records);
   // Rewrites the tier log once it outgrows what the memory stores hold (spec/TIERS.md 5.4).
   [[nodiscard]] Status compact_log();

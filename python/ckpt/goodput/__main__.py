@@ -158,7 +158,7 @@ class Bench:
         """Save costs from a failure-free run that saves at every step and waits for each; restart and
         load costs from launches that only resume (tiered: once from memory, once after wiping it)."""
         a = self.args
-        tiered = name == "ckpt_tiered"
+        tiered = name in _job.TIERED
         cfg = self.config(name, "calibrate", interval=1, persist_every=2 if tiered else 0, calibrate=a.calibrate + 1)
         if 2 * (a.calibrate + 1) > a.steps:
             raise _sup.JobError(f"--steps {a.steps} is too few to calibrate {a.calibrate + 1} waited and as many overlapped saves")
@@ -208,7 +208,7 @@ class Bench:
 
         a, t, m = self.args, self.step_s, self.mtbf
         notes = []
-        if name == "ckpt_tiered":
+        if name in _job.TIERED:
             shares = dict(crash_share=a.mix["crash"], node_loss_share=a.mix["node"], power_loss_share=a.mix["power"])
             common = dict(capture_stall=max(costs["capture_stall"] + costs["interference"], 1e-6),
                           replicate_seconds=costs["replicate_seconds"], persist_stall=costs["persist_stall"],
@@ -240,7 +240,7 @@ class Bench:
     def why(self, entry: dict, ratio: float) -> str:
         """Where a measured goodput and the plan's part: each input of the model against what the run saw."""
         m, costs = entry["measured"], entry["costs"]
-        tiered = entry["name"] == "ckpt_tiered"
+        tiered = entry["name"] in _job.TIERED
         stall = costs["capture_stall"] if tiered else costs["stall"]
         restart = costs["restart"]
         parts = [f"{m['failures']} failures in {m['wall_s']:.0f} s (the model expects {m['wall_s'] / self.mtbf:.1f})"]

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ..bench import fsync_path
 
 # The contenders, in the order they are run and shown; "ideal" neither saves nor fails.
-CONTENDERS = ("ideal", "torch_save", "dcp", "dcp_async", "ckpt_store", "ckpt_tiered")
+CONTENDERS = ("ideal", "torch_save", "dcp", "dcp_async", "ckpt_store", "ckpt_tiered", "ckpt_tiered_parity")
 LABELS = {
     "ideal": "ideal (no checkpoints, no failures)",
     "torch_save": "torch.save (sync, rank 0)",
@@ -41,9 +41,12 @@ LABELS = {
     "dcp_async": "DCP async_save (FileSystemWriter)",
     "ckpt_store": "ckpt store (DCP async_save on ckpt's StorageWriter)",
     "ckpt_tiered": "ckpt tiered (memory + peer replica + store)",
+    "ckpt_tiered_parity": "ckpt tiered (memory + parity group + store)",
 }
+# The tiered contenders: one replica on the next node, or one parity group of every node surviving one loss.
+TIERED = {"ckpt_tiered", "ckpt_tiered_parity"}
 # Contenders whose every load verifies every byte against its digest.
-VERIFIED = {"ckpt_store", "ckpt_tiered"}
+VERIFIED = {"ckpt_store", "ckpt_tiered", "ckpt_tiered_parity"}
 KEEP = 2  # checkpoints each contender keeps
 
 
@@ -402,7 +405,9 @@ class Tiered(Contender):
             self.model, self.optimizer, self.scheduler, memory_root=cfg.memory_root(cfg.node_of(self.rank)),
             persistent=os.path.join(cfg.workdir, "tiered"), memory_every=cfg.interval, persist_every=cfg.persist_every,
             replicas=1 if cfg.nodes > 1 else 0, memory_keep=KEEP, persistent_keep=KEEP,
-            topology=[f"n{cfg.node_of(r)}" for r in range(cfg.world)])
+            topology=[f"n{cfg.node_of(r)}" for r in range(cfg.world)],
+            # Parity instead of the replica: the nodes form one group that survives one lost node (spec/TIERS.md 12).
+            parity=(cfg.nodes, 1) if cfg.contender == "ckpt_tiered_parity" and cfg.nodes > 1 else None)
 
     def due(self, step: int) -> bool:
         return self.tiers.action(step) != "none"  # the tiers' own policy: multiples of memory_every
@@ -455,7 +460,7 @@ def make_contender(cfg: JobConfig, rank: int, model, optimizer, scheduler) -> Co
         return Dcp(*args, use_async=True)
     if cfg.contender == "ckpt_store":
         return Dcp(*args, use_async=True, ckpt_backend=True)
-    if cfg.contender == "ckpt_tiered":
+    if cfg.contender in TIERED:
         return Tiered(*args)
     raise ValueError(f"unknown contender {cfg.contender!r}; one of {', '.join(CONTENDERS)}")
 

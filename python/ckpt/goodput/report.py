@@ -115,7 +115,7 @@ def table(doc: dict) -> str:
             rows.append(f"{c['name']:<34}  FAILED: {c['error'].splitlines()[0][:80]}")
             continue
         interval = "-" if c["name"] == "ideal" else \
-            f"{c['interval_steps']}/{c['persist_every_steps']}" if c["name"] == "ckpt_tiered" else str(c["interval_steps"])
+            f"{c['interval_steps']}/{c['persist_every_steps']}" if c["name"] in ("ckpt_tiered", "ckpt_tiered_parity") else str(c["interval_steps"])
         lost = "/".join("-" if v is None else str(v) for v in (m.get("max_lost_steps") or {}).values()) or "-"
         ident = "reference" if c["name"] == "ideal" else ("yes" if c.get("bit_identical") else "NO")
         if c.get("verified_loads"):

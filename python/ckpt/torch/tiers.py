@@ -285,7 +285,10 @@ class TieredCheckpointer:
     entries (as the step names them, e.g. ``"model/norm.weight"``) that every rank holds bit-identical and
     saves whole, written by rank 0: at each capture every rank's digests of them are compared (the SDC
     canary, spec/TIERS.md 11), and a disagreement raises ``ckpt.SilentDataCorruptionError`` from the next
-    ``step()`` or ``wait()``; relaunched, the job resumes the newest step every rank agreed on.
+    ``step()`` or ``wait()``; relaunched, the job resumes the newest step every rank agreed on. ``parity``:
+    ``(nodes, losses)``: instead of replicas, groups of ``nodes`` nodes keep Reed-Solomon parity of each
+    other's shards (ISA-L), so any ``losses`` nodes of a group may be lost and their shards are rebuilt at
+    resume, for ``losses / (nodes - losses)`` of a shard per rank (spec/TIERS.md 12).
     """
 
     def __init__(self, model, optimizer=None, scheduler=None, *, memory_root: str, persistent: Optional[str] = None,
@@ -295,11 +298,13 @@ class TieredCheckpointer:
                  chunk_size_log2: Optional[int] = None, staging_bytes: int = 0, transfer_block: int = 16 << 20,
                  check_free_space: bool = True, device_snapshots: Optional[bool] = None,
                  on_phase: Optional[Callable[[str, int], None]] = None, when_busy: str = "skip",
-                 replicated=()):
+                 replicated=(), parity: Optional[Tuple[int, int]] = None):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("TieredCheckpointer needs torch.distributed initialized (torchrun, init_process_group)")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self._replicated = frozenset(replicated)
+        if parity:
+            replicas = 0  # parity groups replace replicas (spec/TIERS.md 12)
         if data is not None:
             data_state, load_data_state = data.state_dict, data.load_state_dict
         self._data_state, self._load_data_state = data_state, load_data_state
@@ -316,7 +321,8 @@ class TieredCheckpointer:
             self.comm, self.comm.rank, self.comm.size, str(memory_root), "" if persistent is None else str(persistent),
             memory_every, persist_every, replicas, memory_keep, persistent_keep, topology_text(topology, self.comm.size),
             _DEFAULT_CHUNK_SIZE_LOG2 if chunk_size_log2 is None else chunk_size_log2, staging_bytes, transfer_block,
-            check_free_space, True, self._copier, on_phase, when_busy)
+            check_free_space, True, self._copier, on_phase, when_busy,
+            *((int(parity[0]), int(parity[1])) if parity else (0, 1)))
         # Closed before the interpreter finalizes, also when the job ends on an exception without close():
         # the saver's worker may be about to call a Python hook (on_phase, the device copier), and a thread
         # that takes the GIL during finalization is ended by the interpreter, which aborts a C++ thread.

@@ -47,27 +47,35 @@ struct FileBytes {
     std::memset(out + inside, 0, n - inside);
     return Status();
   }
+  // The same bytes as a view: of the mapping where they lie in it whole (no copy), else made in `scratch`.
+  [[nodiscard]] Result<std::string_view> segment_view(std::uint64_t segment_bytes, int d, std::uint64_t off, std::size_t n,
+                                                      std::string& scratch) const {
+    const std::uint64_t at = static_cast<std::uint64_t>(d) * segment_bytes + off;
+    if (mapped.size() >= length && off <= segment_bytes && n <= segment_bytes - off && at <= length && n <= length - at)
+      return std::string_view(mapped.data() + at, n);
+    scratch.resize(n);
+    CKPT_TRY(segment(segment_bytes, d, off, n, reinterpret_cast<unsigned char*>(&scratch[0])));
+    return std::string_view(scratch);
+  }
 };
 
-// `length` bytes in messages of `block` (the last one shorter), each produced by produce(off, n, buffer).
-[[nodiscard]] CKPT_INLINE Status send_bytes(CommRef comm, int dest, int tag, std::uint64_t length, std::size_t block,
-                                            const std::function<Status(std::uint64_t, std::size_t, unsigned char*)>& produce) {
-  std::string msg;
+// `length` bytes in messages of `block` (the last one shorter), each the view produce(off, n, scratch) gives: bytes
+// where they lie, or made in `scratch`, a buffer the caller reuses (no fresh pages per message).
+using ProduceBytes = std::function<Result<std::string_view>(std::uint64_t off, std::size_t n, std::string& scratch)>;
+[[nodiscard]] CKPT_INLINE Status send_bytes(CommRef comm, int dest, int tag, std::uint64_t length, std::size_t block, std::string& scratch,
+                                            const ProduceBytes& produce) {
   for (std::uint64_t off = 0; off < length;) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block, length - off));
-    msg.resize(n);
-    Status made = produce(off, n, reinterpret_cast<unsigned char*>(&msg[0]));
-    if (!made.ok()) return made;
-    CKPT_TRY(comm.send(msg, dest, tag));
+    CKPT_ASSIGN_OR_RETURN(const std::string_view bytes, produce(off, n, scratch));
+    CKPT_TRY(comm.send(bytes, dest, tag));
     off += n;
   }
   return Status();
 }
 
 // The receiving half: every message must have the length send_bytes gives it, or the stream is broken.
-[[nodiscard]] CKPT_INLINE Status receive_bytes(CommRef comm, int source, int tag, std::uint64_t length, std::size_t block,
+[[nodiscard]] CKPT_INLINE Status receive_bytes(CommRef comm, int source, int tag, std::uint64_t length, std::size_t block, std::string& msg,
                                                const std::function<void(std::uint64_t, const unsigned char*, std::size_t)>& consume) {
-  std::string msg;
   for (std::uint64_t off = 0; off < length;) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block, length - off));
     CKPT_TRY(comm.recv(msg, source, tag));
@@ -336,11 +344,7 @@ CKPT_INLINE Status TieredCheckpointer::encode_parity(std::uint64_t step, const D
   const int n = g->size(), k = g->losses, m = g->data(), q = parity_->position_of[me], gi = parity_->group_of[me];
   auto wanted = [&](int j, int p) { return only == nullptr || only->count({gi, j, p}) != 0; };
   CKPT_ASSIGN_OR_RETURN(const ErasureCode code, ErasureCode::create(n, k));
-  // This rank's segments, in stripe order, and the parity it holds (spec/TIERS.md 12.2): every rank walks the
-  // (stripe, segment, parity) order, so no send waits on a receive that waits on it.
-  std::vector<std::pair<int, int>> gives;  // (stripe, d)
-  for (int d = 0; d < m; ++d) gives.push_back({stripes::stripe_of_segment(n, k, q, d), d});
-  std::sort(gives.begin(), gives.end());
+  // The parity this rank holds: parity p of stripe j = its position - p (spec/TIERS.md 12.2).
   std::vector<std::pair<int, int>> holds;  // (stripe, p)
   for (int j = 0; j < n; ++j)
     if (auto p = stripes::parity_index(n, k, j, q); p && wanted(j, *p)) holds.push_back({j, *p});
@@ -374,11 +378,21 @@ CKPT_INLINE Status TieredCheckpointer::encode_parity(std::uint64_t step, const D
   std::map<int, std::vector<unsigned char>> parity;
   std::map<int, ParityStripe> stripes_built;
   const std::size_t block = options_.transfer_block;
+  // Rounds (d, p): in each, every position sends its segment d to the holder of parity p of that segment's stripe,
+  // a shift of the group, so every rank sends one message stream and receives one at once (spec/TIERS.md 12.3).
+  struct Building {
+    ParityStripe stripe;
+    Status bad;
+  };
+  std::map<int, Building> building;  // stripe -> what its holder (this rank) has heard so far
+  for (const auto& [j, p] : holds) building[j].stripe.stripe = static_cast<std::uint32_t>(j), building[j].stripe.parity = static_cast<std::uint32_t>(p);
   const Status exchanged = detail::exchange(
       [&]() -> Status {
+        std::string scratch;
         const std::uint64_t segment = stripes::segment_length(file.length, n, k);
-        for (const auto& [j, d] : gives)
+        for (int d = 0; d < m; ++d)
           for (int p = 0; p < k; ++p) {
+            const int j = stripes::stripe_of_segment(n, k, q, d);
             if (!wanted(j, p)) continue;
             const int dest = g->ranks[static_cast<std::size_t>(stripes::parity_position(n, k, j, p))];
             Encoder h;
@@ -389,22 +403,22 @@ CKPT_INLINE Status TieredCheckpointer::encode_parity(std::uint64_t step, const D
             }
             CKPT_TRY(comm_.send(detail::as_view(h), dest, detail::kParityTag));
             if (!local.ok()) continue;
-            const int segment_index = d;
-            CKPT_TRY(detail::send_bytes(comm_, dest, detail::kParityTag, segment, block,
-                                        [&](std::uint64_t off, std::size_t len, unsigned char* out) {
-                                          return file.segment(segment, segment_index, off, len, out);
+            CKPT_TRY(detail::send_bytes(comm_, dest, detail::kParityTag, segment, block, scratch,
+                                        [&](std::uint64_t off, std::size_t len, std::string& buffer) {
+                                          return file.segment_view(segment, d, off, len, buffer);
                                         }));
           }
         return Status();
       },
       [&]() -> Status {
+        std::string msg_buffer;  // one message buffer for every segment: its pages are faulted once
         std::uint64_t allocated = 0;
-        for (const auto& [j, p] : holds) {
-          ParityStripe stripe;
-          stripe.stripe = static_cast<std::uint32_t>(j), stripe.parity = static_cast<std::uint32_t>(p);
-          std::vector<unsigned char>& out = parity[j];
-          Status bad;
-          for (int d = 0; d < m; ++d) {
+        for (int d = 0; d < m; ++d)
+          for (int p = 0; p < k; ++p) {
+            const int j = stripes::mod(q - p, n);  // the stripe whose parity p this rank holds
+            if (!wanted(j, p)) continue;
+            Building& b = building[j];
+            std::vector<unsigned char>& out = parity[j];
             const int src = g->ranks[static_cast<std::size_t>(stripes::data_position(n, k, j, d))];
             const std::string from = "stripe " + std::to_string(j) + " of step " + std::to_string(step) + " from rank " + std::to_string(src);
             std::string msg;
@@ -413,7 +427,7 @@ CKPT_INLINE Status TieredCheckpointer::encode_parity(std::uint64_t step, const D
             Status sender;
             if (!wire::get_status(h, sender)) return make_error(Code::corrupt, from + ": undecodable header");
             if (!sender.ok()) {
-              if (bad.ok()) bad = make_error(Code::corrupt, from + ": the sender has no segment: " + sender.message());
+              if (b.bad.ok()) b.bad = make_error(Code::corrupt, from + ": the sender has no segment: " + sender.message());
               continue;
             }
             std::uint64_t got_step = 0, length = 0;
@@ -425,31 +439,33 @@ CKPT_INLINE Status TieredCheckpointer::encode_parity(std::uint64_t step, const D
               return make_error(Code::corrupt, from + ": the sender offers step " + std::to_string(got_step) + " stripe " +
                                                    std::to_string(got_j) + " segment " + std::to_string(got_d) + ": the stream is out of step");
             const std::uint64_t segment = stripes::segment_length(length, n, k);
-            if (bad.ok() && offered != shards[static_cast<std::size_t>(src)])
-              bad = make_error(Code::corrupt, from + ": its shard digest " + offered.hex() + " is not the step's " +
-                                                  shards[static_cast<std::size_t>(src)].hex());
+            if (b.bad.ok() && offered != shards[static_cast<std::size_t>(src)])
+              b.bad = make_error(Code::corrupt, from + ": its shard digest " + offered.hex() + " is not the step's " +
+                                                    shards[static_cast<std::size_t>(src)].hex());
             // The length is the sender's word: the parity grows only within the memory tier's free space.
-            if (bad.ok() && segment > out.size() && (segment - out.size() > room || allocated + segment - out.size() > room))
-              bad = make_error(Code::io, from + ": a segment of " + std::to_string(segment) + " bytes does not fit the " + std::to_string(room) +
-                                             " bytes free in " + rank_dir_);
-            if (bad.ok() && segment > out.size()) allocated += segment - out.size(), out.resize(static_cast<std::size_t>(segment), 0);
+            if (b.bad.ok() && segment > out.size() && (segment - out.size() > room || allocated + segment - out.size() > room))
+              b.bad = make_error(Code::io, from + ": a segment of " + std::to_string(segment) + " bytes does not fit the " + std::to_string(room) +
+                                               " bytes free in " + rank_dir_);
+            if (b.bad.ok() && segment > out.size()) allocated += segment - out.size(), out.resize(static_cast<std::size_t>(segment), 0);
             const GfMultiplyAdd add(code.coefficient(p, d));
-            CKPT_TRY(detail::receive_bytes(comm_, src, detail::kParityTag, segment, block,
+            const Status& bad = b.bad;
+            CKPT_TRY(detail::receive_bytes(comm_, src, detail::kParityTag, segment, block, msg_buffer,
                                            [&](std::uint64_t off, const unsigned char* bytes, std::size_t len) {
                                              if (bad.ok()) add(bytes, len, out.data() + off);
                                            }));
-            stripe.members.push_back(ParityStripe::Member{static_cast<std::uint32_t>(src), length, offered});
+            b.stripe.members.push_back(ParityStripe::Member{static_cast<std::uint32_t>(src), length, offered});
           }
-          if (!bad.ok()) {
-            if (failure.ok()) failure = bad;
-            parity.erase(j);
-            continue;
-          }
-          stripe.length = out.size();
-          stripes_built[j] = std::move(stripe);
-        }
         return Status();
       });
+  for (auto& [j, b] : building) {
+    if (!b.bad.ok() || b.stripe.members.size() != static_cast<std::size_t>(m)) {
+      if (failure.ok()) failure = b.bad.ok() ? make_error(Code::corrupt, "stripe " + std::to_string(j) + ": members missing") : b.bad;
+      parity.erase(j);
+      continue;
+    }
+    b.stripe.length = parity[j].size();
+    stripes_built[j] = std::move(b.stripe);
+  }
   CKPT_TRY(exchanged);
   if (stripes_built.empty()) return Status();
   // One transaction of the parity store: the layout, then each stripe's parity segment (spec/TIERS.md 12.3).
@@ -647,6 +663,7 @@ CKPT_INLINE Status TieredCheckpointer::rebuild_from_parity() {
     const std::size_t block = options_.transfer_block;
     const Status exchanged = detail::exchange(
         [&]() -> Status {
+          std::string scratch;
           for (const auto& e : plan.entries) {
             const ParityGroup& eg = parity_->groups[e.group];
             const std::uint64_t length = stripes::segment_length(e.file_length, eg.size(), eg.losses);
@@ -665,19 +682,21 @@ CKPT_INLINE Status TieredCheckpointer::rebuild_from_parity() {
               wire::put_status(h, ready);
               CKPT_TRY(comm_.send(detail::as_view(h), static_cast<int>(e.target), detail::kRebuildTag));
               if (!ready.ok()) continue;
-              CKPT_TRY(detail::send_bytes(comm_, static_cast<int>(e.target), detail::kRebuildTag, length, block,
-                                          [&](std::uint64_t off, std::size_t n, unsigned char* out) -> Status {
-                                            if (data) return file.segment(my_segment, static_cast<int>(src.row), off, n, out);
-                                            const std::size_t have = off >= par->size() ? 0 : std::min<std::size_t>(n, par->size() - static_cast<std::size_t>(off));
-                                            if (have > 0) std::memcpy(out, par->data() + off, have);
-                                            std::memset(out + have, 0, n - have);
-                                            return Status();
+              CKPT_TRY(detail::send_bytes(comm_, static_cast<int>(e.target), detail::kRebuildTag, length, block, scratch,
+                                          [&](std::uint64_t off, std::size_t n, std::string& buffer) -> Result<std::string_view> {
+                                            if (data) return file.segment_view(my_segment, static_cast<int>(src.row), off, n, buffer);
+                                            if (off <= par->size() && n <= par->size() - off) return std::string_view(*par).substr(off, n);
+                                            const std::size_t have = off >= par->size() ? 0 : par->size() - static_cast<std::size_t>(off);
+                                            buffer.assign(n, '\0');
+                                            if (have > 0) buffer.replace(0, have, *par, static_cast<std::size_t>(off), have);
+                                            return std::string_view(buffer);
                                           }));
             }
           }
           return Status();
         },
         [&]() -> Status {
+          std::string msg_buffer;
           for (const auto& e : plan.entries) {
             if (e.target != me) continue;
             const ParityGroup& eg = parity_->groups[e.group];
@@ -708,7 +727,7 @@ CKPT_INLINE Status TieredCheckpointer::rebuild_from_parity() {
                 continue;
               }
               const GfMultiplyAdd add(my_rebuild.ok() ? (*coefficients)[i] : 0);
-              CKPT_TRY(detail::receive_bytes(comm_, static_cast<int>(e.sources[i].rank), detail::kRebuildTag, length, block,
+              CKPT_TRY(detail::receive_bytes(comm_, static_cast<int>(e.sources[i].rank), detail::kRebuildTag, length, block, msg_buffer,
                                              [&](std::uint64_t off, const unsigned char* bytes, std::size_t n) {
                                                if (my_rebuild.ok()) add(bytes, n, segment.data() + off);
                                              }));
@@ -791,18 +810,26 @@ CKPT_INLINE Status TieredCheckpointer::rebuild_from_parity() {
       if (!vd.u32(gi) || !vd.u32(j) || !vd.u32(p)) return make_error(Code::corrupt, "undecodable rebuild verdict");
       refill.insert({static_cast<int>(gi), static_cast<int>(j), static_cast<int>(p)});
     }
-    if (refill.empty()) return Status();
-    own_step.reset();  // encode_parity opens the step again
-    std::vector<TierRecord> refilled;
-    std::uint32_t built = 0;
-    Status failure;
-    CKPT_TRY(encode_parity(step, plan.digest, plan.shards, &refill, refilled, built, failure));
-    if (!refilled.empty()) CKPT_TRY(log(refilled));
-    if (!failure.ok()) note("step " + std::to_string(step) + ": refilling parity: " + failure.message());
-    else if (built > 0) note("step " + std::to_string(step) + ": " + std::to_string(built) + " parity segments refilled on this rank");
+    // The refill runs once the state is loaded, in the background (7.4): resume() does not wait for it.
+    if (!refill.empty()) parity_refill_ = ParityRefill{step, plan.digest, plan.shards, std::move(refill)};
     return Status();
   }
   return make_error(Code::corrupt, "the rebuild from parity did not converge");
+}
+
+CKPT_INLINE Status TieredCheckpointer::refill_parity() {
+  if (!parity_refill_) return Status();
+  const ParityRefill r = std::move(*parity_refill_);
+  parity_refill_.reset();
+  phase("refilling", r.step);
+  std::vector<TierRecord> refilled;
+  std::uint32_t built = 0;
+  Status failure;
+  CKPT_TRY(encode_parity(r.step, r.digest, r.shards, &r.work, refilled, built, failure));
+  if (!refilled.empty()) CKPT_TRY(log(refilled));
+  if (!failure.ok()) note("step " + std::to_string(r.step) + ": refilling parity: " + failure.message());
+  else if (built > 0) note("step " + std::to_string(r.step) + ": " + std::to_string(built) + " parity segments refilled on this rank");
+  return Status();
 }
 
 }  // namespace ckpt::tiers

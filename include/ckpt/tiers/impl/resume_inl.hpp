@@ -523,8 +523,15 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
   // 3. Record what was learned, on every rank; the holders that lost their copies are refilled in the
   // background once the state is loaded (the first capture and wait() join it: it uses the communicator).
   auto resumed = run.finish();
-  if (resumed.ok() && resumed->refilling)
-    refill_ = std::thread([this, owned] { refill_result_ = owned->refill(); });  // reads no caller state (`load`)
+  if (!resumed.ok()) parity_refill_.reset();
+  if (resumed.ok() && (resumed->refilling || parity_refill_)) {
+    const bool replicas = resumed->refilling;
+    resumed->refilling = true;
+    refill_ = std::thread([this, owned, replicas] {  // reads no caller state (`load`)
+      Status done = replicas ? owned->refill() : Status();
+      refill_result_ = done.ok() ? refill_parity() : done;
+    });
+  }
   return resumed;
 }
 
