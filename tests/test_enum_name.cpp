@@ -149,7 +149,7 @@ TEST_CASE("every enumerator of every named enum has its own name, and other valu
   }
   SECTION("TierEvent: upper case, the unknown one too") {
     check_contiguous<tiers::TierEvent>(tiers::tier_event_name, {"CAPTURED", "HELD", "REPLICATED", "PERSISTED", "EVICTED",
-                                                                 "SET_ASIDE", "LOAD_FAILED", "RESUMED", "SKIPPED", "SDC"},
+                                                                 "SET_ASIDE", "LOAD_FAILED", "RESUMED", "SKIPPED", "SDC", "PARITY", "REBUILT"},
                                        "UNKNOWN");
   }
   SECTION("PersistentState") {
