@@ -46,6 +46,7 @@ struct Job {
   std::uint64_t elems = kElems;  // floats per tensor
   std::uint64_t norm = 0;        // floats of a replicated tensor every rank holds (the SDC canary's); 0: none
   std::function<void(int rank, std::uint64_t step, tier_trainer::Trainer&)> before_step = {};  // after train(step)
+  std::function<void(int rank, std::uint64_t step, SaveRequest&)> also_fill = {};  // after the trainer's fill
 };
 
 struct JobResult {
@@ -141,7 +142,10 @@ JobResult run(const Job& job) {
       for (std::uint64_t s = resumed->next_step() == 0 ? 1 : resumed->next_step(); s <= job.run_to; ++s) {
         trainer.train(s);
         if (job.before_step) job.before_step(r, s, trainer);
-        auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
+        auto step = (*tiers)->step(s, [&](SaveRequest& req) {
+          trainer.fill(req);
+          if (job.also_fill) job.also_fill(r, s, req);
+        });
         if (!step.ok()) return fail(step.status());
       }
       Status waited = (*tiers)->wait();
@@ -1248,4 +1252,54 @@ TEST_CASE("parity groups: a survivor's flipped byte makes a rebuild that does no
   bool said = false;
   for (const auto& s : r.resumed[2].setbacks) said = said || s.find("step 4: this rank's shard was rebuilt") != std::string::npos;
   CHECK(said);
+}
+
+TEST_CASE("the SDC canary on a data-parallel layout: a replica holder's live copy of its peer's range is compared with what the "
+          "peer saves", "[tiered][sdc]") {
+  // Every rank saves its range of "w" and holds every other range live (computed by a trainer of that rank); the
+  // holder of rank 1's replica (rank 2) hashes its live copy of rank 1's range at each capture. A bit flipped in
+  // that live copy before capture 6: the canary names the range, chunk and both ranks; step 6 is in no tier.
+  const auto dir = fresh_dir("sdc-live");
+  std::vector<std::vector<tier_trainer::Trainer>> peers(4);
+  std::vector<std::uint64_t> trained(4, 0);
+  std::vector<std::vector<SdcFinding>> told(4);
+  std::mutex told_mutex;
+  Job job{dir, kFourNodes, 6, {}, [&](TierOptions& o) {
+            o.on_sdc = [&](const SdcFinding& f) {
+              std::lock_guard<std::mutex> lock(told_mutex);
+              told[0].push_back(f);
+            };
+          }};
+  job.also_fill = [&](int rank, std::uint64_t step, SaveRequest& req) {
+    auto& mine = peers[static_cast<std::size_t>(rank)];
+    if (mine.empty())
+      for (int owner = 0; owner < 4; ++owner) mine.emplace_back(kElems, 4, owner);
+    for (auto& t : mine)
+      for (std::uint64_t s = trained[static_cast<std::size_t>(rank)] + 1; s <= step; ++s) t.train(s);
+    trained[static_cast<std::size_t>(rank)] = step;
+    if (rank == 2 && step == 6) mine[1].w[100] = std::nextafter(mine[1].w[100], 2.0f);  // the live copy goes wrong
+    for (int owner = 0; owner < 4; ++owner)
+      if (owner != rank) {
+        const auto& t = mine[static_cast<std::size_t>(owner)];
+        req.add_live_copy("w", {t.begin}, t.w.data(), t.w.size() * sizeof(float), owner);
+      }
+  };
+  auto r = run(job);
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    REQUIRE_FALSE(r.errors[static_cast<std::size_t>(rank)].ok());
+    CHECK_THAT(r.errors[static_cast<std::size_t>(rank)].message(), Catch::Contains("silent data corruption at step 6"));
+  }
+  REQUIRE(told[0].size() == 4);  // one finding, told on each rank
+  const SdcFinding& f = told[0][0];
+  CHECK(f.tensor == live_piece_key("w", {tier_trainer::Trainer(kElems, 4, 1).begin}));
+  CHECK(f.chunk == 100 * sizeof(float) / 4096);
+  CHECK(f.chunks_differing == 1);
+  REQUIRE(f.digests.size() == 2);
+  CHECK(f.digests[0].first == 1);
+  CHECK(f.digests[1].first == 2);
+  // Captures 2 and 4 agreed: the relaunch resumes step 4 and goes on as an uninterrupted run.
+  auto again = run(Job{dir, kFourNodes, 10, {}, {}});
+  check_final(again, 10);
+  CHECK(again.resumed[0].step == 4);
 }

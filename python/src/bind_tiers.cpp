@@ -250,16 +250,27 @@ class PyTiers {
 
   std::string action(std::uint64_t step) { return ckpt::tiers::tier_action_name(live().action(step)); }
 
-  // pieces as save_tensors_of reads them; the buffers are read before this returns.
-  nb::dict step(std::uint64_t step, const nb::list& pieces, const nb::dict& state) {
+  // pieces as save_tensors_of reads them; the buffers are read before this returns. live: (name, offsets, data, owner)
+  // of pieces other ranks save that this rank holds live (a uint8 CPU buffer each): the canary compares them
+  // (SaveRequest::add_live_copy, spec/TIERS.md 11.1).
+  nb::dict step(std::uint64_t step, const nb::list& pieces, const nb::dict& state, const nb::list& live_pieces) {
     ckpt::tiers::TieredCheckpointer& t = live();
     std::vector<nb::object> keep;  // the buffers, referenced until the staging copy is done
     std::vector<ckpt::SaveTensor> tensors = save_tensors_of(pieces, keep);
+    std::vector<ckpt::SaveRequest::LiveCopy> copies;
+    for (nb::handle item : live_pieces) {
+      nb::tuple p = nb::cast<nb::tuple>(item);
+      if (p.size() != 4) fail("a live piece is (name, offsets, data, owner)");
+      Bytes1D data = nb::cast<Bytes1D>(p[2]);
+      copies.push_back({nb::cast<std::string>(p[0]), nb::cast<ckpt::Shape>(p[1]), data.data(), data.size(), nb::cast<int>(p[3])});
+      keep.push_back(nb::borrow(p[2]));
+    }
     ckpt::TrainingState training;
     set_state(training, state);
     const ckpt::tiers::StepOutcome outcome = take(without_gil([&] {
       return t.step(step, [&](ckpt::SaveRequest& r) {
         for (auto& s : tensors) r.add(std::move(s));
+        for (auto& c : copies) r.add_live_copy(std::move(c.name), c.offsets, c.data, c.size, c.owner);
         r.state() = std::move(training);
       });
     }));
@@ -378,7 +389,7 @@ void bind_tiers(nb::module_& m) {
            "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none(), "when_busy"_a = "skip",
            "parity_group"_a = 0, "parity_losses"_a = 1)
       .def("action", &PyTiers::action, "step"_a)
-      .def("step", &PyTiers::step, "step"_a, "pieces"_a, "state"_a)
+      .def("step", &PyTiers::step, "step"_a, "pieces"_a, "state"_a, "live"_a = nb::list())
       .def("wait", &PyTiers::wait)
       .def("resume", &PyTiers::resume, "load"_a)
       .def("placement", &PyTiers::placement)

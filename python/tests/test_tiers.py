@@ -537,3 +537,16 @@ def test_a_lost_node_of_a_parity_group_is_rebuilt_from_the_others_and_the_job_re
         if rank == 1:
             assert any("rebuilt from its parity group" in s for s in got["setbacks"]), got["setbacks"]
             assert any(r.startswith("REBUILT step 4") for r in got["records"]), got["records"]
+
+
+def test_a_bit_flipped_in_a_data_parallel_tensor_is_caught_by_the_replica_holders_live_copy(tmp_path):
+    # The same job, its Linear weight not declared replicated: each rank saves its third of it. Rank 1's live
+    # weight gets bits flipped before capture 4 (row 5: in rank 0's range, which rank 1 holds the replica of, and
+    # in its own, whose replica rank 2 holds): the live copies' digests differ from the owners', every rank raises.
+    flipped = SDC_JOB.replace("__FLIP_AT__", "4").replace("__RUN_TO__", "4").replace(
+        "bits = model[1].weight.data.view(torch.int32)", "bits = model[0].weight.data.view(torch.int32)")
+    for code, out, err in run_ranks(tmp_path, "sdc_live", flipped, world=3):
+        assert code == 0, err[-3000:]
+        got = json.loads(out.strip().splitlines()[-1])
+        assert "silent data corruption at step 4" in got.get("sdc", ""), got
+        assert "tensor 'model/0.weight@" in got["sdc"], got

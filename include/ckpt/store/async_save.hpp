@@ -111,6 +111,22 @@ class SaveRequest {
     }
     tensors_ = std::move(kept);
   }
+  // Bytes of a piece `owner` saves (its offsets in tensor `name`), as this rank holds them live: not saved. A
+  // data-parallel job saves 1/W of each tensor per rank while every rank holds all of it; with the tiers, the
+  // rank that keeps `owner`'s replica hashes these at the capture and the digests are compared with the
+  // owner's (the SDC canary, spec/TIERS.md 11.1). Read during step() only.
+  struct LiveCopy {
+    std::string name;
+    Shape offsets;
+    const void* data = nullptr;
+    std::size_t size = 0;
+    int owner = 0;
+  };
+  SaveRequest& add_live_copy(std::string name, const Shape& offsets, const void* data, std::size_t size, int owner) {
+    live_copies_.push_back(LiveCopy{std::move(name), offsets, data, size, owner});
+    return *this;
+  }
+  [[nodiscard]] const std::vector<LiveCopy>& live_copies() const noexcept { return live_copies_; }
   SaveRequest& add(SaveTensor t) {
     bytes_ += t.size;
     tensors_.push_back(std::move(t));
@@ -127,6 +143,7 @@ class SaveRequest {
   std::uint64_t step_;
   TrainingState state_;
   std::vector<SaveTensor> tensors_;
+  std::vector<LiveCopy> live_copies_;  // compared, never saved
   std::uint64_t bytes_ = 0;
 };
 

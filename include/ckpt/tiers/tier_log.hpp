@@ -77,6 +77,9 @@ struct SdcFinding {
   static constexpr std::uint32_t kNoRank = 0xffffffffu;
   [[nodiscard]] std::string describe() const;
 };
+// What the canary calls a piece of a data-parallel tensor that its owner saves and a replica holder holds live
+// (spec/TIERS.md 11.1): "name@o0,o1,..." (its offsets in decimal).
+[[nodiscard]] std::string live_piece_key(std::string_view tensor, const std::vector<std::uint64_t>& offsets);
 // The SDC record's detail: u32 name length, name, u64 chunk, u64 chunks differing, u32 odd rank, u32 holders,
 // then per holder u32 rank and u64 digest (little endian).
 [[nodiscard]] std::string encode_sdc(const SdcFinding& f);

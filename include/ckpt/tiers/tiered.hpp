@@ -249,9 +249,12 @@ class TieredCheckpointer {
   // Replicated tensors of one capture (spec/TIERS.md 11.1): each with this rank's chunk digests, read from
   // the committed memory shard's index (every holder keeps its copy there).
   struct CanaryTensor {
-    std::string name;
+    std::string name;         // what holders compare by: a replicated tensor's name, or live_piece_key() of a piece
     std::uint32_t owner = 0;  // the rank whose copy goes to the persistent store
     std::vector<std::uint64_t> digests;
+    bool live = false;        // digests of a live copy, hashed at the capture; else read from the shard's index
+    std::string tensor;       // the tensor of the shard whose piece at `offsets` gives the digests
+    Shape offsets;
   };
   [[nodiscard]] std::vector<CanaryTensor> canary_of(std::uint64_t step, const StepReader* mine);
   // Every rank's capture status, shard digest and replicated tensors' digests to rank 0; back the shard

@@ -285,7 +285,11 @@ class TieredCheckpointer:
     entries (as the step names them, e.g. ``"model/norm.weight"``) that every rank holds bit-identical and
     saves whole, written by rank 0: at each capture every rank's digests of them are compared (the SDC
     canary, spec/TIERS.md 11), and a disagreement raises ``ckpt.SilentDataCorruptionError`` from the next
-    ``step()`` or ``wait()``; relaunched, the job resumes the newest step every rank agreed on. ``parity``:
+    ``step()`` or ``wait()``; relaunched, the job resumes the newest step every rank agreed on.
+    ``compare_live``: every rank saves 1/W of each tensor but holds all of it; the rank that keeps a peer's
+    replica hashes its own live copy of the range that peer saves at each capture (a pass over 1/W of the
+    state per replica, inside ``step()``) and the canary compares it with the peer's digests (default on).
+    ``parity``:
     ``(nodes, losses)``: instead of replicas, groups of ``nodes`` nodes keep Reed-Solomon parity of each
     other's shards (ISA-L), so any ``losses`` nodes of a group may be lost and their shards are rebuilt at
     resume, for ``losses / (nodes - losses)`` of a shard per rank (spec/TIERS.md 12).
@@ -298,7 +302,7 @@ class TieredCheckpointer:
                  chunk_size_log2: Optional[int] = None, staging_bytes: int = 0, transfer_block: int = 16 << 20,
                  check_free_space: bool = True, device_snapshots: Optional[bool] = None,
                  on_phase: Optional[Callable[[str, int], None]] = None, when_busy: str = "skip",
-                 replicated=(), parity: Optional[Tuple[int, int]] = None):
+                 replicated=(), parity: Optional[Tuple[int, int]] = None, compare_live: bool = True):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("TieredCheckpointer needs torch.distributed initialized (torchrun, init_process_group)")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -323,6 +327,10 @@ class TieredCheckpointer:
             _DEFAULT_CHUNK_SIZE_LOG2 if chunk_size_log2 is None else chunk_size_log2, staging_bytes, transfer_block,
             check_free_space, True, self._copier, on_phase, when_busy,
             *((int(parity[0]), int(parity[1])) if parity else (0, 1)))
+        # The canary on the data-parallel layout (spec/TIERS.md 11.1): the ranks whose replicas this rank keeps,
+        # whose saved ranges it holds live too.
+        holders = self._native.placement()["holders"] if compare_live else []
+        self._live_from = [s for s, hs in enumerate(holders) if self.comm.rank in hs]
         # Closed before the interpreter finalizes, also when the job ends on an exception without close():
         # the saver's worker may be about to call a Python hook (on_phase, the device copier), and a thread
         # that takes the GIL during finalization is ended by the interpreter, which aborts a C++ thread.
@@ -338,6 +346,20 @@ class TieredCheckpointer:
         if self.scheduler is not None:
             parts["sched"] = self.scheduler.state_dict()
         return parts
+
+    def _live(self, tensors: List[Tuple[str, torch.Tensor]]):
+        """The ranges other ranks save of every flattened CPU tensor, as this rank holds them live, for the ranks
+        whose replicas this rank keeps: the canary compares them with what their owners save (spec/TIERS.md 11.1)."""
+        world, live = self.comm.size, []
+        for name, t in tensors:
+            if name in self._replicated or t.is_cuda:
+                continue
+            n = t.numel()
+            for owner in self._live_from:
+                begin, end = n * owner // world, n * (owner + 1) // world
+                if begin < end:
+                    live.append((name, [begin], _tensors.torch_bytes(t.reshape(-1)[begin:end]), owner))
+        return live
 
     def _pieces(self, tensors: List[Tuple[str, torch.Tensor]]):
         """This rank's 1/W range of every flattened tensor, as pieces of the global 1-D view."""
@@ -388,11 +410,12 @@ class TieredCheckpointer:
                     if isinstance(data.get(key), int) and data[key] >= 0:
                         state[field_name] = data[key]
         pieces = self._pieces(tensors)
+        live = self._live(tensors) if self._live_from else []
         if self._copier is not None:
             self._copier.begin()
         try:
             with _sdc_raised():
-                out = self._native.step(step, pieces, state)
+                out = self._native.step(step, pieces, state, live)
             return "skipped" if out["skipped"] else out["action"]
         finally:
             if self._copier is not None:

@@ -18,6 +18,13 @@ CKPT_INLINE const char* tier_event_name(TierEvent e) noexcept {
                    "UNKNOWN");
 }
 
+CKPT_INLINE std::string live_piece_key(std::string_view tensor, const std::vector<std::uint64_t>& offsets) {
+  std::string key(tensor);
+  key += '@';
+  for (std::size_t i = 0; i < offsets.size(); ++i) key += (i ? "," : "") + std::to_string(offsets[i]);
+  return key;
+}
+
 CKPT_INLINE std::string TierRecord::describe() const {
   std::string s = std::string(tier_event_name(event)) + " step " + std::to_string(step) + " (" + step_digest.hex().substr(0, 12) +
                   ") shard " + std::to_string(shard) + "/" + std::to_string(world);

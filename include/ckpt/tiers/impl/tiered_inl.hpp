@@ -748,7 +748,23 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
   // so each holder's digests of it are the ones its writer computes as it hashes the capture.
   std::vector<CanaryTensor> canary;
   for (const auto& t : request.tensors())
-    if (t.replica_owner >= 0) canary.push_back(CanaryTensor{t.name, static_cast<std::uint32_t>(t.replica_owner), {}});
+    if (t.replica_owner >= 0) canary.push_back(CanaryTensor{t.name, static_cast<std::uint32_t>(t.replica_owner), {}, false, t.name, t.offsets});
+  // A data-parallel job's live copies (11.1): this rank's own pieces give their digests from the capture's index;
+  // the live copies of the pieces whose replicas this rank keeps are hashed now, before the training changes them.
+  if (!request.live_copies().empty()) {
+    const std::vector<int> sources = placement_.held_by(static_cast<int>(me));
+    for (const auto& t : request.tensors())
+      if (t.replica_owner < 0 && !t.on_device)
+        canary.push_back(CanaryTensor{live_piece_key(t.name, t.offsets), me, {}, false, t.name, t.offsets});
+    const std::size_t chunk = std::size_t{1} << options_.chunk_size_log2;
+    for (const auto& c : request.live_copies()) {
+      if (std::find(sources.begin(), sources.end(), c.owner) == sources.end()) continue;
+      CanaryTensor live{live_piece_key(c.name, c.offsets), static_cast<std::uint32_t>(c.owner), {}, true, c.name, c.offsets};
+      const auto* bytes = static_cast<const unsigned char*>(c.data);
+      for (std::size_t off = 0; off < c.size; off += chunk) live.digests.push_back(xxh3_64(bytes + off, std::min(chunk, c.size - off)));
+      canary.push_back(std::move(live));
+    }
+  }
   if (!canary.empty()) {
     std::lock_guard<std::mutex> lock(canary_mutex_);
     canary_[step] = std::move(canary);  // before the save: its worker may look for them at once
@@ -829,7 +845,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
   // A replicated tensor goes to the persistent store from its owner only (spec/SHARDING.md 3.3: no overlap).
   std::set<std::string> owners_write;
   for (const auto& c : canary)
-    if (c.owner != me) owners_write.insert(c.name);
+    if (c.owner != me && !c.live) owners_write.insert(c.tensor);
   const Digest128 digest = step_digest(step, shards);
   {
     std::lock_guard<std::mutex> lock(promote_mutex_);
@@ -978,11 +994,15 @@ CKPT_INLINE std::vector<TieredCheckpointer::CanaryTensor> TieredCheckpointer::ca
   if (mine == nullptr) return {};
   const Index& index = mine->shard(0).index();
   for (auto& c : canary) {
+    if (c.live) continue;  // hashed at the capture
     // The digests the writer computed as it hashed the capture's bytes: no second pass (spec/TIERS.md 11.1).
-    const TensorRecord* t = index.find_tensor(c.name);
-    if (t == nullptr || t->piece_count != 1) continue;  // not in the shard: nothing of this rank to compare
-    const PieceRecord& p = index.pieces[static_cast<std::size_t>(t->piece_first)];
-    for (std::uint64_t k = 0; k < p.chunk_count; ++k) c.digests.push_back(index.chunks[static_cast<std::size_t>(p.chunk_first + k)].digest);
+    const TensorRecord* t = index.find_tensor(c.tensor);
+    if (t == nullptr) continue;  // not in the shard: nothing of this rank to compare
+    for (std::uint64_t i = 0; i < t->piece_count; ++i) {
+      const PieceRecord& p = index.pieces[static_cast<std::size_t>(t->piece_first + i)];
+      if (p.offsets != c.offsets) continue;
+      for (std::uint64_t k = 0; k < p.chunk_count; ++k) c.digests.push_back(index.chunks[static_cast<std::size_t>(p.chunk_first + k)].digest);
+    }
   }
   return canary;
 }
