@@ -310,6 +310,7 @@ def on_phase(phase, step):
         while len(os.listdir(marks)) < world and time.monotonic() < deadline:
             time.sleep(0.01)
 
+torch.manual_seed(0)  # a data-parallel replica: every rank the same model (the canary compares them)
 model = torch.nn.Linear(64, 64)
 tiers = TieredCheckpointer(model, memory_root=os.path.join(root, f"node-n{rank}"), memory_every=2, replicas=1,
                            memory_keep=2, topology=[f"n{r}" for r in range(world)], on_phase=on_phase)
@@ -348,6 +349,7 @@ from ckpt.torch import TieredCheckpointer
 rank, world, root, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+torch.manual_seed(0)  # a data-parallel replica: every rank the same model (the canary compares them)
 model = torch.nn.Linear(1024, 1024)  # 4 MiB of weights: several transfer blocks
 tiers = TieredCheckpointer(model, memory_root=os.path.join(root, f"node-n{rank}"), memory_every=1, replicas=1,
                            memory_keep=2, topology=[f"n{r}" for r in range(world)], transfer_block=1 << 20)
@@ -384,6 +386,7 @@ from ckpt.torch import TieredCheckpointer
 rank, world, root, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+torch.manual_seed(0)  # a data-parallel replica: every rank the same model (the canary compares them)
 model = torch.nn.Linear(8, 8)
 phases = []
 tiers = TieredCheckpointer(model, memory_root=os.path.join(root, f"node-n{rank}"), persistent=os.path.join(root, "persistent"),
