@@ -28,7 +28,8 @@ constexpr int kWorld = 4;
 // 4 and 6) with the memory root dir/mem and the persistent store dir/persistent. Returns each rank's error.
 // sdc_step: every rank holds a replicated tensor and rank 2's copy gets a bit flipped before that capture
 // (the SDC canary's finding, spec/TIERS.md 11); train through that step only.
-inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_to = 7, std::uint64_t sdc_step = 0) {
+// parity_group: parity groups of that many nodes surviving one loss instead of replicas (spec/TIERS.md 12).
+inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_to = 7, std::uint64_t sdc_step = 0, int parity_group = 0) {
   ckpt::ThreadGroup group(kWorld);
   std::vector<ckpt::Status> errors(kWorld);
   std::vector<std::thread> threads;
@@ -44,6 +45,7 @@ inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_
       o.memory_root = (dir / "mem").string();
       o.persistent = (dir / "persistent").string();
       o.memory_every = 2, o.persist_every = 4, o.replicas = 1, o.memory_keep = 2;
+      if (parity_group != 0) o.replicas = 0, o.parity_group = parity_group, o.parity_losses = 1;
       o.chunk_size_log2 = 12;
       o.check_free_space = false;
       o.when_busy = ckpt::WhenBusy::wait;  // every capture taken: the fixture's steps are known

@@ -209,6 +209,48 @@ TEST_CASE("ckpt-inspect and ckpt-verify show the SDC canary's finding: the rank,
   CHECK_THAT(problems[0]["message"].get<std::string>(), Catch::Contains("silent data corruption") && Catch::Contains("rank 2"));
 }
 
+TEST_CASE("parity in a memory root: ckpt-inspect lists it, ckpt-verify checks it, exit 1 on a flipped byte", "[tools][memory_root][parity]") {
+  const fsys::path dir = fsys::path(CKPT_BINARY_DIR) / "test-memory-root" / "parity";
+  fsys::remove_all(dir);
+  fsys::create_directories(dir);
+  for (const auto& e : fixture::train(dir, 7, 0, 4)) REQUIRE(e.ok());
+  const std::string mem = (dir / "mem").string();
+  const Run inspect = run(kInspect, {mem});
+  INFO(inspect.out << inspect.err);
+  REQUIRE(inspect.code == 0);
+  CHECK(inspect.says("parity held in: rank-0/parity"));
+  const Run ok = run(kVerify, {"--json", mem});
+  REQUIRE(ok.code == 0);
+  CHECK(ok.out_json()["memory_roots"][0]["copies_checked"] == 16);  // 8 own shards and 8 parity steps, every byte
+  std::size_t parity = 0;
+  const json listed = run(kInspect, {"--json", mem}).out_json();
+  for (const auto& c : listed["copies"]) parity += c["parity"] == true ? 1 : 0;
+  CHECK(parity == 8);
+  // A byte of rank 1's parity of stripe 1, step 6 (spec/TIERS.md 12.2), flipped.
+  ckpt::PosixFs fs;
+  const std::string store = ckpt::memory_layout::parity_store(mem, 1);
+  auto opened = ckpt::Store::open(fs, store, ckpt::Access::read_only);
+  REQUIRE(opened.ok());
+  auto info = (*opened)->find(6);
+  REQUIRE(info.ok());
+  auto reader = ckpt::StepReader::open(fs, store, *info, (*opened)->uuid());
+  REQUIRE(reader.ok());
+  const ckpt::Index& index = reader->shard(0).index();
+  const ckpt::TensorRecord* t = index.find_tensor(ckpt::tiers::parity_tensor(1));
+  REQUIRE(t != nullptr);
+  const ckpt::PieceRecord& p = index.pieces[static_cast<std::size_t>(t->piece_first)];
+  fixture::flip_byte(reader->shard(0).path(), p.data_offset + p.data_length / 2);
+  const Run bad = run(kVerify, {"--json", mem});
+  REQUIRE(bad.code == 1);
+  const json found = bad.out_json();
+  const json& problems = found["memory_roots"][0]["problems"];
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0]["rank_dir"] == "rank-1");
+  CHECK(problems[0]["step"] == 6);
+  CHECK(problems[0]["region"] == "data");
+  CHECK_THAT(problems[0]["store"].get<std::string>(), Catch::Contains("rank-1/parity"));
+}
+
 TEST_CASE("ckpt-repair recovers each store of a memory root; --dry-run changes nothing", "[tools][memory_root]") {
   const auto dir = fixture::fresh_copy("tools-repair");
   const std::string mem = (dir / "mem").string();

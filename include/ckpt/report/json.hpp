@@ -441,6 +441,7 @@ struct FileOutcome {
             {"store", c.store},
             {"where", c.where},
             {"own", c.own},
+            {"parity", c.parity},
             {"step", c.step},
             {"shard", c.shard},
             {"txn", c.info.txn},

@@ -76,10 +76,11 @@ inline constexpr std::string_view kSetAsideLogInfix = ".corrupt-";  // rank-<r>/
   return parse_numbered_name(name, kHeldPrefix, shard);
 }
 
-// A store directory of a rank directory: own/ or held-<s>/.
+// A store directory of a rank directory: own/, held-<s>/ or parity/.
 struct StoreEntry {
   std::string name, path;
-  bool own = false;          // own/, else held-<shard>/
+  bool own = false;          // own/, else held-<shard>/ or parity/
+  bool parity = false;       // parity/: the rank's parity segments (spec/TIERS.md 12), no shard of a step
   std::uint32_t shard = 0;   // whose shards it holds: the rank for own/, s for held-<s>/
   bool has_journal = false;  // it holds JOURNAL: a store (else not one yet, or one that lost its journal)
 };
@@ -89,8 +90,7 @@ struct RankDirEntry {
   std::uint32_t rank = 0;
   std::string path;
   bool has_log = false;              // TIERS is a regular file
-  std::vector<StoreEntry> stores;    // its own/ and held-<s>/ directories, in name order
-  std::string parity;                // its parity/ store directory, when there is one (spec/TIERS.md 12)
+  std::vector<StoreEntry> stores;    // its own/, held-<s>/ and parity/ directories, in name order
   std::vector<std::string> unknown;  // every other entry but TIERS, in name order
   Status error;                      // it could not be listed: stores and unknown are empty
   // What spec/TIERS.md 10 calls a rank directory: it holds its tier log or a store (own/ or held-<s>/
@@ -122,18 +122,12 @@ struct RankDirEntry {
   std::sort(names.begin(), names.end());
   for (auto& name : names) {
     if (name == kTierLog) continue;
-    if (name == kParityStore) {
-      auto st = fs.stat(join_path(trimmed, name));
-      if (st.ok() && st->is_dir) {
-        out.parity = join_path(trimmed, name);
-        continue;
-      }
-    }
     StoreEntry s;
     s.own = name == kOwnStore;
+    s.parity = name == kParityStore;
     s.shard = out.rank;
     s.path = join_path(trimmed, name);
-    const bool store_dir = (s.own || parse_held_store_name(name, s.shard)) && [&] {
+    const bool store_dir = (s.own || s.parity || parse_held_store_name(name, s.shard)) && [&] {
       auto st = fs.stat(s.path);
       return st.ok() && st->is_dir;
     }();

@@ -5,6 +5,7 @@
 //
 //   MEMROOT/rank-<r>/own        a store of rank r's shards (each step holds one shard: kPartialStepKey)
 //   MEMROOT/rank-<r>/held-<s>   a store of replicas of rank s's shards that rank r keeps
+//   MEMROOT/rank-<r>/parity     a store of the parity segments rank r keeps for its parity group
 //   MEMROOT/rank-<r>/TIERS      rank r's tier log
 //
 // A step is (step number, step digest): the same number captured twice with other content is another
@@ -37,7 +38,8 @@ struct ShardCopy {
   std::uint32_t rank_dir = 0;  // the rank-<r> directory that holds it
   std::string store;           // the store's path (ROOT/rank-<r>/own or ROOT/rank-<r>/held-<s>)
   std::string where;           // "rank-<r>/own" or "rank-<r>/held-<s>", for messages
-  bool own = false;            // in rank-<r>/own (else in held-<shard>)
+  bool own = false;            // in rank-<r>/own (else in held-<shard>, or parity)
+  bool parity = false;         // in rank-<r>/parity: parity segments of the step (spec/TIERS.md 12), verified, no shard copy
   std::uint64_t step = 0;
   std::uint32_t shard = 0;     // whose shard: r in own, s in held-<s>
   StepInfo info;               // its COMMIT: txn, directory, files

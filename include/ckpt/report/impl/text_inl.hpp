@@ -400,6 +400,10 @@ namespace detail {
       rows.push_back({std::to_string(sh.shard), std::to_string(sh.matching), held});
     }
     if (rows.size() > 1) s += table_text(rows, {true, true, false}, "  ");
+    std::string parity;  // the parity segments of the step's number (spec/TIERS.md 12), no shard's copy
+    for (const auto& c : root.copies)
+      if (c.parity && c.step == st.step) parity += (parity.empty() ? "" : ", ") + copy_text(c);
+    if (!parity.empty()) s += "  parity held in: " + parity + "\n";
   }
   if (!root.problems.empty() || !root.notes.empty()) s += "\n";
   s += root_problems_text(root.problems);

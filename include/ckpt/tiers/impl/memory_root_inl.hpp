@@ -213,7 +213,7 @@ CKPT_INLINE void describe_store(FsRef fs, RootScan& scan, const RankDirectory& d
   for (const auto& u : report.unknown_entries) root.notes.push_back(where + ": unknown entry '" + u + "' (listed, never deleted)");
   for (const StepInfo& info : store.steps()) {
     ShardCopy c;
-    c.rank_dir = d.rank, c.store = sd.path, c.where = where, c.own = sd.own;
+    c.rank_dir = d.rank, c.store = sd.path, c.where = where, c.own = sd.own, c.parity = sd.parity;
     c.step = info.step, c.shard = sd.shard, c.info = info;
     auto reader = StepReader::open(fs, sd.path, info, store.uuid());
     if (!reader.ok()) {
@@ -315,11 +315,21 @@ CKPT_INLINE void place_copies(MemoryRoot& root, std::map<RootStepKey, MemoryStep
     const RankDirectory* dir = nullptr;
     for (const auto& d : root.rank_dirs)
       if (d.rank == c.rank_dir) dir = &d;
+    if (c.parity) {
+      // Parity segments (spec/TIERS.md 12.3): no copy of a shard; recorded by PARITY, verified like any copy.
+      if (dir != nullptr)
+        for (const auto& r : dir->records) c.recorded = c.recorded || (r.event == TierEvent::parity && r.step == c.step && r.txn == c.info.txn);
+      for (const auto& d : root.rank_dirs)
+        for (const auto& r : d.records) c.set_aside = c.set_aside || names_copy(r, c);
+      if (!c.recorded) root.notes.push_back(copy_label(c) + ": no PARITY record of its rank directory's log names it");
+      continue;
+    }
     const TierRecord* rec = nullptr;
     if (dir != nullptr)
       for (const auto& r : dir->records)
         if (r.step == c.step && r.txn == c.info.txn && r.shard == c.shard &&
-            (c.own ? r.event == TierEvent::captured : r.event == TierEvent::held) && r.step_digest != Digest128{})
+            (c.own ? r.event == TierEvent::captured || r.event == TierEvent::rebuilt : r.event == TierEvent::held) &&
+            r.step_digest != Digest128{})
           rec = &r;
     MemoryStep* step = nullptr;
     if (rec != nullptr) {

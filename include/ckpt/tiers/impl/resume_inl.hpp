@@ -550,7 +550,8 @@ CKPT_INLINE void TieredCheckpointer::Resume::scan_memory() {
     }
     for (const auto& d : *dirs)
       for (const auto& s : d.stores)
-        if (Store* store = open_store(d, s))
+        if (s.parity) continue;  // parity is no copy of a shard: the rebuild before this read it (spec/TIERS.md 12.4)
+        else if (Store* store = open_store(d, s))
           detail::scan_store(tiers.fs_, *store, s.own ? detail::CopyKind::own : detail::CopyKind::held, s.shard, aside_paths, scan);
   }
   out.setbacks = tiers.notes();
