@@ -82,6 +82,7 @@ struct Settings {
   std::uint64_t replicated = 0;   // capture: bytes of a tensor every rank holds the same of, besides the state
   bool canary = true;             // declared replicated (the SDC canary compares it), or saved as each rank's own
   int parity_group = 0, parity_losses = 1;  // parity groups instead of one replica (spec/TIERS.md 12); 0: replicas
+  bool live = false;  // capture: each rank also holds its sources' state live; the canary compares it (spec/TIERS.md 11.1)
 };
 
 // The tiers' communicator (and the raw baseline's, a second one of the same kind): an MPI_Comm_dup, or
@@ -439,7 +440,23 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
   // (spec/TIERS.md 11); --no-canary saves the same bytes as each rank's own tensor, the baseline.
   std::vector<unsigned char> replicated(static_cast<std::size_t>(s.replicated / 4 * 4));
   for (std::size_t i = 0; i < replicated.size(); ++i) replicated[i] = static_cast<unsigned char>(i * 131 + 7);
+  // --live: the state of each rank whose replica this rank keeps, as that rank holds it (a data-parallel layout),
+  // stamped as that rank stamps it; the canary hashes it in step() and compares it with the owner's digests.
+  std::vector<std::pair<Layout, std::unique_ptr<ckpt::bench::Buffer>>> live;
+  if (s.live)
+    for (int source : tiers.placement().held_by(l.rank)) {
+      live.emplace_back(layout_for(s, l.world, source), std::make_unique<ckpt::bench::Buffer>(static_cast<std::size_t>(l.per_rank)));
+      fill_state(live.back().second->data(), live.back().first);
+    }
   const auto fill = [&](ckpt::SaveRequest& r) {
+    for (auto& [owner, bytes] : live) {
+      stamp_step(bytes->data(), owner, r.step());
+      std::uint64_t at = 0;
+      for (std::size_t i = 0; i < owner.tensor_sizes.size(); ++i) {
+        r.add_live_copy(tensor_name(owner.rank, i), {0}, bytes->data() + at, static_cast<std::size_t>(owner.tensor_sizes[i]), owner.rank);
+        at += owner.tensor_sizes[i];
+      }
+    }
     std::uint64_t off = 0;
     for (std::size_t i = 0; i < l.tensor_sizes.size(); ++i) {
       r.add_tensor(tensor_name(l.rank, i), ckpt::DType::F32, {l.tensor_sizes[i] / 4}, state.data() + off, static_cast<std::size_t>(l.tensor_sizes[i]));
@@ -676,6 +693,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   j["replication_s"] = replicate;
   j["agreement_s"] = agreement;  // 'captured' to 'replicating': the capture's agreement (and the canary's comparison)
   j["replicated_bytes"] = s.replicated;
+  j["live"] = s.live;
   j["parity"] = s.parity_group != 0 ? nlohmann::json{{"group", s.parity_group}, {"losses", s.parity_losses}} : nlohmann::json();
   j["encoding_s"] = encoding;  // 'encoding' to 'replicating': segments sent, parity built and committed (spec/TIERS.md 12.3)
   j["canary"] = s.canary;
@@ -778,6 +796,7 @@ void print_capture(const nlohmann::json& j) {
                 j["parity"]["losses"].get<int>());
     row("parity encoding ('encoding' -> 'replicating')", m["encoding_s"].get<double>());
   }
+  if (j["live"].get<bool>()) std::printf("  every rank also holds its replica sources' state live: the canary hashes it in step() (spec/TIERS.md 11.1)\n");
   if (j["replicated_bytes"].get<std::uint64_t>() > 0)
     std::printf("  a tensor of %s every rank holds, %s\n", ckpt::cli::human_bytes(j["replicated_bytes"].get<std::uint64_t>()).c_str(),
                 j["canary"].get<bool>() ? "declared replicated: the SDC canary compares it" : "saved as each rank's own (--no-canary)");
@@ -962,6 +981,7 @@ int main(int argc, char** argv) {
       sub->add_option("--transfer-block", block_text, "bytes per point-to-point message, both paths (default 16MiB)");
       sub->add_option("--replicated", replicated_text, "bytes of a tensor every rank holds the same of, declared replicated (default 0)");
       sub->add_flag("--no-canary{false}", s.canary, "save that tensor as each rank's own instead: the canary's baseline");
+      sub->add_flag("--live", s.live, "each rank holds its sources' state live too (a data-parallel layout): the canary compares it");
     } else {
       sub->add_option("--pace-gbps", s.pace_gbps, "first reads of the persistent store at most this many GB/s (10^9 B/s) per rank; 0: unpaced")
           ->check(CLI::Range(0.0, 1e6));
