@@ -12,6 +12,8 @@
 
 #include <ckpt/tiers/parity.hpp>
 
+#include "test_util.hpp"
+
 using namespace ckpt;
 using namespace ckpt::tiers;
 
@@ -21,19 +23,6 @@ Topology nodes_of(const std::vector<std::string>& nodes) {
   Topology t;
   t.node_of_rank = nodes;
   return t;
-}
-
-// Every subset of {0..n-1} of size `size`, as sorted vectors.
-std::vector<std::vector<int>> subsets(int n, int size) {
-  std::vector<std::vector<int>> out;
-  for (unsigned mask = 0; mask < (1u << n); ++mask)
-    if (__builtin_popcount(mask) == size) {
-      std::vector<int> s;
-      for (int i = 0; i < n; ++i)
-        if (mask & (1u << i)) s.push_back(i);
-      out.push_back(s);
-    }
-  return out;
 }
 
 }  // namespace
@@ -135,7 +124,7 @@ TEST_CASE("every pattern of up to k lost segments is decoded bit for bit from th
       CHECK(built == seg[static_cast<std::size_t>(m + p)]);
     }
     for (int lost = 1; lost <= k; ++lost)
-      for (const auto& gone : subsets(n, lost)) {
+      for (const auto& gone : ckpt_test::subsets_of(n, lost, lost)) {
         std::vector<int> from;
         for (int i = 0; i < n && static_cast<int>(from.size()) < m; ++i)
           if (std::find(gone.begin(), gone.end(), i) == gone.end()) from.push_back(i);

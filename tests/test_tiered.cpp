@@ -24,6 +24,7 @@
 #include <ckpt/tiers/memory_root.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
+#include "test_util.hpp"
 #include "thread_ranks.hpp"
 #include "tier_trainer.hpp"
 
@@ -1120,19 +1121,6 @@ void flip_tensor_byte(const fsys::path& store, std::uint64_t step, const std::st
   FAIL("no tensor " << tensor << " in step " << step << " of " << store);
 }
 
-// Every subset of {0..n-1} with 1 to k members.
-std::vector<std::vector<int>> losses_of(int n, int k) {
-  std::vector<std::vector<int>> out;
-  for (unsigned mask = 1; mask < (1u << n); ++mask)
-    if (__builtin_popcount(mask) <= k) {
-      std::vector<int> s;
-      for (int i = 0; i < n; ++i)
-        if (mask & (1u << i)) s.push_back(i);
-      out.push_back(s);
-    }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("parity groups: a capture's parity is committed on every rank and the step recorded as surviving k losses", "[tiered][parity]") {
@@ -1164,7 +1152,7 @@ TEST_CASE("parity groups: every loss of up to k nodes of a 4- and a 6-node group
       INFO(first.first_error());
       REQUIRE(first.ok());
     }
-    for (const auto& lost : losses_of(n, k)) {
+    for (const auto& lost : ckpt_test::subsets_of(n, 1, k)) {
       std::string which;
       for (int i : lost) which += "-" + std::to_string(i);
       INFO("group of " << n << ", k " << k << ", nodes lost" << which);

@@ -146,4 +146,18 @@ struct ProgramRun {
   return run_shell(cmd);
 }
 
+// Every subset of {0, ..., n-1} with min_size to max_size members, each ascending (n < 32).
+inline std::vector<std::vector<int>> subsets_of(int n, int min_size, int max_size) {
+  std::vector<std::vector<int>> out;
+  for (unsigned mask = 0; mask < (1u << n); ++mask) {
+    const int size = __builtin_popcount(mask);
+    if (size < min_size || size > max_size) continue;
+    std::vector<int> s;
+    for (int i = 0; i < n; ++i)
+      if (mask & (1u << i)) s.push_back(i);
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace ckpt_test
