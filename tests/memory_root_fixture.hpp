@@ -70,11 +70,15 @@ inline std::vector<ckpt::Status> train(const fsys::path& dir, std::uint64_t run_
   return errors;
 }
 
+// Where a test program keeps its roots: test-memory-root/<program> under the build directory, so programs that
+// ctest runs at once (test_memory_root, test_memory_root_tools) never remove each other's.
+inline fsys::path program_dir() { return fsys::path(CKPT_BINARY_DIR) / "test-memory-root" / fsys::path(__BASE_FILE__).stem(); }
+
 // A trained root, made once per test program under the build directory and copied for each test that
 // damages it (copies keep the tree as it is: the tier is plain files).
 inline const fsys::path& pristine() {
   static const fsys::path dir = [] {
-    const fsys::path d = fsys::path(CKPT_BINARY_DIR) / "test-memory-root" / "pristine";
+    const fsys::path d = program_dir() / "pristine";
     fsys::remove_all(d);
     fsys::create_directories(d);
     const auto errors = train(d);
@@ -87,9 +91,9 @@ inline const fsys::path& pristine() {
   return dir;
 }
 
-// A fresh copy of the pristine root and persistent store under test-memory-root/<name>.
+// A fresh copy of the pristine root and persistent store under test-memory-root/<program>/<name>.
 inline fsys::path fresh_copy(const std::string& name) {
-  const fsys::path dir = fsys::path(CKPT_BINARY_DIR) / "test-memory-root" / name;
+  const fsys::path dir = program_dir() / name;
   const fsys::path& from = pristine();
   fsys::remove_all(dir);
   fsys::create_directories(dir);

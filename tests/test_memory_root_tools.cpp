@@ -175,7 +175,7 @@ TEST_CASE("ckpt-verify checks every copy of a memory root: exit 0 intact, 1 dama
 
 TEST_CASE("ckpt-inspect and ckpt-verify show the SDC canary's finding: the rank, tensor and chunk; verify exits 1",
           "[tools][memory_root][sdc]") {
-  const fsys::path dir = fsys::path(CKPT_BINARY_DIR) / "test-memory-root" / "sdc";
+  const fsys::path dir = fixture::program_dir() / "sdc";
   fsys::remove_all(dir);
   fsys::create_directories(dir);
   for (const auto& e : fixture::train(dir, 6, 6)) CHECK(e.code() == ckpt::Code::corrupt);
@@ -210,7 +210,7 @@ TEST_CASE("ckpt-inspect and ckpt-verify show the SDC canary's finding: the rank,
 }
 
 TEST_CASE("parity in a memory root: ckpt-inspect lists it, ckpt-verify checks it, exit 1 on a flipped byte", "[tools][memory_root][parity]") {
-  const fsys::path dir = fsys::path(CKPT_BINARY_DIR) / "test-memory-root" / "parity";
+  const fsys::path dir = fixture::program_dir() / "parity";
   fsys::remove_all(dir);
   fsys::create_directories(dir);
   for (const auto& e : fixture::train(dir, 7, 0, 4)) REQUIRE(e.ok());
