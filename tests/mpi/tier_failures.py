@@ -28,6 +28,15 @@ STEPS = 10  # memory every 2 steps, persistent every 4, one replica on the next 
 failures = []
 
 
+def verdict(name, ok, what, err):
+    """One case's line of the table; a failed case also shows the end of the job's stderr."""
+    print(f"{'passed' if ok else 'FAILED'}: {name}: {what}")
+    if not ok:
+        failures.append(name)
+        if err:
+            print(err[-2000:])
+
+
 def job(root, nodes, steps=STEPS, kill=None, expect_ok=True, extra=()):
     cmd = [MPIEXEC, "-np", str(len(nodes))] + FLAGS + [TRAIN, "--root", root, "--nodes", ",".join(nodes), "--steps", str(steps)]
     if kill:
@@ -149,14 +158,10 @@ try:
     stopped = [line for line in err.splitlines() if "silent data corruption at step 6" in line]
     out, err2, took = job(root, NODES4, extra=["--norm", "3000"])
     ok = len(told) == 4 and len(stopped) == 4 and out["resumed"] == 4 and out["identical"]
-    print(f"{'passed' if ok else 'FAILED'}: {name}: told {len(told)} ranks, stopped {len(stopped)}, resumed {out['resumed']}, "
-          f"identical {out['identical']}, {took:.1f} s")
-    if not ok:
-        failures.append(name)
-        print(err[-2000:])
+    verdict(name, ok, f"told {len(told)} ranks, stopped {len(stopped)}, resumed {out['resumed']}, identical {out['identical']}, "
+                      f"{took:.1f} s", err)
 except Exception as e:
-    failures.append(name)
-    print(f"FAILED: {name}: {e}")
+    verdict(name, False, str(e), "")
 
 # Parity groups instead of replicas (spec/TIERS.md 12): a group of 4 nodes surviving one loss, of 6 surviving two.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
@@ -192,14 +197,10 @@ def parity_resume(name, root, nodes, group, lost, resumed_at, rebuilt):
         out, err, took = job(root, nodes, extra=["--parity", group])
         said = [line for line in err.splitlines() if "rebuilt from its parity group" in line]
         ok = out is not None and out["identical"] and out["resumed"] == resumed_at and len(said) == rebuilt
-        print(f"{'passed' if ok else 'FAILED'}: {name}: resumed step {out and out['resumed']}, identical {out and out['identical']}, "
-              f"{len(said)} shards rebuilt, {took:.1f} s")
-        if not ok:
-            failures.append(name)
-            print(err[-2000:])
+        verdict(name, ok, f"resumed step {out and out['resumed']}, identical {out and out['identical']}, {len(said)} shards rebuilt, "
+                          f"{took:.1f} s", err)
     except Exception as e:
-        failures.append(name)
-        print(f"FAILED: {name}: {e}")
+        verdict(name, False, str(e), "")
 
 
 def parity_losses(nodes, group):
