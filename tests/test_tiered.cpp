@@ -795,6 +795,60 @@ TEST_CASE("a data-parallel resume of a shard only the persistent store holds: on
   CHECK_THAT(r.resumed[0].sources[2], Catch::Contains("shard 2 from persistent store via rank 2, which verified it"));
 }
 
+// The bytes of the shard files of `step` under one node's memory root (every rank's own store).
+std::uint64_t step_data_bytes(const fsys::path& dir, const std::vector<std::string>& nodes, std::uint64_t step) {
+  PosixFs fs;
+  std::uint64_t n = 0;
+  for (std::size_t rank = 0; rank < nodes.size(); ++rank) {
+    auto own = Store::open(fs, layout::own_store((dir / ("node-" + nodes[rank])).string(), static_cast<std::uint32_t>(rank)), Access::read_only);
+    REQUIRE(own.ok());
+    auto info = (*own)->find(step);
+    REQUIRE(info.ok());
+    auto reader = StepReader::open(fs, (*own)->path(), *info, (*own)->uuid());
+    REQUIRE(reader.ok());
+    for (const auto& p : reader->shard(0).index().pieces) n += p.data_length;
+  }
+  return n;
+}
+
+TEST_CASE("a data-parallel resume hashes each file of a node once: the node's other ranks read it where it lies", "[tiered]") {
+  // Two nodes of two ranks; each node's memory holds all four shards (two own, two replicas of the other node's).
+  // Each file is verified by one rank of its node; the sibling reads it once told so: over the ranks the bytes
+  // hashed are the step twice (once per node), where each rank used to verify every shard (four times).
+  const std::vector<std::string> two_by_two{"n0", "n0", "n1", "n1"};
+  Job first{fresh_dir("verify-once-per-node"), two_by_two, 7, {}, {}};
+  REQUIRE(run(first).ok());
+  auto r = run(Job{first.dir, two_by_two, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(r, 10);
+  const std::uint64_t step_bytes = step_data_bytes(first.dir, two_by_two, 10);
+  std::uint64_t verified = 0;
+  std::size_t siblings = 0;
+  for (const auto& res : r.resumed) {
+    CHECK(res.step == 6);
+    REQUIRE(res.sources.size() == 4);
+    verified += res.verified_bytes;
+    for (const auto& s : res.sources) siblings += s.find("of this node verified") != std::string::npos ? 1 : 0;
+  }
+  CHECK(verified > step_bytes);
+  CHECK(verified <= 2 * step_bytes);
+  CHECK(siblings == 8);  // each rank reads two of the four shards as its sibling verified them
+
+  // A file that does not verify is set aside for both ranks of its node at once: the next round sends that shard
+  // from the other node, and no good copy is blamed.
+  Job again{fresh_dir("verify-once-per-node-bad"), two_by_two, 7, {}, {}};
+  REQUIRE(run(again).ok());
+  flip_shard_byte(again.dir / "node-n0" / "rank-0" / "own", 6);
+  auto bad = run(Job{again.dir, two_by_two, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(bad, 10);
+  std::size_t aside = 0;
+  for (std::size_t rank = 0; rank < bad.resumed.size(); ++rank) {
+    CHECK(bad.resumed[rank].step == 6);
+    aside += count(bad.records[rank], TierEvent::set_aside);
+  }
+  CHECK(aside == 1);
+  CHECK_THAT(bad.resumed[1].sources[0], Catch::Contains("shard 0 from replica in memory via rank"));
+}
+
 TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {
   Job job{fresh_dir("long-run"), kFourNodes, 120, {}, [](TierOptions& o) { o.memory_every = 1, o.persist_every = 0, o.persistent.clear(); }};
   auto r = run(job);

@@ -1,6 +1,8 @@
 // ckpt: resume by collective agreement on content (spec/TIERS.md 7), part of tiers/tiered.hpp.
 #pragma once
 
+#include <cstring>
+
 #include "../tiered.hpp"
 
 namespace ckpt::tiers {
@@ -167,6 +169,10 @@ struct RankReport {
     std::uint32_t shard = 0;
     Digest128 digest;
     CopyKind kind = CopyKind::own;
+    // Which file it is (its store's uuid, its transaction): ranks of one node reach the same copies (2.1).
+    Uuid store{};
+    std::uint64_t txn = 0;
+    [[nodiscard]] bool same_file(const Copy& o) const noexcept { return store == o.store && txn == o.txn; }
   };
   std::vector<Copy> copies;
   std::vector<StepKey> failed;
@@ -177,7 +183,9 @@ struct RankReport {
   e.u32(static_cast<std::uint32_t>(scan.claims.size()));
   for (const auto& c : scan.claims) put_claim(e, c);
   e.u32(static_cast<std::uint32_t>(scan.copies.size()));
-  for (const auto& c : scan.copies) e.u64(c.step), e.u32(c.shard), wire::put_digest(e, c.digest), e.u8(static_cast<std::uint8_t>(c.kind));
+  for (const auto& c : scan.copies)
+    e.u64(c.step), e.u32(c.shard), wire::put_digest(e, c.digest), e.u8(static_cast<std::uint8_t>(c.kind)), e.raw(c.uuid.data(), c.uuid.size()),
+        e.u64(c.info.txn);
   e.u32(static_cast<std::uint32_t>(scan.failed.size()));
   for (const auto& f : scan.failed) e.u64(std::get<0>(f)), e.u64(std::get<1>(f)), e.u64(std::get<2>(f));
   return std::move(e.str());
@@ -194,12 +202,16 @@ struct RankReport {
     if (!get_claim(d, c)) return bad();
     r.claims.push_back(std::move(c));
   }
-  if (!d.u32(n) || !d.has(std::size_t{29} * n)) return bad();
+  if (!d.u32(n) || !d.has(std::size_t{53} * n)) return bad();
   for (std::uint32_t i = 0; i < n; ++i) {
     RankReport::Copy c;
     std::uint8_t kind = 0;
-    if (!d.u64(c.step) || !d.u32(c.shard) || !wire::get_digest(d, c.digest) || !d.u8(kind) || kind > 2) return bad();
+    std::string uuid;
+    if (!d.u64(c.step) || !d.u32(c.shard) || !wire::get_digest(d, c.digest) || !d.u8(kind) || kind > 2 || !d.str(c.store.size(), uuid) ||
+        !d.u64(c.txn))
+      return bad();
     c.kind = static_cast<CopyKind>(kind);
+    std::memcpy(c.store.data(), uuid.data(), c.store.size());
     r.copies.push_back(c);
   }
   if (!d.u32(n) || !d.has(std::size_t{24} * n)) return bad();
@@ -213,7 +225,9 @@ struct RankReport {
 
 // One shard a rank loads, and from where (spec/TIERS.md 7.2). shared: from rank `holder`, which verified
 // its copy in this round (a data-parallel resume); `copy` is then that copy's CopyKind, for the sources' words.
-enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2, shared = 3 };
+// sibling: the same file as a copy rank `holder` of this node verifies in this round, read where it lies once
+// the holder says it verified (`copy` indexes this rank's own table).
+enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2, shared = 3, sibling = 4 };
 struct PlanEntry {
   std::uint32_t rank = 0, shard = 0;
   How how = How::local;
@@ -263,7 +277,7 @@ struct Decision {
   x.plan.resize(n);
   for (auto& p : x.plan) {
     std::uint8_t how = 0;
-    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 3 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
+    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 4 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
     p.how = static_cast<How>(how);
   }
   if (!d.u32(n) || !d.has(std::size_t{8} * n)) return bad();
@@ -303,25 +317,40 @@ struct Decision {
   return sent;
 }
 
-// A data-parallel resume of the same world (spec/TIERS.md 7.2): every rank loads every shard, hashing each
-// byte once. A rank whose memory root holds a copy of a shard (its own, a replica) verifies that copy; a rank
-// without one receives the shard from its verifier (its owner when that holds a memory copy, else the rank
-// with one that verifies the fewest, else its owner from the persistent store), which sends it unhashed,
-// and hashes it on receipt. No copy crosses the network to a rank that holds one.
+// A data-parallel resume of the same world (spec/TIERS.md 7.2): every rank loads every shard, and each copy is
+// hashed once. A copy in memory is verified by one rank of the node that reaches it; the node's other ranks
+// that reach the same file read it where it lies once that rank says it verified (sibling). A rank reaching
+// no copy receives the shard from its verifier (its owner when that holds a memory copy, else the rank with one
+// that verifies the fewest, else its owner from the persistent store), which sends it unhashed, and hashes it
+// on receipt. No copy crosses the network to a rank that reaches one. A copy set aside is set aside for every
+// rank that reaches its file.
 [[nodiscard]] CKPT_INLINE std::optional<std::vector<PlanEntry>> plan_verify_once(const std::vector<RankReport>& reports, const Claim& c,
                                                                                 const std::set<std::pair<std::uint32_t, std::uint32_t>>& aside,
                                                                                 std::uint32_t world) {
+  const auto set_aside = [&](std::uint32_t h, std::uint32_t i) {
+    for (const auto& [ah, ai] : aside)
+      if ((ah == h && ai == i) || (ah < reports.size() && ai < reports[ah].copies.size() && reports[ah].copies[ai].kind != CopyKind::persistent &&
+                                   reports[h].copies[i].kind != CopyKind::persistent && reports[ah].copies[ai].same_file(reports[h].copies[i])))
+        return true;
+    return false;
+  };
   std::vector<PlanEntry> plan;
   std::vector<std::uint32_t> verifies(world, 0);
   for (std::uint32_t s = 0; s < world; ++s) {
-    const auto copy_in = [&](std::uint32_t h, bool persistent) -> std::optional<std::uint32_t> {
+    // Rank h's copies of shard s in memory (or the persistent store), good so far.
+    const auto copies_in = [&](std::uint32_t h, bool persistent) {
+      std::vector<std::uint32_t> out;
       for (std::uint32_t i = 0; i < reports[h].copies.size(); ++i) {
         const auto& cp = reports[h].copies[i];
-        if (cp.step == c.step && cp.shard == s && cp.digest == c.shards[s] && (cp.kind == CopyKind::persistent) == persistent &&
-            !aside.count({h, i}))
-          return i;
+        if (cp.step == c.step && cp.shard == s && cp.digest == c.shards[s] && (cp.kind == CopyKind::persistent) == persistent && !set_aside(h, i))
+          out.push_back(i);
       }
-      return std::nullopt;
+      return out;
+    };
+    const auto copy_in = [&](std::uint32_t h, bool persistent) -> std::optional<std::uint32_t> {
+      auto all = copies_in(h, persistent);
+      if (all.empty()) return std::nullopt;
+      return all.front();
     };
     std::optional<PlanEntry> verifier;
     if (auto i = copy_in(s, false)) verifier = PlanEntry{s, s, How::local, s, *i};
@@ -334,11 +363,32 @@ struct Decision {
       if (auto i = copy_in(h, true)) verifier = PlanEntry{s, s, How::persistent, h, *i};
     if (!verifier) return std::nullopt;
     ++verifies[verifier->rank];
+    // The memory files verified this round, each by one rank: (its verifier, the copy in the verifier's table).
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> verified_files;
+    if (verifier->how == How::local) verified_files.emplace_back(verifier->rank, verifier->copy);
+    const auto verified_by = [&](std::uint32_t h, std::uint32_t i) -> std::optional<std::uint32_t> {
+      for (const auto& [v, vi] : verified_files)
+        if (reports[v].copies[vi].same_file(reports[h].copies[i])) return v;
+      return std::nullopt;
+    };
     const auto kind = static_cast<std::uint32_t>(reports[verifier->holder].copies[verifier->copy].kind);
     for (std::uint32_t q = 0; q < world; ++q) {
-      if (q == verifier->rank) plan.push_back(*verifier);
-      else if (auto i = copy_in(q, false)) plan.push_back(PlanEntry{q, s, How::local, q, *i});
-      else plan.push_back(PlanEntry{q, s, How::shared, verifier->rank, kind});
+      if (q == verifier->rank) {
+        plan.push_back(*verifier);
+        continue;
+      }
+      const auto mine = copies_in(q, false);
+      std::optional<PlanEntry> sibling;
+      for (std::uint32_t i : mine)
+        if (auto v = verified_by(q, i); v && !sibling) sibling = PlanEntry{q, s, How::sibling, *v, i};
+      if (sibling) {
+        plan.push_back(*sibling);
+      } else if (!mine.empty()) {
+        plan.push_back(PlanEntry{q, s, How::local, q, mine.front()});
+        verified_files.emplace_back(q, mine.front());
+      } else {
+        plan.push_back(PlanEntry{q, s, How::shared, verifier->rank, kind});
+      }
     }
   }
   return plan;
@@ -458,6 +508,7 @@ struct TieredCheckpointer::Resume {
   [[nodiscard]] Status exchange_copies(Fetch& fetch);
   void verify_fetched(Fetch& fetch);
   [[nodiscard]] Status share_verified(Fetch& fetch);
+  [[nodiscard]] Status load_sibling(Fetch& fetch, const detail::PlanEntry& p);
   [[nodiscard]] Status load_view();
   [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
   [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
@@ -681,7 +732,7 @@ CKPT_INLINE TieredCheckpointer::Resume::Fetch TieredCheckpointer::Resume::source
   std::vector<const detail::PlanEntry*> from_persistent;
   for (const auto& p : decision.plan) {
     if (p.rank != me) continue;
-    if (p.how == detail::How::shared) continue;  // after this round's verification (share_verified)
+    if (p.how == detail::How::shared || p.how == detail::How::sibling) continue;  // after this round's verification (share_verified)
     if (p.how == detail::How::local) {
       fetch.mine[p.shard] = scan.copies.at(p.copy);
     } else if (p.how == detail::How::peer) {
@@ -790,7 +841,15 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
   return detail::exchange(
       [&]() -> Status {
         for (const auto& p : decision.plan) {
-          if (p.how != detail::How::shared || p.holder != me) continue;
+          if ((p.how != detail::How::shared && p.how != detail::How::sibling) || p.holder != me) continue;
+          if (p.how == detail::How::sibling) {  // the rank reads the file itself: only the verdict travels
+            Encoder said;
+            wire::put_status(said, verified.count(p.shard) ? Status()
+                                                           : make_error(Code::corrupt, "shard " + std::to_string(p.shard) + ": rank " +
+                                                                                           std::to_string(me) + "'s copy did not verify"));
+            CKPT_TRY(tiers.comm_.send(detail::as_view(said), static_cast<int>(p.rank), detail::kShareTag));
+            continue;
+          }
           detail::ShardSource src{"shard " + std::to_string(p.shard) + ": rank " + std::to_string(me) + " has no verified copy", nullptr,
                                   TrainingState(), ReadCheck::none, {}};
           auto v = verified.find(p.shard);
@@ -805,7 +864,11 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
       },
       [&]() -> Status {
         for (const auto& p : decision.plan) {
-          if (p.how != detail::How::shared || p.rank != me) continue;
+          if ((p.how != detail::How::shared && p.how != detail::How::sibling) || p.rank != me) continue;
+          if (p.how == detail::How::sibling) {
+            CKPT_TRY(load_sibling(fetch, p));
+            continue;
+          }
           auto store = tiers.held(p.shard);
           std::optional<detail::Received> got;
           Status copy_failure;
@@ -834,6 +897,31 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
         }
         return Status();
       });
+}
+
+// A file of this node that rank p.holder verified this round (spec/TIERS.md 7.2): once it says so, read where
+// it lies, not hashed again (the node's memory is one trust boundary); its index still names the agreed shard.
+CKPT_INLINE Status TieredCheckpointer::Resume::load_sibling(Fetch& fetch, const detail::PlanEntry& p) {
+  std::string said;
+  CKPT_TRY(tiers.comm_.recv(said, static_cast<int>(p.holder), detail::kShareTag));
+  Decoder d = wire::decoder(said);
+  Status verdict;
+  if (!wire::get_status(d, verdict)) return make_error(Code::corrupt, "undecodable verdict of rank " + std::to_string(p.holder));
+  const detail::LocalCopy& c = scan.copies.at(p.copy);
+  auto reader = verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict);
+  Status ok = reader.ok() ? Status() : reader.status();
+  if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[p.shard])
+    ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " + std::to_string(decision.step) +
+                                       "'s shard " + std::to_string(p.shard));
+  if (!ok.ok()) {
+    if (fetch.local.ok()) fetch.local = ok.with_context("shard " + std::to_string(p.shard) + " as rank " + std::to_string(p.holder) + " verified it");
+    return Status();
+  }
+  open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
+  loaded.emplace_back(p.shard, &open_steps.back()->shard(c.shard_in_step));
+  loaded_copies[p.shard] = c;
+  shared_from[p.shard] = &p;
+  return Status();
 }
 
 // The caller's load over the verified shards, with this rank's training state: its own rank's in the
@@ -937,6 +1025,11 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
     auto from = shared_from.find(s);
     if (from == shared_from.end()) {
       out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
+      continue;
+    }
+    if (from->second->how == detail::How::sibling) {
+      out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + "), which rank " +
+                            std::to_string(from->second->holder) + " of this node verified");
       continue;
     }
     const auto kind = from->second->copy <= static_cast<std::uint32_t>(detail::CopyKind::persistent) ? static_cast<detail::CopyKind>(from->second->copy)
