@@ -71,6 +71,11 @@ def test_rework_adds_up_from_the_recoveries(report):
             assert r["kind"] in KINDS
             if not r["interrupted"]:
                 assert r["restart_s"] >= 0 and r["load_s"] >= 0 and r["to_first_step_s"] >= r["restart_s"]
+                # The restart's parts (kill to the new process, group, model, contender) are each measured and
+                # lie within it.
+                parts = r["restart_parts_s"]
+                assert set(parts) == {"reap_fork", "group", "model", "contender"}
+                assert all(v >= 0 for v in parts.values()) and sum(parts.values()) <= r["restart_s"] + 1e-6, parts
 
 
 def test_the_same_schedule_hits_every_contender(report):

@@ -470,6 +470,7 @@ def make_contender(cfg: JobConfig, rank: int, model, optimizer, scheduler) -> Co
 
 def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
     """One rank of one launch. `model` is the initial model, inherited from the supervisor by fork."""
+    entered = time.monotonic()
     log = EventLog(cfg.events, rank == 0)
     device = torch.device("cpu")
     backend = "gloo"
@@ -480,12 +481,15 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
         model = model.to(device)
     dist.init_process_group(backend, init_method=f"file://{cfg.init_file}", rank=rank, world_size=cfg.world,
                             timeout=timedelta(seconds=cfg.timeout_s))
+    grouped = time.monotonic()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     if cfg.profile == "accelerator" and cfg.device == "cpu":
         prime_optimizer(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, cfg.steps))
+    built = time.monotonic()
     contender = make_contender(cfg, rank, model, optimizer, scheduler)
-    log("ready")
+    # Where the restart went (rank 0): forked at `entered`, the process group, the model and optimizer, the contender.
+    log("ready", entered=entered, group_s=grouped - entered, model_s=built - grouped, contender_s=time.monotonic() - built)
     t = time.monotonic()
     start, source = contender.resume()
     log("loaded", next_step=start, source=source, seconds=time.monotonic() - t, **contender.evidence)

@@ -35,6 +35,9 @@ def measure(events: List[dict], steps: int) -> dict:
         elif e["ev"] == "ready" and open_recs:
             open_recs[-1]["restart_s"] = e["t"] - open_recs[-1]["_t"]
             open_recs[-1]["_ready"] = e["t"]
+            if "entered" in e:  # the restart's parts: to the new process, its process group, model, contender
+                open_recs[-1]["restart_parts_s"] = {"reap_fork": e["entered"] - open_recs[-1]["_t"], "group": e["group_s"],
+                                                    "model": e["model_s"], "contender": e["contender_s"]}
         elif e["ev"] == "loaded" and open_recs:
             rec = open_recs[-1]
             rec["resumed_step"] = e["next_step"]
@@ -74,6 +77,8 @@ def measure(events: List[dict], steps: int) -> dict:
     for key in ("restart_s", "load_s", "to_first_step_s"):
         vals = [r[key] for r in done_recoveries if key in r]
         out[f"mean_{key}"] = statistics.fmean(vals) if vals else None
+    parts = [r["restart_parts_s"] for r in done_recoveries if "restart_parts_s" in r]
+    out["mean_restart_parts_s"] = {k: statistics.fmean(p[k] for p in parts) for k in parts[0]} if parts else None
     return out
 
 
@@ -135,6 +140,12 @@ def table(doc: dict) -> str:
                 "interval = steps between saves (tiered: memory/persist); skips = captures not taken, the previous "
                 "still in the background; "
                 "lost c/n/p = most steps one crash / node loss / power loss made the job train again")
+    for c in doc["contenders"]:
+        parts = (c.get("measured") or {}).get("mean_restart_parts_s")
+        if parts:
+            rows.append(f"restart ({c['name']}, mean): failure to the new process {parts['reap_fork']:.2f} s (kill, reap, fork), "
+                        f"process group {parts['group']:.2f} s, model and optimizer {parts['model']:.2f} s, "
+                        f"the contender's setup {parts['contender']:.2f} s")
     for c in doc["contenders"]:
         for note in c.get("notes", []):
             rows.append(f"note ({c['name']}): {note}")
