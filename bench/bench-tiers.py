@@ -316,6 +316,9 @@ def table(doc):
     out.append(f"  {'1. blocking per capture':<58}{'seconds':>8}{'GiB/s':>8}   vs limit (target)")
     row("staging copy: memcpy into pre-faulted memory (huge pages)", mc["staging_copy_s"])
     row("  the same into 4 KiB pages, as a tmpfs file's mapping has", mc["staging_copy_small_pages_s"])
+    if "copy_hashed_s" in mc:
+        row("  the same hashing each 256 KiB as it lands (a fused capture)", mc["copy_hashed_s"],
+            f"{ratio(mc['copy_hashed_s'], mc['staging_copy_s']):.2f}x the copy: why the worker hashes instead (spec/TIERS.md 2.1)")
     row("TieredCheckpointer::step(), the caller blocked", mc["stall_s"],
         f"time {f['stall_vs_staging_copy']:.2f}x staging copy ({verdict(f['stall_vs_staging_copy'], 1.1, True)}); "
         f"{f['stall_vs_small_page_copy']:.2f}x the 4 KiB-page copy")

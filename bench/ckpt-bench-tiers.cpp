@@ -411,6 +411,22 @@ void raw_exchange(ckpt::CommRef comm, const ckpt::tiers::Placement& placement, c
   check(received, "raw recv");
 }
 
+// Copies n bytes as a capture that hashed while it copied would: each 256 KiB window into its 1 MiB chunk's XXH3
+// right after its copy (the store's chunk size, spec/FORMAT.md); returns the digests folded, to keep them.
+std::uint64_t copy_hashing(unsigned char* dst, const unsigned char* src, std::size_t n) {
+  constexpr std::size_t kWindow = std::size_t{256} << 10, kChunk = std::size_t{1} << 20;
+  ckpt::StreamHasher h;
+  std::uint64_t folded = 0;
+  for (std::size_t at = 0; at < n;) {
+    const std::size_t part = std::min(kWindow, n - at);
+    std::memcpy(dst + at, src + at, part);
+    h.update(dst + at, part);
+    at += part;
+    if (at % kChunk == 0 || at == n) folded ^= h.digest(), h.reset();
+  }
+  return folded;
+}
+
 nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout& l) {
   const int rounds = s.repeat;
   const std::uint64_t last = static_cast<std::uint64_t>(rounds) + 2;  // 1: first capture, 2..rounds+1 timed, last: promoted
@@ -516,6 +532,12 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
     std::memcpy(plain.get(), state.data(), bytes);
     ckpt::bench::keep(plain.get()[bytes - 1]);
     round["copy_small_pages_s"] = seconds_between(t0, now_ns());
+    // A capture that hashed as it copied (spec/TIERS.md 2.1, "hashing at capture"): each 256 KiB window hashed
+    // into its 1 MiB chunk's XXH3 right after its copy, while it is in cache.
+    quiet_barrier(bench.native());
+    t0 = now_ns();
+    ckpt::bench::keep(static_cast<unsigned char>(copy_hashing(staging.data(), state.data(), bytes)));
+    round["copy_hashed_s"] = seconds_between(t0, now_ns());
     round["capture"] = capture(static_cast<std::uint64_t>(i) + 2);
     // The communicator's own rate between the same pairs.
     quiet_barrier(bench.native());
@@ -620,11 +642,11 @@ double median_of(std::vector<double> v) { return ckpt::bench::summarize(std::mov
 nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const Settings& s, const Layout& l) {
   nlohmann::json j;
   const std::size_t rounds = ranks[0]["rounds"].size();
-  std::vector<double> copy, copy_small, memory_write, stall, stall_reported, commit, replicate, raw, agreement, encoding;
+  std::vector<double> copy, copy_small, copy_hashed, memory_write, stall, stall_reported, commit, replicate, raw, agreement, encoding;
   std::vector<double> background_user, background_sys, raw_cpu, raw_write;
   std::map<std::string, std::vector<double>> background_fs;  // per kind of call, per capture, all ranks
   for (std::size_t i = 0; i < rounds; ++i) {
-    double c = 0, cs = 0, mw = 0, st = 0, sr = 0, cm = 0, bu = 0, bs = 0, rc = 0, rw = 0;
+    double c = 0, cs = 0, ch = 0, mw = 0, st = 0, sr = 0, cm = 0, bu = 0, bs = 0, rc = 0, rw = 0;
     std::int64_t rep_from = INT64_MAX, rep_to = 0, raw_from = INT64_MAX, raw_to = 0, agree_from = INT64_MAX, agree_to = 0;
     std::int64_t encode_from = INT64_MAX, encode_to = 0;
     for (const auto& r : ranks) {
@@ -632,6 +654,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
       const auto& cap = round["capture"];
       c = std::max(c, round["copy_s"].get<double>());
       cs = std::max(cs, round["copy_small_pages_s"].get<double>());
+      ch = std::max(ch, round["copy_hashed_s"].get<double>());
       mw = std::max(mw, round["memory_write_s"].get<double>());
       rw = std::max(rw, round["raw_write_s"].get<double>());
       st = std::max(st, cap["stall_s"].get<double>());
@@ -657,7 +680,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
       raw_to = std::max(raw_to, round["raw_end_ns"].get<std::int64_t>());
     }
     background_user.push_back(bu), background_sys.push_back(bs), raw_cpu.push_back(rc), raw_write.push_back(rw);
-    copy.push_back(c), copy_small.push_back(cs), memory_write.push_back(mw), stall.push_back(st), stall_reported.push_back(sr), commit.push_back(cm);
+    copy.push_back(c), copy_small.push_back(cs), copy_hashed.push_back(ch), memory_write.push_back(mw), stall.push_back(st), stall_reported.push_back(sr), commit.push_back(cm);
     replicate.push_back(seconds_between(rep_from, rep_to)), raw.push_back(seconds_between(raw_from, raw_to));
     agreement.push_back(seconds_between(agree_from, agree_to));
     encoding.push_back(encode_to > 0 ? seconds_between(encode_from, encode_to) : 0.0);
@@ -680,6 +703,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   j["unit"] = "seconds; per capture the slowest rank (blocking) or first start to last finish (collective work); medians over captures";
   j["staging_copy_s"] = copy;
   j["staging_copy_small_pages_s"] = copy_small;
+  j["copy_hashed_s"] = copy_hashed;  // the same copy, each 256 KiB hashed into its chunk's digest as it lands
   j["memory_write_s"] = memory_write;
   j["background_cpu_note"] = "CPU seconds of all ranks (user, sys) from step()'s return to wait()'s: commit, replication, bookkeeping";
   j["background_user_s"] = background_user;
@@ -698,7 +722,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   j["encoding_s"] = encoding;  // 'encoding' to 'replicating': segments sent, parity built and committed (spec/TIERS.md 12.3)
   j["canary"] = s.canary;
   j["raw_p2p_s"] = raw;
-  j["median"] = {{"staging_copy_s", median_of(copy)}, {"staging_copy_small_pages_s", median_of(copy_small)},
+  j["median"] = {{"staging_copy_s", median_of(copy)}, {"staging_copy_small_pages_s", median_of(copy_small)}, {"copy_hashed_s", median_of(copy_hashed)},
                  {"memory_write_s", median_of(memory_write)}, {"background_user_s", median_of(background_user)},
                  {"background_sys_s", median_of(background_sys)}, {"raw_p2p_cpu_s", median_of(raw_cpu)},
                  {"raw_p2p_write_s", median_of(raw_write)}, {"stall_s", median_of(stall)}, {"stall_reported_s", median_of(stall_reported)},
@@ -785,6 +809,7 @@ void print_capture(const nlohmann::json& j) {
   const auto row = [&](const char* name, double s) { std::printf("  %-44s %8.4f %8.2f\n", name, s, gibs(s)); };
   row("staging copy (memcpy into pre-faulted memory)", m["staging_copy_s"].get<double>());
   row("the same, into 4 KiB pages (as the staging pool)", m["staging_copy_small_pages_s"].get<double>());
+  row("the same, hashing each 256 KiB as it lands", m["copy_hashed_s"].get<double>());
   row("step() stall", m["stall_s"].get<double>());
   row((j["transport"].get<std::string>() + " send/recv, same pairs").c_str(), m["raw_p2p_s"].get<double>());
   row("replication (replicating -> wait())", m["replication_s"].get<double>());

@@ -6,6 +6,8 @@
 //   ckpt::gpu::DeviceSnapshot<ckpt::gpu::CudaBackend> snapshot(backend);
 //   CKPT_TRY(snapshot.init());
 //   ckpt::AsyncSaveOptions o;  o.memory = ckpt::gpu::pinned_staging(backend);  o.device = &snapshot;
+// With the tiers (TierOptions::device = &snapshot) the copies land in the memory tier's slots, which the
+// store pins through pin()/unpin() (spec/ASYNC.md 6.1).
 #pragma once
 
 #include <cstddef>
@@ -55,6 +57,12 @@ class DeviceSnapshot final : public SnapshotCopier {
     if (!ready_) return make_error(Code::invalid_argument, "DeviceSnapshot used before init()");
     CKPT_TRY(backend_.record(done_, stream_));
     return backend_.sync_event(done_);
+  }
+  // A memory-tier slot the copies land in directly (spec/ASYNC.md 6.1).
+  [[nodiscard]] Status pin(void* at, std::size_t bytes) override { return backend_.host_register(at, bytes); }
+  void unpin(void* at) noexcept override {
+    backend_.sync_stream(stream_).ignore_error();  // no copy may still target the slot when it is unregistered
+    backend_.host_unregister(at).ignore_error();
   }
 
  private:

@@ -84,6 +84,10 @@ class CudaBackend {
     return cuda_status(cudaHostAlloc(&p, n == 0 ? 1 : n, cudaHostAllocDefault), "cudaHostAlloc");
   }
   [[nodiscard]] Status pinned_free(void* p) { return cuda_status(cudaFreeHost(p), "cudaFreeHost"); }
+  [[nodiscard]] Status host_register(void* p, std::size_t n) {
+    return cuda_status(cudaHostRegister(p, n, cudaHostRegisterDefault), "cudaHostRegister");
+  }
+  [[nodiscard]] Status host_unregister(void* p) { return cuda_status(cudaHostUnregister(p), "cudaHostUnregister"); }
   [[nodiscard]] Status copy_to_device(void* dst, const void* src, std::size_t n, Stream s) {
     return cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync(host to device)");
   }

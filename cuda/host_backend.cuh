@@ -64,6 +64,20 @@ class HostBackend {
   [[nodiscard]] Status device_free(void* p) { return release(device_, p, "device"); }
   [[nodiscard]] Status pinned_alloc(void*& p, std::size_t n) { return alloc(pinned_, p, n); }
   [[nodiscard]] Status pinned_free(void* p) { return release(pinned_, p, "pinned"); }
+  // Host memory allocated elsewhere (a mapped file) made a legal end of copies, as cudaHostRegister does.
+  [[nodiscard]] Status host_register(void* p, std::size_t n) {
+    if (p == nullptr || n == 0) return misuse("host_register of no memory");
+    if (within(registered_, p, 1) || within(pinned_, p, 1)) return misuse("host_register of memory already pinned");
+    registered_.emplace(static_cast<const unsigned char*>(p), n);
+    ++registrations_;
+    return Status();
+  }
+  [[nodiscard]] Status host_unregister(void* p) {
+    auto it = registered_.find(static_cast<const unsigned char*>(p));
+    if (it == registered_.end()) return misuse("host_unregister of memory that was not registered");
+    registered_.erase(it);
+    return Status();
+  }
 
   [[nodiscard]] Status copy_to_device(void* dst, const void* src, std::size_t n, Stream) { return copy(dst, src, n, true); }
   [[nodiscard]] Status copy_to_host(void* dst, const void* src, std::size_t n, Stream) {
@@ -112,6 +126,8 @@ class HostBackend {
   [[nodiscard]] std::size_t copies() const noexcept { return copies_; }
   [[nodiscard]] std::size_t launches() const noexcept { return launches_; }
   [[nodiscard]] std::size_t live_allocations() const noexcept { return device_.size() + pinned_.size(); }
+  [[nodiscard]] std::size_t live_registrations() const noexcept { return registered_.size(); }
+  [[nodiscard]] std::size_t registrations() const noexcept { return registrations_; }
   [[nodiscard]] int live_streams() const noexcept { return live_streams_; }
   [[nodiscard]] int live_events() const noexcept { return live_events_; }
 
@@ -124,8 +140,9 @@ class HostBackend {
   // ends are checked to be the memory that direction names.
   [[nodiscard]] Status copy(void* dst, const void* src, std::size_t n, bool to_device) {
     const std::string call = to_device ? "copy_to_device" : "copy_to_host";
-    if (!within(to_device ? device_ : pinned_, dst, n)) return misuse(call + ": destination is not " + memory_name(to_device));
-    if (!within(to_device ? pinned_ : device_, src, n)) return misuse(call + ": source is not " + memory_name(!to_device));
+    const auto host = [&](const void* p) { return within(pinned_, p, n) || within(registered_, p, n); };
+    if (to_device ? !within(device_, dst, n) : !host(dst)) return misuse(call + ": destination is not " + memory_name(to_device));
+    if (to_device ? !host(src) : !within(device_, src, n)) return misuse(call + ": source is not " + memory_name(!to_device));
     queue([this, dst, src, n, to_device] {
       std::memcpy(dst, src, n);
       if (on_copy) on_copy(static_cast<unsigned char*>(dst), n, to_device);
@@ -172,7 +189,8 @@ class HostBackend {
   }
 
   unsigned multiprocessors_;
-  Allocations device_, pinned_;
+  Allocations device_, pinned_, registered_;
+  std::size_t registrations_ = 0;
   std::vector<std::function<void()>> ops_;
   std::size_t executed_ = 0, most_pending_ = 0, copies_ = 0, launches_ = 0;
   std::vector<std::size_t> events_;

@@ -1,15 +1,20 @@
 // Tests for cuda/async_snapshot.cuh on cuda/host_backend.cuh (spec/ASYNC.md 6): device tensors in async
-// saves are copied device-to-host on a stream into pinned staging, fenced before the worker writes a
-// slab, so save() may return and the caller overwrite device memory at once. The host backend's lazy
+// saves are copied device-to-host on a stream into pinned staging (or, with the tiers, into the memory tier's
+// slot the store pinned: 6.1), fenced before the worker writes a slab, so save() may return and the caller
+// overwrite device memory at once. The host backend's lazy
 // streams run a copy only when an event after it is synchronized: a slab handed over unfenced would be
 // written with stale bytes and the saved step would differ.
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
+#include <ckpt/dist/thread_comm.hpp>
+#include <ckpt/io/posix_fs.hpp>
 #include <ckpt/store/async_save.hpp>
 #include <ckpt/testing/sim_fs.hpp>
+#include <ckpt/tiers/tiered.hpp>
 
 #include "../cuda/async_snapshot.cuh"
 #include "../cuda/host_backend.cuh"
@@ -152,4 +157,54 @@ TEST_CASE("a failed device copy abandons that save, reports it, and the next sav
   CHECK((*store)->latest()->step == 2);
   CHECK(read_back(**store, 2, "w", bytes.size()) == bytes);
   REQUIRE(backend.device_free(d).ok());
+}
+
+TEST_CASE("the tiers copy device tensors straight into the memory tier's slots, each pinned once while mapped", "[cuda][tiers]") {
+  namespace fsys = std::filesystem;
+  HostBackend backend;
+  const auto first = ckpt_test::random_bytes(100000, 4);
+  unsigned char* dw = on_device(backend, first);
+  const fsys::path dir = fsys::path(CKPT_BINARY_DIR) / "test-cuda-tiers";
+  fsys::remove_all(dir);
+  PosixFs fs;
+  ThreadGroup group(1);
+  ThreadComm comm(group, 0);
+  tiers::TierOptions o;
+  o.memory_root = (dir / "mem").string();
+  o.replicas = 0, o.memory_every = 1, o.persist_every = 0, o.memory_keep = 2, o.chunk_size_log2 = 12;
+  o.when_busy = WhenBusy::wait;  // every capture taken
+  std::vector<unsigned char> last;  // the device bytes the newest capture saw
+  {
+    gpu::DeviceSnapshot<HostBackend> snapshot(backend);
+    REQUIRE(snapshot.init().ok());
+    o.device = &snapshot;
+    auto t = tiers::TieredCheckpointer::create(fs, comm, o);
+    REQUIRE(t.ok());
+    REQUIRE((*t)->resume([](tiers::TierView&) { return Status(); }).ok());
+    for (std::uint64_t step = 1; step <= 5; ++step) {
+      last.assign(dw, dw + first.size());
+      auto out = (*t)->step(step, [&](SaveRequest& r) { r.add(device_tensor("w", dw, first.size())); });
+      INFO(out.status().to_string());
+      REQUIRE(out.ok());
+      CHECK(backend.pending() == 0);                          // landed before step() returned
+      std::memset(dw, static_cast<int>(step), first.size());  // the next training step overwrites device memory
+      REQUIRE((*t)->wait().ok());
+      CHECK(backend.live_allocations() == 1);  // the device tensor alone: no pinned staging pool
+    }
+    CHECK(backend.registrations() == 2);  // the ring's two files, each pinned when first mapped, then reused
+    CHECK(backend.live_registrations() == 2);
+    CHECK((*t)->notes().empty());
+    t->reset();  // unmaps the slots: each is unpinned first
+    CHECK(backend.live_registrations() == 0);
+  }
+  REQUIRE(backend.device_free(dw).ok());
+  // A restarted process (no device) loads the newest capture: the bytes the device held at step 5.
+  o.device = nullptr;
+  auto t = tiers::TieredCheckpointer::create(fs, comm, o);
+  REQUIRE(t.ok());
+  std::vector<unsigned char> loaded(first.size());
+  auto resumed = (*t)->resume([&](tiers::TierView& v) { return v.read_tensor("w", loaded.data(), loaded.size()); });
+  REQUIRE(resumed.ok());
+  CHECK(resumed->step == 5);
+  CHECK(loaded == last);
 }

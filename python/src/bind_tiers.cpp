@@ -94,8 +94,9 @@ class PyComm {
 };
 
 // Device snapshots (spec/ASYNC.md 6) through a Python object: copy(staging_address, device_address,
-// bytes) issues a device-to-host copy on a side stream, fence() waits for every copy issued, and
-// allocate(bytes) -> address / release(address) make the pinned staging pool. The library calls copy
+// bytes) issues a device-to-host copy on a side stream, fence() waits for every copy issued,
+// pin(address, bytes) / unpin(address) make a memory-tier slot a target (6.1), and
+// allocate(bytes) -> address / release(address) make the pinned staging pool where a slot cannot be mapped. The library calls copy
 // and fence from the caller's thread inside step(), allocate and release when the saver starts and ends.
 class PySnapshotCopier final : public ckpt::SnapshotCopier {
  public:
@@ -107,6 +108,14 @@ class PySnapshotCopier final : public ckpt::SnapshotCopier {
   }
   Status fence() override {
     return with_python("device snapshot fence", [&] { impl_.attr("fence")(); });
+  }
+  // A memory-tier slot the copies land in directly (spec/ASYNC.md 6.1): pin(address, bytes), unpin(address).
+  Status pin(void* at, std::size_t bytes) override {
+    return with_python("device snapshot pin", [&] { impl_.attr("pin")(reinterpret_cast<std::uintptr_t>(at), bytes); });
+  }
+  void unpin(void* at) noexcept override {
+    if (!Py_IsInitialized()) return;  // the interpreter is gone: so is every registration's process state
+    (void)with_python("device snapshot unpin", [&] { impl_.attr("unpin")(reinterpret_cast<std::uintptr_t>(at)); });
   }
   ckpt::StagingMemory staging_memory() {
     ckpt::StagingMemory m;

@@ -53,6 +53,13 @@ class SnapshotCopier {
   virtual ~SnapshotCopier() = default;
   [[nodiscard]] virtual Status copy(void* staging, const void* device_source, std::size_t bytes) = 0;
   [[nodiscard]] virtual Status fence() = 0;
+  // Makes host memory the copier did not allocate (a memory tier's slot, mapped once) a target copy() runs
+  // at full speed into, until unpin(at) (spec/ASYNC.md 6.1); the default copier needs nothing.
+  [[nodiscard]] virtual Status pin(void* at, std::size_t bytes) {
+    (void)at, (void)bytes;
+    return Status();
+  }
+  virtual void unpin(void* at) noexcept { (void)at; }
 };
 
 // One piece of a tensor to save (a whole tensor is one piece at offset 0).

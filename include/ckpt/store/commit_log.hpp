@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,10 @@ struct StoreOptions {
   // Directory stores (the tiers' memory stores): a retired step's shard files move to slots/ and the next
   // steps' shards are written over them, so no page is allocated in steady state (spec/JOURNAL.md 10.1).
   bool reuse_files = false;
+  // reserve_slot's mappings, pinned for device-to-host copies while mapped (spec/ASYNC.md 6.1): pin_slot is
+  // called on each new mapping (its failure fails the reservation), unpin_slot before it is unmapped.
+  std::function<Status(void* at, std::size_t bytes)> pin_slot;
+  std::function<void(void* at)> unpin_slot;
   // Object storage (spec/OBJECT.md): how shard objects are uploaded, and how open_store reaches an s3:// URL.
   object::ObjectFsOptions io;
   object::ObjectOpener open_objects;

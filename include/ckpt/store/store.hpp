@@ -344,6 +344,8 @@ class Store {
   struct SlotMap {
     std::uint64_t id = 0;
     Mapping map;
+    // Unpins the mapping (StoreOptions::unpin_slot) before `map` unmaps it: declared after it, destroyed first.
+    std::shared_ptr<void> pinned;
   };
   std::vector<SlotMap> slot_maps_;
   std::string reserved_slot_;

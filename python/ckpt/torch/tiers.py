@@ -22,6 +22,7 @@ every shard of the agreed step (``load_all_shards``).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import pickle
 import random
 import weakref
@@ -117,13 +118,15 @@ class TorchComm:
 
 
 class DeviceSnapshot:
-    """The library's device copier (``SnapshotCopier``, spec/ASYNC.md 6) over torch: the staging pool is
-    pinned host memory, device pieces are copied into it by ``copy_(non_blocking=True)`` on a side
+    """The library's device copier (``SnapshotCopier``, spec/ASYNC.md 6) over torch: the memory tier's slots are
+    registered with CUDA (``pin``; a staging pool of pinned host memory where a slot cannot be mapped), device
+    pieces are copied into them by ``copy_(non_blocking=True)`` on a side
     stream that first waits for the current stream, and ``fence()`` synchronizes that stream. The
     library passes addresses; ``register`` maps a piece's address back to its tensor for one step."""
 
     def __init__(self):
-        self._blocks: Dict[int, torch.Tensor] = {}   # staging address -> pinned uint8 tensor
+        self._blocks: Dict[int, torch.Tensor] = {}   # staging or slot address -> pinned uint8 tensor
+        self._registered: set = set()                # slot addresses registered with CUDA
         self._sources: List[Tuple[int, int, torch.Tensor]] = []  # (address, bytes, uint8 view) of this step
         self._streams: Dict[torch.device, Any] = {}
         self._used: set = set()
@@ -135,6 +138,25 @@ class DeviceSnapshot:
 
     def release(self, address: int) -> None:
         self._blocks.pop(address, None)
+
+    def pin(self, address: int, nbytes: int) -> None:
+        """A memory-tier slot (mapped by the library) the copies land in directly (spec/ASYNC.md 6.1): viewed as
+        a uint8 tensor and registered with CUDA (``cudaHostRegister``) so device-to-host copies run at full speed."""
+        block = torch.frombuffer((ctypes.c_ubyte * nbytes).from_address(address), dtype=torch.uint8)
+        if torch.cuda.is_available():
+            err = torch.cuda.cudart().cudaHostRegister(address, nbytes, 0)
+            if int(err) != 0:
+                raise RuntimeError(f"cudaHostRegister of {nbytes} bytes at {address:#x} failed: error {int(err)}")
+            self._registered.add(address)
+        self._blocks[address] = block
+
+    def unpin(self, address: int) -> None:
+        self._blocks.pop(address, None)
+        if address in self._registered:
+            for stream in self._streams.values():
+                stream.synchronize()  # no copy may still target the slot
+            torch.cuda.cudart().cudaHostUnregister(address)
+            self._registered.discard(address)
 
     def handles(self, t: torch.Tensor) -> bool:
         """Whether the library copies this tensor through the copier (else from host memory, itself)."""
@@ -278,7 +300,7 @@ class TieredCheckpointer:
     ``data_state`` / ``load_data_state``; its ``epoch`` and ``offset`` entries, when ints, are also the
     step's data position. ``topology``: one node name per rank (or see ``topology_text``); default:
     each rank's hostname is its node. ``device_snapshots``: copy CUDA tensors device-to-host straight
-    into pinned staging on a side stream (default: when the model has CUDA tensors); a DeviceSnapshot
+    into the memory tier's slot, pinned, on a side stream (default: when the model has CUDA tensors); a DeviceSnapshot
     instance is used as the copier. ``when_busy``: a capture due while the previous one is still in the
     background is "skip"ped (recorded, counted in ``steps_skipped``; the training loop never waits for
     the background) or "wait"s for it; every rank must pass the same. ``replicated``: names of state-dict

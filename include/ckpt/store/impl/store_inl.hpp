@@ -351,8 +351,17 @@ CKPT_INLINE Result<std::vector<unsigned char*>> Store::reserve_slot(const std::v
     auto it = std::find_if(slot_maps_.begin(), slot_maps_.end(), [&](const SlotMap& m) { return st.id != 0 && m.id == st.id; });
     if (it != slot_maps_.end() && it->map.size() >= layout.end) return it->map.data();
     CKPT_ASSIGN_OR_RETURN(Mapping m, fs.map(f, 0, static_cast<std::size_t>(layout.end), MapMode::shared_write));
-    if (it != slot_maps_.end()) it->map = std::move(m);
-    else it = slot_maps_.insert(slot_maps_.end(), SlotMap{st.id, std::move(m)});
+    std::shared_ptr<void> pinned;
+    if (options_.pin_slot) {
+      // Device snapshots copy straight into the slot: pinned once per mapping (spec/ASYNC.md 6.1).
+      auto* at = const_cast<unsigned char*>(m.data());
+      CKPT_TRY(options_.pin_slot(at, m.size()).with_context("pinning " + std::to_string(m.size()) + " bytes of the slot"));
+      pinned = std::shared_ptr<void>(at, [unpin = options_.unpin_slot](void* p) {
+        if (unpin) unpin(p);
+      });
+    }
+    if (it != slot_maps_.end()) it->pinned.reset(), it->map = std::move(m), it->pinned = std::move(pinned);
+    else it = slot_maps_.insert(slot_maps_.end(), SlotMap{st.id, std::move(m), std::move(pinned)});
     return it->map.data();
   }();
   Status closed = fs.close(f);

@@ -511,6 +511,17 @@ CKPT_INLINE Result<std::unique_ptr<TieredCheckpointer>> TieredCheckpointer::crea
     so.create_if_missing = true;
     so.chunk_size_log2 = t->options_.chunk_size_log2;
     so.reuse_files = true;  // a capture writes over a retired step's pages (spec/TIERS.md 2.1)
+    if (SnapshotCopier* device = t->options_.device) {
+      // Device snapshots land in the slot itself, pinned once per mapping (spec/ASYNC.md 6.1). Memory that cannot
+      // be pinned still takes the copies, more slowly: noted, not refused.
+      TieredCheckpointer* tiers = t.get();
+      so.pin_slot = [device, tiers](void* at, std::size_t bytes) {
+        Status pinned = device->pin(at, bytes);
+        if (!pinned.ok()) tiers->note("device snapshots copy into an unpinned memory-tier slot (slower): " + pinned.message());
+        return Status();
+      };
+      so.unpin_slot = [device](void* at) { device->unpin(at); };
+    }
     auto own = Store::open(fs, layout::own_store(t->options_.memory_root, me), Access::read_write, so);
     if (own.ok()) t->own_ = std::move(*own);
     else local = own.status().with_context("memory tier");
@@ -711,12 +722,12 @@ CKPT_INLINE Status TieredCheckpointer::start_saver(std::size_t bytes) {
   o.staging_bytes = options_.staging_bytes != 0 ? options_.staging_bytes : std::max<std::size_t>(bytes + (std::size_t{1} << 20), std::size_t{16} << 20);
   o.slab_bytes = std::min<std::size_t>(std::size_t{8} << 20, std::max<std::size_t>(o.staging_bytes / 4, 4096));
   // The capture is the memory tier: copied straight into the own store's next file, mapped once and written
-  // over in a ring whose oldest step is retired first (spec/TIERS.md 2.1); without a file system that maps,
-  // or with device snapshots (whose copies need pinned memory, 8), through the staging pool into the same
-  // ring. Its file is the slot: a capture due while the last one is in the background waits for it to end
-  // (wait) or is not taken (skip, 4.6).
+  // over in a ring whose oldest step is retired first (spec/TIERS.md 2.1), device snapshots too (the slot is
+  // pinned); without a file system that maps, through the staging pool into the same ring. Its file is the
+  // slot: a capture due while the last one is in the background waits for it to end (wait) or is not taken
+  // (skip, 4.6).
   o.max_in_flight = 1;
-  o.in_place = fs_.can_map() && options_.device == nullptr;
+  o.in_place = fs_.can_map();
   o.before_stage = [this](std::uint64_t) { return make_room(); };
   if (promotion_) o.busy = [this] { return promotion_pins_next_slot(); };
   o.when_busy = options_.when_busy;
