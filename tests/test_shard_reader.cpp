@@ -2,8 +2,11 @@
 // here, verification of exactly the chunks a read touches, zero-copy maps, and coverage errors.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <set>
@@ -12,6 +15,7 @@
 
 #include <ckpt/shard/shard_reader.hpp>
 #include <ckpt/shard/shard_writer.hpp>
+#include <ckpt/shard/verify.hpp>
 
 #include "shard_test_util.hpp"
 #include "test_util.hpp"
@@ -355,6 +359,44 @@ TEST_CASE("map_piece gives the piece's bytes without copying", "[shard_reader]")
     }
   }
   CHECK(r.map_piece(r.index().pieces.size()).status().code() == Code::invalid_argument);
+}
+
+TEST_CASE("map_file serves unchecked reads from one mapping and a verification from the same pages", "[shard_reader]") {
+  Shard s;
+  auto r = s.open();
+  REQUIRE(r.map_file().ok());
+  REQUIRE(r.mapped().size() == r.file_size());
+  std::mt19937_64 rng(7);
+  for (const auto& t : s.tensors)
+    for (int i = 0; i < 20; ++i) {
+      Shape off, len;
+      random_box(rng, t.shape, off, len);
+      const Bytes8 want = extract(t.data, t.shape, t.esize(), off, len);
+      Bytes8 got(want.size(), 0xCD);
+      REQUIRE(r.read_slice(t.name, off, len, got.data(), got.size(), ReadCheck::none).ok());
+      CHECK(got == want);
+    }
+  VerifyOptions o;
+  o.mapped = r.mapped();
+  auto clean = verify_file(s.fs, s.path, o);
+  REQUIRE(clean.ok());
+  CHECK(clean->ok());
+  // A byte changed in the file is a changed byte in the mapping: the verification through it finds it.
+  {
+    std::fstream f(s.path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(r.index().pieces[0].data_offset));
+    f.put('\x5a' ^ static_cast<char>(r.mapped()[r.index().pieces[0].data_offset]));
+  }
+  auto damaged = verify_file(s.fs, s.path, o);
+  REQUIRE(damaged.ok());
+  CHECK_FALSE(damaged->ok());
+  // A file cut while mapped: an unchecked read reports it, never a crash (SIGBUS caught).
+  REQUIRE(::truncate(s.path.c_str(), 0) == 0);
+  const auto& big = *std::max_element(s.tensors.begin(), s.tensors.end(), [](const TensorSpec& a, const TensorSpec& b) { return a.data.size() < b.data.size(); });
+  Bytes8 out(big.data.size());
+  auto cut = r.read_tensor(big.name, out.data(), out.size(), ReadCheck::none);
+  CHECK(cut.code() == Code::io);
+  CHECK_THAT(cut.message(), Catch::Contains("file changed while it was read"));
 }
 
 TEST_CASE("a region the file's pieces do not cover is not_found", "[shard_reader]") {

@@ -57,6 +57,13 @@ class ShardReader {
   // Zero-copy view of a piece's bytes, verified first unless check is none (PosixFs only).
   [[nodiscard]] Result<Mapping> map_piece(std::size_t piece, ReadCheck check = ReadCheck::touched,
                                          MapMode mode = MapMode::read_only);
+  // Maps the whole file once (an Fs that maps): reads unchecked (ReadCheck::none) then copy from that mapping
+  // instead of calling pread, and mapped() hands it to a verification, so a shard verified and then loaded is
+  // faulted in once (spec/TIERS.md 7.2). Fails when the Fs cannot map.
+  [[nodiscard]] Status map_file();
+  [[nodiscard]] std::string_view mapped() const noexcept {
+    return std::string_view(reinterpret_cast<const char*>(mapping_.data()), mapping_.size());
+  }
 
  private:
   ShardReader(FsRef fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}
@@ -75,6 +82,7 @@ class ShardReader {
   Superblock superblock_;
   Footer footer_;
   Index index_;
+  Mapping mapping_;  // map_file(): the file from offset 0, or nothing
 };
 
 // The index of a whole shard file held in memory (a shard rebuilt from parity, spec/TIERS.md 12.4), its

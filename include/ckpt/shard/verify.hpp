@@ -29,6 +29,9 @@ struct VerifyOptions {
   // while mapped is reported as a Code::io problem "file changed during verification", naming the
   // offset, never a crash (SIGBUS is caught: io/sigbus_guard.hpp).
   bool use_mmap = false;
+  // The file as the caller already maps it, from offset 0 (ShardReader::mapped): hashed there instead of mapped
+  // again or read. Ignored unless it covers the data region.
+  std::string_view mapped;
   // Called from the verifying thread with bytes done and total; keep it cheap.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };

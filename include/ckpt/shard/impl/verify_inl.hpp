@@ -185,7 +185,10 @@ CKPT_INLINE Result<VerifyReport> verify_file(FsRef fs, const std::string& path, 
   const std::vector<detail::VerifyItem> items = detail::verify_items(index, total_bytes);
   Mapping mapping;
   {
-    if (options.use_mmap && fs.can_map() && footer->index_offset > sb.data_offset) {
+    if (footer->index_offset > sb.data_offset && options.mapped.size() >= footer->index_offset) {
+      mapping = Mapping(nullptr, 0, reinterpret_cast<const unsigned char*>(options.mapped.data()) + sb.data_offset,
+                        static_cast<std::size_t>(footer->index_offset - sb.data_offset));  // the caller's: not unmapped here
+    } else if (options.use_mmap && fs.can_map() && footer->index_offset > sb.data_offset) {
       auto m = fs.map(opened.file.get(), sb.data_offset, static_cast<std::size_t>(footer->index_offset - sb.data_offset));
       if (m.ok()) mapping = std::move(m).value();
     }

@@ -804,6 +804,9 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
     Status ok = reader.ok() ? Status() : reader.status();
     VerifyOptions whole;
     whole.use_mmap = c.fs && c.fs->can_map();  // hash the pages in place: one pass over the bytes, no copy
+    // Mapped once for the verification and the load after it: its pages are faulted in once, and the load copies
+    // from them instead of reading (spec/TIERS.md 7.2). A file system that cannot map reads.
+    if (ok.ok() && whole.use_mmap && reader->shard(c.shard_in_step).map_file().ok()) whole.mapped = reader->shard(c.shard_in_step).mapped();
     // A copy this resume received (hashed as written, its digest checked: 4.3) or verified in an earlier round
     // is not hashed again.
     if (ok.ok() && !hashed_here.count(hashed_key(c))) {
@@ -910,6 +913,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_sibling(Fetch& fetch, const 
   const detail::LocalCopy& c = scan.copies.at(p.copy);
   auto reader = verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict);
   Status ok = reader.ok() ? Status() : reader.status();
+  if (ok.ok() && c.fs && c.fs->can_map()) reader->shard(c.shard_in_step).map_file().ignore_error();  // else the load reads: as good
   if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[p.shard])
     ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " + std::to_string(decision.step) +
                                        "'s shard " + std::to_string(p.shard));
