@@ -849,6 +849,35 @@ TEST_CASE("a data-parallel resume hashes each file of a node once: the node's ot
   CHECK_THAT(bad.resumed[1].sources[0], Catch::Contains("shard 0 from replica in memory via rank"));
 }
 
+TEST_CASE("a data-parallel resume sends each shard to a node once: one rank receives it, the others read it", "[tiered]") {
+  // Node n0 lost: its two ranks hold no copy; n1 holds all four shards (two own, two replicas). Each shard crosses
+  // to n0 once, received by one of its ranks (each two), and the other reads what it received.
+  const std::vector<std::string> two_by_two{"n0", "n0", "n1", "n1"};
+  Job first{fresh_dir("receive-once-per-node"), two_by_two, 7, {}, {}};
+  REQUIRE(run(first).ok());
+  fsys::remove_all(first.dir / "node-n0");
+  auto r = run(Job{first.dir, two_by_two, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(r, 10);
+  for (int rank : {0, 1}) {
+    const auto& res = r.resumed[static_cast<std::size_t>(rank)];
+    CHECK(res.step == 6);
+    for (const auto& s : res.sources) UNSCOPED_INFO(s);
+    REQUIRE(res.sources.size() == 4);
+    std::size_t received = 0, read = 0;
+    for (const auto& s : res.sources) {
+      received += s.find("which verified it (received into") != std::string::npos ? 1 : 0;
+      read += s.find("of this node received") != std::string::npos ? 1 : 0;
+    }
+    CHECK(received == 2);
+    CHECK(read == 2);
+  }
+  // What the two ranks of n0 received: four shards in all, one HELD record each.
+  std::size_t held = 0;
+  for (int rank : {0, 1})
+    for (const auto& rec : r.records[static_cast<std::size_t>(rank)]) held += rec.event == TierEvent::held && rec.step == 6 ? 1 : 0;
+  CHECK(held >= 4);  // plus the refill's replicas of n1's shards
+}
+
 TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {
   Job job{fresh_dir("long-run"), kFourNodes, 120, {}, [](TierOptions& o) { o.memory_every = 1, o.persist_every = 0, o.persistent.clear(); }};
   auto r = run(job);

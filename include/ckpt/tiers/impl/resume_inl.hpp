@@ -226,8 +226,10 @@ struct RankReport {
 // One shard a rank loads, and from where (spec/TIERS.md 7.2). shared: from rank `holder`, which verified
 // its copy in this round (a data-parallel resume); `copy` is then that copy's CopyKind, for the sources' words.
 // sibling: the same file as a copy rank `holder` of this node verifies in this round, read where it lies once
-// the holder says it verified (`copy` indexes this rank's own table).
-enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2, shared = 3, sibling = 4 };
+// the holder says it verified (`copy` indexes this rank's own table). received: the file rank `holder` of this
+// node receives (its entry for the shard is `shared`), read where it lies once the holder says where (`copy`:
+// the verifier's copy kind, as for shared).
+enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2, shared = 3, sibling = 4, received = 5 };
 struct PlanEntry {
   std::uint32_t rank = 0, shard = 0;
   How how = How::local;
@@ -277,7 +279,7 @@ struct Decision {
   x.plan.resize(n);
   for (auto& p : x.plan) {
     std::uint8_t how = 0;
-    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 4 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
+    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 5 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
     p.how = static_cast<How>(how);
   }
   if (!d.u32(n) || !d.has(std::size_t{8} * n)) return bad();
@@ -322,11 +324,14 @@ struct Decision {
 // that reach the same file read it where it lies once that rank says it verified (sibling). A rank reaching
 // no copy receives the shard from its verifier (its owner when that holds a memory copy, else the rank with one
 // that verifies the fewest, else its owner from the persistent store), which sends it unhashed, and hashes it
-// on receipt. No copy crosses the network to a rank that reaches one. A copy set aside is set aside for every
-// rank that reaches its file.
+// on receipt: one rank per node (the one that received the fewest so far), the node's others read what it
+// received (received). No copy crosses the network to a rank that reaches one, nor twice to one node. A copy
+// set aside is set aside for every rank that reaches its file. `node_of`: each rank's node (empty: each its own).
 [[nodiscard]] CKPT_INLINE std::optional<std::vector<PlanEntry>> plan_verify_once(const std::vector<RankReport>& reports, const Claim& c,
                                                                                 const std::set<std::pair<std::uint32_t, std::uint32_t>>& aside,
-                                                                                std::uint32_t world) {
+                                                                                std::uint32_t world, const std::vector<std::string>& node_of) {
+  const auto node = [&](std::uint32_t r) { return r < node_of.size() ? node_of[r] : "rank " + std::to_string(r); };
+  std::vector<std::uint32_t> receives(world, 0);
   const auto set_aside = [&](std::uint32_t h, std::uint32_t i) {
     for (const auto& [ah, ai] : aside)
       if ((ah == h && ai == i) || (ah < reports.size() && ai < reports[ah].copies.size() && reports[ah].copies[ai].kind != CopyKind::persistent &&
@@ -372,6 +377,14 @@ struct Decision {
       return std::nullopt;
     };
     const auto kind = static_cast<std::uint32_t>(reports[verifier->holder].copies[verifier->copy].kind);
+    // Of each node's ranks that reach no copy, the one that received the fewest so far receives the shard.
+    std::map<std::string, std::uint32_t> receiver;
+    for (std::uint32_t q = 0; q < world; ++q) {
+      if (q == verifier->rank || !copies_in(q, false).empty()) continue;
+      auto [at, fresh] = receiver.emplace(node(q), q);
+      if (!fresh && receives[q] < receives[at->second]) at->second = q;
+    }
+    for (const auto& [n, q] : receiver) ++receives[q];
     for (std::uint32_t q = 0; q < world; ++q) {
       if (q == verifier->rank) {
         plan.push_back(*verifier);
@@ -386,6 +399,8 @@ struct Decision {
       } else if (!mine.empty()) {
         plan.push_back(PlanEntry{q, s, How::local, q, mine.front()});
         verified_files.emplace_back(q, mine.front());
+      } else if (const std::uint32_t r = receiver.at(node(q)); r != q) {
+        plan.push_back(PlanEntry{q, s, How::received, r, kind});
       } else {
         plan.push_back(PlanEntry{q, s, How::shared, verifier->rank, kind});
       }
@@ -396,7 +411,8 @@ struct Decision {
 
 // The root's choice (spec/TIERS.md 7.1): the newest (step, digest) not failed for which every shard each
 // rank needs has a source not set aside, each from the nearest: its own copy, a peer's, the persistent store.
-[[nodiscard]] CKPT_INLINE Decision plan_resume(const std::vector<RankReport>& reports, const std::set<StepKey>& failed,
+[[nodiscard]] CKPT_INLINE Decision plan_resume(const std::vector<RankReport>& reports, const std::vector<std::string>& node_of,
+                                               const std::set<StepKey>& failed,
                                                const std::set<std::pair<std::uint32_t, std::uint32_t>>& aside, std::uint32_t world,
                                                bool load_all) {
   std::map<StepKey, Claim> candidates;
@@ -409,7 +425,7 @@ struct Decision {
     const Claim& c = it->second;
     const auto W = static_cast<std::uint32_t>(c.shards.size());
     if (load_all && W == world && world > 1) {
-      auto plan = plan_verify_once(reports, c, aside, world);
+      auto plan = plan_verify_once(reports, c, aside, world, node_of);
       if (!plan) continue;
       x.verdict = Verdict::load, x.step = c.step, x.digest = c.digest, x.shards = c.shards, x.plan = std::move(*plan);
       return x;
@@ -487,7 +503,8 @@ struct TieredCheckpointer::Resume {
   [[nodiscard]] static std::pair<std::string, std::uint64_t> hashed_key(const detail::LocalCopy& c) {
     return {c.store_path + "#" + std::to_string(c.shard_in_step), c.info.txn};
   }
-  std::map<std::uint32_t, const detail::PlanEntry*> shared_from;  // shard -> its entry: verified and sent by p->holder
+  // shard -> its plan entry (shared or sibling), a copy: the plan is replaced when the root announces the verdict.
+  std::map<std::uint32_t, detail::PlanEntry> shared_from;
 
   Resume(TieredCheckpointer& owner, const std::function<Status(TierView&)>& load_fn)
       : tiers(owner), load(load_fn), me(static_cast<std::uint32_t>(owner.rank())), world(static_cast<std::uint32_t>(owner.world())),
@@ -509,6 +526,7 @@ struct TieredCheckpointer::Resume {
   void verify_fetched(Fetch& fetch);
   [[nodiscard]] Status share_verified(Fetch& fetch);
   [[nodiscard]] Status load_sibling(Fetch& fetch, const detail::PlanEntry& p);
+  [[nodiscard]] Status load_received(Fetch& fetch, const detail::PlanEntry& p);
   [[nodiscard]] Status load_view();
   [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
   [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
@@ -685,7 +703,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::gather_reports() {
 // Rank 0's choice. The persistent store is read only when memory cannot serve the newest recorded step:
 // a restarted job whose memory tier holds it never touches storage (spec/TIERS.md 7.1).
 CKPT_INLINE void TieredCheckpointer::Resume::plan() {
-  decision = detail::plan_resume(reports, failed, aside, world, tiers.options_.load_all_shards);
+  decision = detail::plan_resume(reports, tiers.topology_.node_of_rank, failed, aside, world, tiers.options_.load_all_shards);
   if (persistent_scanned) return;
   std::uint64_t newest_claim = 0;
   bool any_claim = false;
@@ -693,7 +711,7 @@ CKPT_INLINE void TieredCheckpointer::Resume::plan() {
     for (const auto& c : rep.claims) newest_claim = std::max(newest_claim, c.step), any_claim = true;
   if (decision.verdict != detail::Verdict::load || !any_claim || newest_claim > decision.step) {
     scan_persistent();
-    decision = detail::plan_resume(reports, failed, aside, world, tiers.options_.load_all_shards);
+    decision = detail::plan_resume(reports, tiers.topology_.node_of_rank, failed, aside, world, tiers.options_.load_all_shards);
   }
 }
 
@@ -732,7 +750,7 @@ CKPT_INLINE TieredCheckpointer::Resume::Fetch TieredCheckpointer::Resume::source
   std::vector<const detail::PlanEntry*> from_persistent;
   for (const auto& p : decision.plan) {
     if (p.rank != me) continue;
-    if (p.how == detail::How::shared || p.how == detail::How::sibling) continue;  // after this round's verification (share_verified)
+    if (p.how == detail::How::shared || p.how == detail::How::sibling || p.how == detail::How::received) continue;  // share_verified
     if (p.how == detail::How::local) {
       fetch.mine[p.shard] = scan.copies.at(p.copy);
     } else if (p.how == detail::How::peer) {
@@ -867,9 +885,13 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
       },
       [&]() -> Status {
         for (const auto& p : decision.plan) {
-          if ((p.how != detail::How::shared && p.how != detail::How::sibling) || p.rank != me) continue;
+          if ((p.how != detail::How::shared && p.how != detail::How::sibling && p.how != detail::How::received) || p.rank != me) continue;
           if (p.how == detail::How::sibling) {
             CKPT_TRY(load_sibling(fetch, p));
+            continue;
+          }
+          if (p.how == detail::How::received) {
+            CKPT_TRY(load_received(fetch, p));
             continue;
           }
           auto store = tiers.held(p.shard);
@@ -878,6 +900,13 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
           CKPT_TRY(detail::receive_shard(tiers.fs_, tiers.comm_, fetch.local.ok() ? store : Result<Store*>(fetch.local),
                                          static_cast<int>(p.holder), detail::kShareTag, decision.step, p.shard, decision.shards[p.shard], got,
                                          copy_failure, fetched_here(p.shard)));
+          // The node's other ranks read what this rank received: where it lies, or why there is nothing.
+          Encoder where;
+          wire::put_status(where, got ? Status() : copy_failure.ok() ? make_error(Code::io, "nothing received") : copy_failure);
+          if (got) wire::put_text(where, (*store)->path()), where.u64(got->info.txn);
+          for (const auto& q : decision.plan)
+            if (q.how == detail::How::received && q.holder == me && q.shard == p.shard)
+              CKPT_TRY(tiers.comm_.send(detail::as_view(where), static_cast<int>(q.rank), detail::kReceivedTag));
           if (!got) {
             if (fetch.local.ok()) fetch.local = copy_failure;
             continue;
@@ -894,7 +923,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
           open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
           loaded.emplace_back(p.shard, &open_steps.back()->shard(0));
           loaded_copies[p.shard] = c;
-          shared_from[p.shard] = &p;
+          shared_from[p.shard] = p;
           (void)tiers.log({TierRecord{TierEvent::held, decision.step, world, p.shard, decision.digest, decision.shards[p.shard],
                                       got->info.txn, 0, std::string(), 0}});
         }
@@ -924,7 +953,47 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_sibling(Fetch& fetch, const 
   open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
   loaded.emplace_back(p.shard, &open_steps.back()->shard(c.shard_in_step));
   loaded_copies[p.shard] = c;
-  shared_from[p.shard] = &p;
+  shared_from[p.shard] = p;
+  return Status();
+}
+
+// A shard rank p.holder of this node received and hashed this round (spec/TIERS.md 7.2): read from its held
+// store once it says where, not received again.
+CKPT_INLINE Status TieredCheckpointer::Resume::load_received(Fetch& fetch, const detail::PlanEntry& p) {
+  std::string said;
+  CKPT_TRY(tiers.comm_.recv(said, static_cast<int>(p.holder), detail::kReceivedTag));
+  Decoder d = wire::decoder(said);
+  Status verdict;
+  std::string path;
+  std::uint64_t txn = 0;
+  if (!wire::get_status(d, verdict) || (verdict.ok() && (!wire::get_text(d, path, journal::kMaxPayload) || !d.u64(txn))))
+    return make_error(Code::corrupt, "undecodable notice of rank " + std::to_string(p.holder));
+  detail::LocalCopy c;
+  c.step = decision.step, c.shard = p.shard, c.digest = decision.shards[p.shard], c.kind = detail::CopyKind::held;
+  c.store_path = path, c.fs = tiers.fs_, c.root = path;
+  Status ok = verdict;
+  if (ok.ok()) {
+    auto store = Store::open(tiers.fs_, path, Access::read_only);
+    ok = store.ok() ? Status() : store.status();
+    if (ok.ok()) {
+      ok = make_error(Code::not_found, path + ": no transaction " + std::to_string(txn) + " of step " + std::to_string(decision.step));
+      for (const StepInfo& info : (*store)->steps())
+        if (info.txn == txn && info.step == decision.step) c.info = info, c.uuid = (*store)->uuid(), ok = Status();
+    }
+  }
+  auto reader = ok.ok() ? detail::open_copy(c) : Result<StepReader>(ok);
+  if (reader.ok() && c.fs->can_map()) reader->shard(0).map_file().ignore_error();  // else the load reads: as good
+  if (reader.ok() && shard_digest(reader->shard(0)) != decision.shards[p.shard])
+    reader = make_error(Code::corrupt, path + ": content digest differs from step " + std::to_string(decision.step) + "'s shard " +
+                                           std::to_string(p.shard));
+  if (!reader.ok()) {
+    if (fetch.local.ok()) fetch.local = reader.status().with_context("shard " + std::to_string(p.shard) + " as rank " + std::to_string(p.holder) + " received it");
+    return Status();
+  }
+  open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
+  loaded.emplace_back(p.shard, &open_steps.back()->shard(0));
+  loaded_copies[p.shard] = c;
+  shared_from[p.shard] = p;
   return Status();
 }
 
@@ -1031,15 +1100,20 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
       out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
       continue;
     }
-    if (from->second->how == detail::How::sibling) {
+    if (from->second.how == detail::How::sibling) {
       out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + "), which rank " +
-                            std::to_string(from->second->holder) + " of this node verified");
+                            std::to_string(from->second.holder) + " of this node verified");
       continue;
     }
-    const auto kind = from->second->copy <= static_cast<std::uint32_t>(detail::CopyKind::persistent) ? static_cast<detail::CopyKind>(from->second->copy)
+    if (from->second.how == detail::How::received) {
+      out.sources.push_back("shard " + std::to_string(s) + " from what rank " + std::to_string(from->second.holder) +
+                            " of this node received (" + c.store_path + ")");
+      continue;
+    }
+    const auto kind = from->second.copy <= static_cast<std::uint32_t>(detail::CopyKind::persistent) ? static_cast<detail::CopyKind>(from->second.copy)
                                                                                                   : detail::CopyKind::held;
     out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(kind) + " via rank " +
-                          std::to_string(from->second->holder) + ", which verified it (received into " + c.store_path + ")");
+                          std::to_string(from->second.holder) + ", which verified it (received into " + c.store_path + ")");
   }
   // The verdicts are durable first: retiring the abandoned timeline reads which copies were set aside.
   CKPT_TRY(tiers.log(learned));

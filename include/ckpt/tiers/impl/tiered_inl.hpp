@@ -50,6 +50,7 @@ inline constexpr int kReplicateTag = 0x101;  // replication of a fresh capture (
 inline constexpr int kFetchTag = 0x102;      // a shard fetched at resume
 inline constexpr int kRefillTag = 0x103;     // copies refilled after resume
 inline constexpr int kShareTag = 0x104;      // a shard one rank verified, to the others that load it (data parallel)
+inline constexpr int kReceivedTag = 0x107;   // where a rank put a shard it received, to its node's others (data parallel)
 
 [[nodiscard]] CKPT_INLINE std::string_view as_view(Encoder& e) { return std::string_view(e.str()); }
 // The first problem of a verify report, as an error.
