@@ -121,6 +121,20 @@ def torch_empty(name: str, shape):
     return t, flat.view(torch.uint8).numpy()
 
 
+def torch_target(t, name: str, shape):
+    """The writable uint8 view of a live tensor's bytes when it can take a tensor of this dtype and shape in place
+    (on the host, contiguous, its own bytes; not empty); else None."""
+    import torch
+
+    if (t.device.type != "cpu" or t.dtype != torch_dtype(name) or tuple(t.shape) != tuple(shape) or not t.is_contiguous()
+            or t.numel() == 0 or t.requires_grad):
+        return None
+    flat = t.reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    return flat.view(torch.uint8).numpy()
+
+
 def numpy_empty(name: str, shape):
     a = np.empty(tuple(shape), dtype=numpy_dtype(name))
     return a, (a.reshape(-1).view(np.uint8) if a.size else None)

@@ -257,6 +257,40 @@ def test_device_snapshot_path_through_the_copier(world_of_one):
     assert copier.calls["copy"] >= 8 and copier.calls["fence"] >= 2, copier.calls  # 2 captures of 8 tensors
 
 
+def test_a_resume_reads_into_the_live_tensors_when_the_state_has_the_same_structure(world_of_one):
+    """A restarted job that has built its model and optimizer state (as a warm agent's does) gets the step's bytes
+    straight into those tensors: the same storage before and after, and the state the saved one, bit for bit."""
+    from ckpt.torch import TieredCheckpointer
+
+    def make(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        model(torch.randn(4, 8)).square().sum().backward()
+        optimizer.step()  # the optimizer's state exists
+        return model, optimizer
+
+    def tiers(model, optimizer):
+        return TieredCheckpointer(model, optimizer, memory_root=str(world_of_one / "node-0"), memory_every=1, replicas=0,
+                                  topology=["node-0"], when_busy="wait")
+
+    model, optimizer = make(0)
+    t = tiers(model, optimizer)
+    assert t.resume() == 0
+    t.step(0)
+    t.close()
+    model2, optimizer2 = make(1)  # other values, the same structure
+    storage = [p.data_ptr() for p in model2.parameters()] + \
+              [v.data_ptr() for s in optimizer2.state.values() for v in s.values() if v.numel() > 1]
+    t2 = tiers(model2, optimizer2)
+    assert t2.resume() == 1
+    t2.close()
+    assert_identical(model2.state_dict(), model.state_dict())
+    assert_identical(optimizer2.state_dict(), optimizer.state_dict())
+    assert [p.data_ptr() for p in model2.parameters()] + \
+        [v.data_ptr() for s in optimizer2.state.values() for v in s.values() if v.numel() > 1] == storage
+
+
 def test_cuda_tensors_copied_device_to_host_into_pinned_staging(world_of_one):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the device-to-host snapshot on a side stream is not exercised")

@@ -473,8 +473,9 @@ class TieredCheckpointer:
     def _load_step(self, view) -> None:
         state = view.state()
         skeleton = pickle.loads(state["values"][_SKELETON_KEY])  # the job's own verified state (spec/PYTHON.md 6.3)
-        loaded: Dict[str, torch.Tensor] = {}
-        for ref in _refs(skeleton, []):
+        refs = _refs(skeleton, [])
+        # Every tensor's dtype and size checked before a byte is applied (the bytes were verified before this call).
+        for ref in refs:
             found = view.tensor(ref.name)
             if found is None:
                 raise KeyError(f"step {view.step} has no tensor '{ref.name}'")
@@ -482,11 +483,22 @@ class TieredCheckpointer:
             if dtype != ref.dtype or int(np.prod(shape)) != int(np.prod(ref.shape, dtype=np.int64)):
                 raise ValueError(f"step {view.step}: tensor '{ref.name}' is {dtype} {list(shape)}, the state dict says "
                                  f"{ref.dtype} {list(ref.shape)}")
-            t, raw = _tensors.torch_empty(ref.dtype, ref.shape)
+        # When the live state has exactly the step's tensors, each is read straight into the live tensor of its name
+        # where that is the same host tensor (no allocation, and load_state_dict then copies nothing); else, and
+        # whenever the structure differs (load_state_dict may then refuse: nothing may be applied before), into
+        # a new one.
+        live: List[Tuple[str, torch.Tensor]] = []
+        _split(self._state_dicts(), "", live)
+        targets = dict(live) if {n for n, _ in live} == {r.name for r in refs} else {}
+        loaded: Dict[str, torch.Tensor] = {}
+        for ref in refs:
+            t = targets.get(ref.name)
+            raw = _tensors.torch_target(t, ref.dtype, ref.shape) if t is not None else None
+            if raw is None:
+                t, raw = _tensors.torch_empty(ref.dtype, ref.shape)
             if raw is not None:
                 view.read_tensor(ref.name, raw)
             loaded[ref.name] = t
-        # Every tensor is read and verified before anything is applied.
         parts = _fill(skeleton, loaded)
         self.model.load_state_dict(parts["model"])
         if self.optimizer is not None:
