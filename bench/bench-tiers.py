@@ -322,6 +322,9 @@ def table(doc):
     row("TieredCheckpointer::step(), the caller blocked", mc["stall_s"],
         f"time {f['stall_vs_staging_copy']:.2f}x staging copy ({verdict(f['stall_vs_staging_copy'], 1.1, True)}); "
         f"{f['stall_vs_small_page_copy']:.2f}x the 4 KiB-page copy")
+    if "stall_minor_faults" in mc:
+        out.append(f"    of which in the kernel (the training thread, most of any rank): {mc['stall_minor_faults']:.0f} minor page "
+                   f"faults, {mc['stall_sys_s']:.4f} s system CPU")
     if "median" in d:
         row(f"DCP async_save, {d['ranks']} gloo processes, until it returns", d["median"]["blocked_s"],
             f"ckpt's stall is {f['stall_vs_dcp_async_save']:.2f}x DCP's")

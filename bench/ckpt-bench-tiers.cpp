@@ -149,6 +149,12 @@ nlohmann::json cpu_now() {
   return {{"user_s", double(u.ru_utime.tv_sec) + double(u.ru_utime.tv_usec) * 1e-6},
           {"sys_s", double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) * 1e-6}};
 }
+// The calling thread's minor page faults and system CPU seconds: what step() spends in the kernel.
+std::pair<long, double> thread_faults_sys() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return {u.ru_minflt, double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) * 1e-6};
+}
 nlohmann::json cpu_since(const nlohmann::json& before) {
   const nlohmann::json now = cpu_now();
   return {{"user_s", now["user_s"].get<double>() - before["user_s"].get<double>()},
@@ -465,11 +471,11 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
       fill_state(live.back().second->data(), live.back().first);
     }
   const auto fill = [&](ckpt::SaveRequest& r) {
-    for (auto& [owner, bytes] : live) {
-      stamp_step(bytes->data(), owner, r.step());
+    for (auto& [owner, held] : live) {
+      stamp_step(held->data(), owner, r.step());
       std::uint64_t at = 0;
       for (std::size_t i = 0; i < owner.tensor_sizes.size(); ++i) {
-        r.add_live_copy(tensor_name(owner.rank, i), {0}, bytes->data() + at, static_cast<std::size_t>(owner.tensor_sizes[i]), owner.rank);
+        r.add_live_copy(tensor_name(owner.rank, i), {0}, held->data() + at, static_cast<std::size_t>(owner.tensor_sizes[i]), owner.rank);
         at += owner.tensor_sizes[i];
       }
     }
@@ -487,9 +493,11 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
     stamp_step(state.data(), l, step);
     phases.clear();
     quiet_barrier(bench.native());
+    const auto k0 = thread_faults_sys();
     const std::int64_t t0 = now_ns();
     auto outcome = tiers.step(step, fill);
     const std::int64_t t1 = now_ns();
+    const auto k1 = thread_faults_sys();
     const nlohmann::json cpu0 = cpu_now(), fs0 = fs.call_seconds();
     check(outcome.status(), "step " + std::to_string(step));
     check(tiers.wait(), "wait after step " + std::to_string(step));
@@ -502,6 +510,8 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
                           {"start_ns", t0},
                           {"stall_s", seconds_between(t0, t1)},
                           {"stall_reported_s", std::chrono::duration<double>(outcome->stall).count()},
+                          {"stall_minor_faults", k1.first - k0.first},
+                          {"stall_sys_s", k1.second - k0.second},
                           {"returned_ns", t1},
                           {"captured_ns", phases.at("captured")},
                           {"replicating_ns", phases.at("replicating")},
@@ -642,10 +652,12 @@ double median_of(std::vector<double> v) { return ckpt::bench::summarize(std::mov
 nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const Settings& s, const Layout& l) {
   nlohmann::json j;
   const std::size_t rounds = ranks[0]["rounds"].size();
+  std::vector<double> stall_faults, stall_sys;  // the training thread's, during step(): the most of any rank
   std::vector<double> copy, copy_small, copy_hashed, memory_write, stall, stall_reported, commit, replicate, raw, agreement, encoding;
   std::vector<double> background_user, background_sys, raw_cpu, raw_write;
   std::map<std::string, std::vector<double>> background_fs;  // per kind of call, per capture, all ranks
   for (std::size_t i = 0; i < rounds; ++i) {
+    double sf = 0, ss = 0;
     double c = 0, cs = 0, ch = 0, mw = 0, st = 0, sr = 0, cm = 0, bu = 0, bs = 0, rc = 0, rw = 0;
     std::int64_t rep_from = INT64_MAX, rep_to = 0, raw_from = INT64_MAX, raw_to = 0, agree_from = INT64_MAX, agree_to = 0;
     std::int64_t encode_from = INT64_MAX, encode_to = 0;
@@ -658,6 +670,8 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
       mw = std::max(mw, round["memory_write_s"].get<double>());
       rw = std::max(rw, round["raw_write_s"].get<double>());
       st = std::max(st, cap["stall_s"].get<double>());
+      sf = std::max(sf, cap["stall_minor_faults"].get<double>());
+      ss = std::max(ss, cap["stall_sys_s"].get<double>());
       sr = std::max(sr, cap["stall_reported_s"].get<double>());
       cm = std::max(cm, seconds_between(cap["returned_ns"].get<std::int64_t>(), cap["captured_ns"].get<std::int64_t>()));
       for (auto it = cap["background_fs_s"].begin(); it != cap["background_fs_s"].end(); ++it) {
@@ -680,6 +694,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
       raw_to = std::max(raw_to, round["raw_end_ns"].get<std::int64_t>());
     }
     background_user.push_back(bu), background_sys.push_back(bs), raw_cpu.push_back(rc), raw_write.push_back(rw);
+    stall_faults.push_back(sf), stall_sys.push_back(ss);
     copy.push_back(c), copy_small.push_back(cs), copy_hashed.push_back(ch), memory_write.push_back(mw), stall.push_back(st), stall_reported.push_back(sr), commit.push_back(cm);
     replicate.push_back(seconds_between(rep_from, rep_to)), raw.push_back(seconds_between(raw_from, raw_to));
     agreement.push_back(seconds_between(agree_from, agree_to));
@@ -713,6 +728,8 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   j["background_fs_s"] = background_fs;
   j["stall_s"] = stall;
   j["stall_reported_s"] = stall_reported;
+  j["stall_minor_faults"] = stall_faults;
+  j["stall_sys_s"] = stall_sys;
   j["commit_s"] = commit;
   j["replication_s"] = replicate;
   j["agreement_s"] = agreement;  // 'captured' to 'replicating': the capture's agreement (and the canary's comparison)
@@ -726,6 +743,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
                  {"memory_write_s", median_of(memory_write)}, {"background_user_s", median_of(background_user)},
                  {"background_sys_s", median_of(background_sys)}, {"raw_p2p_cpu_s", median_of(raw_cpu)},
                  {"raw_p2p_write_s", median_of(raw_write)}, {"stall_s", median_of(stall)}, {"stall_reported_s", median_of(stall_reported)},
+                 {"stall_minor_faults", median_of(stall_faults)}, {"stall_sys_s", median_of(stall_sys)},
                  {"commit_s", median_of(commit)}, {"replication_s", median_of(replicate)}, {"raw_p2p_s", median_of(raw)},
                  {"agreement_s", median_of(agreement)}, {"encoding_s", median_of(encoding)}};
   for (const auto& [kind, v] : background_fs) j["median"]["background_fs_s"][kind] = median_of(v);
@@ -811,6 +829,8 @@ void print_capture(const nlohmann::json& j) {
   row("the same, into 4 KiB pages (as the staging pool)", m["staging_copy_small_pages_s"].get<double>());
   row("the same, hashing each 256 KiB as it lands", m["copy_hashed_s"].get<double>());
   row("step() stall", m["stall_s"].get<double>());
+  std::printf("    of which in the kernel (training thread, most of any rank): %.0f minor page faults, %.4f s system CPU\n",
+              m["stall_minor_faults"].get<double>(), m["stall_sys_s"].get<double>());
   row((j["transport"].get<std::string>() + " send/recv, same pairs").c_str(), m["raw_p2p_s"].get<double>());
   row("replication (replicating -> wait())", m["replication_s"].get<double>());
   row("write into the memory root (pwrite 8 MiB)", m["memory_write_s"].get<double>());
