@@ -527,6 +527,7 @@ struct TieredCheckpointer::Resume {
   [[nodiscard]] Status share_verified(Fetch& fetch);
   [[nodiscard]] Status load_sibling(Fetch& fetch, const detail::PlanEntry& p);
   [[nodiscard]] Status load_received(Fetch& fetch, const detail::PlanEntry& p);
+  void read_where_it_lies(Fetch& fetch, const detail::PlanEntry& p, const detail::LocalCopy& c, Result<StepReader> reader, const char* what);
   [[nodiscard]] Status load_view();
   [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
   [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
@@ -940,21 +941,27 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_sibling(Fetch& fetch, const 
   Status verdict;
   if (!wire::get_status(d, verdict)) return make_error(Code::corrupt, "undecodable verdict of rank " + std::to_string(p.holder));
   const detail::LocalCopy& c = scan.copies.at(p.copy);
-  auto reader = verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict);
-  Status ok = reader.ok() ? Status() : reader.status();
-  if (ok.ok() && c.fs && c.fs->can_map()) reader->shard(c.shard_in_step).map_file().ignore_error();  // else the load reads: as good
-  if (ok.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[p.shard])
-    ok = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " + std::to_string(decision.step) +
-                                       "'s shard " + std::to_string(p.shard));
-  if (!ok.ok()) {
-    if (fetch.local.ok()) fetch.local = ok.with_context("shard " + std::to_string(p.shard) + " as rank " + std::to_string(p.holder) + " verified it");
-    return Status();
+  read_where_it_lies(fetch, p, c, verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict), "verified");
+  return Status();
+}
+
+// The copy a rank of this node verified or received for p: mapped for the load, its index checked against the
+// agreed shard digest, and loaded; else this rank cannot take part in the round (`fetch.local`).
+CKPT_INLINE void TieredCheckpointer::Resume::read_where_it_lies(Fetch& fetch, const detail::PlanEntry& p, const detail::LocalCopy& c,
+                                                                Result<StepReader> reader, const char* what) {
+  if (reader.ok() && c.fs && c.fs->can_map()) reader->shard(c.shard_in_step).map_file().ignore_error();  // else the load reads: as good
+  if (reader.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[p.shard])
+    reader = make_error(Code::corrupt, reader->shard(c.shard_in_step).path() + ": content digest differs from step " +
+                                           std::to_string(decision.step) + "'s shard " + std::to_string(p.shard));
+  if (!reader.ok()) {
+    if (fetch.local.ok())
+      fetch.local = reader.status().with_context("shard " + std::to_string(p.shard) + " as rank " + std::to_string(p.holder) + " " + what + " it");
+    return;
   }
   open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
   loaded.emplace_back(p.shard, &open_steps.back()->shard(c.shard_in_step));
   loaded_copies[p.shard] = c;
   shared_from[p.shard] = p;
-  return Status();
 }
 
 // A shard rank p.holder of this node received and hashed this round (spec/TIERS.md 7.2): read from its held
@@ -981,19 +988,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_received(Fetch& fetch, const
         if (info.txn == txn && info.step == decision.step) c.info = info, c.uuid = (*store)->uuid(), ok = Status();
     }
   }
-  auto reader = ok.ok() ? detail::open_copy(c) : Result<StepReader>(ok);
-  if (reader.ok() && c.fs->can_map()) reader->shard(0).map_file().ignore_error();  // else the load reads: as good
-  if (reader.ok() && shard_digest(reader->shard(0)) != decision.shards[p.shard])
-    reader = make_error(Code::corrupt, path + ": content digest differs from step " + std::to_string(decision.step) + "'s shard " +
-                                           std::to_string(p.shard));
-  if (!reader.ok()) {
-    if (fetch.local.ok()) fetch.local = reader.status().with_context("shard " + std::to_string(p.shard) + " as rank " + std::to_string(p.holder) + " received it");
-    return Status();
-  }
-  open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
-  loaded.emplace_back(p.shard, &open_steps.back()->shard(0));
-  loaded_copies[p.shard] = c;
-  shared_from[p.shard] = p;
+  read_where_it_lies(fetch, p, c, ok.ok() ? detail::open_copy(c) : Result<StepReader>(ok), "received");
   return Status();
 }
 
