@@ -113,26 +113,26 @@ def torch_empty(name: str, shape):
     import torch
 
     t = torch.empty(tuple(shape), dtype=torch_dtype(name))
-    if t.numel() == 0:
-        return t, None
+    return t, (_writable_bytes(t) if t.numel() else None)
+
+
+def _writable_bytes(t):
+    """The writable uint8 numpy view of a contiguous CPU tensor's bytes."""
+    import torch
+
     flat = t.reshape(-1)
     if flat.is_complex():
         flat = torch.view_as_real(flat).reshape(-1)
-    return t, flat.view(torch.uint8).numpy()
+    return flat.view(torch.uint8).numpy()
 
 
 def torch_target(t, name: str, shape):
     """The writable uint8 view of a live tensor's bytes when it can take a tensor of this dtype and shape in place
     (on the host, contiguous, its own bytes; not empty); else None."""
-    import torch
-
     if (t.device.type != "cpu" or t.dtype != torch_dtype(name) or tuple(t.shape) != tuple(shape) or not t.is_contiguous()
             or t.numel() == 0 or t.requires_grad):
         return None
-    flat = t.reshape(-1)
-    if flat.is_complex():
-        flat = torch.view_as_real(flat).reshape(-1)
-    return flat.view(torch.uint8).numpy()
+    return _writable_bytes(t)
 
 
 def numpy_empty(name: str, shape):

@@ -142,13 +142,14 @@ class DeviceSnapshot:
     def pin(self, address: int, nbytes: int) -> None:
         """A memory-tier slot (mapped by the library) the copies land in directly (spec/ASYNC.md 6.1): viewed as
         a uint8 tensor and registered with CUDA (``cudaHostRegister``) so device-to-host copies run at full speed."""
-        block = torch.frombuffer((ctypes.c_ubyte * nbytes).from_address(address), dtype=torch.uint8)
+        # Known as a target first: memory CUDA will not register still takes the copies, more slowly (the library
+        # notes the failure raised below and goes on).
+        self._blocks[address] = torch.frombuffer((ctypes.c_ubyte * nbytes).from_address(address), dtype=torch.uint8)
         if torch.cuda.is_available():
             err = torch.cuda.cudart().cudaHostRegister(address, nbytes, 0)
             if int(err) != 0:
                 raise RuntimeError(f"cudaHostRegister of {nbytes} bytes at {address:#x} failed: error {int(err)}")
             self._registered.add(address)
-        self._blocks[address] = block
 
     def unpin(self, address: int) -> None:
         self._blocks.pop(address, None)

@@ -527,7 +527,7 @@ struct TieredCheckpointer::Resume {
   [[nodiscard]] Status share_verified(Fetch& fetch);
   [[nodiscard]] Status load_sibling(Fetch& fetch, const detail::PlanEntry& p);
   [[nodiscard]] Status load_received(Fetch& fetch, const detail::PlanEntry& p);
-  void read_where_it_lies(Fetch& fetch, const detail::PlanEntry& p, const detail::LocalCopy& c, Result<StepReader> reader, const char* what);
+  bool read_where_it_lies(Fetch& fetch, const detail::PlanEntry& p, const detail::LocalCopy& c, Result<StepReader> reader, const char* what);
   [[nodiscard]] Status load_view();
   [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
   [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
@@ -916,15 +916,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
           detail::LocalCopy c;
           c.step = decision.step, c.shard = p.shard, c.digest = decision.shards[p.shard], c.kind = detail::CopyKind::held;
           c.store_path = (*store)->path(), c.fs = tiers.fs_, c.root = (*store)->path(), c.info = got->info, c.uuid = (*store)->uuid();
-          auto reader = detail::open_copy(c);
-          if (!reader.ok()) {
-            if (fetch.local.ok()) fetch.local = reader.status();
-            continue;
-          }
-          open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
-          loaded.emplace_back(p.shard, &open_steps.back()->shard(0));
-          loaded_copies[p.shard] = c;
-          shared_from[p.shard] = p;
+          if (!read_where_it_lies(fetch, p, c, detail::open_copy(c), "sent")) continue;
           (void)tiers.log({TierRecord{TierEvent::held, decision.step, world, p.shard, decision.digest, decision.shards[p.shard],
                                       got->info.txn, 0, std::string(), 0}});
         }
@@ -941,13 +933,13 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_sibling(Fetch& fetch, const 
   Status verdict;
   if (!wire::get_status(d, verdict)) return make_error(Code::corrupt, "undecodable verdict of rank " + std::to_string(p.holder));
   const detail::LocalCopy& c = scan.copies.at(p.copy);
-  read_where_it_lies(fetch, p, c, verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict), "verified");
+  (void)read_where_it_lies(fetch, p, c, verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict), "verified");
   return Status();
 }
 
-// The copy a rank of this node verified or received for p: mapped for the load, its index checked against the
-// agreed shard digest, and loaded; else this rank cannot take part in the round (`fetch.local`).
-CKPT_INLINE void TieredCheckpointer::Resume::read_where_it_lies(Fetch& fetch, const detail::PlanEntry& p, const detail::LocalCopy& c,
+// The copy a rank verified or received for p (this rank's receipt too): mapped for the load, its index checked
+// against the agreed shard digest, and loaded; else (false) this rank cannot take part in the round (`fetch.local`).
+CKPT_INLINE bool TieredCheckpointer::Resume::read_where_it_lies(Fetch& fetch, const detail::PlanEntry& p, const detail::LocalCopy& c,
                                                                 Result<StepReader> reader, const char* what) {
   if (reader.ok() && c.fs && c.fs->can_map()) reader->shard(c.shard_in_step).map_file().ignore_error();  // else the load reads: as good
   if (reader.ok() && shard_digest(reader->shard(c.shard_in_step)) != decision.shards[p.shard])
@@ -956,12 +948,13 @@ CKPT_INLINE void TieredCheckpointer::Resume::read_where_it_lies(Fetch& fetch, co
   if (!reader.ok()) {
     if (fetch.local.ok())
       fetch.local = reader.status().with_context("shard " + std::to_string(p.shard) + " as rank " + std::to_string(p.holder) + " " + what + " it");
-    return;
+    return false;
   }
   open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
   loaded.emplace_back(p.shard, &open_steps.back()->shard(c.shard_in_step));
   loaded_copies[p.shard] = c;
   shared_from[p.shard] = p;
+  return true;
 }
 
 // A shard rank p.holder of this node received and hashed this round (spec/TIERS.md 7.2): read from its held
@@ -988,7 +981,7 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_received(Fetch& fetch, const
         if (info.txn == txn && info.step == decision.step) c.info = info, c.uuid = (*store)->uuid(), ok = Status();
     }
   }
-  read_where_it_lies(fetch, p, c, ok.ok() ? detail::open_copy(c) : Result<StepReader>(ok), "received");
+  (void)read_where_it_lies(fetch, p, c, ok.ok() ? detail::open_copy(c) : Result<StepReader>(ok), "received");
   return Status();
 }
 
