@@ -68,7 +68,8 @@ struct PathInfo {
 // How a mapping may be used. read_only: PROT_READ, shared with the file. copy_on_write: writable and
 // private; a write changes this process's copy of the page, never the file (what safetensors' loaders
 // hand out): tensors over it can be modified in place, and pages never written share the page cache.
-// shared_write: writable and shared, every page faulted in at once: a write changes the file, and the
+// shared_write: writable and shared, every block allocated (ENOSPC, not a later SIGBUS, when the file system
+// is full) and every page faulted in at once: a write changes the file, and the
 // file's fsync makes it durable (a memory store's slot, spec/JOURNAL.md 10.1); the file must be open read_write.
 enum class MapMode : std::uint8_t { read_only, copy_on_write, shared_write };
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <cstring>
 
+#include "../../core/bulk_copy.hpp"
 #include "../../io/sigbus_guard.hpp"
 
 namespace ckpt {
@@ -420,7 +421,7 @@ CKPT_INLINE Result<std::uint64_t> ShardReader::copy_overlap(const TensorRecord& 
             const unsigned char* from = mapping_.data() + at;
             const auto bytes = static_cast<std::size_t>(n);
             // A file cut while mapped faults instead of reading: reported, never a crash (io/sigbus_guard.hpp).
-            if (!run_catching_sigbus([to, from, bytes] { std::memcpy(to, from, bytes); }))
+            if (!run_catching_sigbus([to, from, bytes] { bulk_copy(to, from, bytes); }))
               return make_error(Code::io, path_ + ": file changed while it was read (offset " + std::to_string(at) + ", " + std::to_string(n) + " bytes mapped)");
           } else {
             CKPT_TRY(read_exact(fs_, file_, path_, out + dst_b, static_cast<std::size_t>(n), at));

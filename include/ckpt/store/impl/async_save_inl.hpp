@@ -3,6 +3,8 @@
 
 #include "../async_save.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
 
+#include "../../core/bulk_copy.hpp"
+
 namespace ckpt {
 
 CKPT_INLINE Result<std::unique_ptr<AsyncSaver>> AsyncSaver::create_with(Store& store, AsyncSaveOptions options,
@@ -159,7 +161,7 @@ CKPT_INLINE Status AsyncSaver::stage_in_place(Job& job, const std::vector<unsign
       failure = options_.device->copy(at[i], t.data, t.size).with_context("device snapshot of '" + t.name + "'");
       device_pending = device_pending || failure.ok();
     } else if (t.size > 0) {
-      std::memcpy(at[i], t.data, t.size);
+      bulk_copy(at[i], t.data, t.size);  // streamed: the worker reads the slot from memory, not the cache
     }
     pending.push_back(Segment{i, at[i], t.size, nullptr});
   }
