@@ -4,12 +4,16 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -351,4 +355,43 @@ TEST_CASE("a symlink above the parent directory is followed, so a store may live
   auto f = fs.open(l.link + "/sub/inner", OpenMode::read);
   REQUIRE(f.ok());
   REQUIRE(fs.close(*f).ok());
+}
+
+TEST_CASE("a writable shared mapping on a full file system is an ENOSPC error, never a SIGBUS later", "[posix_fs]") {
+  // A tmpfs of 1 MiB, mounted in a mount namespace of a child's own (root, or an unprivileged user
+  // namespace): a slot of 4 MiB fits its size limit as a sparse file but not as blocks.
+  ckpt_test::TempDir dir;
+  const std::string mnt = dir.file("tmpfs");
+  REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(20);
+    const bool own_ns = ::unshare(CLONE_NEWNS) == 0 || ::unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0;
+    if (!own_ns || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0)
+      ::_exit(77);
+    PosixFs fs;
+    auto f = fs.open(mnt + "/slot", OpenMode::create_new);
+    if (!f.ok() || !fs.truncate(*f, 4u << 20).ok()) ::_exit(3);
+    auto m = fs.map(*f, 0, 4u << 20, MapMode::shared_write);
+    if (m.ok()) {
+      std::memset(m->writable_data(), 1, m->size());  // before the fix: SIGBUS here
+      ::_exit(4);
+    }
+    const std::string why = m.status().message();
+    ::_exit(m.status().code() == Code::io && why.find("fallocate") != std::string::npos &&
+                    why.find(std::strerror(ENOSPC)) != std::string::npos
+                ? 0
+                : 5);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+    WARN("skipped: no mount namespace here to mount a small tmpfs in");
+    return;
+  }
+  INFO("child: exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << ", signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
 }
