@@ -3,6 +3,7 @@
 // point messages in order per tag, and a rank that leaves or fails waking the others instead of a hang.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -106,6 +107,29 @@ TEST_CASE("gloo point-to-point messages arrive whole and in order per tag, both 
     }
     bulk.join(), small.join();
     return !sent_bulk.ok() ? sent_bulk : !sent_small.ok() ? sent_small : got;
+  }));
+}
+
+TEST_CASE("gloo recv_into puts a message that fits straight at the destination, a longer one in the string", "[gloo_comm]") {
+  // spec/TIERS.md 4.2: a replica's whole messages land in its slot without a copy of the receiver's.
+  const std::vector<std::size_t> sizes{1, 65536, std::size_t{1} << 20, (std::size_t{1} << 20) + 1};
+  check_all_ok(run_gloo_ranks(2, [&](int r, GlooComm& comm) -> Status {
+    if (r == 0) {
+      for (std::size_t i = 0; i < sizes.size(); ++i) CKPT_TRY(comm.send(pattern(sizes[i], static_cast<int>(i)), 1, 9));
+      return Status();
+    }
+    std::vector<char> dst((std::size_t{1} << 20) + 16, '-');
+    std::string bytes;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::fill(dst.begin(), dst.end(), '-');
+      CKPT_ASSIGN_OR_RETURN(const Received got, comm.recv_into(dst.data(), std::size_t{1} << 20, bytes, 0, 9));
+      const bool fits = sizes[i] <= (std::size_t{1} << 20);
+      const std::string expected = pattern(sizes[i], static_cast<int>(i));
+      if (got.in_place != fits || got.size != sizes[i]) return make_error(Code::corrupt, "message " + std::to_string(i) + ": wrong landing");
+      if (fits && std::string(dst.data(), sizes[i]) != expected) return make_error(Code::corrupt, "message " + std::to_string(i) + " differs in place");
+      if (!fits && (bytes != expected || dst[0] != '-')) return make_error(Code::corrupt, "message " + std::to_string(i) + " differs in the string");
+    }
+    return Status();
   }));
 }
 

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <cstring>
 #include <thread>
 
 #include <ckpt/store/open_store.hpp>
@@ -57,6 +58,7 @@ struct JobResult {
   std::vector<std::vector<TierRecord>> records;
   std::vector<std::vector<std::string>> notes;
   std::vector<std::uint64_t> written;  // bytes each rank handed to pwrite
+  std::vector<std::uint64_t> landed;   // bytes each rank received straight at their destination (recv_into)
   std::vector<std::vector<float>> norms;  // each rank's replicated tensor at the end
   [[nodiscard]] bool ok() const {
     for (const auto& e : errors)
@@ -68,6 +70,33 @@ struct JobResult {
       if (!errors[r].ok()) return "rank " + std::to_string(r) + ": " + errors[r].to_string();
     return "";
   }
+};
+
+// The job's ThreadComm, with the recv_into of a transport that receives in place (MPI, gloo): counts the bytes
+// the tiers had land straight at their destination (spec/TIERS.md 4.2).
+class LandingComm {
+ public:
+  explicit LandingComm(ThreadComm& comm) : comm_(comm) {}
+  [[nodiscard]] int rank() const { return comm_.rank(); }
+  [[nodiscard]] int size() const { return comm_.size(); }
+  [[nodiscard]] Status barrier() { return comm_.barrier(); }
+  [[nodiscard]] Result<std::vector<std::string>> gather(std::string bytes, int root) { return comm_.gather(std::move(bytes), root); }
+  [[nodiscard]] Status broadcast(std::string& bytes, int root) { return comm_.broadcast(bytes, root); }
+  void leave(const Status& why) { comm_.leave(why); }
+  [[nodiscard]] Status send(std::string_view bytes, int dest, int tag) { return comm_.send(bytes, dest, tag); }
+  [[nodiscard]] Status recv(std::string& bytes, int source, int tag) { return comm_.recv(bytes, source, tag); }
+  [[nodiscard]] Result<Received> recv_into(void* dst, std::size_t capacity, std::string& bytes, int source, int tag) {
+    CKPT_TRY(comm_.recv(bytes, source, tag));
+    if (bytes.size() > capacity) return Received{false, bytes.size()};
+    std::memcpy(dst, bytes.data(), bytes.size());
+    landed_ += bytes.size();
+    return Received{true, bytes.size()};
+  }
+  [[nodiscard]] std::uint64_t landed() const { return landed_; }
+
+ private:
+  ThreadComm& comm_;
+  std::uint64_t landed_ = 0;
 };
 
 TierOptions options_for(const Job& job, int rank) {
@@ -98,12 +127,14 @@ JobResult run(const Job& job) {
   out.records.resize(static_cast<std::size_t>(world));
   out.notes.resize(static_cast<std::size_t>(world));
   out.written.resize(static_cast<std::size_t>(world));
+  out.landed.resize(static_cast<std::size_t>(world));
   out.norms.resize(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       const auto i = static_cast<std::size_t>(r);
       ThreadComm comm(group, r);
+      LandingComm landing(comm);
       PosixFs posix;
       FaultFs<PosixFs> fs(posix, FaultPlan{Fault::none, 0, false, fs_op_bit(FsOp::pwrite)});  // counts, never fails
 #if CKPT_TEST_GLOO
@@ -125,10 +156,10 @@ JobResult run(const Job& job) {
         if (!connected.ok()) return fail(connected.status());
         gloo = std::move(*connected);
       }
-      auto tiers = gloo ? TieredCheckpointer::create(fs, *gloo, options_for(job, r)) : TieredCheckpointer::create(fs, comm, options_for(job, r));
+      auto tiers = gloo ? TieredCheckpointer::create(fs, *gloo, options_for(job, r)) : TieredCheckpointer::create(fs, landing, options_for(job, r));
 #else
       if (job.over_gloo) return fail(make_error(Code::unsupported, "built without gloo"));
-      auto tiers = TieredCheckpointer::create(fs, comm, options_for(job, r));
+      auto tiers = TieredCheckpointer::create(fs, landing, options_for(job, r));
 #endif
       if (!tiers.ok()) return fail(tiers.status());
       tier_trainer::Trainer trainer(job.elems, world, r);
@@ -155,6 +186,7 @@ JobResult run(const Job& job) {
       out.notes[i] = (*tiers)->notes();
       out.slices[i] = trainer.bytes();
       out.written[i] = fs.written_bytes();
+      out.landed[i] = landing.landed();
       out.norms[i] = trainer.norm;
     });
   for (auto& t : threads) t.join();
@@ -338,6 +370,22 @@ TEST_CASE("a replica is copied from the message into its held store's mapped fil
   for (std::size_t rank = 0; rank < r.written.size(); ++rank) {
     INFO("rank " << rank << " wrote " << r.written[rank] << " bytes by pwrite over 5 captures of a " << shard_bytes << "-byte shard");
     CHECK(r.written[rank] < shard_bytes);  // the 5 replicas it received, written, would be 5 shards' bytes
+  }
+}
+
+TEST_CASE("a replica's whole messages land in its slot as they are received: the holder copies none of them", "[tiered][in_place]") {
+  // spec/TIERS.md 4.2: the sender sends what is pending alone before a piece's whole messages, so each of them
+  // holds that piece's bytes only and the receiver's transport puts it in the slot (recv_into).
+  Job job{fresh_dir("replica-lands"), kFourNodes, 10, {}, [](TierOptions& o) { o.persist_every = 0; }};
+  job.elems = 1 << 18;
+  auto r = run(job);
+  check_final(r, 10, job.elems);
+  const std::uint64_t piece = job.elems / 4 * sizeof(float);             // each rank's quarter of a tensor
+  const std::uint64_t whole = piece / 5000 * 5000;                       // its whole messages (transfer_block 5000)
+  for (std::size_t rank = 0; rank < r.landed.size(); ++rank) {
+    INFO("rank " << rank << ": " << r.landed[rank] << " bytes landed in place over 5 replicas of 2 pieces of " << piece << " bytes");
+    CHECK(r.landed[rank] >= 5 * 2 * whole);  // a last message that is a piece's tail alone lands too
+    CHECK(r.landed[rank] <= 5 * 2 * piece);
   }
 }
 

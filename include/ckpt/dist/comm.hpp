@@ -13,12 +13,18 @@
 //                                                             // may wait for its receiver (as MPI_Send may):
 //   Status recv(std::string& bytes, int source, int tag);     // messages of one (source, dest, tag) arrive in
 //                                                             // order; tag in [0, kMaxP2pTag]
+//   Result<Received> recv_into(void* dst, std::size_t capacity, std::string& bytes, int source, int tag);
+//                      // the next message straight at dst when it fits in capacity (bytes then unspecified),
+//                      // else in bytes (as recv);
+//                      // CommRef falls back to recv and a copy (a replica lands in its slot: spec/TIERS.md 4.2)
 //   void leave(const Status& why);  // this rank stops: the collectives of every other rank, waiting or
 //                                   // later, fail instead of waiting for it (ThreadComm, MpiComm)
 // A rank that drops an open transaction calls leave() instead of waiting for the others (spec/SHARDING.md 3.4):
 // without it, the other ranks wait in their next collective for as long as the communicator lets them.
 #pragma once
 
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -31,6 +37,12 @@ namespace ckpt {
 
 // Point-to-point tags a Comm must carry (MPI guarantees 32767; the MPI adapter keeps one above for leave).
 inline constexpr int kMaxP2pTag = 0x3fff;
+
+// Where recv_into put a message: at dst (in_place) or in the string, and its size.
+struct Received {
+  bool in_place = false;
+  std::size_t size = 0;
+};
 
 // One process, one rank: every collective is a no-op or a copy.
 class LocalComm {
@@ -89,6 +101,11 @@ struct has_p2p : std::false_type {};
 template <class Comm>
 struct has_p2p<Comm, std::void_t<decltype(std::declval<Comm&>().send(std::string_view(), 0, 0)),
                                  decltype(std::declval<Comm&>().recv(std::declval<std::string&>(), 0, 0))>> : std::true_type {};
+template <class Comm, class = void>
+struct has_recv_into : std::false_type {};
+template <class Comm>
+struct has_recv_into<Comm, std::void_t<decltype(std::declval<Comm&>().recv_into(std::declval<void*>(), std::size_t{0},
+                                                                               std::declval<std::string&>(), 0, 0))>> : std::true_type {};
 [[nodiscard]] inline Status no_p2p() {
   return make_error(Code::unsupported, "this communicator has no point-to-point transfer (send/recv; spec/TIERS.md 4)");
 }
@@ -118,6 +135,18 @@ class CommRef {
         recv_([](void* c, std::string& b, int source, int tag) -> Status {
           if constexpr (detail::has_p2p<Comm>::value) return static_cast<Comm*>(c)->recv(b, source, tag);
           else return (void)c, (void)b, (void)source, (void)tag, detail::no_p2p();
+        }),
+        recv_into_([](void* c, void* dst, std::size_t capacity, std::string& b, int source, int tag) -> Result<Received> {
+          if constexpr (detail::has_recv_into<Comm>::value) {
+            return static_cast<Comm*>(c)->recv_into(dst, capacity, b, source, tag);
+          } else if constexpr (detail::has_p2p<Comm>::value) {
+            CKPT_TRY(static_cast<Comm*>(c)->recv(b, source, tag));
+            Received got{b.size() <= capacity, b.size()};
+            if (got.in_place && !b.empty()) std::memcpy(dst, b.data(), b.size());
+            return got;
+          } else {
+            return (void)c, (void)dst, (void)capacity, (void)b, (void)source, (void)tag, detail::no_p2p();
+          }
         }) {}
 
   [[nodiscard]] int rank() const { return rank_(comm_); }
@@ -130,6 +159,9 @@ class CommRef {
   void leave(const Status& why) const { leave_(comm_, why); }
   [[nodiscard]] Status send(std::string_view bytes, int dest, int tag) const { return send_(comm_, bytes, dest, tag); }
   [[nodiscard]] Status recv(std::string& bytes, int source, int tag) const { return recv_(comm_, bytes, source, tag); }
+  [[nodiscard]] Result<Received> recv_into(void* dst, std::size_t capacity, std::string& bytes, int source, int tag) const {
+    return recv_into_(comm_, dst, capacity, bytes, source, tag);
+  }
 
  private:
   void* comm_;
@@ -141,6 +173,7 @@ class CommRef {
   void (*leave_)(void*, const Status&);
   Status (*send_)(void*, std::string_view, int, int);
   Status (*recv_)(void*, std::string&, int, int);
+  Result<Received> (*recv_into_)(void*, void*, std::size_t, std::string&, int, int);
 };
 
 }  // namespace ckpt

@@ -75,6 +75,8 @@ class GlooComm {
   [[nodiscard]] Status broadcast(std::string& bytes, int root);
   [[nodiscard]] Status send(std::string_view bytes, int dest, int tag);
   [[nodiscard]] Status recv(std::string& bytes, int source, int tag);
+  // The next message at dst when it fits in capacity, else in bytes (comm.hpp): no copy after gloo's own.
+  [[nodiscard]] Result<Received> recv_into(void* dst, std::size_t capacity, std::string& bytes, int source, int tag);
   void leave(const Status& why);
 
  private:
@@ -302,11 +304,14 @@ inline Status GlooComm::send(std::string_view bytes, int dest, int tag) {
   });
 }
 
-inline Status GlooComm::recv(std::string& bytes, int source, int tag) {
+inline Status GlooComm::recv(std::string& bytes, int source, int tag) { return recv_into(nullptr, 0, bytes, source, tag).status(); }
+
+inline Result<Received> GlooComm::recv_into(void* dst, std::size_t capacity, std::string& bytes, int source, int tag) {
   CKPT_TRY(check_peer(source, "recv from"));
   if (source == rank_ || tag < 0 || tag > kMaxP2pTag)
     return make_error(Code::invalid_argument, "recv from rank " + std::to_string(source) + " tag " + std::to_string(tag) + ": not a peer, or the tag is outside [0, " + std::to_string(kMaxP2pTag) + "]");
-  return run("recv from rank " + std::to_string(source), [&] {
+  Received got;
+  CKPT_TRY(run("recv from rank " + std::to_string(source), [&] {
     const auto slot = gloo::Slot::build(detail::kGlooP2pSlotPrefix, static_cast<std::uint32_t>(tag));
     std::uint64_t n = 0;
     auto head = mesh_->createUnboundBuffer(&n, sizeof n);
@@ -314,13 +319,15 @@ inline Status GlooComm::recv(std::string& bytes, int source, int tag) {
     if (!head->waitRecv(options_.timeout)) return make_error(Code::io, "recv from rank " + std::to_string(source) + ": aborted or timed out");
     if (n > options_.max_message)
       return make_error(Code::corrupt, "recv from rank " + std::to_string(source) + " tag " + std::to_string(tag) + ": a message of " + std::to_string(n) + " bytes, more than " + std::to_string(options_.max_message));
-    bytes.resize(static_cast<std::size_t>(n));  // a reused string of the same size is not filled again
+    got = Received{dst != nullptr && n <= capacity, static_cast<std::size_t>(n)};
+    if (!got.in_place) bytes.resize(static_cast<std::size_t>(n));  // a reused string of the same size is not filled again
     if (n == 0) return Status();
-    auto body = mesh_->createUnboundBuffer(&bytes[0], bytes.size());
+    auto body = mesh_->createUnboundBuffer(got.in_place ? dst : &bytes[0], static_cast<std::size_t>(n));
     body->recv(source, slot);
     if (!body->waitRecv(options_.timeout)) return make_error(Code::io, "recv from rank " + std::to_string(source) + ": aborted or timed out");
     return Status();
-  });
+  }));
+  return got;
 }
 
 }  // namespace ckpt

@@ -70,6 +70,8 @@ class MpiComm {
   // which the rank that left never posts.
   [[nodiscard]] Status send(std::string_view bytes, int dest, int tag);
   [[nodiscard]] Status recv(std::string& bytes, int source, int tag);
+  // The next message at dst when it fits in capacity, else in bytes (comm.hpp): MPI copies it once, into place.
+  [[nodiscard]] Result<Received> recv_into(void* dst, std::size_t capacity, std::string& bytes, int source, int tag);
 
  private:
   static constexpr int kLeaveTag = 0x6c76;  // point-to-point, so it never matches a collective
@@ -323,7 +325,9 @@ inline Status MpiComm::send(std::string_view bytes, int dest, int tag) {
   }
 }
 
-inline Status MpiComm::recv(std::string& bytes, int source, int tag) {
+inline Status MpiComm::recv(std::string& bytes, int source, int tag) { return recv_into(nullptr, 0, bytes, source, tag).status(); }
+
+inline Result<Received> MpiComm::recv_into(void* dst, std::size_t capacity, std::string& bytes, int source, int tag) {
   CKPT_TRY(check_peer(source, tag, "recv"));
   if (!broken_.ok()) return broken_;
   long pause_ns = 1000;
@@ -336,9 +340,12 @@ inline Status MpiComm::recv(std::string& bytes, int source, int tag) {
       int n = 0;
       rc = MPI_Get_count(&status, MPI_BYTE, &n);
       if (rc != MPI_SUCCESS || n < 0) return mpi_error("MPI_Get_count", rc);
-      bytes.resize(static_cast<std::size_t>(n));
-      rc = MPI_Recv(bytes.empty() ? nullptr : &bytes[0], n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE);
-      return rc == MPI_SUCCESS ? Status() : mpi_error("MPI_Recv", rc);
+      const Received got{dst != nullptr && static_cast<std::size_t>(n) <= capacity, static_cast<std::size_t>(n)};
+      if (!got.in_place) bytes.resize(static_cast<std::size_t>(n));
+      void* into = got.in_place ? dst : bytes.empty() ? nullptr : &bytes[0];
+      rc = MPI_Recv(into, n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mpi_error("MPI_Recv", rc);
+      return got;
     }
     Status left = peek_leave();
     if (!left.ok()) return left.with_context("recv from rank " + std::to_string(source));

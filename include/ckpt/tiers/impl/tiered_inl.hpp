@@ -86,7 +86,10 @@ struct BodyOut {
   }
   [[nodiscard]] Status bytes(const unsigned char* data, std::uint64_t length) {
     for (std::uint64_t done = 0; done < length;) {
-      if (pending.empty() && length - done >= block) {  // whole messages straight from the source
+      if (length - done >= block) {
+        // Whole messages straight from the source, what is pending sent alone before them: a message of one
+        // piece's bytes only, which the receiver takes straight into its slot (BodyIn::refill_into).
+        CKPT_TRY(flush());
         CKPT_TRY(comm.send(std::string_view(reinterpret_cast<const char*>(data) + done, block), dest, tag));
         done += block;
         continue;
@@ -113,6 +116,17 @@ struct BodyIn {
     pos = 0;
     if (msg.empty()) return make_error(Code::corrupt, "an empty message in a shard's body");
     return Status();
+  }
+  // With the stream drained inside a piece that still needs `room` bytes: a next message of at most that many
+  // is only that piece's bytes and lands at dst (returns its size); a longer one is taken as refill() takes it
+  // (returns 0) and read through bytes().
+  [[nodiscard]] Result<std::size_t> refill_into(unsigned char* dst, std::uint64_t room) {
+    CKPT_ASSIGN_OR_RETURN(const Received got, comm.recv_into(dst, static_cast<std::size_t>(std::min<std::uint64_t>(room, SIZE_MAX)), msg, source, tag));
+    if (got.size == 0) return make_error(Code::corrupt, "an empty message in a shard's body");
+    pos = 0;
+    if (!got.in_place) return std::size_t{0};
+    msg.clear();  // still drained: a transport without recv_into of its own took the message here first
+    return got.size;
   }
   // Returns a transport failure; *decoded is false when the bytes are not a status.
   [[nodiscard]] Status status(Status& out, bool& decoded) {
@@ -314,6 +328,14 @@ struct Received {
       s = make_error(Code::corrupt, from + ": piece " + std::to_string(k) + " has unknown dtype " + std::to_string(p.dtype));
     if (s.ok()) s = tx->begin_piece(p.name, static_cast<DType>(p.dtype), p.global, p.offsets, p.local);
     for (std::uint64_t done = 0; done < p.length;) {
+      if (s.ok() && !in_place.empty() && body.drained()) {
+        // A message of this piece's bytes only lands in the slot as it is received: no copy of ours (4.2).
+        CKPT_ASSIGN_OR_RETURN(const std::size_t landed, body.refill_into(in_place[k] + done, p.length - done));
+        for (std::size_t off = 0; s.ok() && off < landed; off += ckpt::detail::kHashWindow)
+          s = tx->write(in_place[k] + done + off, std::min(ckpt::detail::kHashWindow, landed - off));
+        done += landed;
+        if (landed != 0) continue;
+      }
       CKPT_ASSIGN_OR_RETURN(std::string_view got_bytes, body.bytes(p.length - done));
       if (s.ok() && !in_place.empty()) {
         // A cache-sized window at a time: the writer hashes what was just copied while it is in cache.
