@@ -325,6 +325,10 @@ def table(doc):
     if "stall_minor_faults" in mc:
         out.append(f"    of which in the kernel (the training thread, most of any rank): {mc['stall_minor_faults']:.0f} minor page "
                    f"faults, {mc['stall_sys_s']:.4f} s system CPU")
+    if "stall_cpu_s" in mc:
+        out.append(f"    the slowest rank's training thread: {mc['stall_cpu_s']:.3f} s on a core, {mc['stall_waiting_s']:.3f} s waiting for one "
+                   f"(its plain copy: {mc['staging_copy_cpu_s']:.3f} s and {mc['staging_copy_waiting_s']:.3f} s); "
+                   f"{doc['ranks']} ranks and their workers share {m.get('cores')} cores")
     if "median" in d:
         row(f"DCP async_save, {d['ranks']} gloo processes, until it returns", d["median"]["blocked_s"],
             f"ckpt's stall is {f['stall_vs_dcp_async_save']:.2f}x DCP's")

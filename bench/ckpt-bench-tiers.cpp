@@ -150,11 +150,18 @@ nlohmann::json cpu_now() {
           {"sys_s", double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) * 1e-6}};
 }
 // The calling thread's minor page faults and system CPU seconds: what step() spends in the kernel.
-std::pair<long, double> thread_faults_sys() {
+// The calling thread's minor faults, system and user CPU seconds so far.
+struct ThreadTimes {
+  long minor_faults = 0;
+  double sys_s = 0, user_s = 0;
+};
+ThreadTimes thread_times() {
   rusage u{};
   ::getrusage(RUSAGE_THREAD, &u);
-  return {u.ru_minflt, double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) * 1e-6};
+  return {u.ru_minflt, double(u.ru_stime.tv_sec) + double(u.ru_stime.tv_usec) * 1e-6,
+          double(u.ru_utime.tv_sec) + double(u.ru_utime.tv_usec) * 1e-6};
 }
+double cpu_between(const ThreadTimes& a, const ThreadTimes& b) { return (b.sys_s + b.user_s) - (a.sys_s + a.user_s); }
 nlohmann::json cpu_since(const nlohmann::json& before) {
   const nlohmann::json now = cpu_now();
   return {{"user_s", now["user_s"].get<double>() - before["user_s"].get<double>()},
@@ -493,11 +500,11 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
     stamp_step(state.data(), l, step);
     phases.clear();
     quiet_barrier(bench.native());
-    const auto k0 = thread_faults_sys();
+    const ThreadTimes k0 = thread_times();
     const std::int64_t t0 = now_ns();
     auto outcome = tiers.step(step, fill);
     const std::int64_t t1 = now_ns();
-    const auto k1 = thread_faults_sys();
+    const ThreadTimes k1 = thread_times();
     const nlohmann::json cpu0 = cpu_now(), fs0 = fs.call_seconds();
     check(outcome.status(), "step " + std::to_string(step));
     check(tiers.wait(), "wait after step " + std::to_string(step));
@@ -510,8 +517,9 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
                           {"start_ns", t0},
                           {"stall_s", seconds_between(t0, t1)},
                           {"stall_reported_s", std::chrono::duration<double>(outcome->stall).count()},
-                          {"stall_minor_faults", k1.first - k0.first},
-                          {"stall_sys_s", k1.second - k0.second},
+                          {"stall_minor_faults", k1.minor_faults - k0.minor_faults},
+                          {"stall_sys_s", k1.sys_s - k0.sys_s},
+                          {"stall_cpu_s", cpu_between(k0, k1)},  // on a core; the rest of stall_s it waited for one
                           {"returned_ns", t1},
                           {"captured_ns", phases.at("captured")},
                           {"replicating_ns", phases.at("replicating")},
@@ -533,10 +541,12 @@ nlohmann::json run_capture(const Settings& s, ckpt::MpiComm& bench, const Layout
     nlohmann::json round;
     // The staging copy limit: the same bytes into a pre-faulted buffer, every rank at once as step() does.
     quiet_barrier(bench.native());
+    const ThreadTimes c0 = thread_times();
     std::int64_t t0 = now_ns();
     std::memcpy(staging.data(), state.data(), bytes);
     ckpt::bench::keep(staging.data()[bytes - 1]);
     round["copy_s"] = seconds_between(t0, now_ns());
+    round["copy_cpu_s"] = cpu_between(c0, thread_times());
     quiet_barrier(bench.native());
     t0 = now_ns();
     std::memcpy(plain.get(), state.data(), bytes);
@@ -653,11 +663,14 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   nlohmann::json j;
   const std::size_t rounds = ranks[0]["rounds"].size();
   std::vector<double> stall_faults, stall_sys;  // the training thread's, during step(): the most of any rank
+  // The slowest rank's step(): its training thread's CPU, and the rest of the stall, spent waiting for a core;
+  // the slowest rank's plain copy the same way.
+  std::vector<double> stall_cpu, stall_waiting, copy_cpu, copy_waiting;
   std::vector<double> copy, copy_small, copy_hashed, memory_write, stall, stall_reported, commit, replicate, raw, agreement, encoding;
   std::vector<double> background_user, background_sys, raw_cpu, raw_write;
   std::map<std::string, std::vector<double>> background_fs;  // per kind of call, per capture, all ranks
   for (std::size_t i = 0; i < rounds; ++i) {
-    double sf = 0, ss = 0;
+    double sf = 0, ss = 0, slowest_stall = -1, slowest_copy = -1, scpu = 0, swait = 0, ccpu = 0, cwait = 0;
     double c = 0, cs = 0, ch = 0, mw = 0, st = 0, sr = 0, cm = 0, bu = 0, bs = 0, rc = 0, rw = 0;
     std::int64_t rep_from = INT64_MAX, rep_to = 0, raw_from = INT64_MAX, raw_to = 0, agree_from = INT64_MAX, agree_to = 0;
     std::int64_t encode_from = INT64_MAX, encode_to = 0;
@@ -670,6 +683,14 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
       mw = std::max(mw, round["memory_write_s"].get<double>());
       rw = std::max(rw, round["raw_write_s"].get<double>());
       st = std::max(st, cap["stall_s"].get<double>());
+      if (cap["stall_s"].get<double>() > slowest_stall) {
+        slowest_stall = cap["stall_s"].get<double>();
+        scpu = cap["stall_cpu_s"].get<double>(), swait = std::max(0.0, slowest_stall - scpu);
+      }
+      if (round["copy_s"].get<double>() > slowest_copy) {
+        slowest_copy = round["copy_s"].get<double>();
+        ccpu = round["copy_cpu_s"].get<double>(), cwait = std::max(0.0, slowest_copy - ccpu);
+      }
       sf = std::max(sf, cap["stall_minor_faults"].get<double>());
       ss = std::max(ss, cap["stall_sys_s"].get<double>());
       sr = std::max(sr, cap["stall_reported_s"].get<double>());
@@ -695,6 +716,7 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
     }
     background_user.push_back(bu), background_sys.push_back(bs), raw_cpu.push_back(rc), raw_write.push_back(rw);
     stall_faults.push_back(sf), stall_sys.push_back(ss);
+    stall_cpu.push_back(scpu), stall_waiting.push_back(swait), copy_cpu.push_back(ccpu), copy_waiting.push_back(cwait);
     copy.push_back(c), copy_small.push_back(cs), copy_hashed.push_back(ch), memory_write.push_back(mw), stall.push_back(st), stall_reported.push_back(sr), commit.push_back(cm);
     replicate.push_back(seconds_between(rep_from, rep_to)), raw.push_back(seconds_between(raw_from, raw_to));
     agreement.push_back(seconds_between(agree_from, agree_to));
@@ -730,6 +752,10 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
   j["stall_reported_s"] = stall_reported;
   j["stall_minor_faults"] = stall_faults;
   j["stall_sys_s"] = stall_sys;
+  j["stall_cpu_s"] = stall_cpu;
+  j["stall_waiting_s"] = stall_waiting;
+  j["staging_copy_cpu_s"] = copy_cpu;
+  j["staging_copy_waiting_s"] = copy_waiting;
   j["commit_s"] = commit;
   j["replication_s"] = replicate;
   j["agreement_s"] = agreement;  // 'captured' to 'replicating': the capture's agreement (and the canary's comparison)
@@ -744,6 +770,8 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
                  {"background_sys_s", median_of(background_sys)}, {"raw_p2p_cpu_s", median_of(raw_cpu)},
                  {"raw_p2p_write_s", median_of(raw_write)}, {"stall_s", median_of(stall)}, {"stall_reported_s", median_of(stall_reported)},
                  {"stall_minor_faults", median_of(stall_faults)}, {"stall_sys_s", median_of(stall_sys)},
+                 {"stall_cpu_s", median_of(stall_cpu)}, {"stall_waiting_s", median_of(stall_waiting)},
+                 {"staging_copy_cpu_s", median_of(copy_cpu)}, {"staging_copy_waiting_s", median_of(copy_waiting)},
                  {"commit_s", median_of(commit)}, {"replication_s", median_of(replicate)}, {"raw_p2p_s", median_of(raw)},
                  {"agreement_s", median_of(agreement)}, {"encoding_s", median_of(encoding)}};
   for (const auto& [kind, v] : background_fs) j["median"]["background_fs_s"][kind] = median_of(v);
@@ -831,6 +859,9 @@ void print_capture(const nlohmann::json& j) {
   row("step() stall", m["stall_s"].get<double>());
   std::printf("    of which in the kernel (training thread, most of any rank): %.0f minor page faults, %.4f s system CPU\n",
               m["stall_minor_faults"].get<double>(), m["stall_sys_s"].get<double>());
+  std::printf("    the slowest rank's training thread on a core %.4f s, waiting for one %.4f s (its plain copy: %.4f and %.4f s)\n",
+              m["stall_cpu_s"].get<double>(), m["stall_waiting_s"].get<double>(), m["staging_copy_cpu_s"].get<double>(),
+              m["staging_copy_waiting_s"].get<double>());
   row((j["transport"].get<std::string>() + " send/recv, same pairs").c_str(), m["raw_p2p_s"].get<double>());
   row("replication (replicating -> wait())", m["replication_s"].get<double>());
   row("write into the memory root (pwrite 8 MiB)", m["memory_write_s"].get<double>());
