@@ -5,7 +5,13 @@
 // the same across ranks (threads over ThreadComm).
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -630,4 +636,28 @@ TEST_CASE("async saves across ranks join one collective commit, and one rank's f
   REQUIRE(check.ok());
   CHECK_FALSE((*check)->recovery_report().corrupt());
   CHECK(live_steps((*check)->steps()) == std::vector<std::uint64_t>{100, 200});
+}
+
+TEST_CASE("the worker runs at worker_nice, below the training thread, and at the caller's priority without it", "[async]") {
+  // spec/ASYNC.md 1, "Background priority": with every core busy the caller's copy wins over a worker's hash.
+  const auto nice_of_this_thread = [] {
+    errno = 0;
+    return ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+  };
+  const int caller = nice_of_this_thread();
+  for (const int asked : {0, 10}) {
+    INFO("worker_nice " << asked);
+    SimFs sim;
+    auto store = open_store(sim);
+    AsyncSaveOptions o = small_saver(256 << 10);
+    o.worker_nice = asked;
+    int seen = -100;
+    o.on_complete = [&](const SaveOutcome&) { seen = nice_of_this_thread(); };  // on the worker
+    auto saver = start_saver(*store, o);
+    const StepData d(1);
+    REQUIRE(saver->save(d.request(1)).ok());
+    REQUIRE(saver->wait().ok());
+    CHECK(seen == std::max(caller, asked));
+    CHECK(nice_of_this_thread() == caller);  // the caller's own priority is left as it was
+  }
 }

@@ -180,6 +180,9 @@ struct AsyncSaveOptions {
   std::function<void(const SaveOutcome&)> on_complete;
   // Obeys flush requests made by signal handlers (flush.hpp) without a call to flush().
   bool obey_flush_requests = true;
+  // The worker's nice value (io/thread_priority.hpp; 0: the caller's): with every core busy, the training
+  // thread's copy wins the core over another saver's hashing (spec/ASYNC.md 1, "Background priority").
+  int worker_nice = 0;
   // false: while a save is being staged the worker writes only once the pool is full (the state does
   // not fit), so on few cores it does not take CPU and memory bandwidth from the caller's copy; true:
   // it writes each slab as soon as it is staged (less total time, more stall). spec/ASYNC.md 1.

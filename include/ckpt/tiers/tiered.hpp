@@ -95,6 +95,9 @@ struct TierOptions {
   std::size_t staging_bytes = 0;                    // with device snapshots (else none, 2.1): 0 is the first capture's size
   std::size_t transfer_block = std::size_t{16} << 20;  // bytes per point-to-point message
   bool check_free_space = true;                     // statvfs the memory root before the first capture
+  // The nice value of the background (the saver's worker with its replication, the promoter, the refill): with
+  // every core busy, training threads win the cores (spec/ASYNC.md 1, "Background priority"); 0: as the caller.
+  int background_nice = 10;
   // A capture due while the previous one is still in the background (committing, replicating, promoting):
   // skip it (recorded, SKIPPED; the training loop never waits for background work) or wait for a slot.
   // skip across ranks needs the control communicator of create(fs, comm, control, options), so every

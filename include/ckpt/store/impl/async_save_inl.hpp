@@ -4,6 +4,7 @@
 #include "../async_save.hpp"  // its declarations first: this file stands alone (spec/LAYOUT.md)
 
 #include "../../core/bulk_copy.hpp"
+#include "../../io/thread_priority.hpp"
 
 namespace ckpt {
 
@@ -368,6 +369,7 @@ CKPT_INLINE SaveOutcome AsyncSaver::persist(Job& job) {
 }
 
 CKPT_INLINE void AsyncSaver::run() {
+  (void)lower_this_thread_priority(options_.worker_nice);  // best effort: a refusal leaves it as it was
   for (;;) {
     std::shared_ptr<Job> job;
     {

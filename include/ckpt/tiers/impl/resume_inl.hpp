@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../tiered.hpp"
+#include "../../io/thread_priority.hpp"
 
 namespace ckpt::tiers {
 
@@ -598,6 +599,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::resume(const std::function<Statu
     const bool replicas = resumed->refilling;
     resumed->refilling = true;
     refill_ = std::thread([this, owned, replicas] {  // reads no caller state (`load`)
+      (void)lower_this_thread_priority(options_.background_nice);
       Status done = replicas ? owned->refill() : Status();
       refill_result_ = done.ok() ? refill_parity() : done;
     });

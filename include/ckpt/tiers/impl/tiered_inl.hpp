@@ -13,6 +13,7 @@
 
 #include "../../core/coding.hpp"
 #include "../../core/enum_name.hpp"
+#include "../../io/thread_priority.hpp"
 #include "../../shard/verify.hpp"
 #include "../tiered.hpp"
 
@@ -755,6 +756,7 @@ CKPT_INLINE Status TieredCheckpointer::start_saver(std::size_t bytes) {
   if (promotion_) o.busy = [this] { return promotion_pins_next_slot(); };
   o.when_busy = options_.when_busy;
   o.obey_flush_requests = false;
+  o.worker_nice = options_.background_nice;
   o.device = options_.device;
   o.memory = options_.staging_memory;
   o.on_complete = [this](const SaveOutcome& outcome) { after_capture(outcome); };
@@ -1003,7 +1005,11 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
       {
         std::lock_guard<std::mutex> lock(promote_mutex_);
         promotions_.push_back(QueuedPromotion{step, std::make_shared<StepReader>(std::move(*mine)), my_digest, digest, owners_write});
-        if (!promoter_.joinable()) promoter_ = std::thread([this] { run_promotions(); });
+        if (!promoter_.joinable())
+          promoter_ = std::thread([this] {
+            (void)lower_this_thread_priority(options_.background_nice);
+            run_promotions();
+          });
       }
       promote_cv_.notify_all();
     }
