@@ -328,24 +328,27 @@ struct Received {
     if (s.ok() && (p.dtype > 0xffff || format::dtype_info(static_cast<std::uint16_t>(p.dtype)) == nullptr))
       s = make_error(Code::corrupt, from + ": piece " + std::to_string(k) + " has unknown dtype " + std::to_string(p.dtype));
     if (s.ok()) s = tx->begin_piece(p.name, static_cast<DType>(p.dtype), p.global, p.offsets, p.local);
+    // Hashes n bytes at the piece's `done` in the slot a cache-sized window at a time, each window first copied
+    // from `copy_from` unless the bytes already lie there: the writer hashes them while they are in cache.
+    const auto in_slot = [&](std::uint64_t done, const char* copy_from, std::size_t n) {
+      for (std::size_t off = 0; s.ok() && off < n; off += ckpt::detail::kHashWindow) {
+        const std::size_t w = std::min(ckpt::detail::kHashWindow, n - off);
+        unsigned char* at = in_place[k] + done + off;
+        if (copy_from != nullptr) std::memcpy(at, copy_from + off, w);
+        s = tx->write(at, w);
+      }
+    };
     for (std::uint64_t done = 0; done < p.length;) {
       if (s.ok() && !in_place.empty() && body.drained()) {
         // A message of this piece's bytes only lands in the slot as it is received: no copy of ours (4.2).
         CKPT_ASSIGN_OR_RETURN(const std::size_t landed, body.refill_into(in_place[k] + done, p.length - done));
-        for (std::size_t off = 0; s.ok() && off < landed; off += ckpt::detail::kHashWindow)
-          s = tx->write(in_place[k] + done + off, std::min(ckpt::detail::kHashWindow, landed - off));
+        in_slot(done, nullptr, landed);
         done += landed;
         if (landed != 0) continue;
       }
       CKPT_ASSIGN_OR_RETURN(std::string_view got_bytes, body.bytes(p.length - done));
       if (s.ok() && !in_place.empty()) {
-        // A cache-sized window at a time: the writer hashes what was just copied while it is in cache.
-        for (std::size_t off = 0; s.ok() && off < got_bytes.size(); off += ckpt::detail::kHashWindow) {
-          const std::size_t n = std::min(ckpt::detail::kHashWindow, got_bytes.size() - off);
-          unsigned char* at = in_place[k] + done + off;
-          std::memcpy(at, got_bytes.data() + off, n);
-          s = tx->write(at, n);
-        }
+        in_slot(done, got_bytes.data(), got_bytes.size());
       } else if (s.ok()) {
         s = tx->write(got_bytes.data(), got_bytes.size());
       }
