@@ -538,3 +538,71 @@ TEST_CASE("chunks larger than one read are verified whole, in place and through 
   CHECK(r->verify_piece_chunks(0, 1, 1).code() == Code::corrupt);
   CHECK(r->map_piece(0).status().code() == Code::corrupt);
 }
+
+TEST_CASE("a checked read of a mapped file copies and hashes each chunk in one pass and remembers the chunks it found good",
+          "[shard_reader]") {
+  // spec/TIERS.md 7.2 (revision 10): a resume loads its own memory copy with its chunks checked as they are
+  // copied (copy_hashed), then verify_file hashes only what the load did not read (VerifyOptions::already_verified).
+  ckpt_test::TempDir dir;
+  PosixFs fs;
+  const std::string path = dir.file("mapped.ckpt");
+  const std::uint64_t mib = std::uint64_t{1} << 20;
+  const auto data = ckpt_test::random_bytes(3 * mib + 12345, 23);
+  {
+    WriterOptions o;
+    o.chunk_size_log2 = 20;  // whole chunks of kBulkCopyMin: the streamed copy; the last one is short
+    auto w = ShardWriter::create(fs, path, o);
+    REQUIRE(w.ok());
+    REQUIRE(w->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
+    REQUIRE(w->finish().ok());
+  }
+  std::string bytes = ckpt_test::read_file(path);
+  const std::uint64_t damaged = 4096 + mib + 300000;  // in chunk 1
+  bytes[damaged] ^= 0x02;
+  ckpt_test::write_file(path, bytes);
+  auto r = ShardReader::open(fs, path);
+  REQUIRE(r.ok());
+  REQUIRE(r->map_file().ok());
+  r->remember_verified_chunks();
+  for (std::uint64_t k = 0; k < 4; ++k) CHECK_FALSE(r->chunk_verified(k));
+  struct Read { std::uint64_t off, len; bool ok; };
+  const Read reads[] = {{0, mib, true}, {3 * mib, 12345, true}, {mib, mib, false}, {2 * mib + 5, 10, true}};
+  for (const auto& rd : reads) {
+    INFO("slice [" << rd.off << ", +" << rd.len << ")");
+    Bytes8 got(rd.len);
+    const Status st = r->read_slice("w", {rd.off}, {rd.len}, got.data(), got.size());
+    if (rd.ok) {
+      REQUIRE(st.ok());
+      CHECK(std::equal(got.begin(), got.end(), data.begin() + static_cast<std::ptrdiff_t>(rd.off)));
+    } else {
+      CHECK(st.code() == Code::corrupt);
+      CHECK_THAT(st.message(), Catch::Contains("tensor 'w' piece 0 chunk 1 ") && Catch::Contains("digest expected"));
+    }
+  }
+  CHECK(r->chunk_verified(0));
+  CHECK_FALSE(r->chunk_verified(1));  // the damaged chunk is never remembered as good
+  CHECK(r->chunk_verified(2));        // through scratch: a read of part of it checks it whole
+  CHECK(r->chunk_verified(3));
+  CHECK_FALSE(r->chunk_verified(4));  // past the index: no such chunk
+  // The rest, hashed after the reads: only the unverified chunk, and it is found.
+  VerifyOptions rest;
+  rest.mapped = r->mapped();
+  const ShardReader* read = &*r;
+  rest.already_verified = [read](std::uint64_t k) { return read->chunk_verified(k); };
+  auto report = verify_file(fs, path, rest);
+  REQUIRE(report.ok());
+  REQUIRE(report->problems.size() == 1);
+  CHECK(report->problems[0].chunk == 1);
+  CHECK(report->chunks_checked == 4);
+  // A chunk the caller says it verified is not hashed again (here, falsely, the damaged one): nothing is found.
+  rest.already_verified = [](std::uint64_t) { return true; };
+  auto trusted = verify_file(fs, path, rest);
+  REQUIRE(trusted.ok());
+  CHECK(trusted->ok());
+  // A file cut while mapped: the checked read reports it, never a crash (SIGBUS caught).
+  REQUIRE(::truncate(path.c_str(), 0) == 0);
+  Bytes8 out(mib);
+  const Status cut = r->read_slice("w", {0}, {mib}, out.data(), out.size());
+  CHECK(cut.code() == Code::io);
+  CHECK_THAT(cut.message(), Catch::Contains("file changed while it was read"));
+}

@@ -202,6 +202,30 @@ fsys::path fresh_dir(const std::string& name) {
   return dir;
 }
 
+// Flips one byte inside tensor `tensor` of `step` in the store at `store`.
+void flip_tensor_byte(const fsys::path& store, std::uint64_t step, const std::string& tensor) {
+  PosixFs fs;
+  auto s = Store::open(fs, store.string(), Access::read_only);
+  REQUIRE(s.ok());
+  auto info = (*s)->find(step);
+  REQUIRE(info.ok());
+  auto reader = StepReader::open(fs, store.string(), *info, (*s)->uuid());
+  REQUIRE(reader.ok());
+  const Index& index = reader->shard(0).index();
+  for (const auto& p : index.pieces) {
+    if (index.tensors[static_cast<std::size_t>(p.tensor)].name != tensor) continue;
+    REQUIRE(p.data_length > 100);
+    std::fstream file(reader->shard(0).path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(p.data_offset + p.data_length / 2);
+    file.seekg(at);
+    const char c = static_cast<char>(file.get());
+    file.seekp(at);
+    file.put(static_cast<char>(c ^ 0x01));
+    return;
+  }
+  FAIL("no tensor " << tensor << " in step " << step << " of " << store);
+}
+
 // Flips one byte in the middle of the data of the shard file of `step` in a memory store directory.
 void flip_shard_byte(const fsys::path& store, std::uint64_t step) {
   for (const auto& e : fsys::directory_iterator(store)) {
@@ -652,6 +676,50 @@ TEST_CASE("a byte flipped in a memory copy is caught and the next source is used
   CHECK_THAT(again.resumed[1].sources.at(0), Catch::Contains("replica"));
   CHECK(again.resumed[1].setbacks.empty());
   CHECK(holds_shard_of(dir / "node-n1" / "rank-1" / "own", 6));
+}
+
+TEST_CASE("a memory copy only its rank reads is verified as the load copies it: a flipped byte fails that read and the "
+          "round repeats from the replica", "[tiered][verify_on_load]") {
+  // spec/TIERS.md 7.2 (revision 10): the load's own read hashes the bytes it copies, so the bad chunk is found
+  // by the load (its error names the chunk) instead of by a pass over the copy before it.
+  const auto dir = trained_to_7("verify-on-load");
+  flip_shard_byte(dir / "node-n1" / "rank-1" / "own", 6);
+  auto r = run(Job{dir, kFourNodes, 0, {}, {}});
+  REQUIRE(r.ok());
+  for (const auto& res : r.resumed) CHECK(res.step == 6);
+  CHECK_THAT(r.resumed[1].sources.at(0), Catch::Contains("replica"));
+  bool failed_read = false;
+  for (const auto& s : r.resumed[1].setbacks) failed_read = failed_read || (s.find("did not load: rank 1") != std::string::npos &&
+                                                                              s.find("digest expected") != std::string::npos);
+  INFO(r.resumed[1].setbacks.size() << " setbacks, the first: " << (r.resumed[1].setbacks.empty() ? "" : r.resumed[1].setbacks[0]));
+  CHECK(failed_read);
+  CHECK(count(r.records[1], TierEvent::set_aside) == 1);
+  auto again = run(Job{dir, kFourNodes, 10, {}, {}});  // bit-identical from the replica, and after it
+  check_final(again, 10);
+}
+
+TEST_CASE("a memory copy verified as it is loaded is still verified whole: a flipped byte in a tensor the load never reads sets "
+          "it aside", "[tiered][verify_on_load]") {
+  // The load reads only the trainer's tensors; the bad byte is in one it skips. The resume hashes what the
+  // load did not read before it accepts the copy (7.2), so the copy is set aside and the replica serves.
+  static const std::vector<float> extra(3000, 0.5f);
+  Job first{fresh_dir("verify-after-load"), kFourNodes, 7, {}, {}};
+  first.also_fill = [](int rank, std::uint64_t, SaveRequest& req) {
+    req.add_tensor("unread-" + std::to_string(rank), DType::F32, {extra.size()}, extra.data(), extra.size() * sizeof(float));
+  };
+  auto trained = run(first);
+  REQUIRE(trained.ok());
+  flip_tensor_byte(first.dir / "node-n1" / "rank-1" / "own", 6, "unread-1");
+  auto r = run(Job{first.dir, kFourNodes, 0, {}, {}});
+  REQUIRE(r.ok());
+  for (const auto& res : r.resumed) CHECK(res.step == 6);
+  CHECK_THAT(r.resumed[1].sources.at(0), Catch::Contains("replica"));
+  bool named = false;
+  for (const auto& s : r.resumed[1].setbacks) named = named || s.find("tensor 'unread-1'") != std::string::npos;
+  CHECK(named);
+  CHECK(count(r.records[1], TierEvent::set_aside) == 1);
+  for (std::size_t rank : {0, 2, 3}) CHECK(r.resumed[rank].verified_bytes > 0);  // their own copies, verified as loaded
+  CHECK(r.resumed[1].verified_bytes == 0);  // the replica it received was hashed on receipt (4.3), the bad copy not counted
 }
 
 TEST_CASE("a directory named rank-01 is no rank directory: resume neither reads it nor counts rank-1 twice", "[tiered]") {
@@ -1230,29 +1298,6 @@ std::vector<std::string> nodes_named(int n) {
   return out;
 }
 
-// Flips one byte inside tensor `tensor` of `step` in the store at `store`.
-void flip_tensor_byte(const fsys::path& store, std::uint64_t step, const std::string& tensor) {
-  PosixFs fs;
-  auto s = Store::open(fs, store.string(), Access::read_only);
-  REQUIRE(s.ok());
-  auto info = (*s)->find(step);
-  REQUIRE(info.ok());
-  auto reader = StepReader::open(fs, store.string(), *info, (*s)->uuid());
-  REQUIRE(reader.ok());
-  const Index& index = reader->shard(0).index();
-  for (const auto& p : index.pieces) {
-    if (index.tensors[static_cast<std::size_t>(p.tensor)].name != tensor) continue;
-    REQUIRE(p.data_length > 100);
-    std::fstream file(reader->shard(0).path(), std::ios::in | std::ios::out | std::ios::binary);
-    const auto at = static_cast<std::streamoff>(p.data_offset + p.data_length / 2);
-    file.seekg(at);
-    const char c = static_cast<char>(file.get());
-    file.seekp(at);
-    file.put(static_cast<char>(c ^ 0x01));
-    return;
-  }
-  FAIL("no tensor " << tensor << " in step " << step << " of " << store);
-}
 
 }  // namespace
 

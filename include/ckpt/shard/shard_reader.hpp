@@ -2,6 +2,7 @@
 // hyper-rectangular slice of them, verifying the chunks each read touches.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -64,6 +65,12 @@ class ShardReader {
   [[nodiscard]] std::string_view mapped() const noexcept {
     return std::string_view(reinterpret_cast<const char*>(mapping_.data()), mapping_.size());
   }
+  // From now on remembers each chunk a checked read found good, so a verification after a load that verified
+  // as it copied hashes only the rest (VerifyOptions::already_verified, spec/TIERS.md 7.2). Reads may run on
+  // several threads.
+  void remember_verified_chunks();
+  // Whether a checked read since remember_verified_chunks() found chunk k (an index into index().chunks) good.
+  [[nodiscard]] bool chunk_verified(std::uint64_t k) const noexcept;
 
  private:
   ShardReader(FsRef fs, std::string path, FileHandle file) : fs_(fs), path_(std::move(path)), file_(file) {}
@@ -74,6 +81,12 @@ class ShardReader {
                                                    ReadCheck check);
   [[nodiscard]] Status chunk_mismatch(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const;
   [[nodiscard]] Status check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const;
+  // The digest found for a chunk: good is remembered (remember_verified_chunks), bad is the error naming it.
+  [[nodiscard]] Status found_digest(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const;
+  // Runs a copy out of mapping_ (bytes [at, at + n)); a file cut while mapped faults instead of reading:
+  // reported, never a crash (io/sigbus_guard.hpp).
+  template <class Copy>
+  [[nodiscard]] Status from_mapping(std::uint64_t at, std::uint64_t n, Copy&& copy) const;
 
   FsRef fs_;
   std::string path_;
@@ -83,6 +96,7 @@ class ShardReader {
   Footer footer_;
   Index index_;
   Mapping mapping_;  // map_file(): the file from offset 0, or nothing
+  std::unique_ptr<std::atomic<bool>[]> verified_;  // remember_verified_chunks(): one per index_.chunks
 };
 
 // The index of a whole shard file held in memory (a shard rebuilt from parity, spec/TIERS.md 12.4), its

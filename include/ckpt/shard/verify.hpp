@@ -32,6 +32,10 @@ struct VerifyOptions {
   // The file as the caller already maps it, from offset 0 (ShardReader::mapped): hashed there instead of mapped
   // again or read. Ignored unless it covers the data region.
   std::string_view mapped;
+  // Chunks (indexes into the index's chunks) the caller's reads of the same file have already found good
+  // (ShardReader::chunk_verified: a load that verified as it copied, spec/TIERS.md 7.2): not hashed again.
+  // Everything else (superblock, footer, index, padding, every other chunk) is checked as always.
+  std::function<bool(std::uint64_t chunk)> already_verified;
   // Called from the verifying thread with bytes done and total; keep it cheap.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };

@@ -170,7 +170,10 @@ class TierView {
   std::uint64_t step_ = 0;
   std::uint32_t world_ = 0;
   TrainingState state_;
-  std::vector<ShardReader*> shards_;  // each verified whole just before the load: reads hash nothing again
+  std::vector<ShardReader*> shards_;  // each verified whole just before the load, or as it is read (below)
+  // The shards of shards_ this load verifies as it copies (spec/TIERS.md 7.2): read with their chunks checked,
+  // in one pass with the copy; the resume hashes what the load did not read after it.
+  std::vector<const ShardReader*> verify_on_read_;
   // The other shards of a loaded persistent step, for a tensor no loaded shard holds (a replicated tensor only
   // its owner wrote there, spec/TIERS.md 11.1): read with every chunk verified.
   std::vector<ShardReader*> others_;

@@ -227,7 +227,8 @@ CKPT_INLINE ShardReader::ShardReader(ShardReader&& o) noexcept
       superblock_(o.superblock_),
       footer_(o.footer_),
       index_(std::move(o.index_)),
-      mapping_(std::move(o.mapping_)) {}
+      mapping_(std::move(o.mapping_)),
+      verified_(std::move(o.verified_)) {}
 
 CKPT_INLINE ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
   if (this != &o) {
@@ -240,6 +241,7 @@ CKPT_INLINE ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
     footer_ = o.footer_;
     index_ = std::move(o.index_);
     mapping_ = std::move(o.mapping_);
+    verified_ = std::move(o.verified_);
   }
   return *this;
 }
@@ -283,8 +285,28 @@ CKPT_INLINE Status ShardReader::chunk_mismatch(std::size_t piece, std::uint64_t 
 
 CKPT_INLINE Status ShardReader::check_chunk(std::size_t piece, std::uint64_t chunk, const unsigned char* bytes) const {
   const auto& c = index_.chunks[index_.pieces[piece].chunk_first + chunk];
-  const std::uint64_t found = xxh3_64(bytes, static_cast<std::size_t>(c.length));
-  return found == c.digest ? Status() : chunk_mismatch(piece, chunk, found);
+  return found_digest(piece, chunk, xxh3_64(bytes, static_cast<std::size_t>(c.length)));
+}
+
+CKPT_INLINE Status ShardReader::found_digest(std::size_t piece, std::uint64_t chunk, std::uint64_t found) const {
+  const std::uint64_t k = index_.pieces[piece].chunk_first + chunk;
+  if (found != index_.chunks[k].digest) return chunk_mismatch(piece, chunk, found);
+  if (verified_) verified_[k].store(true, std::memory_order_relaxed);
+  return Status();
+}
+
+CKPT_INLINE void ShardReader::remember_verified_chunks() {
+  if (!verified_) verified_.reset(new std::atomic<bool>[index_.chunks.size()]());
+}
+
+CKPT_INLINE bool ShardReader::chunk_verified(std::uint64_t k) const noexcept {
+  return verified_ && k < index_.chunks.size() && verified_[k].load(std::memory_order_relaxed);
+}
+
+template <class Copy>
+Status ShardReader::from_mapping(std::uint64_t at, std::uint64_t n, Copy&& copy) const {
+  if (run_catching_sigbus(std::forward<Copy>(copy))) return Status();
+  return make_error(Code::io, path_ + ": file changed while it was read (offset " + std::to_string(at) + ", " + std::to_string(n) + " bytes mapped)");
 }
 
 CKPT_INLINE Status ShardReader::verify_piece_chunks(std::size_t piece, std::uint64_t first, std::uint64_t count) {
@@ -297,7 +319,7 @@ CKPT_INLINE Status ShardReader::verify_piece_chunks(std::size_t piece, std::uint
     const auto& rec = index_.chunks[p.chunk_first + c];
     auto found = detail::read_hashed(fs_, file_, path_, scratch.data(), static_cast<std::size_t>(rec.length), rec.offset, true);
     if (!found.ok()) return found.status();
-    if (*found != rec.digest) return chunk_mismatch(piece, c, *found);
+    CKPT_TRY(found_digest(piece, c, *found));
   }
   return Status();
 }
@@ -314,7 +336,7 @@ CKPT_INLINE Status ShardReader::read_piece(std::size_t piece, void* dst, std::si
     const auto& rec = index_.chunks[p.chunk_first + c];
     auto found = detail::read_hashed(fs_, file_, path_, out + (rec.offset - p.data_offset), static_cast<std::size_t>(rec.length), rec.offset);
     if (!found.ok()) return found.status();
-    if (*found != rec.digest) return chunk_mismatch(piece, c, *found);
+    CKPT_TRY(found_digest(piece, c, *found));
   }
   return Status();
 }
@@ -414,25 +436,32 @@ CKPT_INLINE Result<std::uint64_t> ShardReader::copy_overlap(const TensorRecord& 
         const std::uint64_t chunk_start = c * chunk_size;
         const auto& rec = index_.chunks[p.chunk_first + c];
         const std::uint64_t in_chunk = std::min(n, chunk_start + rec.length - src_b);
+        unsigned char* to = out + dst_b;
         if (check == ReadCheck::none) {
           const std::uint64_t at = p.data_offset + src_b;
           if (at <= mapping_.size() && n <= mapping_.size() - at) {
-            unsigned char* to = out + dst_b;
             const unsigned char* from = mapping_.data() + at;
             const auto bytes = static_cast<std::size_t>(n);
-            // A file cut while mapped faults instead of reading: reported, never a crash (io/sigbus_guard.hpp).
-            if (!run_catching_sigbus([to, from, bytes] { bulk_copy(to, from, bytes); }))
-              return make_error(Code::io, path_ + ": file changed while it was read (offset " + std::to_string(at) + ", " + std::to_string(n) + " bytes mapped)");
+            CKPT_TRY(from_mapping(at, n, [to, from, bytes] { bulk_copy(to, from, bytes); }));
           } else {
-            CKPT_TRY(read_exact(fs_, file_, path_, out + dst_b, static_cast<std::size_t>(n), at));
+            CKPT_TRY(read_exact(fs_, file_, path_, to, static_cast<std::size_t>(n), at));
           }
           break;
         }
         if (src_b == chunk_start && in_chunk == rec.length) {
-          // The run covers the whole chunk: read it in place, hashing each slice while it is in cache.
-          auto found = detail::read_hashed(fs_, file_, path_, out + dst_b, static_cast<std::size_t>(rec.length), rec.offset);
-          if (!found.ok()) return found.status();
-          if (*found != rec.digest) return chunk_mismatch(k, c, *found);
+          // The run covers the whole chunk: copied and hashed in one pass, out of the mapping where the file is
+          // mapped (spec/TIERS.md 7.2), else read in place hashing each slice while it is in cache.
+          std::uint64_t found = 0;
+          if (rec.offset <= mapping_.size() && rec.length <= mapping_.size() - rec.offset) {
+            const unsigned char* from = mapping_.data() + rec.offset;
+            const auto bytes = static_cast<std::size_t>(rec.length);
+            CKPT_TRY(from_mapping(rec.offset, rec.length, [to, from, bytes, &found] { found = copy_hashed(to, from, bytes); }));
+          } else {
+            auto read = detail::read_hashed(fs_, file_, path_, to, static_cast<std::size_t>(rec.length), rec.offset);
+            if (!read.ok()) return read.status();
+            found = *read;
+          }
+          CKPT_TRY(found_digest(k, c, found));
         } else {
           if (loaded_chunk != c) {
             scratch.resize(static_cast<std::size_t>(rec.length));  // not chunk_size: that may be 1 GiB for a tiny piece

@@ -52,7 +52,8 @@ CKPT_INLINE Status TierView::read_slice(std::string_view name, const Shape& offs
     if (t->dtype != first->dtype || t->shape != first->shape)
       return make_error(Code::corrupt, s->path() + ": tensor '" + t->name + "' differs in dtype or shape from another shard of step " +
                                            std::to_string(step_));
-    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->read_slice_partial(*t, offsets, shape, dst, ReadCheck::none));
+    const bool unverified = std::find(verify_on_read_.begin(), verify_on_read_.end(), s) != verify_on_read_.end();
+    CKPT_ASSIGN_OR_RETURN(const std::uint64_t n, s->read_slice_partial(*t, offsets, shape, dst, unverified ? ReadCheck::touched : ReadCheck::none));
     // A replicated tensor is whole in several shards (every holder's memory copy, spec/TIERS.md 11.1): one is read.
     if (copied == 0 && n == elements) return Status();
     copied += n;
@@ -525,11 +526,13 @@ struct TieredCheckpointer::Resume {
   [[nodiscard]] Fetch sources();
   [[nodiscard]] Status exchange_copies(Fetch& fetch);
   void verify_fetched(Fetch& fetch);
+  [[nodiscard]] bool vouches_for(std::uint32_t shard) const;
+  void blame(Fetch& fetch, std::uint32_t shard, const Status& why);
   [[nodiscard]] Status share_verified(Fetch& fetch);
   [[nodiscard]] Status load_sibling(Fetch& fetch, const detail::PlanEntry& p);
   [[nodiscard]] Status load_received(Fetch& fetch, const detail::PlanEntry& p);
   bool read_where_it_lies(Fetch& fetch, const detail::PlanEntry& p, const detail::LocalCopy& c, Result<StepReader> reader, const char* what);
-  [[nodiscard]] Status load_view();
+  [[nodiscard]] Status load_view(Fetch& fetch);
   [[nodiscard]] Result<bool> judge(const Fetch& fetch, bool needs_met, const Status& load_status);
   [[nodiscard]] std::string root_verdict(const std::vector<std::string>& verdicts);
   // Finish (7.4).
@@ -559,6 +562,8 @@ struct TieredCheckpointer::Resume {
   std::vector<std::unique_ptr<StepReader>> open_steps;
   std::vector<std::pair<std::uint32_t, ShardReader*>> loaded;  // (shard, reader)
   std::map<std::uint32_t, detail::LocalCopy> loaded_copies;
+  // shard -> the reader of a copy only this rank reads, verified as the load copies it (7.2, revision 10).
+  std::map<std::uint32_t, ShardReader*> verify_on_load;
   // (shard, txn) of every copy this resume received into a held store, verified on receipt: a later round
   // or the refill that receives the same shard again retires it instead of setting it aside.
   std::set<std::pair<std::uint32_t, std::uint64_t>> fetched;
@@ -736,13 +741,13 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_decision() {
 CKPT_INLINE Result<bool> TieredCheckpointer::Resume::fetch_and_load() {
   out.step = decision.step, out.digest = decision.digest;
   tiers.phase("resuming", decision.step);
-  open_steps.clear(), loaded.clear(), loaded_copies.clear(), shared_from.clear();
+  open_steps.clear(), loaded.clear(), loaded_copies.clear(), verify_on_load.clear(), shared_from.clear();
   Fetch fetch = sources();
   CKPT_TRY(exchange_copies(fetch));  // the communicator failed: no agreement is possible
   if (fetch.local.ok()) verify_fetched(fetch);
   CKPT_TRY(share_verified(fetch));
   const bool needs_met = fetch.bad.empty() && fetch.local.ok();
-  const Status load_status = needs_met ? load_view() : Status();
+  const Status load_status = needs_met ? load_view(fetch) : Status();
   return judge(fetch, needs_met, load_status);
 }
 
@@ -818,7 +823,8 @@ CKPT_INLINE Status TieredCheckpointer::Resume::exchange_copies(Fetch& fetch) {
 }
 
 // Verifies every byte of every shard this rank will load and its content digest (spec/TIERS.md 7.2); a
-// copy that fails is blamed (set aside by the root), the others are kept open for the load.
+// copy that fails is blamed (set aside by the root), the others are kept open for the load. A copy only this
+// rank reads is verified as the load copies it instead, in one pass over its bytes (revision 10): load_view.
 CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
   for (auto& [s, c] : fetch.mine) {
     auto reader = detail::open_copy(c);
@@ -830,7 +836,8 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
     if (ok.ok() && whole.use_mmap && reader->shard(c.shard_in_step).map_file().ok()) whole.mapped = reader->shard(c.shard_in_step).mapped();
     // A copy this resume received (hashed as written, its digest checked: 4.3) or verified in an earlier round
     // is not hashed again.
-    if (ok.ok() && !hashed_here.count(hashed_key(c))) {
+    const bool on_load = ok.ok() && !hashed_here.count(hashed_key(c)) && !vouches_for(s);
+    if (ok.ok() && !hashed_here.count(hashed_key(c)) && !on_load) {
       ok = detail::verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
       if (ok.ok()) out.verified_bytes += detail::data_bytes(reader->shard(c.shard_in_step)), hashed_here.insert(hashed_key(c));
     }
@@ -839,15 +846,31 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
                                          std::to_string(decision.step) + "'s shard " + std::to_string(s));
     if (!ok.ok() && reader.ok() && c.root != c.store_path) ok = ok.with_context(c.store_path);  // an object key names no store
     if (!ok.ok()) {
-      out.setbacks.push_back(ok.message());
-      for (const auto& p : decision.plan)
-        if (p.rank == me && p.shard == s) fetch.bad.emplace_back(p.holder, p.copy);
+      blame(fetch, s, ok);
       continue;
     }
     open_steps.push_back(std::make_unique<StepReader>(std::move(*reader)));
-    loaded.emplace_back(s, &open_steps.back()->shard(c.shard_in_step));
+    ShardReader& shard = open_steps.back()->shard(c.shard_in_step);
+    loaded.emplace_back(s, &shard);
     loaded_copies[s] = c;
+    if (on_load) shard.remember_verified_chunks(), verify_on_load[s] = &shard;
   }
+}
+
+// Whether this rank tells other ranks this round that its copy of the shard verified, or sends its bytes
+// unhashed (shared, sibling: 7.2): that copy is verified whole before anyone relies on it.
+CKPT_INLINE bool TieredCheckpointer::Resume::vouches_for(std::uint32_t shard) const {
+  for (const auto& p : decision.plan)
+    if (p.holder == me && p.shard == shard && p.rank != me && (p.how == detail::How::shared || p.how == detail::How::sibling)) return true;
+  return false;
+}
+
+// This rank's copy of the shard failed: every plan entry that reads it goes to the root, which sets the
+// copies aside; the round repeats with the next source (7.3).
+CKPT_INLINE void TieredCheckpointer::Resume::blame(Fetch& fetch, std::uint32_t shard, const Status& why) {
+  out.setbacks.push_back(why.message());
+  for (const auto& p : decision.plan)
+    if (p.rank == me && p.shard == shard) fetch.bad.emplace_back(p.holder, p.copy);
 }
 
 // A data-parallel resume's second exchange (spec/TIERS.md 7.2): each rank sends the shards it verified this
@@ -989,11 +1012,12 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_received(Fetch& fetch, const
 
 // The caller's load over the verified shards, with this rank's training state: its own rank's in the
 // step, or rank 0's when the world changed (spec/TIERS.md 2.3).
-CKPT_INLINE Status TieredCheckpointer::Resume::load_view() {
+CKPT_INLINE Status TieredCheckpointer::Resume::load_view(Fetch& fetch) {
   TierView view;
   view.step_ = decision.step;
   view.world_ = static_cast<std::uint32_t>(decision.shards.size());
   for (auto& [s, r] : loaded) view.shards_.push_back(r);
+  for (auto& [s, r] : verify_on_load) view.verify_on_read_.push_back(r);
   for (auto& step : open_steps)
     for (std::size_t k = 0; k < step->shard_count(); ++k)
       if (std::find(view.shards_.begin(), view.shards_.end(), &step->shard(k)) == view.shards_.end()) view.others_.push_back(&step->shard(k));
@@ -1010,7 +1034,27 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_view() {
   if (status.ok()) status = decode_training_state(d, view.state_, where + " state");
   view.state_.step = decision.step;
   if (status.ok()) status = load(view);
-  if (status.ok()) out.state = view.state_;
+  // A copy verified as it was read: the chunks the load did not read and the rest verify_file checks (after a
+  // failed load, all it did not check). A copy that fails is blamed and the round repeats (7.3), even when the
+  // load read only good chunks of it: every shard loaded is verified whole (7.2).
+  bool blamed = false;
+  for (const auto& [s, r] : verify_on_load) {
+    const detail::LocalCopy& c = loaded_copies.at(s);
+    VerifyOptions rest;
+    rest.use_mmap = c.fs && c.fs->can_map();
+    rest.mapped = r->mapped();
+    const ShardReader* read = r;
+    rest.already_verified = [read](std::uint64_t k) { return read->chunk_verified(k); };
+    Status ok = detail::verify_status(verify_file(*c.fs, r->path(), rest));
+    if (ok.ok()) {
+      out.verified_bytes += detail::data_bytes(*r), hashed_here.insert(hashed_key(c));
+      continue;
+    }
+    if (c.root != c.store_path) ok = ok.with_context(c.store_path);  // an object key names no store
+    blame(fetch, s, ok);
+    blamed = true;
+  }
+  if (status.ok() && !blamed) out.state = view.state_;
   return status;
 }
 
