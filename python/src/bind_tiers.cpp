@@ -205,7 +205,7 @@ class PyTiers {
           std::uint64_t memory_every, std::uint64_t persist_every, int replicas, std::size_t memory_keep, std::size_t persistent_keep,
           const std::string& topology, std::uint32_t chunk_size_log2, std::size_t staging_bytes, std::size_t transfer_block,
           bool check_free_space, bool load_all_shards, nb::object copier, nb::object on_phase, const std::string& when_busy,
-          int parity_group, int parity_losses)
+          int parity_group, int parity_losses, int background_nice)
       : rank_(rank), world_(world), on_phase_(std::move(on_phase)) {
     ckpt::tiers::TierOptions o;
     o.memory_root = memory_root;
@@ -227,6 +227,9 @@ class PyTiers {
     if (when_busy != "skip" && when_busy != "wait")
       throw nb::value_error(("when_busy must be 'skip' or 'wait', not '" + when_busy + "'").c_str());
     o.when_busy = when_busy == "skip" ? ckpt::WhenBusy::skip : ckpt::WhenBusy::wait;
+    if (background_nice < 0 || background_nice > 19)
+      throw nb::value_error(("background_nice must be 0 to 19, not " + std::to_string(background_nice)).c_str());
+    o.background_nice = background_nice;  // spec/ASYNC.md 1: lowered, never raised
     if (!copier.is_none()) {
       copier_ = std::make_unique<PySnapshotCopier>(std::move(copier));
       o.device = copier_.get();
@@ -392,11 +395,11 @@ void bind_tiers(nb::module_& m) {
   nb::class_<PyTiers>(m, "Tiers")
       .def(nb::init<nb::object, int, int, const std::string&, const std::string&, std::uint64_t, std::uint64_t, int, std::size_t,
                     std::size_t, const std::string&, std::uint32_t, std::size_t, std::size_t, bool, bool, nb::object, nb::object,
-                    const std::string&, int, int>(),
+                    const std::string&, int, int, int>(),
            "comm"_a, "rank"_a, "world"_a, "memory_root"_a, "persistent"_a, "memory_every"_a, "persist_every"_a, "replicas"_a,
            "memory_keep"_a, "persistent_keep"_a, "topology"_a, "chunk_size_log2"_a, "staging_bytes"_a, "transfer_block"_a,
            "check_free_space"_a, "load_all_shards"_a, "copier"_a = nb::none(), "on_phase"_a = nb::none(), "when_busy"_a = "skip",
-           "parity_group"_a = 0, "parity_losses"_a = 1)
+           "parity_group"_a = 0, "parity_losses"_a = 1, "background_nice"_a = 10)
       .def("action", &PyTiers::action, "step"_a)
       .def("step", &PyTiers::step, "step"_a, "pieces"_a, "state"_a, "live"_a = nb::list())
       .def("wait", &PyTiers::wait)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -289,6 +290,32 @@ def test_a_resume_reads_into_the_live_tensors_when_the_state_has_the_same_struct
     assert_identical(optimizer2.state_dict(), optimizer.state_dict())
     assert [p.data_ptr() for p in model2.parameters()] + \
         [v.data_ptr() for s in optimizer2.state.values() for v in s.values() if v.numel() > 1] == storage
+
+
+def test_the_background_runs_at_the_nice_value_given_and_the_training_thread_keeps_its_own(world_of_one):
+    """spec/ASYNC.md 1: the saver's worker (which calls on_phase) runs at background_nice; the caller's
+    thread is never changed. A value outside 0-19 is refused."""
+    from ckpt.torch import TieredCheckpointer
+
+    model = torch.nn.Linear(8, 4)
+    seen = []
+
+    def on_phase(phase, step):
+        tid = threading.get_native_id()
+        seen.append((phase, os.getpriority(os.PRIO_PROCESS, tid), tid == threading.main_thread().native_id))
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    t = TieredCheckpointer(model, memory_root=str(world_of_one / "node-0"), memory_every=1, replicas=0,
+                           topology=["node-0"], when_busy="wait", on_phase=on_phase, background_nice=before + 7)
+    assert t.resume() == 0
+    t.step(0)
+    t.wait()
+    t.close()
+    background = [(phase, nice) for phase, nice, main in seen if not main]
+    assert background and all(nice == before + 7 for _, nice in background), seen
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+    with pytest.raises(ValueError, match="background_nice"):
+        TieredCheckpointer(model, memory_root=str(world_of_one / "node-1"), replicas=0, topology=["node-1"], background_nice=20)
 
 
 def test_cuda_tensors_copied_device_to_host_into_pinned_staging(world_of_one):

@@ -215,7 +215,8 @@ class TieredCheckpointer {
   // a resume started has ended.
   [[nodiscard]] Status wait();
   // Collective, before the first step(): agrees on the step to resume and loads it through load(); returns
-  // once the state is loaded, refilling lost replicas in the background (Resumed::refilling).
+  // once the state is loaded, refilling lost replicas in the background (Resumed::refilling). load() runs once
+  // in each round of the fallback ladder that reaches it, so it may run again: each call overwrites the last.
   [[nodiscard]] Result<Resumed> resume(const std::function<Status(TierView&)>& load);
 
   [[nodiscard]] const Placement& placement() const noexcept { return placement_; }

@@ -316,6 +316,9 @@ class TieredCheckpointer:
     ``(nodes, losses)``: instead of replicas, groups of ``nodes`` nodes keep Reed-Solomon parity of each
     other's shards (ISA-L), so any ``losses`` nodes of a group may be lost and their shards are rebuilt at
     resume, for ``losses / (nodes - losses)`` of a shard per rank (spec/TIERS.md 12).
+    ``background_nice``: the nice value (0 to 19) of the tiers' background threads (the saver's worker with
+    its replication, the promoter, the refill), so that with every core busy the training threads win them;
+    0 runs them as the caller (spec/ASYNC.md 1).
     """
 
     def __init__(self, model, optimizer=None, scheduler=None, *, memory_root: str, persistent: Optional[str] = None,
@@ -325,7 +328,8 @@ class TieredCheckpointer:
                  chunk_size_log2: Optional[int] = None, staging_bytes: int = 0, transfer_block: int = 16 << 20,
                  check_free_space: bool = True, device_snapshots: Optional[bool] = None,
                  on_phase: Optional[Callable[[str, int], None]] = None, when_busy: str = "skip",
-                 replicated=(), parity: Optional[Tuple[int, int]] = None, compare_live: bool = True):
+                 replicated=(), parity: Optional[Tuple[int, int]] = None, compare_live: bool = True,
+                 background_nice: int = 10):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("TieredCheckpointer needs torch.distributed initialized (torchrun, init_process_group)")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -349,7 +353,7 @@ class TieredCheckpointer:
             memory_every, persist_every, replicas, memory_keep, persistent_keep, topology_text(topology, self.comm.size),
             _DEFAULT_CHUNK_SIZE_LOG2 if chunk_size_log2 is None else chunk_size_log2, staging_bytes, transfer_block,
             check_free_space, True, self._copier, on_phase, when_busy,
-            *((int(parity[0]), int(parity[1])) if parity else (0, 1)))
+            *((int(parity[0]), int(parity[1])) if parity else (0, 1)), int(background_nice))
         # The canary on the data-parallel layout (spec/TIERS.md 11.1): the ranks whose replicas this rank keeps,
         # whose saved ranges it holds live too.
         holders = self._native.placement()["holders"] if compare_live else []
