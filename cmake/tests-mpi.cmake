@@ -1,6 +1,7 @@
 # MPI tests (spec/SHARDING.md 9), label `mpi`, each under `mpirun -np 4 --oversubscribe`:
 # - mpi_sharded: save with 4 ranks, load with 1-4, reshard 4 -> 3 -> 4, a failing rank, overlapping pieces.
 # - mpi_async: async saves on 4 ranks, a skip decision every rank shares, a failing rank (spec/ASYNC.md).
+# - mpi_comm: MpiComm's recv_into and recv, every rank sending to its neighbour at once (spec/TIERS.md 4.2).
 # - mpi_kill_save then mpi_kill_recovery: rank 2 SIGKILLs itself mid-shard (mpirun tears the job down, so
 #   the first is expected to fail); a single process then recovers the store and checks the result.
 # - mpi_bench_ranks: ckpt-bench-ranks on a few MiB, so the benchmark keeps working.
@@ -11,7 +12,7 @@ if(NOT CKPT_HAVE_MPI OR NOT MPIEXEC_EXECUTABLE)
 endif()
 
 set(CKPT_MPI_TEST_DIR ${PROJECT_SOURCE_DIR}/tests/mpi)
-foreach(name test_mpi_sharded test_mpi_kill test_mpi_async)
+foreach(name test_mpi_sharded test_mpi_kill test_mpi_async test_mpi_comm)
   add_executable(${name} ${CKPT_MPI_TEST_DIR}/${name}.cpp)
   target_link_libraries(${name} PRIVATE ${CKPT_LIB} MPI::MPI_CXX)
   target_compile_options(${name} PRIVATE ${CKPT_WARNINGS})
@@ -41,6 +42,7 @@ endfunction()
 
 ckpt_mpi_test(mpi_sharded $<TARGET_FILE:test_mpi_sharded> ${PROJECT_BINARY_DIR}/mpi-sharded)
 ckpt_mpi_test(mpi_async $<TARGET_FILE:test_mpi_async> ${PROJECT_BINARY_DIR}/mpi-async)
+ckpt_mpi_test(mpi_comm $<TARGET_FILE:test_mpi_comm> ${PROJECT_BINARY_DIR}/mpi-comm)
 
 set(CKPT_MPI_KILL_STORE ${PROJECT_BINARY_DIR}/mpi-kill-store)
 ckpt_mpi_test(mpi_kill_save $<TARGET_FILE:test_mpi_kill> ${CKPT_MPI_KILL_STORE})
