@@ -318,6 +318,74 @@ def test_the_background_runs_at_the_nice_value_given_and_the_training_thread_kee
         TieredCheckpointer(model, memory_root=str(world_of_one / "node-1"), replicas=0, topology=["node-1"], background_nice=20)
 
 
+def test_a_restarted_process_whose_optimizer_has_no_state_yet_reads_the_parameters_into_the_live_tensors(world_of_one):
+    """As a relaunched job has it: the model built, the optimizer made but never stepped. The model's part matches
+    the step, so its bytes go straight into the live parameters (no second copy in load_state_dict); the optimizer's
+    state goes into new tensors the optimizer adopts."""
+    from ckpt.torch import TieredCheckpointer
+
+    def make(seed, stepped):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        if stepped:
+            model(torch.randn(4, 8)).square().sum().backward()
+            optimizer.step()
+        return model, optimizer
+
+    def tiers(model, optimizer):
+        return TieredCheckpointer(model, optimizer, memory_root=str(world_of_one / "node-0"), memory_every=1, replicas=0,
+                                  topology=["node-0"], when_busy="wait")
+
+    model, optimizer = make(0, True)
+    t = tiers(model, optimizer)
+    assert t.resume() == 0
+    t.step(0)
+    t.close()
+    model2, optimizer2 = make(1, False)
+    assert not optimizer2.state
+    storage = [p.data_ptr() for p in model2.parameters()]
+    t2 = tiers(model2, optimizer2)
+    assert t2.resume() == 1
+    t2.close()
+    assert [p.data_ptr() for p in model2.parameters()] == storage
+    assert_identical(model2.state_dict(), model.state_dict())
+    assert_identical(optimizer2.state_dict(), optimizer.state_dict())
+
+
+def test_a_step_whose_optimizer_groups_differ_is_refused_before_a_byte_reaches_the_live_model(world_of_one):
+    """The model's part would match, but the optimizer's parameter groups do not: Optimizer.load_state_dict
+    refuses the step, so nothing may be read into the live parameters before it (they keep their values)."""
+    from ckpt.torch import TieredCheckpointer
+
+    def make(groups):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2))
+        params = [{"params": model[0].parameters()}, {"params": model[1].parameters()}] if groups == 2 else model.parameters()
+        return model, torch.optim.AdamW(params, lr=1e-2)
+
+    def tiers(model, optimizer):
+        return TieredCheckpointer(model, optimizer, memory_root=str(world_of_one / "node-0"), memory_every=1, replicas=0,
+                                  topology=["node-0"], when_busy="wait")
+
+    model, optimizer = make(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # the saved values differ from a fresh model's
+    t = tiers(model, optimizer)
+    assert t.resume() == 0
+    t.step(0)
+    t.close()
+    model2, optimizer2 = make(2)
+    before = {k: v.clone() for k, v in model2.state_dict().items()}
+    t2 = tiers(model2, optimizer2)
+    with pytest.raises(ckpt.CkptError, match="refusing to start over") as caught:
+        t2.resume()
+    t2.close()
+    assert "parameter groups" in str(caught.value.__cause__)
+    assert_identical(model2.state_dict(), before)
+
+
 def test_cuda_tensors_copied_device_to_host_into_pinned_staging(world_of_one):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the device-to-host snapshot on a side stream is not exercised")

@@ -258,6 +258,38 @@ def _refs(obj, out: List[_TensorRef]) -> List[_TensorRef]:
     return out
 
 
+def _part(name: str) -> str:
+    return name.split("/", 1)[0]
+
+
+def _check_optimizer_groups(skeleton, parts_live, step: int) -> None:
+    """Refuses a step whose optimizer parameter groups differ from the live optimizer's (the structure
+    Optimizer.load_state_dict checks) before any byte of it is applied: the model's part would otherwise be
+    loaded first and stay loaded when the optimizer's is refused."""
+    held = parts_live.get("optim")
+    if held is None:
+        return
+    saved = skeleton.get("optim") if isinstance(skeleton, dict) else None
+    mine = [len(g.get("params", ())) for g in held.get("param_groups", ())]
+    theirs = [len(g.get("params", ())) for g in saved.get("param_groups", ())] if isinstance(saved, dict) else None
+    if theirs != mine:
+        raise ValueError(f"step {step}: the optimizer's parameter groups hold {mine} parameters, the step's "
+                         f"{'none' if theirs is None else theirs}")
+
+
+def _in_place_targets(live: List[Tuple[str, torch.Tensor]], refs: List[_TensorRef]) -> Dict[str, torch.Tensor]:
+    """The live tensors a step's bytes may be read into: those of each part (model, optim, sched) whose live tensor
+    names are exactly the step's; the rest of the step goes into new tensors."""
+    live_names: Dict[str, set] = {}
+    step_names: Dict[str, set] = {}
+    for name, _ in live:
+        live_names.setdefault(_part(name), set()).add(name)
+    for r in refs:
+        step_names.setdefault(_part(r.name), set()).add(r.name)
+    complete = {p for p, names in step_names.items() if live_names.get(p) == names}
+    return {name: t for name, t in live if _part(name) in complete}
+
+
 def _rng_state() -> bytes:
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -488,13 +520,17 @@ class TieredCheckpointer:
             if dtype != ref.dtype or int(np.prod(shape)) != int(np.prod(ref.shape, dtype=np.int64)):
                 raise ValueError(f"step {view.step}: tensor '{ref.name}' is {dtype} {list(shape)}, the state dict says "
                                  f"{ref.dtype} {list(ref.shape)}")
-        # When the live state has exactly the step's tensors, each is read straight into the live tensor of its name
-        # where that is the same host tensor (no allocation, and load_state_dict then copies nothing); else, and
-        # whenever the structure differs (load_state_dict may then refuse: nothing may be applied before), into
-        # a new one.
+        # Each tensor of a part (model, optimizer, scheduler) whose live tensors are exactly the step's is read straight
+        # into the live tensor of its name where that is the same host tensor (no allocation, and load_state_dict then
+        # copies nothing): in a restarted process the model's parameters, whose optimizer has no state yet. The rest
+        # goes into new tensors. With the dtypes and sizes checked above and the optimizer's groups here, a step that
+        # does not fit is refused before a byte of it reaches the live state, except for names the model lacks or
+        # adds: load_state_dict (strict) reports those after copying the rest, as PyTorch does.
         live: List[Tuple[str, torch.Tensor]] = []
-        _split(self._state_dicts(), "", live)
-        targets = dict(live) if {n for n, _ in live} == {r.name for r in refs} else {}
+        parts_live = self._state_dicts()
+        _check_optimizer_groups(skeleton, parts_live, view.step)
+        _split(parts_live, "", live)
+        targets = _in_place_targets(live, refs)
         loaded: Dict[str, torch.Tensor] = {}
         for ref in refs:
             t = targets.get(ref.name)

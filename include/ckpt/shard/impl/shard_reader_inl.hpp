@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "../../core/bulk_copy.hpp"
+#include "../../io/prefault.hpp"
 #include "../../io/sigbus_guard.hpp"
 
 namespace ckpt {
@@ -431,6 +432,7 @@ CKPT_INLINE Result<std::uint64_t> ShardReader::copy_overlap(const TensorRecord& 
         dst_at += (x - offsets[d]) * region_stride[d];
       }
       std::uint64_t src_b = src * esize, dst_b = dst_at * esize, n = run_elems * esize;
+      prefault_for_write(out + dst_b, static_cast<std::size_t>(n));  // fresh memory: one call, not a fault per page
       while (n > 0) {
         const std::uint64_t c = src_b / chunk_size;
         const std::uint64_t chunk_start = c * chunk_size;
