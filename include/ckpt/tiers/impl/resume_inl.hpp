@@ -1024,12 +1024,12 @@ CKPT_INLINE Status TieredCheckpointer::Resume::load_view(Fetch& fetch) {
   const std::uint32_t whose = decision.shards.size() == world ? me : 0;  // a rank of the step that still exists
   const std::string where = "step " + std::to_string(decision.step);
   const TensorRecord* st = view.find_tensor(layout::state_tensor(whose));
-  if (st == nullptr) return make_error(Code::corrupt, where + " has no training state of rank " + std::to_string(whose));
   std::uint64_t n = 0;
-  if (!shape_bytes(st->shape, st->dtype, n) || n > journal::kMaxPayload)
-    return make_error(Code::corrupt, "training state tensor too large");
-  std::string state_bytes(static_cast<std::size_t>(n), '\0');
-  Status status = view.read_tensor(layout::state_tensor(whose), state_bytes.empty() ? nullptr : &state_bytes[0], state_bytes.size());
+  Status status = st == nullptr ? make_error(Code::corrupt, where + " has no training state of rank " + std::to_string(whose))
+                  : !shape_bytes(st->shape, st->dtype, n) || n > journal::kMaxPayload ? make_error(Code::corrupt, "training state tensor too large")
+                                                                                       : Status();
+  std::string state_bytes(status.ok() ? static_cast<std::size_t>(n) : 0, '\0');
+  if (status.ok()) status = view.read_tensor(layout::state_tensor(whose), state_bytes.empty() ? nullptr : &state_bytes[0], state_bytes.size());
   Decoder d = wire::decoder(state_bytes);
   if (status.ok()) status = decode_training_state(d, view.state_, where + " state");
   view.state_.step = decision.step;
