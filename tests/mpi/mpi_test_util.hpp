@@ -60,6 +60,18 @@ inline bool phase_passed(const char* name) {
   return false;
 }
 
+// MPI_Init_thread asking for MPI_THREAD_MULTIPLE (a test whose ranks call MPI from two threads), then
+// four_ranks_and_a_path. 0 to go on; else main's exit status (MPI finalized): 2 usage, 1 no thread support.
+[[nodiscard]] inline int init_threaded(int& argc, char**& argv, const char* arg) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (!four_ranks_and_a_path(argc, argv, arg)) return 2;
+  if (provided >= MPI_THREAD_MULTIPLE) return 0;
+  if (world_rank() == 0) std::fprintf(stderr, "this MPI does not provide MPI_THREAD_MULTIPLE (got %d)\n", provided);
+  MPI_Finalize();
+  return 1;
+}
+
 // Exit status of the job: 0 when no rank failed anywhere.
 inline int finish() {
   int mine = failures(), total = 0;

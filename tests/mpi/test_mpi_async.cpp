@@ -180,15 +180,8 @@ void run_phases(const std::string& scratch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
   // The saver's worker calls MPI from its own thread while save() may use the control communicator.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  if (!mpi_test::four_ranks_and_a_path(argc, argv, "SCRATCH_DIR")) return 2;
-  if (provided < MPI_THREAD_MULTIPLE) {
-    if (mpi_test::world_rank() == 0) std::fprintf(stderr, "this MPI does not provide MPI_THREAD_MULTIPLE (got %d)\n", provided);
-    MPI_Finalize();
-    return 1;
-  }
+  if (const int early = mpi_test::init_threaded(argc, argv, "SCRATCH_DIR")) return early;
   run_phases(argv[1]);
   return mpi_test::finish();
 }

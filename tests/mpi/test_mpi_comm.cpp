@@ -4,7 +4,6 @@
 // Run by cmake/tests-mpi.cmake: mpirun -np 4 test_mpi_comm SCRATCH_DIR.
 #include <algorithm>
 #include <cstddef>
-#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,15 +93,8 @@ void run_phases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
   // Each rank sends from a second thread while its main thread receives.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  if (!mpi_test::four_ranks_and_a_path(argc, argv, "SCRATCH_DIR")) return 2;
-  if (provided < MPI_THREAD_MULTIPLE) {
-    if (mpi_test::world_rank() == 0) std::fprintf(stderr, "this MPI does not provide MPI_THREAD_MULTIPLE (got %d)\n", provided);
-    MPI_Finalize();
-    return 1;
-  }
+  if (const int early = mpi_test::init_threaded(argc, argv, "SCRATCH_DIR")) return early;
   run_phases();
   return mpi_test::finish();
 }
