@@ -481,20 +481,28 @@ TEST_CASE("slices out of range or with the wrong buffer are invalid_argument", "
   CHECK(r.read_piece(0, buf.data(), 1).code() == Code::invalid_argument);
 }
 
+namespace {
+
+// One U8 tensor "w" of `data` in a file of 1 MiB chunks (kBulkCopyMin: whole chunks take the streamed copy;
+// the last one is short), for the cases about chunks larger than one read.
+void write_mib_chunked(FsRef fs, const std::string& path, const std::vector<unsigned char>& data) {
+  WriterOptions o;
+  o.chunk_size_log2 = 20;
+  auto w = ShardWriter::create(fs, path, o);
+  REQUIRE(w.ok());
+  REQUIRE(w->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
+  REQUIRE(w->finish().ok());
+}
+
+}  // namespace
+
 TEST_CASE("chunks larger than one read are verified whole, in place and through scratch", "[shard_reader]") {
   ckpt_test::TempDir dir;
   PosixFs fs;
   const std::string path = dir.file("large.ckpt");
   const std::uint64_t mib = std::uint64_t{1} << 20;
   const auto data = ckpt_test::random_bytes(3 * mib + 12345, 17);
-  {
-    WriterOptions o;
-    o.chunk_size_log2 = 20;
-    auto w = ShardWriter::create(fs, path, o);
-    REQUIRE(w.ok());
-    REQUIRE(w->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
-    REQUIRE(w->finish().ok());
-  }
+  write_mib_chunked(fs, path, data);
   struct Slice { std::uint64_t off, len; };
   const Slice slices[] = {{0, data.size()}, {0, mib}, {mib, mib}, {10, 1000}, {mib - 5, 10}, {mib + 300000, 5},
                           {2 * mib, mib + 12345}, {3 * mib, 12345}, {mib / 2, 2 * mib}};
@@ -548,14 +556,7 @@ TEST_CASE("a checked read of a mapped file copies and hashes each chunk in one p
   const std::string path = dir.file("mapped.ckpt");
   const std::uint64_t mib = std::uint64_t{1} << 20;
   const auto data = ckpt_test::random_bytes(3 * mib + 12345, 23);
-  {
-    WriterOptions o;
-    o.chunk_size_log2 = 20;  // whole chunks of kBulkCopyMin: the streamed copy; the last one is short
-    auto w = ShardWriter::create(fs, path, o);
-    REQUIRE(w.ok());
-    REQUIRE(w->add_tensor("w", DType::U8, {data.size()}, data.data(), data.size()).ok());
-    REQUIRE(w->finish().ok());
-  }
+  write_mib_chunked(fs, path, data);
   std::string bytes = ckpt_test::read_file(path);
   const std::uint64_t damaged = 4096 + mib + 300000;  // in chunk 1
   bytes[damaged] ^= 0x02;

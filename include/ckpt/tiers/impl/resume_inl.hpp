@@ -836,8 +836,9 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
     if (ok.ok() && whole.use_mmap && reader->shard(c.shard_in_step).map_file().ok()) whole.mapped = reader->shard(c.shard_in_step).mapped();
     // A copy this resume received (hashed as written, its digest checked: 4.3) or verified in an earlier round
     // is not hashed again.
-    const bool on_load = ok.ok() && !hashed_here.count(hashed_key(c)) && !vouches_for(s);
-    if (ok.ok() && !hashed_here.count(hashed_key(c)) && !on_load) {
+    const bool unhashed = ok.ok() && hashed_here.count(hashed_key(c)) == 0;
+    const bool on_load = unhashed && !vouches_for(s);
+    if (unhashed && !on_load) {
       ok = detail::verify_status(verify_file(*c.fs, reader->shard(c.shard_in_step).path(), whole));
       if (ok.ok()) out.verified_bytes += detail::data_bytes(reader->shard(c.shard_in_step)), hashed_here.insert(hashed_key(c));
     }
