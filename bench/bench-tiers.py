@@ -241,7 +241,7 @@ def main():
                 if not r["as_expected"]:
                     exit_code = 1
                 runs.append(r)
-            fields = ("spawn_s", "mpi_init_s", "model_alloc_s", "create_s", "start_s", "load_s", "to_loaded_s", "after_load_s")
+            fields = ("spawn_s", "mpi_init_s", "model_alloc_s", "create_s", "start_s", "load_s", "to_view_s", "read_max_s", "to_loaded_s", "after_load_s")
             doc["resume"][key] = {"label": label, "runs": runs, "median": {f: med([r[f] for r in runs]) for f in fields},
                                   "as_expected": all(r["as_expected"] for r in runs), "step": runs[0]["step"]}
     except Failure as e:

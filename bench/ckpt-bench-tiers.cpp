@@ -621,8 +621,9 @@ nlohmann::json run_resume(const Settings& s, const Layout& l, std::int64_t main_
   out["create_end_ns"] = now_ns();
   const nlohmann::json cpu0 = cpu_now(), fs0 = fs.call_seconds();
   nlohmann::json load_cpu, load_fs;
-  std::int64_t loaded_ns = 0;
+  std::int64_t loaded_ns = 0, view_ns = 0;
   auto resumed = (*created)->resume([&](ckpt::tiers::TierView& v) -> ckpt::Status {
+    view_ns = now_ns();  // the step agreed and its copies fetched: what is left is the read itself
     std::uint64_t off = 0;
     for (std::size_t i = 0; i < l.tensor_sizes.size(); ++i) {
       CKPT_TRY(v.read_tensor(tensor_name(l.rank, i), state.data() + off, static_cast<std::size_t>(l.tensor_sizes[i])));
@@ -637,6 +638,7 @@ nlohmann::json run_resume(const Settings& s, const Layout& l, std::int64_t main_
   check(resumed.status(), "resume");
   if (resumed->fresh) throw ckpt::bench::BenchError("nothing to resume under " + s.root + " or " + s.persistent + ": run capture first");
   out["loaded_ns"] = loaded_ns;
+  out["view_ns"] = view_ns;
   out["load_cpu"] = load_cpu;
   out["load_fs_s"] = load_fs;
   out["step"] = resumed->step;
@@ -795,7 +797,8 @@ nlohmann::json summarize_capture(const std::vector<nlohmann::json>& ranks, const
 // the last rank's is.
 nlohmann::json summarize_resume(const std::vector<nlohmann::json>& ranks, const Settings& s, std::int64_t launch_ns) {
   nlohmann::json j;
-  std::int64_t main_max = 0, create_max = 0, loaded_max = 0, end_max = 0, main_min = INT64_MAX;
+  std::int64_t main_max = 0, create_max = 0, loaded_max = 0, end_max = 0, main_min = INT64_MAX, view_max = 0;
+  double read_max = 0;
   double init_max = 0, alloc_max = 0, create_only_max = 0;
   std::uint64_t paced = 0;
   double paced_wait = 0, load_user = 0, load_sys = 0;
@@ -807,6 +810,8 @@ nlohmann::json summarize_resume(const std::vector<nlohmann::json>& ranks, const 
     main_min = std::min(main_min, g("main_ns"));
     create_max = std::max(create_max, g("create_end_ns"));
     loaded_max = std::max(loaded_max, g("loaded_ns"));
+    view_max = std::max(view_max, g("view_ns"));
+    read_max = std::max(read_max, seconds_between(g("view_ns"), g("loaded_ns")));
     end_max = std::max(end_max, g("resume_end_ns"));
     init_max = std::max(init_max, seconds_between(g("init_start_ns"), g("init_end_ns")));
     alloc_max = std::max(alloc_max, seconds_between(g("init_end_ns"), g("alloc_end_ns")));
@@ -829,6 +834,8 @@ nlohmann::json summarize_resume(const std::vector<nlohmann::json>& ranks, const 
   j["create_s"] = create_only_max;
   j["start_s"] = seconds_between(from, create_max);      // launch to every rank created (spawn, MPI_Init, allocation, create)
   j["load_s"] = seconds_between(create_max, loaded_max);  // resume() to every rank's state loaded and verified
+  j["to_view_s"] = seconds_between(create_max, view_max);  // resume() to the last rank's read beginning: agreement and fetches
+  j["read_max_s"] = read_max;                               // the slowest rank's read of its state through the view
   j["to_loaded_s"] = seconds_between(from, loaded_max);
   j["after_load_s"] = seconds_between(loaded_max, end_max);  // resume()'s records and refill of missing replicas
   j["load_user_s"] = load_user;  // CPU seconds of every rank during its load

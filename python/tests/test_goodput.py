@@ -168,6 +168,37 @@ def test_the_table_names_every_contender_and_the_setting(report):
     assert abs(sum(s["mix"].values()) - 1) < 1e-9
 
 
+def _calibration_events(stalls, computes, waited):
+    """A calibration launch's events: a save after every step, the first `waited` of them waited for."""
+    events = []
+    for step, (stall, compute) in enumerate(zip(stalls, computes)):
+        events.append({"ev": "step", "step": step, "compute": compute})
+        save = {"ev": "save", "step": step, "seconds": stall}
+        if step < waited:
+            save["background"] = 2.0 if step % 2 == 0 else 1.0
+        events.append(save)
+    return events
+
+
+def test_calibration_leaves_out_the_rings_first_captures_and_charges_promotions_their_own_interference():
+    """The tiers' first two captures each fill a memory slot for the first time (5 s here): neither is a
+    capture's stall. Steps after a promoted capture (even steps) slow by 0.7 s, after a capture by 0.2 s:
+    the promotion's extra 0.5 s is charged to promotions, not to every capture."""
+    from ckpt.goodput.calibration import save_costs
+
+    stalls = [5.0, 5.0, 0.5, 0.2, 0.5, 0.2] + [0.2] * 6
+    computes = [1.0] * 7 + [1.7, 1.2, 1.7, 1.2, 1.7]  # steps 7, 9, 11 follow promoted 6, 8, 10; 8, 10 follow 7, 9
+    costs = save_costs(_calibration_events(stalls, computes, waited=6), 1.0, tiered=True, warmup=2)
+    assert costs["capture_stall"] == pytest.approx(0.2)
+    assert costs["persist_stall"] == pytest.approx(0.3)
+    assert costs["replicate_seconds"] == pytest.approx(1.0) and costs["persist_seconds"] == pytest.approx(2.0)
+    assert costs["interference"] == pytest.approx(0.2)
+    assert costs["persist_interference"] == pytest.approx(0.5)
+    # A single save: one kind, every overlapped save's step alike, the first waited save left out.
+    single = save_costs(_calibration_events([3.0, 1.0, 1.0, 1.0] + [1.0] * 4, [1.0] * 5 + [1.4] * 3, waited=4), 1.0, tiered=False)
+    assert single == pytest.approx({"interference": 0.4, "stall": 1.0, "background": 1.0})
+
+
 def test_usage_errors_exit_2():
     for bad in (["--world", "1"], ["--mix", "meteor=1"], ["--contenders", "pickle"], ["--interval", "0"]):
         p = subprocess.run([sys.executable, "-m", "ckpt.goodput", *bad], capture_output=True, text=True, timeout=120)

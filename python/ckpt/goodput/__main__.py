@@ -7,13 +7,13 @@ import json
 import os
 import shlex
 import shutil
-import statistics
 import sys
 import tempfile
 from dataclasses import replace
 
 from .._host import mount_of
 from ..bench import cpu_model, has_avx512, parse_size
+from . import calibration as _cal
 from . import job as _job
 from . import report as _report
 from . import supervisor as _sup
@@ -100,11 +100,6 @@ def arguments(argv):
     return args
 
 
-def _median(values, default=0.0):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else default
-
-
 def _mount_of(path: str) -> str:
     """'DEVICE (TYPE) at MOUNTPOINT' of the file system holding path."""
     mnt, kind, dev = mount_of(path) or ("/", "?", "?")
@@ -155,33 +150,22 @@ class Bench:
 
     # --- calibration -------------------------------------------------------------------------------
     def calibrate(self, name: str) -> dict:
-        """Save costs from a failure-free run that saves at every step and waits for each; restart and
-        load costs from launches that only resume (tiered: once from memory, once after wiping it)."""
+        """Save costs from a failure-free run that saves at every step and waits for the first half's saves
+        (calibration.py); restart and load costs from launches that only resume (tiered: once from memory,
+        once after wiping it)."""
         a = self.args
         tiered = name in _job.TIERED
-        cfg = self.config(name, "calibrate", interval=1, persist_every=2 if tiered else 0, calibrate=a.calibrate + 1)
-        if 2 * (a.calibrate + 1) > a.steps:
-            raise _sup.JobError(f"--steps {a.steps} is too few to calibrate {a.calibrate + 1} waited and as many overlapped saves")
+        # The tiers' first captures each fill a memory slot of the ring for the first time: left out, with as
+        # many more saves measured (a relaunched process finds its slots allocated).
+        warmup = _job.KEEP if tiered else 1
+        waited = a.calibrate + warmup
+        cfg = self.config(name, "calibrate", interval=1, persist_every=2 if tiered else 0, calibrate=waited)
+        if 2 * waited > a.steps:
+            raise _sup.JobError(f"--steps {a.steps} is too few to calibrate {waited} waited and as many overlapped saves")
         self.clean(cfg)
         limit = self.limit
         _sup.run_job(cfg, self.model, self.logs, limit)
-        events = _sup.read_events(cfg.events)
-        saves = [e for e in events if e["ev"] == "save"]
-        steps = [e for e in saves if "background" in e][1:]  # waited for; the first pays for warming up
-        # The saves not waited for: how much slower their steps trained than the ideal run's, the CPU the
-        # saves' background work takes from training (2 cores here), charged to the stall for the plan.
-        overlapped = {e["step"] for e in saves if "background" not in e}
-        slowed = [e["compute"] for e in events if e["ev"] == "step" and e["step"] - 1 in overlapped]
-        out = {"interference": max(0.0, _median(slowed, self.step_s) - self.step_s)}
-        if tiered:
-            persisted = [e for e in steps if e["step"] % 2 == 0]
-            captured = [e for e in steps if e["step"] % 2 == 1]
-            d_m = _median([e["seconds"] for e in captured])
-            out.update(capture_stall=d_m, replicate_seconds=_median([e.get("background") for e in captured]),
-                       persist_stall=max(0.0, _median([e["seconds"] for e in persisted]) - d_m),
-                       persist_seconds=_median([e.get("background") for e in persisted]))
-        else:
-            out.update(stall=_median([e["seconds"] for e in steps]), background=_median([e.get("background") for e in steps]))
+        out = _cal.save_costs(_sup.read_events(cfg.events), self.step_s, tiered, warmup=warmup, persist_every=2)
         out["restart"] = self._resume_cost(replace(cfg, calibrate=0, resume_only=True), 1)
         if tiered:
             _sup.wipe_memory(cfg)
@@ -211,7 +195,8 @@ class Bench:
         if name in _job.TIERED:
             shares = dict(crash_share=a.mix["crash"], node_loss_share=a.mix["node"], power_loss_share=a.mix["power"])
             common = dict(capture_stall=max(costs["capture_stall"] + costs["interference"], 1e-6),
-                          replicate_seconds=costs["replicate_seconds"], persist_stall=costs["persist_stall"],
+                          replicate_seconds=costs["replicate_seconds"],
+                          persist_stall=costs["persist_stall"] + costs.get("persist_interference", 0.0),
                           persist_seconds=costs["persist_seconds"], mtbf=m, memory_restart=costs["restart"],
                           persistent_restart=costs["persistent_restart"], replicated=a.nodes > 1, **shares)
             every, k = (a.interval, a.persist_every) if a.interval is not None else (None, None)
@@ -265,7 +250,7 @@ class Bench:
         _sup.run_job(cfg, self.model, self.logs, self.limit)
         events = _sup.read_events(cfg.events)
         ideal = _report.measure(events, a.steps)
-        self.step_s = _median([e["compute"] for e in events if e["ev"] == "step"])
+        self.step_s = _cal.median([e["compute"] for e in events if e["ev"] == "step"])
         self.ideal_wall = ideal["wall_s"]
         first_step = next(e for e in events if e["ev"] == "step")
         self.startup = first_step["t"] - first_step["compute"] - events[0]["t"]
