@@ -366,7 +366,8 @@ def table(doc):
                    f"{fmt(lr, '{:.2f}x')}; {cpu_u:.2f} + {cpu_s:.2f} s{flag}")
     o = res["own"]["median"]
     out.append(f"  load from own memory: {fmt(f['own_memory_load_vs_copy'], '{:.2f}x')} the staging copy of the same bytes, every rank at once "
-               f"({verdict(f['own_memory_load_vs_copy'], 1.5, True)}): each chunk hashed as it is copied (spec/TIERS.md 7.2)")
+               f"({verdict(f['own_memory_load_vs_copy'], 1.5, True)}): each chunk hashed as it is copied (spec/TIERS.md 7.2); "
+               f"of its {o['load_s']:.3f} s, {o['to_view_s']:.3f} s agreeing on the step, {o['read_max_s']:.3f} s the slowest rank's read")
     out.append(f"  start: mpirun spawn {o['spawn_s']:.3f} + MPI_Init {o['mpi_init_s']:.3f} + the model's memory {o['model_alloc_s']:.3f} "
                f"+ create {o['create_s']:.3f} s (own-memory restarts); load: resume() until every rank's tensors are read and checked")
     out.append(f"  resume() returns later still, after recording and refilling lost copies: +{res['peer']['median']['after_load_s']:.3f} s "
