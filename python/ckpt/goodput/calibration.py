@@ -40,7 +40,10 @@ def save_costs(events: List[dict], ideal_step_s: float, tiered: bool, warmup: in
     if not tiered:
         return {"interference": slowdown(overlapped), "stall": median(e["seconds"] for e in waited),
                 "background": median(e.get("background") for e in waited)}
-    promoted = lambda step: step % persist_every == 0  # noqa: E731 (the tiers' own policy at memory_every 1)
+
+    def promoted(step: int) -> bool:  # the tiers' own policy at memory_every 1
+        return step % persist_every == 0
+
     captured = [e for e in waited if not promoted(e["step"])]
     persisted = [e for e in waited if promoted(e["step"])]
     d_m = median(e["seconds"] for e in captured)
