@@ -159,13 +159,15 @@ class Bench:
         # many more saves measured (a relaunched process finds its slots allocated).
         warmup = _job.KEEP if tiered else 1
         waited = a.calibrate + warmup
-        cfg = self.config(name, "calibrate", interval=1, persist_every=2 if tiered else 0, calibrate=waited)
+        persist_every = 2 if tiered else 0  # tiered: captures and promotions alternate, each measured apart
+        cfg = self.config(name, "calibrate", interval=1, persist_every=persist_every, calibrate=waited)
         if 2 * waited > a.steps:
             raise _sup.JobError(f"--steps {a.steps} is too few to calibrate {waited} waited and as many overlapped saves")
         self.clean(cfg)
         limit = self.limit
         _sup.run_job(cfg, self.model, self.logs, limit)
-        out = _cal.save_costs(_sup.read_events(cfg.events), self.step_s, tiered, warmup=warmup, persist_every=2)
+        out = _cal.save_costs(_sup.read_events(cfg.events), self.step_s, tiered, warmup=warmup,
+                              persist_every=persist_every or 1)
         out["restart"] = self._resume_cost(replace(cfg, calibrate=0, resume_only=True), 1)
         if tiered:
             _sup.wipe_memory(cfg)
@@ -196,7 +198,7 @@ class Bench:
             shares = dict(crash_share=a.mix["crash"], node_loss_share=a.mix["node"], power_loss_share=a.mix["power"])
             common = dict(capture_stall=max(costs["capture_stall"] + costs["interference"], 1e-6),
                           replicate_seconds=costs["replicate_seconds"],
-                          persist_stall=costs["persist_stall"] + costs.get("persist_interference", 0.0),
+                          persist_stall=costs["persist_stall"] + costs["persist_interference"],
                           persist_seconds=costs["persist_seconds"], mtbf=m, memory_restart=costs["restart"],
                           persistent_restart=costs["persistent_restart"], replicated=a.nodes > 1, **shares)
             every, k = (a.interval, a.persist_every) if a.interval is not None else (None, None)
