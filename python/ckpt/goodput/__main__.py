@@ -288,6 +288,7 @@ class Bench:
                     entry["predicted_goodput"] = None
                 entry["bit_identical"] = m["digest"] is not None and m["digest"] == ideal["digest"] and bool(m["ranks_agree"])
                 entry["compute_slowdown"] = m["compute_s"] / max(1e-9, m["steps_executed"] * self.step_s) - 1
+                entry["lost"] = _report.lost_time(m, self.ideal_wall, self.step_s)
                 ratio = entry["goodput"] / entry["predicted_goodput"] if entry["predicted_goodput"] else None
                 if ratio is not None and not 0.8 <= ratio <= 1.2:
                     entry["notes"].append(self.why(entry, ratio))
@@ -300,6 +301,7 @@ class Bench:
                 entry["error"] = f"{type(e).__name__}: {e}"
                 code = 1
                 self.progress(f"{name}: FAILED: {entry['error'][:2000]}")
+        doc["tiers_lost_vs_best_other"] = _report.tiers_against_best_other(doc["contenders"], _job.TIERED)
         doc["setting"] = {
             "world": a.world, "nodes": a.nodes, "hidden": a.hidden, "layers": self.layers,
             "state_gib": _job.state_bytes(a.hidden, self.layers) / (1 << 30), "state_bytes": _job.state_bytes(a.hidden, self.layers),

@@ -11,7 +11,7 @@ Rank 0 writes one JSON line per event to the run's event log with ``os.write`` o
 descriptor (a SIGKILL never leaves half a line): ``ready`` (process group and model built: the end of
 the restart), ``loaded`` (the resume: what from, how long; the tiers: also what memory and storage held
 just before it, ``tier_evidence``), ``step`` (one per training step, as soon
-as it is trained: its compute seconds), ``save`` (the seconds the save after it blocked; calibration:
+as it is trained: its compute seconds), ``saving`` (a save begins), ``save`` (the seconds the save after it blocked; calibration:
 and the seconds until it was durable), ``trained`` and ``done`` (the final state's digest). The supervisor
 (``supervisor.py``) writes ``launch`` and ``failure`` to the same log. Times are ``time.monotonic()``,
 one clock for every process of the machine.
@@ -504,6 +504,7 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
         t1 = time.monotonic()
         log("step", step=step, compute=t1 - t0)  # before the save: a kill during it still counts the step as done
         if cfg.calibrate > 0 or contender.due(step):
+            log("saving", step=step)  # a failure before `save` cut off the save, not training (report.lost_time)
             skipped = contender.save(step)
             t2 = time.monotonic()
             # Calibration: the first `calibrate` saves are each waited for (stall, then time to durable); the

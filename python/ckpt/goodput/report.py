@@ -4,7 +4,7 @@ the plot (one timeline per contender, and goodput bars)."""
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 
 def measure(events: List[dict], steps: int) -> dict:
@@ -21,14 +21,31 @@ def measure(events: List[dict], steps: int) -> dict:
     # One pass in time order: the progress of the timeline (next step to run), rolled back at each load.
     recoveries: List[dict] = []
     progress, open_recs = 0, []
+    # What a failure cut off (the work in progress since the last step or save ended: training, or a save that
+    # began at `saving`), and the recoveries' spans (a failure to the next step's start; failures within one
+    # span, before any step, are one span).
+    last_end, saving_since = t0, None
+    cut_off = {"training": 0.0, "save": 0.0}
+    recovery_s = 0.0
     for e in events:
         if e["ev"] == "step":
             progress = e["step"] + 1
+            if open_recs:
+                recovery_s += (e["t"] - e["compute"]) - open_recs[0]["_t"]
             for rec in open_recs:
                 rec["to_first_step_s"] = (e["t"] - e["compute"]) - rec["_t"]
                 rec["interrupted"] = rec is not open_recs[-1]  # a later failure came before any step
             open_recs = []
+            last_end, saving_since = e["t"], None
+        elif e["ev"] == "saving":
+            saving_since = e["t"]
+        elif e["ev"] == "save":
+            last_end, saving_since = e["t"], None
         elif e["ev"] == "failure":
+            if not open_recs:
+                if saving_since is not None:
+                    cut_off["save"] += e["t"] - saving_since
+                cut_off["training"] += (saving_since if saving_since is not None else e["t"]) - last_end
             rec = {"kind": e["kind"], "at": e["t"] - t0, "victim": e.get("victim"), "interrupted": True, "_t": e["t"]}
             recoveries.append(rec)
             open_recs.append(rec)
@@ -65,6 +82,8 @@ def measure(events: List[dict], steps: int) -> dict:
         "skips": sum(1 for e in save_events if e.get("skipped")),  # captures the tiers did not take (when_busy skip)
         "blocked_s": sum(e["seconds"] for e in save_events),
         "compute_s": sum(e["compute"] for e in step_events),
+        "cut_off_s": cut_off,
+        "recovery_s": recovery_s,
         "recoveries": recoveries,
         "digest": done[-1].get("digest") if done else None,
         "ranks_agree": done[-1].get("ranks_agree") if done else None,
@@ -80,6 +99,48 @@ def measure(events: List[dict], steps: int) -> dict:
     parts = [r["restart_parts_s"] for r in done_recoveries if "restart_parts_s" in r]
     out["mean_restart_parts_s"] = {k: statistics.fmean(p[k] for p in parts) for k in parts[0]} if parts else None
     return out
+
+
+def lost_time(m: dict, ideal_wall_s: float, step_s: float) -> dict:
+    """Where a contender's lost time (its wall time over the ideal run's) went, in seconds. The parts are
+    measured; ``other`` is the rest (start-up against the ideal run's, the gaps between events). ``floor``
+    is what no checkpoint removes from a job that restarts every process at each failure, as this one does:
+    the training a failure cut off, and each restart without the contender's own setup (the new process, its
+    process group, the model and optimizer)."""
+    done = [r for r in m["recoveries"] if not r["interrupted"] and "restart_s" in r]
+    setup = sum(r["restart_parts_s"]["contender"] for r in done if "restart_parts_s" in r)
+    restart = sum(r["restart_s"] for r in done)
+    load = sum(r.get("load_s", 0.0) for r in done)
+    parts = {
+        "blocked": m["blocked_s"],
+        "slower": m["compute_s"] - m["steps_executed"] * step_s,  # steps trained slower than the ideal run's median
+        "recomputed": m["steps_recomputed"] * step_s,
+        "cut_off_training": m["cut_off_s"]["training"],
+        "cut_off_save": m["cut_off_s"]["save"],
+        "restart": restart - setup,
+        "setup": setup,
+        "load": load,
+        # Recoveries a later failure interrupted, and each completed one's time from its load to its first step.
+        "recovery_other": m["recovery_s"] - restart - load,
+    }
+    lost = m["wall_s"] - ideal_wall_s
+    parts["other"] = lost - sum(parts.values())
+    floor = parts["cut_off_training"] + parts["restart"]
+    return {"lost_s": lost, "parts_s": parts, "floor_s": floor, "above_floor_s": lost - floor}
+
+
+def tiers_against_best_other(contenders: List[dict], tiered) -> Optional[dict]:
+    """The issue's accelerator target, measured: the best tiered contender's lost time over the best other
+    contender's (the least lost of those that finished), and the same above each one's floor."""
+    ran = [c for c in contenders if c.get("lost") and not c.get("error")]
+    tiers = min((c for c in ran if c["name"] in tiered), key=lambda c: c["lost"]["lost_s"], default=None)
+    other = min((c for c in ran if c["name"] not in tiered), key=lambda c: c["lost"]["lost_s"], default=None)
+    if tiers is None or other is None:
+        return None
+    ratio = lambda a, b: a / b if b > 0 else None  # noqa: E731
+    return {"tiers": tiers["name"], "other": other["name"],
+            "lost_ratio": ratio(tiers["lost"]["lost_s"], other["lost"]["lost_s"]),
+            "above_floor_ratio": ratio(tiers["lost"]["above_floor_s"], other["lost"]["above_floor_s"])}
 
 
 def timeline(events: List[dict]) -> dict:
@@ -146,6 +207,20 @@ def table(doc: dict) -> str:
             rows.append(f"restart ({c['name']}, mean): failure to the new process {parts['reap_fork']:.2f} s (kill, reap, fork), "
                         f"process group {parts['group']:.2f} s, model and optimizer {parts['model']:.2f} s, "
                         f"the contender's setup {parts['contender']:.2f} s")
+    for c in doc["contenders"]:
+        lt = c.get("lost")
+        if lt:
+            p = lt["parts_s"]
+            rows.append(f"lost ({c['name']}): {lt['lost_s']:.1f} s = blocked {p['blocked']:.1f} + slower steps {p['slower']:.1f} "
+                        f"+ recomputed {p['recomputed']:.1f} + cut off {p['cut_off_training']:.1f} (saves {p['cut_off_save']:.1f}) "
+                        f"+ restarts {p['restart']:.1f} (setup {p['setup']:.1f}) + loads {p['load']:.1f} "
+                        f"+ interrupted recoveries {p['recovery_other']:.1f} + other {p['other']:.1f}; "
+                        f"floor {lt['floor_s']:.1f} s, above it {lt['above_floor_s']:.1f} s")
+    t = doc.get("tiers_lost_vs_best_other")
+    if t:
+        rows.append(f"lost time, {t['tiers']} against the best other ({t['other']}): {t['lost_ratio']:.2f}x (target <= 0.5x); "
+                    f"above the floor {t['above_floor_ratio']:.2f}x. floor = training cut off by failures + restarts "
+                    "without the contender's setup (new process, process group, model and optimizer): no checkpoint removes it")
     for c in doc["contenders"]:
         for note in c.get("notes", []):
             rows.append(f"note ({c['name']}): {note}")
