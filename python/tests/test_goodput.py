@@ -200,7 +200,7 @@ def test_calibration_leaves_out_the_rings_first_captures_and_charges_promotions_
 
 
 def test_lost_time_adds_up_from_its_parts_and_a_failure_cuts_off_training_or_a_save():
-    """A synthetic log (ideal step 1 s, 3 steps): a crash 0.4 s into step 2; after its recovery a node loss
+    """A synthetic log (ideal step 1 s, 3 steps; start-up 0.1 s longer than the ideal run's): a crash 0.4 s into step 2; after its recovery a node loss
     0.2 s into the save of step 2, and a power loss during that recovery (one span, the first restart
     interrupted). Every part is what the log says; they add up to the wall time over the ideal run's."""
     from ckpt.goodput.report import lost_time, measure, tiers_against_best_other
@@ -216,7 +216,7 @@ def test_lost_time_adds_up_from_its_parts_and_a_failure_cuts_off_training_or_a_s
         ready(4.0, 3.5, 0.2), {"ev": "loaded", "t": 4.3, "next_step": 2},  # restart 0.6 (setup 0.2), load 0.3
         {"ev": "step", "t": 5.4, "step": 2, "compute": 1.0}, {"ev": "saving", "t": 5.4},
         {"ev": "failure", "t": 5.6, "kind": "node"},                    # 0.2 s of a save cut off
-        ready(6.0, 5.7, 0.0),
+        ready(6.0, 5.7, 0.0),                                           # restart 0.4, then cut short
         {"ev": "failure", "t": 6.1, "kind": "power"},                   # inside the node loss's recovery
         ready(6.6, 6.2, 0.1), {"ev": "loaded", "t": 6.8, "next_step": 2},  # restart 0.5 (setup 0.1), load 0.2
         {"ev": "step", "t": 7.9, "step": 2, "compute": 1.0}, {"ev": "trained", "t": 7.9, "step": 3},
@@ -224,12 +224,18 @@ def test_lost_time_adds_up_from_its_parts_and_a_failure_cuts_off_training_or_a_s
     m = measure(events, 3)
     assert m["cut_off_s"] == pytest.approx({"training": 0.4, "save": 0.2})
     assert m["recovery_s"] == pytest.approx((4.4 - 3.4) + (6.9 - 5.6))
-    lt = lost_time(m, ideal_wall_s=3.6, step_s=1.0)
-    expected = {"blocked": 0.3, "slower": 0.1, "recomputed": 1.0, "cut_off_training": 0.4, "cut_off_save": 0.2,
-                "restart": 1.1 - 0.3, "setup": 0.3, "load": 0.5, "recovery_other": 2.3 - 1.1 - 0.5, "other": 0.0}
+    assert m["startup_s"] == pytest.approx(0.6)
+    lt = lost_time(m, {"wall_s": 3.5, "startup_s": 0.5}, step_s=1.0)
+    expected = {"startup": 0.1, "blocked": 0.3, "slower": 0.1, "recomputed": 1.0, "cut_off_training": 0.4, "cut_off_save": 0.2,
+                "restart": 1.5 - 0.3, "setup": 0.3, "load": 0.5, "recovery_other": 2.3 - 1.5 - 0.5, "other": 0.0}
     assert lt["parts_s"] == pytest.approx(expected, abs=1e-9)
-    assert lt["lost_s"] == pytest.approx(4.3) == pytest.approx(sum(lt["parts_s"].values()))
-    assert lt["floor_s"] == pytest.approx(0.4 + 0.8) and lt["above_floor_s"] == pytest.approx(4.3 - 1.2)
+    assert lt["lost_s"] == pytest.approx(4.4) == pytest.approx(sum(lt["parts_s"].values()))
+    assert lt["floor_s"] == pytest.approx(0.4 + 1.2) and lt["above_floor_s"] == pytest.approx(4.4 - 1.6)
+    # A failure before the first step ends the first launch's start-up; it cuts off no training.
+    early = measure([{"ev": "launch", "t": 0.0}, {"ev": "failure", "t": 0.3, "kind": "crash"}, ready(0.9, 0.4, 0.1),
+                     {"ev": "loaded", "t": 1.0, "next_step": 0}, {"ev": "step", "t": 2.0, "step": 0, "compute": 1.0}], 1)
+    assert early["startup_s"] == pytest.approx(0.3) and early["cut_off_s"] == {"training": 0.0, "save": 0.0}
+    assert early["recovery_s"] == pytest.approx(0.7)
     # The target's ratio: the best tiered contender against the least-lost other that finished.
     row = lambda name, lost, floor: {"name": name, "lost": {"lost_s": lost, "above_floor_s": lost - floor}}  # noqa: E731
     got = tiers_against_best_other([row("dcp", 10.0, 6.0), row("torch_save", 12.0, 6.0), row("ckpt_tiered", 8.0, 6.0),

@@ -288,7 +288,7 @@ class Bench:
                     entry["predicted_goodput"] = None
                 entry["bit_identical"] = m["digest"] is not None and m["digest"] == ideal["digest"] and bool(m["ranks_agree"])
                 entry["compute_slowdown"] = m["compute_s"] / max(1e-9, m["steps_executed"] * self.step_s) - 1
-                entry["lost"] = _report.lost_time(m, self.ideal_wall, self.step_s)
+                entry["lost"] = _report.lost_time(m, ideal, self.step_s)
                 ratio = entry["goodput"] / entry["predicted_goodput"] if entry["predicted_goodput"] else None
                 if ratio is not None and not 0.8 <= ratio <= 1.2:
                     entry["notes"].append(self.why(entry, ratio))

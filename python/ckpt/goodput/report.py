@@ -27,8 +27,11 @@ def measure(events: List[dict], steps: int) -> dict:
     last_end, saving_since = t0, None
     cut_off = {"training": 0.0, "save": 0.0}
     recovery_s = 0.0
+    startup_s = None  # the first launch's, until its first step or the failure that ended it
     for e in events:
         if e["ev"] == "step":
+            if startup_s is None:
+                startup_s = e["t"] - e["compute"] - t0
             progress = e["step"] + 1
             if open_recs:
                 recovery_s += (e["t"] - e["compute"]) - open_recs[0]["_t"]
@@ -42,7 +45,9 @@ def measure(events: List[dict], steps: int) -> dict:
         elif e["ev"] == "save":
             last_end, saving_since = e["t"], None
         elif e["ev"] == "failure":
-            if not open_recs:
+            if startup_s is None:
+                startup_s = e["t"] - t0
+            elif not open_recs:
                 if saving_since is not None:
                     cut_off["save"] += e["t"] - saving_since
                 cut_off["training"] += (saving_since if saving_since is not None else e["t"]) - last_end
@@ -82,6 +87,7 @@ def measure(events: List[dict], steps: int) -> dict:
         "skips": sum(1 for e in save_events if e.get("skipped")),  # captures the tiers did not take (when_busy skip)
         "blocked_s": sum(e["seconds"] for e in save_events),
         "compute_s": sum(e["compute"] for e in step_events),
+        "startup_s": startup_s,
         "cut_off_s": cut_off,
         "recovery_s": recovery_s,
         "recoveries": recoveries,
@@ -101,17 +107,19 @@ def measure(events: List[dict], steps: int) -> dict:
     return out
 
 
-def lost_time(m: dict, ideal_wall_s: float, step_s: float) -> dict:
-    """Where a contender's lost time (its wall time over the ideal run's) went, in seconds. The parts are
-    measured; ``other`` is the rest (start-up against the ideal run's, the gaps between events). ``floor``
+def lost_time(m: dict, ideal: dict, step_s: float) -> dict:
+    """Where a contender's lost time (its wall time over the ideal run's, whose ``measure`` is ``ideal``)
+    went, in seconds. The parts are measured; ``other`` is the rest (the gaps between events). ``floor``
     is what no checkpoint removes from a job that restarts every process at each failure, as this one does:
     the training a failure cut off, and each restart without the contender's own setup (the new process, its
     process group, the model and optimizer)."""
-    done = [r for r in m["recoveries"] if not r["interrupted"] and "restart_s" in r]
-    setup = sum(r["restart_parts_s"]["contender"] for r in done if "restart_parts_s" in r)
-    restart = sum(r["restart_s"] for r in done)
-    load = sum(r.get("load_s", 0.0) for r in done)
+    # Every restart that reached `ready` and every load that ended, also those a later failure interrupted.
+    ready = [r for r in m["recoveries"] if "restart_s" in r]
+    setup = sum(r["restart_parts_s"]["contender"] for r in ready if "restart_parts_s" in r)
+    restart = sum(r["restart_s"] for r in ready)
+    load = sum(r.get("load_s", 0.0) for r in ready)
     parts = {
+        "startup": m["startup_s"] - ideal["startup_s"],  # the first launch's, against the ideal run's
         "blocked": m["blocked_s"],
         "slower": m["compute_s"] - m["steps_executed"] * step_s,  # steps trained slower than the ideal run's median
         "recomputed": m["steps_recomputed"] * step_s,
@@ -120,10 +128,10 @@ def lost_time(m: dict, ideal_wall_s: float, step_s: float) -> dict:
         "restart": restart - setup,
         "setup": setup,
         "load": load,
-        # Recoveries a later failure interrupted, and each completed one's time from its load to its first step.
+        # Restarts and loads a later failure cut short, and each recovery's time from its load to its first step.
         "recovery_other": m["recovery_s"] - restart - load,
     }
-    lost = m["wall_s"] - ideal_wall_s
+    lost = m["wall_s"] - ideal["wall_s"]
     parts["other"] = lost - sum(parts.values())
     floor = parts["cut_off_training"] + parts["restart"]
     return {"lost_s": lost, "parts_s": parts, "floor_s": floor, "above_floor_s": lost - floor}
@@ -211,10 +219,10 @@ def table(doc: dict) -> str:
         lt = c.get("lost")
         if lt:
             p = lt["parts_s"]
-            rows.append(f"lost ({c['name']}): {lt['lost_s']:.1f} s = blocked {p['blocked']:.1f} + slower steps {p['slower']:.1f} "
+            rows.append(f"lost ({c['name']}): {lt['lost_s']:.1f} s = start-up {p['startup']:+.1f} + blocked {p['blocked']:.1f} + slower steps {p['slower']:.1f} "
                         f"+ recomputed {p['recomputed']:.1f} + cut off {p['cut_off_training']:.1f} (saves {p['cut_off_save']:.1f}) "
                         f"+ restarts {p['restart']:.1f} (setup {p['setup']:.1f}) + loads {p['load']:.1f} "
-                        f"+ interrupted recoveries {p['recovery_other']:.1f} + other {p['other']:.1f}; "
+                        f"+ restarts and loads cut short {p['recovery_other']:.1f} + other {p['other']:.1f}; "
                         f"floor {lt['floor_s']:.1f} s, above it {lt['above_floor_s']:.1f} s")
     t = doc.get("tiers_lost_vs_best_other")
     if t:
