@@ -219,16 +219,17 @@ def table(doc: dict) -> str:
         lt = c.get("lost")
         if lt:
             p = lt["parts_s"]
-            rows.append(f"lost ({c['name']}): {lt['lost_s']:.1f} s = start-up {p['startup']:+.1f} + blocked {p['blocked']:.1f} + slower steps {p['slower']:.1f} "
-                        f"+ recomputed {p['recomputed']:.1f} + cut off {p['cut_off_training']:.1f} (saves {p['cut_off_save']:.1f}) "
-                        f"+ restarts {p['restart']:.1f} (setup {p['setup']:.1f}) + loads {p['load']:.1f} "
-                        f"+ restarts and loads cut short {p['recovery_other']:.1f} + other {p['other']:.1f}; "
-                        f"floor {lt['floor_s']:.1f} s, above it {lt['above_floor_s']:.1f} s")
+            rows.append(f"lost ({c['name']}): {lt['lost_s']:.1f} s = start-up {p['startup']:+.1f} + blocked {p['blocked']:.1f} "
+                        f"+ slower steps {p['slower']:.1f} + recomputed {p['recomputed']:.1f} + cut off: training "
+                        f"{p['cut_off_training']:.1f}, saves {p['cut_off_save']:.1f} + restarts less setup {p['restart']:.1f} + setup "
+                        f"{p['setup']:.1f} + loads {p['load']:.1f} + restarts and loads cut short {p['recovery_other']:.1f} "
+                        f"+ other {p['other']:.1f}; floor {lt['floor_s']:.1f} s, above it {lt['above_floor_s']:.1f} s")
     t = doc.get("tiers_lost_vs_best_other")
     if t:
-        rows.append(f"lost time, {t['tiers']} against the best other ({t['other']}): {t['lost_ratio']:.2f}x (target <= 0.5x); "
-                    f"above the floor {t['above_floor_ratio']:.2f}x. floor = training cut off by failures + restarts "
-                    "without the contender's setup (new process, process group, model and optimizer): no checkpoint removes it")
+        rows.append(f"lost time, {t['tiers']} against the best other ({t['other']}): {_fmt(t['lost_ratio'], '.2f')}x "
+                    f"(the accelerator profile's target: <= 0.5x); above the floor {_fmt(t['above_floor_ratio'], '.2f')}x. "
+                    "floor = training cut off by failures + restarts without the contender's setup (new process, process "
+                    "group, model and optimizer): no checkpoint removes it")
     for c in doc["contenders"]:
         for note in c.get("notes", []):
             rows.append(f"note ({c['name']}): {note}")
