@@ -223,19 +223,26 @@ def test_lost_time_adds_up_from_its_parts_and_a_failure_cuts_off_training_or_a_s
     ]
     m = measure(events, 3)
     assert m["cut_off_s"] == pytest.approx({"training": 0.4, "save": 0.2})
-    assert m["recovery_s"] == pytest.approx((4.4 - 3.4) + (6.9 - 5.6))
+    assert m["recovery_s"] == pytest.approx((4.3 - 3.4) + (6.8 - 5.6))  # failure to the `loaded` that trains on
     assert m["startup_s"] == pytest.approx(0.6)
     lt = lost_time(m, {"wall_s": 3.5, "startup_s": 0.5}, step_s=1.0)
     expected = {"startup": 0.1, "blocked": 0.3, "slower": 0.1, "recomputed": 1.0, "cut_off_training": 0.4, "cut_off_save": 0.2,
-                "restart": 1.5 - 0.3, "setup": 0.3, "load": 0.5, "recovery_other": 2.3 - 1.5 - 0.5, "other": 0.0}
+                "restart": 1.5 - 0.3, "setup": 0.3, "load": 0.5, "recovery_other": 2.1 - 1.5 - 0.5,
+                "other": 0.2}  # two gaps of 0.1 s from `loaded` to the first step
     assert lt["parts_s"] == pytest.approx(expected, abs=1e-9)
     assert lt["lost_s"] == pytest.approx(4.4) == pytest.approx(sum(lt["parts_s"].values()))
     assert lt["floor_s"] == pytest.approx(0.4 + 1.2) and lt["above_floor_s"] == pytest.approx(4.4 - 1.6)
-    # A failure before the first step ends the first launch's start-up; it cuts off no training.
+    # A failure before the first launch's `loaded` ends its start-up and cuts off no training; one after it,
+    # before any step is logged, cuts off training.
     early = measure([{"ev": "launch", "t": 0.0}, {"ev": "failure", "t": 0.3, "kind": "crash"}, ready(0.9, 0.4, 0.1),
                      {"ev": "loaded", "t": 1.0, "next_step": 0}, {"ev": "step", "t": 2.0, "step": 0, "compute": 1.0}], 1)
     assert early["startup_s"] == pytest.approx(0.3) and early["cut_off_s"] == {"training": 0.0, "save": 0.0}
     assert early["recovery_s"] == pytest.approx(0.7)
+    mid = measure([{"ev": "launch", "t": 0.0}, ready(0.2, 0.0, 0.0), {"ev": "loaded", "t": 0.3, "next_step": 0},
+                   {"ev": "failure", "t": 1.0, "kind": "crash"}, ready(1.5, 1.1, 0.0), {"ev": "loaded", "t": 1.6, "next_step": 0},
+                   {"ev": "step", "t": 2.6, "step": 0, "compute": 1.0}], 1)
+    assert mid["startup_s"] == pytest.approx(0.3) and mid["cut_off_s"] == pytest.approx({"training": 0.7, "save": 0.0})
+    assert mid["recovery_s"] == pytest.approx(0.6)
     # The target's ratio: the best tiered contender against the least-lost other that finished.
     row = lambda name, lost, floor: {"name": name, "lost": {"lost_s": lost, "above_floor_s": lost - floor}}  # noqa: E731
     got = tiers_against_best_other([row("dcp", 10.0, 6.0), row("torch_save", 12.0, 6.0), row("ckpt_tiered", 8.0, 6.0),

@@ -21,20 +21,18 @@ def measure(events: List[dict], steps: int) -> dict:
     # One pass in time order: the progress of the timeline (next step to run), rolled back at each load.
     recoveries: List[dict] = []
     progress, open_recs = 0, []
-    # What a failure cut off (the work in progress since the last step or save ended: training, or a save that
-    # began at `saving`), and the recoveries' spans (a failure to the next step's start; failures within one
-    # span, before any step, are one span).
+    # What a failure cut off (the work in progress since the last step, save or load ended: training, or a
+    # save that began at `saving`), the first launch's start-up (to its `loaded`, or the failure that ended
+    # it) and the recoveries (a failure to the `loaded` of the launch that then trains; failures in between
+    # are one recovery).
     last_end, saving_since = t0, None
     cut_off = {"training": 0.0, "save": 0.0}
     recovery_s = 0.0
-    startup_s = None  # the first launch's, until its first step or the failure that ended it
+    startup_s = None
+    down_since = t0  # not training since (start-up or a recovery); None while training
     for e in events:
         if e["ev"] == "step":
-            if startup_s is None:
-                startup_s = e["t"] - e["compute"] - t0
             progress = e["step"] + 1
-            if open_recs:
-                recovery_s += (e["t"] - e["compute"]) - open_recs[0]["_t"]
             for rec in open_recs:
                 rec["to_first_step_s"] = (e["t"] - e["compute"]) - rec["_t"]
                 rec["interrupted"] = rec is not open_recs[-1]  # a later failure came before any step
@@ -45,12 +43,13 @@ def measure(events: List[dict], steps: int) -> dict:
         elif e["ev"] == "save":
             last_end, saving_since = e["t"], None
         elif e["ev"] == "failure":
-            if startup_s is None:
-                startup_s = e["t"] - t0
-            elif not open_recs:
+            if down_since is None:
                 if saving_since is not None:
                     cut_off["save"] += e["t"] - saving_since
                 cut_off["training"] += (saving_since if saving_since is not None else e["t"]) - last_end
+                down_since = e["t"]
+            elif startup_s is None:
+                startup_s, down_since = e["t"] - t0, e["t"]
             rec = {"kind": e["kind"], "at": e["t"] - t0, "victim": e.get("victim"), "interrupted": True, "_t": e["t"]}
             recoveries.append(rec)
             open_recs.append(rec)
@@ -60,7 +59,14 @@ def measure(events: List[dict], steps: int) -> dict:
             if "entered" in e:  # the restart's parts: to the new process, its process group, model, contender
                 open_recs[-1]["restart_parts_s"] = {"reap_fork": e["entered"] - open_recs[-1]["_t"], "group": e["group_s"],
                                                     "model": e["model_s"], "contender": e["contender_s"]}
-        elif e["ev"] == "loaded" and open_recs:
+        elif e["ev"] == "loaded":
+            if startup_s is None:
+                startup_s = e["t"] - t0
+            elif down_since is not None:
+                recovery_s += e["t"] - down_since
+            down_since, last_end, saving_since = None, e["t"], None
+            if not open_recs:
+                continue
             rec = open_recs[-1]
             rec["resumed_step"] = e["next_step"]
             rec["source"] = e.get("source")
@@ -128,8 +134,7 @@ def lost_time(m: dict, ideal: dict, step_s: float) -> dict:
         "restart": restart - setup,
         "setup": setup,
         "load": load,
-        # Restarts and loads a later failure cut short, and each recovery's time from its load to its first step.
-        "recovery_other": m["recovery_s"] - restart - load,
+        "recovery_other": m["recovery_s"] - restart - load,  # restarts and loads a later failure cut short
     }
     lost = m["wall_s"] - ideal["wall_s"]
     parts["other"] = lost - sum(parts.values())
