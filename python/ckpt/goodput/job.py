@@ -10,9 +10,9 @@ job was restarted, and bit-identity would test DDP instead of the checkpoint.
 Rank 0 writes one JSON line per event to the run's event log with ``os.write`` on an ``O_APPEND``
 descriptor (a SIGKILL never leaves half a line): ``ready`` (process group and model built: the end of
 the restart), ``loaded`` (the resume: what from, how long; the tiers: also what memory and storage held
-just before it, ``tier_evidence``), ``step`` (one per training step, as soon
-as it is trained: its compute seconds), ``saving`` (a save begins), ``save`` (the seconds the save after it blocked; calibration:
-and the seconds until it was durable), ``trained`` and ``done`` (the final state's digest). The supervisor
+just before it, ``tier_evidence``), ``step`` (one per training step, as soon as it is trained: its compute
+seconds), ``saving`` (a save begins), ``save`` (the seconds the save after it blocked; calibration: and the
+seconds until it was durable), ``trained`` and ``done`` (the final state's digest). The supervisor
 (``supervisor.py``) writes ``launch`` and ``failure`` to the same log. Times are ``time.monotonic()``,
 one clock for every process of the machine.
 """
