@@ -4,7 +4,7 @@ the plot (one timeline per contender, and goodput bars)."""
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 
 def measure(events: List[dict], steps: int) -> dict:
@@ -142,7 +142,7 @@ def lost_time(m: dict, ideal: dict, step_s: float) -> dict:
     return {"lost_s": lost, "parts_s": parts, "floor_s": floor, "above_floor_s": lost - floor}
 
 
-def tiers_against_best_other(contenders: List[dict], tiered) -> Optional[dict]:
+def tiers_against_best_other(contenders: List[dict], tiered: Set[str]) -> Optional[dict]:
     """The issue's accelerator target, measured: the best tiered contender's lost time over the best other
     contender's (the least lost of those that finished), and the same above each one's floor."""
     ran = [c for c in contenders if c.get("lost") and not c.get("error")]
@@ -150,10 +150,11 @@ def tiers_against_best_other(contenders: List[dict], tiered) -> Optional[dict]:
     other = min((c for c in ran if c["name"] not in tiered), key=lambda c: c["lost"]["lost_s"], default=None)
     if tiers is None or other is None:
         return None
-    ratio = lambda a, b: a / b if b > 0 else None  # noqa: E731
-    return {"tiers": tiers["name"], "other": other["name"],
-            "lost_ratio": ratio(tiers["lost"]["lost_s"], other["lost"]["lost_s"]),
-            "above_floor_ratio": ratio(tiers["lost"]["above_floor_s"], other["lost"]["above_floor_s"])}
+    def ratio(key: str) -> Optional[float]:
+        return tiers["lost"][key] / other["lost"][key] if other["lost"][key] > 0 else None
+
+    return {"tiers": tiers["name"], "other": other["name"], "lost_ratio": ratio("lost_s"),
+            "above_floor_ratio": ratio("above_floor_s")}
 
 
 def timeline(events: List[dict]) -> dict:
