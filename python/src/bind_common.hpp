@@ -18,6 +18,7 @@
 #include <ckpt/core/format.hpp>
 #include <ckpt/core/value.hpp>
 #include <ckpt/io/object/client.hpp>
+#include <ckpt/io/paced_fs.hpp>
 #include <ckpt/io/posix_fs.hpp>
 #include <ckpt/store/step_reader.hpp>
 #include <ckpt/store/training_state.hpp>
@@ -84,9 +85,15 @@ decltype(auto) released_on(T& target, F&& f) {
 
 // --- Where paths lead -------------------------------------------------------------------------------
 
-// One PosixFs for every call: it holds no state, and FsRef refers to it.
+// One PosixFs for every call: it holds no state, and FsRef refers to it. The reports read through it.
 inline ckpt::PosixFs& posix_fs() {
   static ckpt::PosixFs fs;
+  return fs;
+}
+// What files, stores and the tiers write and read through: posix_fs(), with the files under one root
+// crossing a node's storage link once pace_storage() named them (io/paced_fs.hpp; the goodput benchmark).
+inline ckpt::PacedFs& storage_fs() {
+  static ckpt::PacedFs fs(posix_fs());
   return fs;
 }
 // How an "s3://bucket/prefix" path is reached (spec/OBJECT.md 2): the S3 client where the extension was

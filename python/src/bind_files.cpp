@@ -23,7 +23,7 @@ class FileWriter {
     o.chunk_size_log2 = chunk_size_log2;
     o.atomic_rename = true;  // the file appears under its name whole, or not at all
     o.durable = true;
-    writer_.emplace(take(without_gil([&] { return ckpt::ShardWriter::create(posix_fs(), path, o); })));
+    writer_.emplace(take(without_gil([&] { return ckpt::ShardWriter::create(storage_fs(), path, o); })));
   }
   void add_tensor(const std::string& name, const std::string& dtype, const ckpt::Shape& shape, Bytes1D data) {
     const ckpt::DType d = dtype_of(dtype);
@@ -55,7 +55,7 @@ class Reader {
   Reader(const std::string& path, std::optional<std::uint64_t> step) {
     ckpt::StepSelector sel;
     sel.step = step;
-    cp_.emplace(take(without_gil([&] { return ckpt::object::open_checkpoint(posix_fs(), path, sel, object_opener()); })));
+    cp_.emplace(take(without_gil([&] { return ckpt::object::open_checkpoint(storage_fs(), path, sel, object_opener()); })));
   }
   nb::list tensors() {
     nb::list out;

@@ -92,12 +92,12 @@ class PyStore {
                                        std::uint64_t keep_every, std::uint32_t chunk_size_log2, bool verify_written) {
     const ckpt::Access access = read_only ? ckpt::Access::read_only : ckpt::Access::read_write;
     ckpt::StoreOptions o = options(create, keep_last, keep_every, chunk_size_log2, verify_written);
-    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::open_store(path, access, o); }))));
+    return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&] { return ckpt::open_store(storage_fs(), path, access, o); }))));
   }
   static std::unique_ptr<PyStore> open_rank(const std::string& path, int rank, int world, bool create, std::uint32_t chunk_size_log2) {
     ckpt::StoreOptions o = options(create, 0, 0, chunk_size_log2, false);
     return std::unique_ptr<PyStore>(new PyStore(take(without_gil([&]() -> ckpt::Result<std::unique_ptr<ckpt::Store>> {
-      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CommitLog> log, ckpt::commit_log(path, o));
+      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CommitLog> log, ckpt::commit_log(storage_fs(), path, o));
       return ckpt::Store::open_rank(std::move(log), rank, world, o);
     }))));
   }
@@ -209,6 +209,23 @@ class PyAsyncSaver {
 }  // namespace
 
 void bind_stores(nb::module_& m) {
+  // Shared storage at scale (io/paced_fs.hpp): from now on, files under `root` cross the node's link whose
+  // state is `link_path`, at `bytes_per_s`; an empty root stops pacing.
+  m.def("pace_storage", [](const std::string& root, const std::string& link_path, double bytes_per_s) {
+    if (root.empty()) return storage_fs().pace("", nullptr);
+    storage_fs().pace(root, std::shared_ptr<ckpt::StorageLink>(take(ckpt::StorageLink::open(link_path, bytes_per_s))));
+  }, "root"_a, "link_path"_a, "bytes_per_s"_a);
+  // The same link for bytes the caller moves itself (the Python contenders' streams); a no-op when none is set.
+  m.def("storage_transfer", [](std::uint64_t n) {
+    const std::shared_ptr<ckpt::StorageLink> link = storage_fs().link();
+    if (link) check(without_gil([&] { return link->transfer(n); }));
+  }, "n"_a);
+  // (bytes this process moved across the link, the link's seconds they took), or None when none is set.
+  m.def("storage_link_stats", []() -> nb::object {
+    const std::shared_ptr<ckpt::StorageLink> link = storage_fs().link();
+    if (!link) return nb::none();
+    return nb::make_tuple(link->bytes(), link->busy_s());
+  });
   nb::class_<PyTransaction>(m, "Transaction")
       .def_prop_ro("step", &PyTransaction::step)
       .def_prop_ro("txn", &PyTransaction::txn)

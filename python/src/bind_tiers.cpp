@@ -253,9 +253,9 @@ class PyTiers {
       CKPT_ASSIGN_OR_RETURN(auto comms, ckpt::GlooComm::connect_many(boot, promoter ? 3 : 2));
       comm_ = std::move(comms[0]);
       control_ = std::move(comms[1]);
-      if (!promoter) return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, std::move(o));
+      if (!promoter) return ckpt::tiers::TieredCheckpointer::create(storage_fs(), *comm_, *control_, std::move(o));
       promotion_ = std::move(comms[2]);
-      return ckpt::tiers::TieredCheckpointer::create(posix_fs(), *comm_, *control_, *promotion_, std::move(o));
+      return ckpt::tiers::TieredCheckpointer::create(storage_fs(), *comm_, *control_, *promotion_, std::move(o));
     }));
   }
   ~PyTiers() { close(); }

@@ -274,3 +274,63 @@ def test_the_accelerator_profile_waits_out_device_time_and_stays_bit_identical(t
     assert tiered["measured"]["completed"] and tiered["bit_identical"], tiered
     assert tiered["measured"]["failures"] >= 1
     assert tiered["measured"]["skips"] >= 0 and tiered["measured"]["saves"] >= 1
+
+
+PACED = r"""
+import json, os, sys
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
+from ckpt import Store
+from ckpt.goodput import storage
+
+base = sys.argv[1]
+root, memory = os.path.join(base, "storage"), os.path.join(base, "memory")
+os.makedirs(root)
+os.makedirs(memory)
+def size(path):
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(path) for n in ns) if os.path.isdir(path) else os.path.getsize(path)
+out, before = {}, 0
+def charged(key, path):
+    global before
+    now = storage.stats()[0]
+    out[key] = {"charged": now - before, "size": size(path)}
+    before = now
+state = {"w": torch.arange(1 << 18, dtype=torch.float32)}  # 1 MiB
+storage.pace(root, memory, 0, 1000.0)  # a fast link: what crosses it is counted, the run stays short
+with open(os.path.join(memory, "slot"), "wb") as f:  # outside the root: never paced
+    f.write(b"x" * 4096)
+charged("outside", os.path.join(memory, "slot"))
+with open(os.path.join(root, "a.pt"), "wb") as f:
+    torch.save(state, storage.PacedStream(f))
+charged("torch_save", os.path.join(root, "a.pt"))
+w = dcp.FileSystemWriter(os.path.join(root, "dcp"))
+w.fs = storage.dcp_file_system()
+dcp.save(state, storage_writer=w)
+charged("dcp_save", os.path.join(root, "dcp"))
+r = dcp.FileSystemReader(os.path.join(root, "dcp"))
+r.fs = storage.dcp_file_system()
+back = {"w": torch.zeros(1 << 18)}
+dcp.load(back, storage_reader=r)
+assert torch.equal(back["w"], state["w"])
+charged("dcp_load", os.path.join(root, "dcp"))
+with Store(os.path.join(root, "store"), create=True) as s:
+    s.save(1, {"w": state["w"].numpy()})
+charged("store_save", os.path.join(root, "store"))
+print(json.dumps(out))
+"""
+
+
+def test_paced_storage_charges_every_contenders_persistent_bytes_to_the_nodes_link(tmp_path):
+    """--storage-gbps (ckpt/goodput/storage.py): torch.save's and DCP's streams and ckpt's own stores all cross
+    the node's link with every byte they write or read under the contender's storage, and nothing outside it."""
+    p = subprocess.run([sys.executable, "-c", PACED, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["outside"]["charged"] == 0
+    assert got["torch_save"]["charged"] == got["torch_save"]["size"] > 1 << 20
+    assert got["dcp_save"]["charged"] == got["dcp_save"]["size"] > 1 << 20
+    assert 1 << 20 <= got["dcp_load"]["charged"] <= 2 * got["dcp_load"]["size"]  # the data once, .metadata more than once
+    # The store writes every byte of its files (shards, journal) once; a journal is also read back to open it.
+    assert got["store_save"]["charged"] >= 1 << 20
+    assert got["store_save"]["charged"] <= 2 * got["store_save"]["size"]

@@ -70,6 +70,10 @@ def arguments(argv):
                         "device time (--device-step) during which the host's cores are free, emulated by waiting "
                         "on a machine without one")
     p.add_argument("--device-step", type=float, default=2.0, help="accelerator profile: seconds of device time a step (default 2.0)")
+    p.add_argument("--storage-gbps", type=float, default=0.0,
+                   help="every node reaches the persistent storage through a link of this many GB/s that its ranks "
+                        "share, for every contender (1: a cluster's, Llama 3's 2 TB/s for 2,048 nodes); default 0: "
+                        "this machine's own speed")
     p.add_argument("--quick", action="store_true", help="a small job for CI: 16 MiB of state, 40 steps, 4 expected failures")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout, and no table)")
     p.add_argument("--plot", metavar="FILE", help="write the timelines and goodput bars (PNG)")
@@ -97,6 +101,8 @@ def arguments(argv):
         p.error("--mtbf must be positive")
     if args.device_step <= 0:
         p.error("--device-step must be positive")
+    if args.storage_gbps < 0:
+        p.error("--storage-gbps must be at least 0")
     return args
 
 
@@ -138,7 +144,7 @@ class Bench:
         return _job.JobConfig(contender=contender, world=a.world, nodes=a.nodes, hidden=a.hidden, layers=self.layers,
                               batch=a.batch, steps=a.steps, seed=a.seed, workdir=workdir,
                               memory_base=os.path.join(self.memory, contender), events=events, device=self.device,
-                              profile=a.profile, device_step_s=a.device_step, **kw)
+                              profile=a.profile, device_step_s=a.device_step, storage_gbps=a.storage_gbps, **kw)
 
     def clean(self, cfg: _job.JobConfig) -> None:
         shutil.rmtree(cfg.workdir, ignore_errors=True)
@@ -311,7 +317,10 @@ class Bench:
             "device": self.device, "machine": machine(),
             "profile": a.profile if a.profile == "cpu" or self.device != "cpu" else
             f"accelerator, emulated: each step waits {a.device_step:g} s of device time with the host's cores free",
-            "storage": f"{self.root} on {_mount_of(self.root)}, this machine's speed (no bandwidth limit), the same for every contender",
+            "storage": f"{self.root} on {_mount_of(self.root)}, " +
+            (f"through a link of {a.storage_gbps:g} GB/s per node that its ranks share" if a.storage_gbps > 0 else
+             "this machine's speed (no bandwidth limit)") + ", the same for every contender",
+            "storage_gbps": a.storage_gbps,
             "memory": f"{self.memory} on {_mount_of(self.memory)}",
             "restart": "ranks forked from a supervisor that has imported torch and built the initial model (a warm agent)",
             "fixed_interval": a.interval,

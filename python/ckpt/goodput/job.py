@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ..bench import fsync_path
+from . import storage
 
 # The contenders, in the order they are run and shown; "ideal" neither saves nor fails.
 CONTENDERS = ("ideal", "torch_save", "dcp", "dcp_async", "ckpt_store", "ckpt_tiered", "ckpt_tiered_parity")
@@ -77,6 +78,8 @@ class JobConfig:
     # cheap deterministic update (so a resumed run stays bit-identical); on a GPU, real device work.
     profile: str = "cpu"
     device_step_s: float = 2.0
+    # > 0: every node reaches `workdir` through a link of this many decimal GB/s its ranks share (storage.py).
+    storage_gbps: float = 0.0
 
     def node_of(self, rank: int) -> int:
         return rank * self.nodes // self.world
@@ -109,11 +112,13 @@ def batch_for(cfg: JobConfig, step: int, rank: int, device) -> tuple:
 
 
 def prime_optimizer(model, optimizer) -> None:
-    """The accelerator profile's optimizer state (AdamW's moments, so a checkpoint holds what training's
-    would): one step on zero gradients, the same on every rank and launch, before any resume."""
+    """The accelerator profile's optimizer state as AdamW's first step makes it (a step count and two zero
+    moments per parameter), so a checkpoint holds what training's would; the same on every rank and launch,
+    before any resume. Made directly, not by a step on zero gradients: on a GPU that step is device work, and
+    here it took the host's cores 0.6-0.7 s at every restart of every contender (docs/goodput.md)."""
     for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()
+        optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                              "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
 
 
 def emulated_step(cfg: JobConfig, step: int, model, scheduler) -> None:
@@ -277,7 +282,9 @@ class TorchSave(Contender):
         steps = _numbered(self.dir, "step-", ".pt")
         if not steps:
             return 0, None
-        state = torch.load(os.path.join(self.dir, f"step-{steps[-1]}.pt"), map_location="cpu", mmap=True, weights_only=True)
+        path = os.path.join(self.dir, f"step-{steps[-1]}.pt")
+        storage.transfer(os.path.getsize(path))  # the whole file crosses the node's link (mapped: read in full below)
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optim"])
         self.scheduler.load_state_dict(state["sched"])
@@ -289,7 +296,7 @@ class TorchSave(Contender):
             tmp = final + ".tmp"
             with open(tmp, "wb") as f:
                 torch.save({"model": self.model.state_dict(), "optim": self.optimizer.state_dict(),
-                            "sched": self.scheduler.state_dict(), "next_step": step + 1}, f)
+                            "sched": self.scheduler.state_dict(), "next_step": step + 1}, storage.PacedStream(f))
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(tmp, final)
@@ -347,7 +354,9 @@ class Dcp(Contender):
 
             self.dcp.load(state, storage_reader=StorageReader(self.dir, step))
         else:
-            self.dcp.load(state, checkpoint_id=os.path.join(self.dir, f"step-{step}"))
+            reader = self.dcp.FileSystemReader(os.path.join(self.dir, f"step-{step}"))
+            reader.fs = storage.dcp_file_system()  # its streams cross the node's link
+            self.dcp.load(state, storage_reader=reader)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         self.scheduler.load_state_dict(state["sched"])
         return int(state["next_step"]), f"step {step}"
@@ -371,7 +380,9 @@ class Dcp(Contender):
 
             target = {"storage_writer": StorageWriter(self.dir, step, process_group=self.group, keep_last=KEEP)}
         else:
-            target = {"checkpoint_id": os.path.join(self.dir, f"step-{step}")}
+            writer = self.dcp.FileSystemWriter(os.path.join(self.dir, f"step-{step}"))  # what checkpoint_id= makes
+            writer.fs = storage.dcp_file_system()  # its streams cross the node's link
+            target = {"storage_writer": writer}
         if self.use_async:
             self.pending = self.dcp.async_save(state, process_group=self.group, **target)
         else:
@@ -482,6 +493,7 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
     dist.init_process_group(backend, init_method=f"file://{cfg.init_file}", rank=rank, world_size=cfg.world,
                             timeout=timedelta(seconds=cfg.timeout_s))
     grouped = time.monotonic()
+    storage.pace(cfg.workdir, cfg.memory_base, cfg.node_of(rank), cfg.storage_gbps)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     if cfg.profile == "accelerator" and cfg.device == "cpu":
         prime_optimizer(model, optimizer)

@@ -1,0 +1,76 @@
+"""The goodput job's persistent storage as a cluster's: every node reaches it through a link of
+``--storage-gbps`` (decimal GB/s) that the node's ranks share, the same for every contender (spec/PYTHON.md 8).
+
+The link is ckpt's ``StorageLink`` (include/ckpt/io/paced_fs.hpp): one small state file per node, so the
+node's processes queue behind each other as on a saturated link. ckpt's own stores and tiers cross it inside
+the library (files under the contender's storage directory); torch.save and DCP cross it through the streams
+below, which charge every byte they read or write. Memory tiers (tmpfs) are never paced.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+from .. import _ckpt
+
+
+def link_path(memory_base: str, node: int) -> str:
+    """The state file of node `node`'s link (beside the node memory roots; a failure never wipes it)."""
+    return os.path.join(memory_base, f"storage-link-node-{node}")
+
+
+def pace(root: str, memory_base: str, node: int, gbps: float) -> None:
+    """From now on this process's reads and writes of files under `root` cross node `node`'s link."""
+    if gbps <= 0:
+        return
+    os.makedirs(memory_base, exist_ok=True)
+    _ckpt.pace_storage(root, link_path(memory_base, node), gbps * 1e9)
+
+
+def transfer(n: int) -> None:
+    """Waits as `n` bytes crossing this process's link would (nothing when unpaced)."""
+    if n > 0:
+        _ckpt.storage_transfer(n)
+
+
+def stats():
+    """(bytes this process moved across its link, the link's seconds for them), or None when unpaced."""
+    return _ckpt.storage_link_stats()
+
+
+class PacedStream:
+    """A binary file whose reads and writes cross the link; everything else is the file's."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, b) -> int:
+        transfer(memoryview(b).nbytes)  # the bytes cross the link before they land
+        return self._f.write(b)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        transfer(len(data))
+        return data
+
+    def readinto(self, b) -> int:
+        n = self._f.readinto(b)
+        transfer(n or 0)
+        return n
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def dcp_file_system():
+    """DCP's FileSystem whose streams cross the link (FileSystemWriter's and FileSystemReader's ``fs``)."""
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class PacedFileSystem(FileSystem):
+        @contextmanager
+        def create_stream(self, path, mode):
+            with super().create_stream(path, mode) as stream:
+                yield PacedStream(stream)
+
+    return PacedFileSystem()
