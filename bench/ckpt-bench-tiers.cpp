@@ -58,6 +58,7 @@
 #if CKPT_BENCH_HAVE_GLOO
 #include <ckpt/dist/gloo_comm.hpp>
 #endif
+#include <ckpt/io/paced_fs.hpp>
 #include <ckpt/tiers/tiered.hpp>
 
 #include "bench_mpi.hpp"
@@ -250,7 +251,15 @@ class BenchFs {
   enum Kind { kRead, kMap, kWrite, kSync, kMeta, kKinds };
   static constexpr const char* kKindNames[kKinds] = {"pread", "map", "pwrite", "sync", "metadata"};
 
-  BenchFs(std::string paced_root, double rate) : root_(std::move(paced_root)), rate_(rate) {}
+  BenchFs(std::string paced_root, double rate) : root_(std::move(paced_root)), rate_(rate) {
+    if (rate_ <= 0) return;
+    // The link of io/paced_fs.hpp, this process's own: its state file is unlinked at once (the descriptor holds it).
+    const std::string state = (std::filesystem::temp_directory_path() / ("ckpt-bench-link-" + std::to_string(::getpid()))).string();
+    auto link = ckpt::StorageLink::open(state, rate_);
+    check(link.status(), "the paced store's link");
+    ::unlink(state.c_str());
+    link_ = std::move(*link);
+  }
 
  private:
   // Defined before the calls that use it (its return type is deduced).
@@ -318,7 +327,7 @@ class BenchFs {
   static constexpr std::uint64_t kPage = 4096;
   void charge(ckpt::FileHandle f, std::uint64_t off, std::uint64_t n) {
     if (n == 0) return;
-    std::chrono::steady_clock::time_point until;
+    std::uint64_t bytes = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = paced_.find(f.id);
@@ -330,15 +339,13 @@ class BenchFs {
       for (std::uint64_t p = first; p < end; ++p)
         if (!seen[p]) seen[p] = true, ++fresh;
       if (fresh == 0) return;
-      const std::uint64_t bytes = std::min(fresh * kPage, n);
-      const auto now = std::chrono::steady_clock::now();
-      const auto start = std::max(now, next_free_);
-      next_free_ = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(static_cast<double>(bytes) / rate_));
-      until = next_free_;
+      bytes = std::min(fresh * kPage, n);
       paced_bytes_ += bytes;
-      waited_s_ += std::chrono::duration<double>(until - now).count();
     }
-    std::this_thread::sleep_until(until);
+    const auto asked = std::chrono::steady_clock::now();
+    check(link_->transfer(bytes), "the paced store's link");
+    std::lock_guard<std::mutex> lock(mutex_);
+    waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
   }
 
   ckpt::PosixFs fs_;
@@ -348,7 +355,7 @@ class BenchFs {
   std::mutex mutex_;
   std::map<std::int64_t, std::string> paced_;      // open handles under root_
   std::map<std::string, std::vector<bool>> seen_;  // pages of each file read before
-  std::chrono::steady_clock::time_point next_free_{};  // when the link is free again
+  std::unique_ptr<ckpt::StorageLink> link_;  // when rate_ > 0
   std::uint64_t paced_bytes_ = 0;
   double waited_s_ = 0;
 };
