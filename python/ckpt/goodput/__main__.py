@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import replace
+from typing import Optional
 
 from .._host import mount_of
 from ..bench import cpu_model, has_avx512, parse_size
@@ -192,21 +193,75 @@ class Bench:
         return loaded["t"] - launch["t"]
 
     # --- planning ----------------------------------------------------------------------------------
+    def _model(self, name: str, costs: dict, mtbf: float) -> dict:
+        """ckpt-plan's inputs for a contender: its calibrated costs and the failures' mean interval `mtbf`. A
+        save's stall for the model is its measured stall plus the compute its background work took from
+        training (its interference)."""
+        a = self.args
+        if name in _job.TIERED:
+            shares = dict(crash_share=a.mix["crash"], node_loss_share=a.mix["node"], power_loss_share=a.mix["power"])
+            return dict(capture_stall=max(costs["capture_stall"] + costs["interference"], 1e-6),
+                        replicate_seconds=costs["replicate_seconds"],
+                        persist_stall=costs["persist_stall"] + costs["persist_interference"],
+                        persist_seconds=costs["persist_seconds"], mtbf=mtbf, memory_restart=costs["restart"],
+                        persistent_restart=costs["persistent_restart"], replicated=a.nodes > 1, **shares)
+        return dict(stall=max(costs["stall"] + costs["interference"], 1e-6), background=costs["background"], mtbf=mtbf,
+                    restart=costs["restart"])
+
+    def _waste(self, name: str, costs: dict, every: int, k: Optional[int], mtbf: float) -> dict:
+        """ckpt-plan's waste at `every` steps between saves (tiered: and promotions every `k` captures)."""
+        from .. import plan
+
+        t = self.step_s
+        if name in _job.TIERED:
+            at = plan.tiered(**self._model(name, costs, mtbf), memory_interval=every * t, persist_every=k, simulate=400,
+                             seed=self.args.seed)
+            return {"waste": at["simulated_waste"] if at.get("simulated_waste") is not None else at["waste"],
+                    "closed_form_waste": at["waste"]}
+        return {"waste": plan.single(**self._model(name, costs, mtbf), interval=every * t)["waste"]}
+
+    def _goodput_of(self, waste: Optional[float]) -> Optional[float]:
+        if waste is None or waste >= 1:
+            return None
+        return self.ideal_wall / (self.startup + (self.ideal_wall - self.startup) / (1 - waste))
+
+    def predict(self, entry: dict, schedule) -> None:
+        """The goodput ckpt-plan predicts at the contender's interval, from the failure rate this run's seeded
+        schedule has over the predicted run rather than the MTBF it was drawn with (one draw of a few dozen
+        failures strays from its mean by a fifth): a fixed point, since the predicted wall time decides how many
+        of the schedule's failures fall within it. The interval was chosen with the MTBF alone, as a job would."""
+        from ..errors import UnsupportedError
+
+        nominal = self._goodput_of(entry["waste"])
+        entry["predicted_goodput_nominal"] = nominal
+        entry["predicted_goodput"], entry["predicted_mtbf_s"] = nominal, self.mtbf
+        if nominal is None:
+            return
+        wall = self.ideal_wall / nominal
+        for _ in range(8):
+            count = sum(1 for f in schedule if f.at < wall)
+            mtbf = wall / count if count else 1e9  # no failure within it: only the saves' cost remains
+            try:
+                g = self._goodput_of(self._waste(entry["name"], entry["costs"], entry["interval_steps"],
+                                                 entry.get("persist_every_k"), mtbf)["waste"])
+            except UnsupportedError:
+                return
+            if g is None:
+                return
+            entry["predicted_goodput"], entry["predicted_mtbf_s"] = g, mtbf
+            if abs(self.ideal_wall / g - wall) < 0.01 * wall:
+                return
+            wall = self.ideal_wall / g
+
     def plan(self, name: str, costs: dict) -> dict:
-        """The interval (steps) and ckpt-plan's predicted waste at it. A save's stall for the model is its
-        measured stall plus the compute its background work took from training (its interference)."""
+        """The interval (steps) and ckpt-plan's predicted waste at it, with the MTBF."""
         from .. import plan
         from ..errors import UnsupportedError
 
         a, t, m = self.args, self.step_s, self.mtbf
         notes = []
         if name in _job.TIERED:
-            shares = dict(crash_share=a.mix["crash"], node_loss_share=a.mix["node"], power_loss_share=a.mix["power"])
-            common = dict(capture_stall=max(costs["capture_stall"] + costs["interference"], 1e-6),
-                          replicate_seconds=costs["replicate_seconds"],
-                          persist_stall=costs["persist_stall"] + costs["persist_interference"],
-                          persist_seconds=costs["persist_seconds"], mtbf=m, memory_restart=costs["restart"],
-                          persistent_restart=costs["persistent_restart"], replicated=a.nodes > 1, **shares)
+            common = self._model(name, costs, m)
             every, k = (a.interval, a.persist_every) if a.interval is not None else (None, None)
             if every is None:
                 try:
@@ -217,18 +272,16 @@ class Bench:
                     every, k = 1, 1
                     notes.append(f"ckpt-plan found no interval that keeps any work ({e}); capturing every step")
             try:
-                at = plan.tiered(**common, memory_interval=every * t, persist_every=k, simulate=400, seed=a.seed)
-                waste = at["simulated_waste"] if at.get("simulated_waste") is not None else at["waste"]
+                at = self._waste(name, costs, every, k, m)
             except UnsupportedError as e:
-                at, waste = {"waste": None}, None
+                at = {"waste": None, "closed_form_waste": None}
                 notes.append(f"no prediction: {e}")
-            return {"interval_steps": every, "persist_every_steps": every * k, "model": "tiered", "waste": waste,
-                    "closed_form_waste": at["waste"], "notes": notes}
-        common = dict(stall=max(costs["stall"] + costs["interference"], 1e-6), background=costs["background"], mtbf=m,
-                      restart=costs["restart"])
-        every = a.interval if a.interval is not None else max(1, round(plan.single(**common)["optimum_seconds"] / t))
-        at = plan.single(**common, interval=every * t)
-        return {"interval_steps": every, "persist_every_steps": None, "model": "single", "waste": at["waste"], "notes": notes}
+            return {"interval_steps": every, "persist_every_steps": every * k, "persist_every_k": k, "model": "tiered",
+                    **at, "notes": notes}
+        every = a.interval if a.interval is not None else \
+            max(1, round(plan.single(**self._model(name, costs, m))["optimum_seconds"] / t))
+        return {"interval_steps": every, "persist_every_steps": None, "model": "single",
+                "waste": self._waste(name, costs, every, None, m)["waste"], "notes": notes}
 
     def why(self, entry: dict, ratio: float) -> str:
         """Where a measured goodput and the plan's part: each input of the model against what the run saw."""
@@ -236,7 +289,8 @@ class Bench:
         tiered = entry["name"] in _job.TIERED
         stall = costs["capture_stall"] if tiered else costs["stall"]
         restart = costs["restart"]
-        parts = [f"{m['failures']} failures in {m['wall_s']:.0f} s (the model expects {m['wall_s'] / self.mtbf:.1f})"]
+        parts = [f"{m['failures']} failures in {m['wall_s']:.0f} s (the model expects {m['wall_s'] / entry['predicted_mtbf_s']:.1f}, "
+                 f"the schedule's rate over the predicted run)"]
         if m["mean_to_first_step_s"] is not None:
             parts.append(f"failure to first new step {m['mean_to_first_step_s']:.2f} s on average (planned restart "
                          f"{restart:.2f} s{' from memory' if tiered else ''})")
@@ -287,11 +341,7 @@ class Bench:
                 entry["measured"] = m
                 timelines[name] = _report.timeline(events)
                 entry["goodput"] = self.ideal_wall / m["wall_s"]
-                if entry["waste"] is not None and entry["waste"] < 1:
-                    predicted_wall = self.startup + (self.ideal_wall - self.startup) / (1 - entry["waste"])
-                    entry["predicted_goodput"] = self.ideal_wall / predicted_wall
-                else:
-                    entry["predicted_goodput"] = None
+                self.predict(entry, schedule)
                 entry["bit_identical"] = m["digest"] is not None and m["digest"] == ideal["digest"] and bool(m["ranks_agree"])
                 entry["compute_slowdown"] = m["compute_s"] / max(1e-9, m["steps_executed"] * self.step_s) - 1
                 entry["lost"] = _report.lost_time(m, ideal, self.step_s)
