@@ -259,12 +259,13 @@ def test_usage_errors_exit_2():
 
 def test_the_accelerator_profile_waits_out_device_time_and_stays_bit_identical(tmp_path):
     """--profile accelerator on a machine without one: each step waits its device time around a cheap
-    deterministic update, the host's cores free; the tiers still resume bit-identically under failures,
-    and the report says which profile ran and counts the tiers' skipped captures."""
+    deterministic update, the host's cores free; the tiers still resume bit-identically under failures with
+    their store behind a paced link (--storage-gbps), and the report says which profile and link ran and counts
+    the tiers' skipped captures."""
     out = tmp_path / "goodput.json"
     args = [sys.executable, "-m", "ckpt.goodput", "--quick", "--profile", "accelerator", "--device-step", "0.2",
             "--contenders", "ckpt_tiered", "--seed", str(SEED), "--mix", "crash=0.4,node=0.3,power=0.3",
-            "--dir", str(tmp_path / "run"), "--json", str(out)]
+            "--storage-gbps", "0.5", "--dir", str(tmp_path / "run"), "--json", str(out)]
     p = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     doc = json.loads(out.read_text())
@@ -274,6 +275,12 @@ def test_the_accelerator_profile_waits_out_device_time_and_stays_bit_identical(t
     assert tiered["measured"]["completed"] and tiered["bit_identical"], tiered
     assert tiered["measured"]["failures"] >= 1
     assert tiered["measured"]["skips"] >= 0 and tiered["measured"]["saves"] >= 1
+    # --storage-gbps: the persistent store behind the node's link; the launch that finished moved bytes across it.
+    assert doc["setting"]["storage_gbps"] == 0.5 and "0.5 GB/s per node" in doc["setting"]["storage"]
+    with open(tmp_path / "run" / "events-ckpt_tiered-run.jsonl") as f:
+        done = [e for e in map(json.loads, f) if e["ev"] == "done"]
+    moved, busy = done[-1]["storage"]
+    assert moved > 0 and busy > 0, done[-1]
 
 
 PACED = r"""

@@ -12,7 +12,8 @@ descriptor (a SIGKILL never leaves half a line): ``ready`` (process group and mo
 the restart), ``loaded`` (the resume: what from, how long; the tiers: also what memory and storage held
 just before it, ``tier_evidence``), ``step`` (one per training step, as soon as it is trained: its compute
 seconds), ``saving`` (a save begins), ``save`` (the seconds the save after it blocked; calibration: and the
-seconds until it was durable), ``trained`` and ``done`` (the final state's digest). The supervisor
+seconds until it was durable), ``trained`` and ``done`` (the final state's digest; with ``--storage-gbps``,
+what rank 0 moved across its node's link in this launch). The supervisor
 (``supervisor.py``) writes ``launch`` and ``failure`` to the same log. Times are ``time.monotonic()``,
 one clock for every process of the machine.
 """
@@ -530,5 +531,7 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
     digests = [None] * cfg.world
     dist.all_gather_object(digests, digest)
     contender.close()
-    log("done", digest=digest, ranks_agree=len(set(digests)) == 1)
+    # With --storage-gbps: rank 0's bytes across its node's storage link in this launch, its background work
+    # drained by close(), and the link's seconds for them.
+    log("done", digest=digest, ranks_agree=len(set(digests)) == 1, **({"storage": storage.stats()} if cfg.storage_gbps > 0 else {}))
     dist.destroy_process_group()
