@@ -228,7 +228,7 @@ class Bench:
     def predict(self, entry: dict, schedule) -> None:
         """The goodput ckpt-plan predicts at the contender's interval, from the failure rate this run's seeded
         schedule has over the predicted run rather than the MTBF it was drawn with (one draw of a few dozen
-        failures strays from its mean by a fifth): a fixed point, since the predicted wall time decides how many
+        failures can stray from its mean by a fifth): a fixed point, since the predicted wall time decides how many
         of the schedule's failures fall within it. The interval was chosen with the MTBF alone, as a job would."""
         from ..errors import UnsupportedError
 
