@@ -1,6 +1,7 @@
 // Tests for include/ckpt/io/paced_fs.hpp: a storage link serves every sharer's transfers one after
-// another (also across processes), PacedFs charges exactly the bytes read and written under its root,
-// and a bad link is a clear error. Reservations are checked by their times, never by wall time.
+// another (also across processes), a read cache makes a node read each block across it once, PacedFs
+// charges exactly the bytes read and written under its root, and a bad link is a clear error.
+// Reservations are checked by their times, never by wall time.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,38 @@ TEST_CASE("a transfer waits out its reservation and is counted; a free link star
   CHECK(link->bytes() == 4096);
   REQUIRE(link->transfer(0).ok());
   CHECK(link->bytes() == 4096);
+}
+
+TEST_CASE("a read cache makes the sharers read each block of a file across the link once, whole") {
+  ckpt_test::TempDir dir;
+  const std::string state = dir.file("link"), cache = dir.file("cache");  // the cache folder is made when first used
+  auto a = open_link(state, 1e12);
+  auto b = StorageLink::open(state, 1e12, cache);
+  REQUIRE(b.ok());
+  auto c = StorageLink::open(state, 1e12, cache);  // a second process of the node, as far as the cache knows
+  REQUIRE(c.ok());
+  constexpr std::uint64_t B = StorageLink::kCacheBlock;
+  const std::uint64_t size = 3 * B + 100;  // the shard: 4 blocks, the last one short
+  REQUIRE((*b)->read("/store/shard", 10, 4, size).ok());  // a header read brings in its whole block
+  CHECK((*b)->bytes() == B);
+  REQUIRE((*c)->read("/store/shard", 0, 2 * B, size).ok());  // blocks 0-1: block 1 is new
+  CHECK((*c)->bytes() == B);
+  REQUIRE((*c)->read("/store/shard", 2 * B, B + 100, size).ok());  // block 2, and the short last one
+  CHECK((*c)->bytes() == 2 * B + 100);
+  REQUIRE((*c)->read("/store/other", 5, 10, 20).ok());  // another file: its own blocks, at most its size
+  CHECK((*c)->bytes() == 2 * B + 120);
+  REQUIRE((*b)->read("/store/shard", 100, size - 100, size).ok());  // all cached
+  CHECK((*b)->bytes() == B);
+  REQUIRE((*b)->transfer(7).ok());  // a write always crosses
+  CHECK((*b)->bytes() == B + 7);
+  // Without a cache every read crosses, exactly the bytes asked for, also a repeated one.
+  REQUIRE(a->read("/store/shard", 0, 100, size).ok());
+  REQUIRE(a->read("/store/shard", 0, 100, size).ok());
+  CHECK(a->bytes() == 200);
+  // Emptying the cache (a new launch: cold caches) makes the blocks cross again.
+  std::filesystem::remove_all(cache);
+  REQUIRE((*c)->read("/store/shard", 0, 10, size).ok());
+  CHECK((*c)->bytes() == 3 * B + 120);
 }
 
 TEST_CASE("paced files charge exactly the bytes read and written under the root, nothing else") {
@@ -144,4 +178,10 @@ TEST_CASE("a storage link with a bad rate or an unreachable state file is a clea
     CHECK(link.status().code() == c.code);
     CHECK_THAT(link.status().message(), Catch::Contains(c.says));
   }
+  // A read cache that cannot be made (its parent is missing) fails the read, naming the entry.
+  auto link = StorageLink::open(dir.file("link"), kRate, dir.file("none/cache"));
+  REQUIRE(link.ok());
+  const Status read = (*link)->read("/store/shard", 0, 10, 10);
+  CHECK(read.code() == Code::io);
+  CHECK_THAT(read.message(), Catch::Contains("none/cache/"));
 }

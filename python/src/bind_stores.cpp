@@ -210,16 +210,22 @@ class PyAsyncSaver {
 
 void bind_stores(nb::module_& m) {
   // Shared storage at scale (io/paced_fs.hpp): from now on, files under `root` cross the node's link whose
-  // state is `link_path`, at `bytes_per_s`; an empty root stops pacing.
-  m.def("pace_storage", [](const std::string& root, const std::string& link_path, double bytes_per_s) {
+  // state is `link_path`, at `bytes_per_s`, reads through the node's `read_cache` ("": none); an empty root
+  // stops pacing.
+  m.def("pace_storage", [](const std::string& root, const std::string& link_path, double bytes_per_s, const std::string& read_cache) {
     if (root.empty()) return storage_fs().pace("", nullptr);
-    storage_fs().pace(root, std::shared_ptr<ckpt::StorageLink>(take(ckpt::StorageLink::open(link_path, bytes_per_s))));
-  }, "root"_a, "link_path"_a, "bytes_per_s"_a);
-  // The same link for bytes the caller moves itself (the Python contenders' streams); a no-op when none is set.
+    storage_fs().pace(root, std::shared_ptr<ckpt::StorageLink>(take(ckpt::StorageLink::open(link_path, bytes_per_s, read_cache))));
+  }, "root"_a, "link_path"_a, "bytes_per_s"_a, "read_cache"_a = "");
+  // The same link for bytes the caller moves itself (the Python contenders' streams): `n` written, or bytes
+  // [offset, offset + n) of `path` (of `file_size` bytes) read; a no-op when none is set.
   m.def("storage_transfer", [](std::uint64_t n) {
     const std::shared_ptr<ckpt::StorageLink> link = storage_fs().link();
     if (link) check(without_gil([&] { return link->transfer(n); }));
   }, "n"_a);
+  m.def("storage_read", [](const std::string& path, std::uint64_t offset, std::uint64_t n, std::uint64_t file_size) {
+    const std::shared_ptr<ckpt::StorageLink> link = storage_fs().link();
+    if (link) check(without_gil([&] { return link->read(path, offset, n, file_size); }));
+  }, "path"_a, "offset"_a, "n"_a, "file_size"_a);
   // (bytes this process moved across the link, the link's seconds they took), or None when none is set.
   m.def("storage_link_stats", []() -> nb::object {
     const std::shared_ptr<ckpt::StorageLink> link = storage_fs().link();

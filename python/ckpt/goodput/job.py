@@ -284,7 +284,8 @@ class TorchSave(Contender):
         if not steps:
             return 0, None
         path = os.path.join(self.dir, f"step-{steps[-1]}.pt")
-        storage.transfer(os.path.getsize(path))  # the whole file crosses the node's link (mapped: read in full below)
+        size = os.path.getsize(path)
+        storage.read(path, 0, size, size)  # the whole file crosses the node's link (mapped: read in full below)
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optim"])
@@ -297,7 +298,7 @@ class TorchSave(Contender):
             tmp = final + ".tmp"
             with open(tmp, "wb") as f:
                 torch.save({"model": self.model.state_dict(), "optim": self.optimizer.state_dict(),
-                            "sched": self.scheduler.state_dict(), "next_step": step + 1}, storage.PacedStream(f))
+                            "sched": self.scheduler.state_dict(), "next_step": step + 1}, storage.PacedStream(f, tmp))
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(tmp, final)

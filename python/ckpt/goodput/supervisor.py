@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
 from . import job as _job
+from . import storage
 
 KINDS = ("crash", "node", "power")
 
@@ -68,6 +69,7 @@ def _launch(cfg: _job.JobConfig, model, attempt: int, logs: str) -> Dict[int, in
     init = os.path.join(cfg.workdir, f".init-{attempt}-{time.monotonic_ns()}")
     cfg = replace(cfg, init_file=init)
     _job.append_event(cfg.events, "launch", attempt=attempt)
+    storage.forget_reads(cfg.memory_base)  # a restarted job's page caches are cold
     children = {}
     for rank in range(cfg.world):
         pid = os.fork()
