@@ -6,8 +6,8 @@ node's processes queue behind each other as on a saturated link, and one read ca
 cache: a block of a file one of the node's ranks read crosses the link once in a launch (data-parallel ranks
 loading the same checkpoint), emptied at every launch, a restarted job's cache being cold. ckpt's own
 stores and tiers cross it inside the library (files under the contender's storage directory); torch.save and
-DCP cross it through the streams below, which charge every byte they write and read. Memory tiers (tmpfs)
-are never paced.
+DCP cross it through the streams below, which charge every byte they write and every block they read that
+the node's cache lacks. Memory tiers (tmpfs) are never paced.
 """
 
 from __future__ import annotations
