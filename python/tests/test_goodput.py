@@ -182,21 +182,58 @@ def _calibration_events(stalls, computes, waited):
 
 def test_calibration_leaves_out_the_rings_first_captures_and_charges_promotions_their_own_interference():
     """The tiers' first two captures each fill a memory slot for the first time (5 s here): neither is a
-    capture's stall. Steps after a promoted capture (even steps) slow by 0.7 s, after a capture by 0.2 s:
-    the promotion's extra 0.5 s is charged to promotions, not to every capture."""
+    capture's stall. A promotion's background work (2 s when waited for) runs twice as long as a capture's
+    (1 s): of the 0.9 s a cycle of a promoted capture and a capture slows training, each capture is charged
+    0.3 s and the promotion its extra 0.3 s, wherever in the cycle the slowdown lands. A promotion longer
+    than a step slows the step after the next capture (0.6 s there, 0.3 s after the promoted one): charged
+    per step, every capture would pay 0.6 s and promotions nothing, and the plan promote at every capture."""
     from ckpt.goodput.calibration import save_costs
 
     stalls = [5.0, 5.0, 0.5, 0.2, 0.5, 0.2] + [0.2] * 6
-    computes = [1.0] * 7 + [1.7, 1.2, 1.7, 1.2, 1.7]  # steps 7, 9, 11 follow promoted 6, 8, 10; 8, 10 follow 7, 9
-    costs = save_costs(_calibration_events(stalls, computes, waited=6), 1.0, tiered=True, warmup=2)
-    assert costs["capture_stall"] == pytest.approx(0.2)
-    assert costs["persist_stall"] == pytest.approx(0.3)
-    assert costs["replicate_seconds"] == pytest.approx(1.0) and costs["persist_seconds"] == pytest.approx(2.0)
-    assert costs["interference"] == pytest.approx(0.2)
-    assert costs["persist_interference"] == pytest.approx(0.5)
+    for after_promoted, after_capture in ((0.7, 0.2), (0.3, 0.6)):
+        slowed = [1.0 + after_promoted, 1.0 + after_capture] * 2 + [1.0 + after_promoted]
+        computes = [1.0] * 7 + slowed  # steps 7, 9, 11 follow promoted 6, 8, 10; 8, 10 follow 7, 9
+        costs = save_costs(_calibration_events(stalls, computes, waited=6), 1.0, tiered=True, warmup=2)
+        assert costs["capture_stall"] == pytest.approx(0.2)
+        assert costs["persist_stall"] == pytest.approx(0.3)
+        assert costs["replicate_seconds"] == pytest.approx(1.0) and costs["persist_seconds"] == pytest.approx(2.0)
+        assert costs["interference"] == pytest.approx(0.3)
+        assert costs["persist_interference"] == pytest.approx(0.3)
+    # Too few overlapped saves for a whole cycle: each step charged to the save before it.
+    short = save_costs(_calibration_events(stalls[:8], [1.0] * 7 + [1.7], waited=6), 1.0, tiered=True, warmup=2)
+    assert short["interference"] == 0.0 and short["persist_interference"] == pytest.approx(0.7)
     # A single save: one kind, every overlapped save's step alike, the first waited save left out.
     single = save_costs(_calibration_events([3.0, 1.0, 1.0, 1.0] + [1.0] * 4, [1.0] * 5 + [1.4] * 3, waited=4), 1.0, tiered=False)
     assert single == pytest.approx({"interference": 0.4, "stall": 1.0, "background": 1.0})
+
+
+def test_the_plan_picks_whole_steps_by_the_models_timeline_not_its_first_order_form():
+    """The tiers as calibrated in an accelerator run (1 s steps, a failure every 3 s): the closed form's
+    optimum promotes every second capture, but its timeline (the Monte Carlo) wastes less promoting every
+    one, and that policy is chosen. A single save's model is exact: the better of the whole steps around
+    its optimum."""
+    import math
+    from types import SimpleNamespace
+
+    from ckpt import plan
+    from ckpt.goodput.__main__ import Bench
+
+    b = object.__new__(Bench)
+    b.args = SimpleNamespace(seed=1, steps=30, interval=None, persist_every=None, nodes=2,
+                             mix={"crash": 0.6, "node": 0.3, "power": 0.1})
+    b.step_s, b.mtbf = 1.0, 3.0
+    costs = {"interference": 0.0, "capture_stall": 0.034, "replicate_seconds": 0.21, "persist_stall": 0.002,
+             "persist_seconds": 0.56, "persist_interference": 0.0, "restart": 0.6, "persistent_restart": 1.19}
+    assert plan.tiered(**b._model("ckpt_tiered", costs, 3.0))["optimum_persist_every"] == 2
+    entry = b.plan("ckpt_tiered", costs)
+    assert (entry["interval_steps"], entry["persist_every_k"]) == (1, 1)
+    assert entry["waste"] < b._waste("ckpt_tiered", costs, 1, 2, 3.0)["waste"]
+    single = {"stall": 0.3, "interference": 0.0, "background": 1.0, "restart": 1.0}
+    optimum = plan.single(**b._model("dcp", single, 3.0))["optimum_seconds"]
+    around = {max(1, math.floor(optimum)), math.ceil(optimum)}
+    chosen = b.plan("dcp", single)
+    assert chosen["interval_steps"] in around
+    assert chosen["waste"] == min(b._waste("dcp", single, n, None, 3.0)["waste"] for n in around)
 
 
 def test_lost_time_adds_up_from_its_parts_and_a_failure_cuts_off_training_or_a_save():

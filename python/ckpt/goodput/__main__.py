@@ -253,6 +253,35 @@ class Bench:
                 return
             wall = self.ideal_wall / g
 
+    def _whole_steps(self, name: str, costs: dict, every: float, k: Optional[int]) -> tuple:
+        """The policy in whole steps with the least waste by the model's own timeline: intervals from half to
+        twice `every` steps (the model's optimum in steps, not rounded) and, tiered, promotions every 1 to
+        2 `k` + 1 captures (at most 8 of each). The tiered closed form is first order (spec/PLAN.md 10.6):
+        where failures come every few steps it strays from its timeline by more than the choice it makes
+        (the accelerator profile's: it promoted every second capture where its Monte Carlo wasted less
+        promoting every one), so the Monte Carlo of 10.5 judges the candidates, all with one seed (the same
+        draws). A single save's model is exact (3.2): only the rounding to whole steps is chosen.
+        Returns (every, k, waste)."""
+        from ..errors import UnsupportedError
+
+        def spread(lo: int, hi: int) -> list:  # at most 8 whole numbers from lo to hi, closer together low
+            return sorted({max(1, round(lo * (hi / lo) ** (i / 7))) for i in range(8)})
+
+        intervals = spread(max(1, int(every / 2)), max(2, int(2 * every + 1)))
+        periods = spread(1, 2 * k + 1) if k is not None else [None]
+        best = None
+        for e in intervals:
+            if e > self.args.steps:
+                break
+            for kk in periods:
+                try:
+                    w = self._waste(name, costs, e, kk, self.mtbf)["waste"]
+                except UnsupportedError:
+                    continue
+                if w is not None and (best is None or w < best[2]):
+                    best = (e, kk, w)
+        return best if best is not None else (max(1, round(every)), k, None)
+
     def plan(self, name: str, costs: dict) -> dict:
         """The interval (steps) and ckpt-plan's predicted waste at it, with the MTBF."""
         from .. import plan
@@ -266,8 +295,10 @@ class Bench:
             if every is None:
                 try:
                     best = plan.tiered(**common)
-                    every = max(1, round(best["optimum_memory_interval_seconds"] / t))
-                    k = max(1, int(best["optimum_persist_every"]))
+                    optimum, k0 = best["optimum_memory_interval_seconds"] / t, max(1, int(best["optimum_persist_every"]))
+                    every, k, _ = self._whole_steps(name, costs, optimum, k0)
+                    notes.append(f"captures every {every} and promotions every {k} by the model's timeline; its closed "
+                                 f"form's optimum: every {optimum:.2f} steps, promoting every {k0}")
                 except UnsupportedError as e:
                     every, k = 1, 1
                     notes.append(f"ckpt-plan found no interval that keeps any work ({e}); capturing every step")
@@ -278,8 +309,9 @@ class Bench:
                 notes.append(f"no prediction: {e}")
             return {"interval_steps": every, "persist_every_steps": every * k, "persist_every_k": k, "model": "tiered",
                     **at, "notes": notes}
-        every = a.interval if a.interval is not None else \
-            max(1, round(plan.single(**self._model(name, costs, m))["optimum_seconds"] / t))
+        every = a.interval
+        if every is None:
+            every = self._whole_steps(name, costs, plan.single(**self._model(name, costs, m))["optimum_seconds"] / t, None)[0]
         return {"interval_steps": every, "persist_every_steps": None, "model": "single",
                 "waste": self._waste(name, costs, every, None, m)["waste"], "notes": notes}
 

@@ -24,10 +24,10 @@ def save_costs(events: List[dict], ideal_step_s: float, tiered: bool, warmup: in
     a relaunched process finds them allocated). Tiered: captures at steps that are multiples of
     ``persist_every`` are promoted.
 
-    Keys: ``interference`` (seconds a step slows after a save it overlaps; tiered: after a capture that is
-    not promoted) and, tiered, ``capture_stall``, ``replicate_seconds``, ``persist_stall`` (a promoted
-    capture's stall beyond a capture's), ``persist_seconds``, ``persist_interference`` (a step's slowdown
-    after a promoted capture beyond that after a capture); else ``stall`` and ``background``."""
+    Keys: ``interference`` (seconds a step slows after a save it overlaps; tiered: a capture's share) and,
+    tiered, ``capture_stall``, ``replicate_seconds``, ``persist_stall`` (a promoted capture's stall beyond a
+    capture's), ``persist_seconds``, ``persist_interference`` (a promotion's share beyond a capture's); else
+    ``stall`` and ``background``."""
     saves = [e for e in events if e["ev"] == "save"]
     waited = [e for e in saves if "background" in e][warmup:]
     compute = {e["step"]: e["compute"] for e in events if e["ev"] == "step"}
@@ -47,9 +47,22 @@ def save_costs(events: List[dict], ideal_step_s: float, tiered: bool, warmup: in
     captured = [e for e in waited if not promoted(e["step"])]
     persisted = [e for e in waited if promoted(e["step"])]
     d_m = median(e["seconds"] for e in captured)
-    i_m = slowdown(s for s in overlapped if not promoted(s))
-    i_p = slowdown(s for s in overlapped if promoted(s))
-    return {"interference": i_m, "capture_stall": d_m, "replicate_seconds": median(e.get("background") for e in captured),
-            "persist_stall": max(0.0, median(e["seconds"] for e in persisted) - d_m),
-            "persist_seconds": median(e.get("background") for e in persisted),
-            "persist_interference": max(0.0, i_p - i_m)}
+    replicate = median(e.get("background") for e in captured)
+    persist = median(e.get("background") for e in persisted)
+    costs = {"capture_stall": d_m, "replicate_seconds": replicate,
+             "persist_stall": max(0.0, median(e["seconds"] for e in persisted) - d_m), "persist_seconds": persist}
+    # The overlapped saves in cycles of `persist_every`, each from a promoted capture: the slowdown of the
+    # steps after a cycle's saves, summed, is what its captures and its promotion cost training together,
+    # wherever a promotion's work lands (one longer than a step also slows the step after the next capture,
+    # which per step would be charged to that capture). The sum is split in proportion to how long each
+    # save's background work ran when waited for: the two kinds contend for the same cores.
+    after = {s: compute[s + 1] - ideal_step_s for s in overlapped if s + 1 in compute}
+    cycles = [sum(after[p + j] for j in range(persist_every)) for p in overlapped
+              if promoted(p) and all(p + j in after for j in range(persist_every))]
+    if not cycles:  # too few overlapped saves for a whole cycle: each step charged to the save before it
+        i_m = slowdown(s for s in overlapped if not promoted(s))
+        return {"interference": i_m, **costs, "persist_interference": max(0.0, slowdown(s for s in overlapped if promoted(s)) - i_m)}
+    total = max(0.0, median(cycles))
+    work = (persist_every - 1) * replicate + persist
+    i_m = total * replicate / work if work > 0 else total / persist_every
+    return {"interference": i_m, **costs, "persist_interference": max(0.0, total - persist_every * i_m)}
