@@ -131,6 +131,7 @@ class StorageLink {
   }
 
   [[nodiscard]] double bytes_per_s() const noexcept { return bytes_per_s_; }
+  [[nodiscard]] bool caches_reads() const noexcept { return !read_cache_.empty(); }
   // What this process moved across the link, and the link's time those bytes took.
   [[nodiscard]] std::uint64_t bytes() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -233,7 +234,7 @@ class PacedFs {
       link = link_;
       path = it->second;
     }
-    if (write) return link->transfer(n);
+    if (write || !link->caches_reads()) return link->transfer(n);  // the file's size matters only to a cache
     CKPT_ASSIGN_OR_RETURN(const std::uint64_t size, inner_.file_size(f));
     return link->read(path, off, n, size);
   }
