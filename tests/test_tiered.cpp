@@ -996,6 +996,38 @@ TEST_CASE("a data-parallel resume sends each shard to a node once: one rank rece
   CHECK(held >= 4);  // plus the refill's replicas of n1's shards
 }
 
+TEST_CASE("a data-parallel resume from the persistent store: the verifier's node reads the file where the verifier did", "[tiered]") {
+  // Both nodes lost their memory (a power loss): every shard comes from the persistent store. Its owner reads and
+  // verifies it; the owner's node's other rank reads the same file once told it verified (the node's page cache
+  // holds it), not over the network; the shard crosses to the other node once, received by one rank and read by
+  // the other. Each shard is hashed once in all: by its owner, or on receipt.
+  const std::vector<std::string> two_by_two{"n0", "n0", "n1", "n1"};
+  Job first{fresh_dir("persistent-once-per-node"), two_by_two, 7, {}, {}};
+  REQUIRE(run(first).ok());
+  fsys::remove_all(first.dir / "node-n0");
+  fsys::remove_all(first.dir / "node-n1");
+  auto r = run(Job{first.dir, two_by_two, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(r, 10);
+  for (std::size_t rank = 0; rank < r.resumed.size(); ++rank) {
+    const auto& res = r.resumed[rank];
+    for (const auto& s : res.sources) UNSCOPED_INFO(s);
+    REQUIRE(res.sources.size() == 4);
+    CHECK_THAT(res.sources[rank], Catch::StartsWith("shard " + std::to_string(rank) + " from persistent store ("));
+    const std::size_t sibling = rank ^ 1u;  // the other rank of its node
+    CHECK_THAT(res.sources[sibling], Catch::StartsWith("shard " + std::to_string(sibling) + " from persistent store (") &&
+                                         Catch::EndsWith("which rank " + std::to_string(sibling) + " of this node verified"));
+    std::size_t received = 0, read = 0;
+    for (const auto& s : res.sources) {
+      received += s.find("which verified it (received into") != std::string::npos ? 1 : 0;
+      read += s.find("of this node received") != std::string::npos ? 1 : 0;
+    }
+    CHECK(received + read == 2);  // the other node's two shards
+  }
+  std::uint64_t verified = 0;
+  for (const auto& res : r.resumed) verified += res.verified_bytes;
+  CHECK(verified == step_data_bytes(first.dir, two_by_two, 10));  // each shard by its owner alone (every step's shards alike)
+}
+
 TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {
   Job job{fresh_dir("long-run"), kFourNodes, 120, {}, [](TierOptions& o) { o.memory_every = 1, o.persist_every = 0, o.persistent.clear(); }};
   auto r = run(job);

@@ -230,8 +230,10 @@ struct RankReport {
 // sibling: the same file as a copy rank `holder` of this node verifies in this round, read where it lies once
 // the holder says it verified (`copy` indexes this rank's own table). received: the file rank `holder` of this
 // node receives (its entry for the shard is `shared`), read where it lies once the holder says where (`copy`:
-// the verifier's copy kind, as for shared).
-enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2, shared = 3, sibling = 4, received = 5 };
+// the verifier's copy kind, as for shared). stored_sibling: the persistent store's file of the shard, which rank
+// `holder` of this node reads and verifies this round, read once it says so (the node's page cache holds it;
+// `copy`: the verifier's copy in rank 0's table).
+enum class How : std::uint8_t { local = 0, peer = 1, persistent = 2, shared = 3, sibling = 4, received = 5, stored_sibling = 6 };
 struct PlanEntry {
   std::uint32_t rank = 0, shard = 0;
   How how = How::local;
@@ -281,7 +283,7 @@ struct Decision {
   x.plan.resize(n);
   for (auto& p : x.plan) {
     std::uint8_t how = 0;
-    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 5 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
+    if (!d.u32(p.rank) || !d.u32(p.shard) || !d.u8(how) || how > 6 || !d.u32(p.holder) || !d.u32(p.copy)) return bad();
     p.how = static_cast<How>(how);
   }
   if (!d.u32(n) || !d.has(std::size_t{8} * n)) return bad();
@@ -327,7 +329,9 @@ struct Decision {
 // no copy receives the shard from its verifier (its owner when that holds a memory copy, else the rank with one
 // that verifies the fewest, else its owner from the persistent store), which sends it unhashed, and hashes it
 // on receipt: one rank per node (the one that received the fewest so far), the node's others read what it
-// received (received). No copy crosses the network to a rank that reaches one, nor twice to one node. A copy
+// received (received). The verifier's node's other ranks read a persistent store's file where the verifier
+// read it (stored_sibling). No copy crosses the network to a rank that reaches one, nor twice to one node, nor to
+// the node whose rank verified it. A copy
 // set aside is set aside for every rank that reaches its file. `node_of`: each rank's node (empty: each its own).
 [[nodiscard]] CKPT_INLINE std::optional<std::vector<PlanEntry>> plan_verify_once(const std::vector<RankReport>& reports, const Claim& c,
                                                                                 const std::set<std::pair<std::uint32_t, std::uint32_t>>& aside,
@@ -379,10 +383,12 @@ struct Decision {
       return std::nullopt;
     };
     const auto kind = static_cast<std::uint32_t>(reports[verifier->holder].copies[verifier->copy].kind);
+    // The verifier's node reads a persistent store's file as the verifier does: through the node's page cache.
+    const auto stored_here = [&](std::uint32_t q) { return verifier->how == How::persistent && node(q) == node(verifier->rank); };
     // Of each node's ranks that reach no copy, the one that received the fewest so far receives the shard.
     std::map<std::string, std::uint32_t> receiver;
     for (std::uint32_t q = 0; q < world; ++q) {
-      if (q == verifier->rank || !copies_in(q, false).empty()) continue;
+      if (q == verifier->rank || !copies_in(q, false).empty() || stored_here(q)) continue;
       auto [at, fresh] = receiver.emplace(node(q), q);
       if (!fresh && receives[q] < receives[at->second]) at->second = q;
     }
@@ -401,6 +407,8 @@ struct Decision {
       } else if (!mine.empty()) {
         plan.push_back(PlanEntry{q, s, How::local, q, mine.front()});
         verified_files.emplace_back(q, mine.front());
+      } else if (stored_here(q)) {
+        plan.push_back(PlanEntry{q, s, How::stored_sibling, verifier->rank, verifier->copy});
       } else if (const std::uint32_t r = receiver.at(node(q)); r != q) {
         plan.push_back(PlanEntry{q, s, How::received, r, kind});
       } else {
@@ -758,7 +766,9 @@ CKPT_INLINE TieredCheckpointer::Resume::Fetch TieredCheckpointer::Resume::source
   std::vector<const detail::PlanEntry*> from_persistent;
   for (const auto& p : decision.plan) {
     if (p.rank != me) continue;
-    if (p.how == detail::How::shared || p.how == detail::How::sibling || p.how == detail::How::received) continue;  // share_verified
+    if (p.how == detail::How::shared || p.how == detail::How::sibling || p.how == detail::How::received ||
+        p.how == detail::How::stored_sibling)
+      continue;  // share_verified
     if (p.how == detail::How::local) {
       fetch.mine[p.shard] = scan.copies.at(p.copy);
     } else if (p.how == detail::How::peer) {
@@ -862,7 +872,9 @@ CKPT_INLINE void TieredCheckpointer::Resume::verify_fetched(Fetch& fetch) {
 // unhashed (shared, sibling: 7.2): that copy is verified whole before anyone relies on it.
 CKPT_INLINE bool TieredCheckpointer::Resume::vouches_for(std::uint32_t shard) const {
   for (const auto& p : decision.plan)
-    if (p.holder == me && p.shard == shard && p.rank != me && (p.how == detail::How::shared || p.how == detail::How::sibling)) return true;
+    if (p.holder == me && p.shard == shard && p.rank != me &&
+        (p.how == detail::How::shared || p.how == detail::How::sibling || p.how == detail::How::stored_sibling))
+      return true;
   return false;
 }
 
@@ -889,8 +901,9 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
   return detail::exchange(
       [&]() -> Status {
         for (const auto& p : decision.plan) {
-          if ((p.how != detail::How::shared && p.how != detail::How::sibling) || p.holder != me) continue;
-          if (p.how == detail::How::sibling) {  // the rank reads the file itself: only the verdict travels
+          const bool sibling = p.how == detail::How::sibling || p.how == detail::How::stored_sibling;
+          if ((p.how != detail::How::shared && !sibling) || p.holder != me) continue;
+          if (sibling) {  // the rank reads the file itself: only the verdict travels
             Encoder said;
             wire::put_status(said, verified.count(p.shard) ? Status()
                                                            : make_error(Code::corrupt, "shard " + std::to_string(p.shard) + ": rank " +
@@ -912,8 +925,11 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
       },
       [&]() -> Status {
         for (const auto& p : decision.plan) {
-          if ((p.how != detail::How::shared && p.how != detail::How::sibling && p.how != detail::How::received) || p.rank != me) continue;
-          if (p.how == detail::How::sibling) {
+          if ((p.how != detail::How::shared && p.how != detail::How::sibling && p.how != detail::How::received &&
+               p.how != detail::How::stored_sibling) ||
+              p.rank != me)
+            continue;
+          if (p.how == detail::How::sibling || p.how == detail::How::stored_sibling) {
             CKPT_TRY(load_sibling(fetch, p));
             continue;
           }
@@ -952,14 +968,24 @@ CKPT_INLINE Status TieredCheckpointer::Resume::share_verified(Fetch& fetch) {
 
 // A file of this node that rank p.holder verified this round (spec/TIERS.md 7.2): once it says so, read where
 // it lies, not hashed again (the node's memory is one trust boundary); its index still names the agreed shard.
+// stored_sibling: the persistent store's file the holder read and verified, read through the same page cache.
 CKPT_INLINE Status TieredCheckpointer::Resume::load_sibling(Fetch& fetch, const detail::PlanEntry& p) {
   std::string said;
   CKPT_TRY(tiers.comm_.recv(said, static_cast<int>(p.holder), detail::kShareTag));
   Decoder d = wire::decoder(said);
   Status verdict;
   if (!wire::get_status(d, verdict)) return make_error(Code::corrupt, "undecodable verdict of rank " + std::to_string(p.holder));
-  const detail::LocalCopy& c = scan.copies.at(p.copy);
-  (void)read_where_it_lies(fetch, p, c, verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict), "verified");
+  if (p.how == detail::How::sibling) {
+    const detail::LocalCopy& c = scan.copies.at(p.copy);
+    (void)read_where_it_lies(fetch, p, c, verdict.ok() ? detail::open_copy(c) : Result<StepReader>(verdict), "verified");
+    return Status();
+  }
+  // stored_sibling: the persistent store's file, opened by this rank as a persistent entry is (sources()).
+  if (verdict.ok()) verdict = open_persistent();
+  Result<StepInfo> info = verdict.ok() ? persistent->find(decision.step) : Result<StepInfo>(verdict);
+  detail::LocalCopy c;
+  if (info.ok()) c = detail::persistent_copy(*persistent, *info, p.shard, decision.shards[p.shard]);
+  (void)read_where_it_lies(fetch, p, c, info.ok() ? detail::open_copy(c) : Result<StepReader>(info.status()), "verified");
   return Status();
 }
 
@@ -1135,7 +1161,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
       out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + ")");
       continue;
     }
-    if (from->second.how == detail::How::sibling) {
+    if (from->second.how == detail::How::sibling || from->second.how == detail::How::stored_sibling) {
       out.sources.push_back("shard " + std::to_string(s) + " from " + detail::copy_kind_name(c.kind) + " (" + c.store_path + "), which rank " +
                             std::to_string(from->second.holder) + " of this node verified");
       continue;
