@@ -1026,6 +1026,34 @@ TEST_CASE("a data-parallel resume from the persistent store: the verifier's node
   std::uint64_t verified = 0;
   for (const auto& res : r.resumed) verified += res.verified_bytes;
   CHECK(verified == step_data_bytes(first.dir, two_by_two, 10));  // each shard by its owner alone (every step's shards alike)
+
+  // Shard 0 of the newest persisted step flipped: its verifier (rank 0) finds it bad and tells its sibling, which
+  // reads none of it; the copy is set aside once and every rank loads the step before, bit-identical in the end.
+  Job again{fresh_dir("persistent-once-per-node-bad"), two_by_two, 9, {}, {}};
+  REQUIRE(run(again).ok());
+  fsys::remove_all(again.dir / "node-n0");
+  fsys::remove_all(again.dir / "node-n1");
+  bool flipped = false;
+  for (const auto& e : fsys::directory_iterator(again.dir / "persistent"))
+    if (e.path().filename().string().rfind("step-8-", 0) == 0) {
+      std::fstream file(e.path() / "shard-00000-of-00004.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+      REQUIRE(file.good());
+      file.seekg(8192);
+      const char c = static_cast<char>(file.get());
+      file.seekp(8192);
+      file.put(static_cast<char>(c ^ 0x10));
+      flipped = true;
+    }
+  REQUIRE(flipped);
+  auto bad = run(Job{again.dir, two_by_two, 12, {}, [](TierOptions& o) { o.load_all_shards = true; }});
+  check_final(bad, 12);
+  std::size_t aside = 0;
+  for (std::size_t rank = 0; rank < bad.resumed.size(); ++rank) {
+    CHECK(bad.resumed[rank].step == 4);
+    aside += count(bad.records[rank], TierEvent::set_aside);
+  }
+  CHECK(aside == 1);
+  CHECK_THAT(bad.resumed[1].sources[0], Catch::EndsWith("which rank 0 of this node verified"));
 }
 
 TEST_CASE("the tier log stays bounded over a long run", "[tiered]") {
