@@ -226,13 +226,14 @@ void flip_tensor_byte(const fsys::path& store, std::uint64_t step, const std::st
   FAIL("no tensor " << tensor << " in step " << step << " of " << store);
 }
 
-// Flips one byte in the middle of the data of the shard file of `step` in a memory store directory.
-void flip_shard_byte(const fsys::path& store, std::uint64_t step) {
+// Flips one byte in the middle of the data of the shard file of `step` in a store directory (in a store of several
+// shards a step, the one whose name starts with `shard`).
+void flip_shard_byte(const fsys::path& store, std::uint64_t step, const std::string& shard = "") {
   for (const auto& e : fsys::directory_iterator(store)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("step-" + std::to_string(step) + "-", 0) != 0) continue;
     for (const auto& f : fsys::directory_iterator(e.path())) {
-      if (f.path().extension() != ".ckpt") continue;
+      if (f.path().extension() != ".ckpt" || f.path().filename().string().rfind(shard, 0) != 0) continue;
       std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
       file.seekg(8192);
       const char c = static_cast<char>(file.get());
@@ -256,6 +257,16 @@ std::size_t count(const std::vector<TierRecord>& records, TierEvent e) {
   std::size_t n = 0;
   for (const auto& r : records) n += r.event == e ? 1 : 0;
   return n;
+}
+
+// Checks that every rank resumed `step`; returns the copies set aside over the ranks.
+std::size_t set_aside_resuming(const JobResult& r, std::uint64_t step) {
+  std::size_t aside = 0;
+  for (std::size_t rank = 0; rank < r.resumed.size(); ++rank) {
+    CHECK(r.resumed[rank].step == step);
+    aside += count(r.records[rank], TierEvent::set_aside);
+  }
+  return aside;
 }
 
 // Runs the first job to step 7 (or `steps`): memory steps 4 and 6 kept, step 4 persisted, step 6 replicated.
@@ -956,12 +967,7 @@ TEST_CASE("a data-parallel resume hashes each file of a node once: the node's ot
   flip_shard_byte(again.dir / "node-n0" / "rank-0" / "own", 6);
   auto bad = run(Job{again.dir, two_by_two, 10, {}, [](TierOptions& o) { o.load_all_shards = true; }});
   check_final(bad, 10);
-  std::size_t aside = 0;
-  for (std::size_t rank = 0; rank < bad.resumed.size(); ++rank) {
-    CHECK(bad.resumed[rank].step == 6);
-    aside += count(bad.records[rank], TierEvent::set_aside);
-  }
-  CHECK(aside == 1);
+  CHECK(set_aside_resuming(bad, 6) == 1);
   // Shard 0 crosses from n1 once: rank 0 receives it, rank 1 reads what rank 0 received.
   CHECK_THAT(bad.resumed[0].sources[0], Catch::Contains("shard 0 from replica in memory via rank"));
   CHECK_THAT(bad.resumed[1].sources[0], Catch::Contains("shard 0 from what rank 0 of this node received"));
@@ -1033,26 +1039,10 @@ TEST_CASE("a data-parallel resume from the persistent store: the verifier's node
   REQUIRE(run(again).ok());
   fsys::remove_all(again.dir / "node-n0");
   fsys::remove_all(again.dir / "node-n1");
-  bool flipped = false;
-  for (const auto& e : fsys::directory_iterator(again.dir / "persistent"))
-    if (e.path().filename().string().rfind("step-8-", 0) == 0) {
-      std::fstream file(e.path() / "shard-00000-of-00004.ckpt", std::ios::in | std::ios::out | std::ios::binary);
-      REQUIRE(file.good());
-      file.seekg(8192);
-      const char c = static_cast<char>(file.get());
-      file.seekp(8192);
-      file.put(static_cast<char>(c ^ 0x10));
-      flipped = true;
-    }
-  REQUIRE(flipped);
+  flip_shard_byte(again.dir / "persistent", 8, "shard-00000-");
   auto bad = run(Job{again.dir, two_by_two, 12, {}, [](TierOptions& o) { o.load_all_shards = true; }});
   check_final(bad, 12);
-  std::size_t aside = 0;
-  for (std::size_t rank = 0; rank < bad.resumed.size(); ++rank) {
-    CHECK(bad.resumed[rank].step == 4);
-    aside += count(bad.records[rank], TierEvent::set_aside);
-  }
-  CHECK(aside == 1);
+  CHECK(set_aside_resuming(bad, 4) == 1);
   CHECK_THAT(bad.resumed[1].sources[0], Catch::EndsWith("which rank 0 of this node verified"));
 }
 

@@ -25,11 +25,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <cstdio>
 #include <unordered_map>
 #include <utility>
 #include <vector>

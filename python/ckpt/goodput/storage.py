@@ -66,22 +66,27 @@ class PacedStream:
     """A binary file (at `path`) whose reads and writes cross the link; everything else is the file's."""
 
     def __init__(self, f, path: str):
-        self._f, self._path = f, os.path.abspath(path)
+        self._f, self._path, self._size = f, os.path.abspath(path), None
 
     def write(self, b) -> int:
         transfer(memoryview(b).nbytes)  # the bytes cross the link before they land
         return self._f.write(b)
 
+    def _read(self, at: int, n: int) -> None:
+        if self._size is None:  # a file read is not written meanwhile: its size asked once
+            self._size = os.fstat(self._f.fileno()).st_size
+        read(self._path, at, n, self._size)
+
     def read(self, n: int = -1) -> bytes:
         at = self._f.tell()
         data = self._f.read(n)
-        read(self._path, at, len(data), os.fstat(self._f.fileno()).st_size)
+        self._read(at, len(data))
         return data
 
     def readinto(self, b) -> int:
         at = self._f.tell()
         n = self._f.readinto(b)
-        read(self._path, at, n or 0, os.fstat(self._f.fileno()).st_size)
+        self._read(at, n or 0)
         return n
 
     def __getattr__(self, name):
