@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -362,6 +363,36 @@ TEST_CASE("ckpt-plan tiered --simulate agrees where costs are small and exits 1 
   CHECK(o["waste"].get<double>() - o["simulated_waste"].get<double>() > o["simulation"]["tolerance"].get<double>());
 }
 
+TEST_CASE("ckpt-plan tiered --simulate with the checkpointer's ring and skips counts the skipped captures and checks no agreement",
+          "[plan_tool][tiers]") {
+  // spec/PLAN.md 10.5.1: a capture every second, every third promoted, each promotion durable 2.5 s after its
+  // stall, a crash every minute. Off by more than the tolerance from the closed form, yet exit 0: no check.
+  const std::vector<std::string> base = {"--mtbf-seconds", "60", "--capture-stall-seconds", "0.01", "--replicate-seconds", "0.1",
+                                         "--persist-seconds", "2.5", "--restart-seconds", "1", "--memory-interval", "1",
+                                         "--persist-every", "3", "--simulate", "200", "--seed", "9", "--json"};
+  std::vector<std::string> ruled = base;
+  for (const char* more : {"--memory-slots", "2", "--skip-when-busy"}) ruled.emplace_back(more);
+  const Run r = plan(ruled), plain = plan(base);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(plain.code == 0);
+  const json j = r.out_json(), p = plain.out_json();
+  CHECK(j["agrees"].is_null());
+  CHECK(j["simulation"]["memory_slots"].get<int>() == 2);
+  CHECK(j["simulation"]["skip_when_busy"].get<bool>());
+  const double captures = j["simulation"]["captures_per_history"].get<double>();
+  CHECK(j["simulation"]["mean_skipped_per_history"].get<double>() / captures == Approx(1.0 / 3).epsilon(0.05));
+  CHECK(p["simulation"]["mean_skipped_per_history"].get<double>() == 0);
+  CHECK(p["agrees"].is_boolean());
+  CHECK(j["simulated_waste"].get<double>() - p["simulated_waste"].get<double>() >
+        4 * std::hypot(j["standard_error"].get<double>(), p["standard_error"].get<double>()));
+  ruled.erase(std::find(ruled.begin(), ruled.end(), "--json"));
+  const Run t = plan(ruled);
+  CHECK(t.code == 0);
+  CHECK(t.out.find("not checked") != std::string::npos);
+  CHECK(t.out.find("captures skipped per history") != std::string::npos);
+}
+
 TEST_CASE("ckpt-plan tiered mode exits 2 with a one-line error on bad usage", "[plan_tool][tiers]") {
   const std::vector<UsageRow> rows = {
       {{"--mtbf-hours", "3", "--persist-every", "4"}, "--persist-every requires --capture-stall-seconds"},
@@ -375,6 +406,9 @@ TEST_CASE("ckpt-plan tiered mode exits 2 with a one-line error on bad usage", "[
       {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--persist-every", "0"}, "persist_every"},
       {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--memory-interval", "0"}, "memory interval"},
       {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--simulate", "1"}, "2 histories"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--memory-slots", "2"}, "--memory-slots requires --simulate"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--skip-when-busy"}, "--skip-when-busy requires --simulate"},
+      {{"--mtbf-hours", "3", "--capture-stall-seconds", "1", "--simulate", "10", "--memory-slots", "1"}, "at least 2"},
       {{"--mtbf-seconds", "0", "--capture-stall-seconds", "1"}, "MTBF"},
       {{"--mtbf-seconds", "100", "--mtbf-hours", "3", "--capture-stall-seconds", "1"}, "only one of"},
       {{"--mtbf-seconds", "100", "--capture-stall-seconds", "1000", "--power-loss-share", "1"}, "too large"},

@@ -615,3 +615,66 @@ TEST_CASE("a tier simulation is reproducible and bounded", "[planner][tiers][sim
   CHECK(simulate_tiers(cost, tier_failures(3600, 0, 0, 1, 0, 0), {3600, 100}, tier_histories(10, 1)).status().code() ==
         ckpt::Code::unsupported);
 }
+
+// The checkpointer's ring and busy rule (spec/PLAN.md 10.5.1), without failures: a capture every second of
+// compute, every third promoted, each promotion durable 2.5 s after its stall. The capture two after a promoted
+// one finds it still promoting: in a ring of 2 that slot is the promoted step's, in a ring of 3 it is not.
+TEST_CASE("a promotion that outlasts the ring skips or delays the capture that would overwrite its slot", "[planner][tiers][simulate]") {
+  const TierCost cost{0.01, 0.1, 0, 2.5};
+  const TierFailures none = tier_failures(1e12, 1, 0, 0, 1, 1);
+  const TierPolicy policy{1, 3};
+  constexpr std::uint64_t kCaptures = 999;
+  struct Row {
+    const char* what;
+    std::uint64_t slots;
+    bool skip;
+    double skipped;  // per history
+    double wall;     // of the one history, seconds
+  };
+  // Wall: 999 s of compute, a 0.01 s stall per capture taken, the last promotion's 2.5 s; waiting, the capture
+  // after each of the 332 earlier promotions' next waits 0.5 s - 0.01 s for the slot (its due time is 2.01 s on).
+  const std::vector<Row> rows = {
+      {"unbounded, waiting: the closed form's timeline", 0, false, 0, 999 + 999 * 0.01 + 2.5},
+      {"a ring of 3, skipping: the slot is free", 3, true, 0, 999 + 999 * 0.01 + 2.5},
+      {"a ring of 2, skipping: one capture in three is not taken", 2, true, 332, 999 + 667 * 0.01 + 2.5},
+      {"a ring of 2, waiting: that capture waits for the promotion", 2, false, 0, 999 + 999 * 0.01 + 332 * 0.49 + 2.5},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    TierSimulationOptions o = tier_histories(2, 5, kCaptures);
+    o.memory_slots = row.slots, o.skip_when_busy = row.skip;
+    auto r = simulate_tiers(cost, none, policy, o);
+    REQUIRE(r.ok());
+    CHECK(r->mean_failures == 0);
+    CHECK(r->mean_skipped == row.skipped);
+    CHECK(r->mean_waste == Approx(1 - kCaptures / row.wall).epsilon(1e-9));
+  }
+  // Replication longer than the interval: skipping, every other capture is not taken; waiting, each waits.
+  TierSimulationOptions o = tier_histories(2, 5, kCaptures);
+  o.skip_when_busy = true;
+  auto slow = simulate_tiers(TierCost{0.01, 1.5, 0, 0.5}, none, policy, o);
+  REQUIRE(slow.ok());
+  CHECK(slow->mean_skipped == 499);  // captures 2, 4, ..., 998; the last one waits
+  CHECK(simulate_tiers(cost, none, policy, [] {
+          TierSimulationOptions one = tier_histories(2, 5, kCaptures);
+          one.memory_slots = 1;
+          return one;
+        }()).status().code() == ckpt::Code::invalid_argument);
+}
+
+TEST_CASE("a skipped capture is work a failure loses: a ring of 2 wastes more than one of 3", "[planner][tiers][simulate]") {
+  // Crashes every 60 s on average: the job goes back to the newest capture taken, a second further back
+  // whenever the one before was skipped.
+  const TierCost cost{0.01, 0.1, 0, 2.5};
+  const TierFailures crashes = tier_failures(60, 1, 0, 0, 1, 1);
+  TierSimulationOptions ring2 = tier_histories(400, 9, 999), ring3 = tier_histories(400, 9, 999);
+  ring2.memory_slots = 2, ring3.memory_slots = 3;
+  ring2.skip_when_busy = ring3.skip_when_busy = true;
+  auto two = simulate_tiers(cost, crashes, {1, 3}, ring2);
+  auto three = simulate_tiers(cost, crashes, {1, 3}, ring3);
+  REQUIRE(two.ok());
+  REQUIRE(three.ok());
+  CHECK(two->mean_skipped > 0);
+  CHECK(three->mean_skipped == 0);
+  CHECK(two->mean_waste - three->mean_waste > kAgreementSigmas * std::hypot(two->standard_error, three->standard_error));
+}

@@ -43,6 +43,8 @@ persistent storage. Shares default to crash 1 - node loss - power loss. Both res
 --restart-seconds. It prints the first-order closed form's waste (in --json a fraction: waste,
 waste_at_optimum); --simulate checks it against a seeded Monte Carlo of the two-level timeline, which
 agrees within 4 standard errors plus 10% of the closed form while costs are small against the MTBF.
+--memory-slots and --skip-when-busy make the simulation follow the checkpointer's ring and skips
+(spec/PLAN.md 10.5.1); the closed form models neither, so no agreement is checked then.
 The sync/async flags (--save-seconds, --async-*, --store, --interval, --plot) are not used there.
 
 Exit status: 0 ok, 1 a simulation disagreed with the model, 2 usage error or unreadable store.)";
@@ -103,8 +105,13 @@ int main(int argc, char** argv) {
                        "tiered: share of failures that lose every node's memory (default 0)"),
         app.add_flag("--no-replicas", q.no_replicas, "tiered: captures are not replicated, so a node loss needs persistent storage"),
         app.add_option("--memory-interval", memory_interval, "tiered: seconds of compute between captures (default: the optimum)"),
-        app.add_option("--persist-every", persist_every, "tiered: promote every k-th capture (default: the optimum)")};
+        app.add_option("--persist-every", persist_every, "tiered: promote every k-th capture (default: the optimum)"),
+        app.add_option("--memory-slots", q.memory_slots,
+                       "tiered --simulate: the checkpointer's ring of memory slots, max(memory_keep, 2) (default 0: unbounded)"),
+        app.add_flag("--skip-when-busy", q.skip_when_busy,
+                     "tiered --simulate: a capture due while the previous one replicates or its slot is promoted is not taken")};
     for (auto* o : tier_opts) o->needs(capture_opt);
+    for (auto* rule : {tier_opts.end()[-2], tier_opts.end()[-1]}) rule->needs(simulate_opt);  // --memory-slots, --skip-when-busy
     if (const int rc = ckpt::cli::parse(app, argc, argv); rc >= 0) return rc;
 
     auto text = [&](const char* name) { return app[name]->as<std::string>(); };

@@ -31,7 +31,8 @@ def job_seconds(stall: float, background: float, mtbf: float, restart: float, in
 def tiered(capture_stall: float, replicate_seconds: float, persist_stall: float, persist_seconds: float, mtbf: float,
            memory_restart: float, persistent_restart: float, crash_share: float, node_loss_share: float,
            power_loss_share: float, replicated: bool = True, memory_interval: Optional[float] = None,
-           persist_every: Optional[int] = None, simulate: int = 0, seed: int = 1) -> dict:
+           persist_every: Optional[int] = None, simulate: int = 0, seed: int = 1, memory_slots: int = 0,
+           when_busy: str = "wait") -> dict:
     """Two tiers (spec/PLAN.md 10): a capture into memory every ``memory_interval`` seconds of compute,
     every ``persist_every``-th promoted to persistent storage. Crashes, and node losses when
     ``replicated``, restart from memory; power losses, and node losses otherwise, from persistent storage.
@@ -39,11 +40,14 @@ def tiered(capture_stall: float, replicate_seconds: float, persist_stall: float,
 
     Keys: ``memory_interval_seconds``, ``persist_every``, ``waste`` (first-order closed form, 10.3),
     ``optimum_memory_interval_seconds``, ``optimum_persist_every``, ``waste_at_optimum``, and, with
-    ``simulate`` histories of the seeded Monte Carlo (10.5), ``simulated_waste`` and ``standard_error``
-    (else None)."""
+    ``simulate`` histories of the seeded Monte Carlo (10.5), ``simulated_waste``, ``standard_error`` and
+    ``simulated_skips_per_capture`` (captures not taken per capture due; else None). The simulation also
+    follows the checkpointer's own rules (10.5.1), which the closed form leaves out: ``memory_slots``, its
+    ring (``max(memory_keep, 2)``; 0, unbounded), and ``when_busy``, "wait" or "skip" for a capture due
+    while the previous one replicates or a promotion still reads the slot it would overwrite."""
     return dict(_ckpt.plan_tiered(capture_stall, replicate_seconds, persist_stall, persist_seconds, mtbf, memory_restart,
                                   persistent_restart, crash_share, node_loss_share, power_loss_share, replicated,
-                                  memory_interval, persist_every, simulate, seed))
+                                  memory_interval, persist_every, simulate, seed, memory_slots, when_busy))
 
 
 __all__ = ["single", "job_seconds", "tiered"]

@@ -40,10 +40,13 @@ double plan_job_seconds(double stall, double background, double mtbf, double res
 nb::dict plan_tiered(double capture_stall, double replicate_seconds, double persist_stall, double persist_seconds, double mtbf,
                      double memory_restart, double persistent_restart, double crash_share, double node_loss_share,
                      double power_loss_share, bool replicated, std::optional<double> memory_interval,
-                     std::optional<std::int64_t> persist_every, std::int64_t simulate, std::int64_t seed) {
+                     std::optional<std::int64_t> persist_every, std::int64_t simulate, std::int64_t seed,
+                     std::int64_t memory_slots, const std::string& when_busy) {
   if (persist_every && *persist_every < 1) fail("persist_every must be at least 1, got " + std::to_string(*persist_every));
   if (simulate < 0) fail("simulate must be 0 or more histories, got " + std::to_string(simulate));
   if (seed < 0) fail("seed must be 0 or more, got " + std::to_string(seed));
+  if (memory_slots < 0) fail("memory_slots must be 0 or more, got " + std::to_string(memory_slots));
+  if (when_busy != "wait" && when_busy != "skip") fail("when_busy must be \"wait\" or \"skip\", got \"" + when_busy + "\"");
   const ckpt::plan::TierCost cost{capture_stall, replicate_seconds, persist_stall, persist_seconds};
   const ckpt::plan::TierFailures failures{mtbf, crash_share, node_loss_share, power_loss_share, memory_restart, persistent_restart, replicated};
   std::optional<std::uint64_t> k;
@@ -51,7 +54,8 @@ nb::dict plan_tiered(double capture_stall, double replicate_seconds, double pers
   const ckpt::plan::TierPlan p = take(ckpt::plan::plan_tiers(cost, failures, memory_interval, k));
   std::optional<ckpt::plan::TierSimulationResult> sim;
   if (simulate > 0) {
-    const ckpt::plan::TierSimulationOptions o{static_cast<std::uint64_t>(simulate), 0, static_cast<std::uint64_t>(seed)};
+    const ckpt::plan::TierSimulationOptions o{static_cast<std::uint64_t>(simulate), 0, static_cast<std::uint64_t>(seed),
+                                              static_cast<std::uint64_t>(memory_slots), when_busy == "skip"};
     sim = take(without_gil([&] { return ckpt::plan::simulate_tiers(cost, failures, p.policy, o); }));
   }
   nb::dict d;
@@ -63,6 +67,9 @@ nb::dict plan_tiered(double capture_stall, double replicate_seconds, double pers
   d["waste_at_optimum"] = p.optimum.waste;
   d["simulated_waste"] = sim ? nb::object(nb::float_(sim->mean_waste)) : nb::none();
   d["standard_error"] = sim ? nb::object(nb::float_(sim->standard_error)) : nb::none();
+  // Skipped captures per capture the job keeps (spec/PLAN.md 10.5.1): the report's skips, predicted.
+  d["simulated_skips_per_capture"] =
+      sim ? nb::object(nb::float_(sim->mean_skipped / static_cast<double>(sim->captures))) : nb::none();
   return d;
 }
 
@@ -73,7 +80,7 @@ void bind_plan(nb::module_& m) {
   m.def("plan_job_seconds", &plan_job_seconds, "stall"_a, "background"_a, "mtbf"_a, "restart"_a, "interval"_a, "intervals"_a);
   m.def("plan_tiered", &plan_tiered, "capture_stall"_a, "replicate_seconds"_a, "persist_stall"_a, "persist_seconds"_a, "mtbf"_a,
         "memory_restart"_a, "persistent_restart"_a, "crash_share"_a, "node_loss_share"_a, "power_loss_share"_a, "replicated"_a,
-        "memory_interval"_a, "persist_every"_a, "simulate"_a, "seed"_a);
+        "memory_interval"_a, "persist_every"_a, "simulate"_a, "seed"_a, "memory_slots"_a, "when_busy"_a);
 }
 
 }  // namespace ckpt_bind

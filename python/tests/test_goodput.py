@@ -236,6 +236,30 @@ def test_the_plan_picks_whole_steps_by_the_models_timeline_not_its_first_order_f
     assert chosen["waste"] == min(b._waste("dcp", single, n, None, 3.0)["waste"] for n in around)
 
 
+def test_the_tiers_plan_counts_the_captures_a_promotion_outlasting_the_ring_skips():
+    """The CPU profile's shape (3 s steps, a failure every 13 s, a promotion durable 7 s after its stall): captured
+    every step and promoted every third, the capture two after a promoted one would overwrite the slot the
+    promotion still reads, and the checkpointer skips it (ring of 2, spec/PLAN.md 10.5.1). The plan's Monte Carlo
+    counts those skips, so it predicts more waste than the timeline that takes every capture."""
+    from types import SimpleNamespace
+
+    from ckpt import plan
+    from ckpt.goodput.__main__ import Bench
+
+    b = object.__new__(Bench)
+    b.args = SimpleNamespace(seed=1, steps=40, interval=None, persist_every=None, nodes=2,
+                             mix={"crash": 0.4, "node": 0.3, "power": 0.3})
+    b.step_s, b.mtbf = 3.0, 12.9
+    costs = {"interference": 0.0, "capture_stall": 0.01, "replicate_seconds": 0.9, "persist_stall": 0.0,
+             "persist_seconds": 7.0, "persist_interference": 0.0, "restart": 3.0, "persistent_restart": 6.0}
+    at = b._waste("ckpt_tiered", costs, 1, 3, 12.9)
+    assert at["predicted_skips_per_capture"] > 0.2
+    every_capture = plan.tiered(**b._model("ckpt_tiered", costs, 12.9), memory_interval=3.0, persist_every=3, simulate=400,
+                                seed=1)
+    assert every_capture["simulated_skips_per_capture"] == 0
+    assert at["waste"] > every_capture["simulated_waste"] + 4 * every_capture["standard_error"]
+
+
 def test_lost_time_adds_up_from_its_parts_and_a_failure_cuts_off_training_or_a_save():
     """A synthetic log (ideal step 1 s, 3 steps; start-up 0.1 s longer than the ideal run's): a crash 0.4 s into step 2; after its recovery a node loss
     0.2 s into the save of step 2, and a power loss during that recovery (one span, the first restart

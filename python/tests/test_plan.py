@@ -45,7 +45,8 @@ def test_job_seconds_is_the_expected_wall_time_of_a_finite_job():
 def test_tiered_at_the_optimum_and_at_a_given_policy():
     best = plan.tiered(**TIER)
     assert set(best) == {"memory_interval_seconds", "persist_every", "waste", "optimum_memory_interval_seconds",
-                         "optimum_persist_every", "waste_at_optimum", "simulated_waste", "standard_error"}
+                         "optimum_persist_every", "waste_at_optimum", "simulated_waste", "standard_error",
+                         "simulated_skips_per_capture"}
     assert best["memory_interval_seconds"] == best["optimum_memory_interval_seconds"]
     assert best["persist_every"] == best["optimum_persist_every"] > 1
     assert best["waste"] == best["waste_at_optimum"]
@@ -81,6 +82,23 @@ def test_tiered_simulation_agrees_and_is_seeded():
     assert plan.tiered(**TIER, simulate=100, seed=4)["simulated_waste"] != a["simulated_waste"]
 
 
+def test_tiered_simulation_follows_the_checkpointers_ring_and_skips():
+    # spec/PLAN.md 10.5.1: a promotion durable 2.5 s after its stall, a capture every second, every third
+    # promoted. In a ring of 2 the capture two after each promoted one would overwrite its slot: skipped.
+    slow = dict(TIER, capture_stall=0.01, replicate_seconds=0.1, persist_stall=0.0, persist_seconds=2.5, mtbf=60.0,
+                crash_share=1.0, node_loss_share=0.0, power_loss_share=0.0, memory_restart=1.0, persistent_restart=1.0)
+    at = dict(memory_interval=1.0, persist_every=3, simulate=200, seed=9)
+    ring2 = plan.tiered(**slow, **at, memory_slots=2, when_busy="skip")
+    ring3 = plan.tiered(**slow, **at, memory_slots=3, when_busy="skip")
+    waited = plan.tiered(**slow, **at)
+    assert ring2["simulated_skips_per_capture"] == pytest.approx(1 / 3, rel=0.05)
+    assert ring3["simulated_skips_per_capture"] == 0 and waited["simulated_skips_per_capture"] == 0
+    # A crash goes back one capture further after a skipped one: more waste, which the closed form leaves out.
+    assert ring2["simulated_waste"] - ring3["simulated_waste"] > 4 * math.hypot(ring2["standard_error"], ring3["standard_error"])
+    assert ring2["waste"] == ring3["waste"] == waited["waste"]
+    assert plan.tiered(**slow, **at, memory_slots=0, when_busy="wait") == waited
+
+
 @pytest.mark.parametrize("call", [
     lambda: plan.single(0, 0, 10800, 300),
     lambda: plan.single(60, -1, 10800, 300),
@@ -95,6 +113,9 @@ def test_tiered_simulation_agrees_and_is_seeded():
     lambda: plan.tiered(**TIER, memory_interval=-5),
     lambda: plan.tiered(**TIER, simulate=1),
     lambda: plan.tiered(**TIER, simulate=-1),
+    lambda: plan.tiered(**TIER, simulate=10, memory_slots=1),
+    lambda: plan.tiered(**TIER, simulate=10, memory_slots=-1),
+    lambda: plan.tiered(**TIER, simulate=10, when_busy="sometimes"),
 ])
 def test_invalid_input_raises_invalid_argument(call):
     with pytest.raises(ckpt.InvalidArgumentError):

@@ -37,6 +37,9 @@ struct PlanRequest {
   bool no_replicas = false;
   std::optional<double> memory_interval_seconds;
   std::optional<std::uint64_t> persist_every;
+  // The simulation's checkpointer rules (spec/PLAN.md 10.5.1): its ring (0: unbounded) and skips.
+  std::uint64_t memory_slots = 0;
+  bool skip_when_busy = false;
 };
 
 // One policy of the sync/async plan: its save cost and plan, or the reason it has none.
@@ -56,6 +59,10 @@ struct PlanTiers {
   plan::TierPlan planned;
   std::optional<plan::TierSimulationResult> simulation;
   bool interval_given = false, persist_every_given = false;
+  std::uint64_t memory_slots = 0;  // the simulation's rules (spec/PLAN.md 10.5.1)
+  bool skip_when_busy = false;
+  // The closed form models neither rule, so with either the simulation is not an agreement check.
+  [[nodiscard]] bool follows_rules() const noexcept { return memory_slots != 0 || skip_when_busy; }
 };
 
 struct PlanReport {

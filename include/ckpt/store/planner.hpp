@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <random>
@@ -634,6 +635,10 @@ struct TierSimulationOptions {
   std::uint64_t histories = 1000;  // independent histories, at least 2
   std::uint64_t captures = 0;      // captures per history, a multiple of persist_every; 0: enough for ~50 failures
   std::uint64_t seed = 1;
+  // The checkpointer's own rules, which the closed form leaves out (spec/PLAN.md 10.5.1): its ring of memory
+  // slots (spec/TIERS.md 2.1; 0: unbounded, else at least 2) and what a capture due while busy does (4.6).
+  std::uint64_t memory_slots = 0;
+  bool skip_when_busy = false;
 };
 
 struct TierSimulationResult {
@@ -643,6 +648,7 @@ struct TierSimulationResult {
   double model_waste = 0;             // tier_waste at the same policy
   double mean_failures = 0;           // per history, failures during restarts included
   double mean_persistent_restarts = 0;  // per history, restarts that loaded from persistent storage
+  double mean_skipped = 0;            // per history, captures due while busy and not taken (10.5.1)
   double tolerance = 0;               // kAgreementSigmas standard errors + kTierModelTolerance * model_waste
   bool agrees = false;                // |mean_waste - model_waste| <= tolerance
 };
@@ -668,14 +674,22 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
 
 // Wall seconds of one history of `captures` captures: the two-level timeline of spec/PLAN.md 10.2
 // walked event by event, ending when the last capture's persistent copy is durable. Failure gaps
-// come from `gaps` in the order simulate_history() draws them; kinds from `kinds`.
+// come from `gaps` in the order simulate_history() draws them; kinds from `kinds`. With a ring or
+// skips (10.5.1) a capture due while busy waits for what it waits on, or is not taken.
 [[nodiscard]] inline double simulate_tier_history(const TierCost& cost, const TierFailures& failures, const TierPolicy& policy,
-                                                  std::uint64_t captures, std::mt19937_64& gaps, std::mt19937_64& kinds,
-                                                  std::uint64_t& failure_count, std::uint64_t& persistent_restart_count) {
+                                                  const TierSimulationOptions& rules, std::uint64_t captures,
+                                                  std::mt19937_64& gaps, std::mt19937_64& kinds, std::uint64_t& failure_count,
+                                                  std::uint64_t& persistent_restart_count, std::uint64_t& skip_count) {
   const double tau = policy.memory_interval_seconds, m = failures.mtbf_seconds;
   const double dm = cost.capture_stall_seconds, wm = cost.replicate_seconds, dp = cost.persist_stall_seconds, wp = cost.persist_seconds;
   const std::uint64_t k = policy.persist_every;
   auto kind_needs_persistent = [&] { return needs_persistent(failures, static_cast<double>(kinds() >> 11) * 0x1.0p-53); };
+  struct Promotion {
+    std::uint64_t capture;
+    double persistent_at;
+  };
+  std::deque<Promotion> promotions;  // not yet durable at the last capture's due time, oldest first
+  std::deque<std::uint64_t> recent;  // the newest memory_slots - 1 captures taken: the next one overwrites none of them
   double now = 0;
   std::uint64_t base = 0;             // the capture the job runs from; the start (0) is durable at both levels
   std::uint64_t last_persistent = 0;  // the newest capture whose persistent copy is durable
@@ -698,6 +712,8 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
     // Training resumes from capture `base` with nothing in flight; base counts as held in memory.
     const double failure_at = now + exponential_draw(gaps, m);
     std::uint64_t newest_memory = base, newest_persistent = last_persistent;
+    promotions.clear();
+    recent.assign(1, base);
     if (base == captures) {
       // The last capture came back from memory only: the job promotes it again to finish (10.2).
       const double persistent_at = now + dp + wp;
@@ -706,19 +722,40 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
       double resume = now, previous_memory = now, previous_persistent = now;
       for (std::uint64_t j = base + 1; j <= captures; ++j) {
         const bool promoted = j % k == 0;
-        double stall_start = std::max(resume + tau, previous_memory);  // wait for the previous capture's replication
-        if (promoted) stall_start = std::max(stall_start, previous_persistent);  // and the previous promotion's write
+        const double due = resume + tau;
+        if (due > failure_at) break;
+        // What a capture due now waits on: the previous capture's replication; in a ring, each promotion still
+        // reading a slot this capture would overwrite (10.5.1); a promotion, the previous promotion (10.2).
+        while (!promotions.empty() && promotions.front().persistent_at <= due) promotions.pop_front();
+        double free_at = previous_memory;
+        if (rules.memory_slots != 0)
+          for (const Promotion& p : promotions)
+            if (recent.size() + 1 >= rules.memory_slots && p.capture < recent.front()) free_at = std::max(free_at, p.persistent_at);
+        if (rules.skip_when_busy && free_at > due && j != captures) {  // the last capture waits: the job ends with it
+          ++skip_count;
+          resume = due;
+          continue;
+        }
+        double stall_start = std::max(due, free_at);
+        if (promoted && !rules.skip_when_busy) stall_start = std::max(stall_start, previous_persistent);
         const double stall_end = stall_start + dm + (promoted ? dp : 0.0);
         if (stall_end > failure_at) break;  // no later capture can be durable before the failure
         const double memory_at = stall_end + wm;
         if (memory_at <= failure_at) newest_memory = j;
         if (promoted) {
-          const double persistent_at = stall_end + wp;
+          // Skipping, a promotion queues behind the one before it instead of stalling the capture (4.6);
+          // waiting, the stall began after it, so this is stall_end + w_p.
+          const double persistent_at = std::max(stall_end, previous_persistent) + wp;
           if (persistent_at <= failure_at) {
             newest_persistent = j;
             if (j == captures) return persistent_at;
           }
           previous_persistent = persistent_at;
+          promotions.push_back({j, persistent_at});
+        }
+        if (rules.memory_slots > 1) {
+          recent.push_back(j);
+          while (recent.size() > rules.memory_slots - 1) recent.pop_front();
         }
         resume = stall_end;
         previous_memory = memory_at;
@@ -746,6 +783,8 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
   CKPT_TRY(check_tier_policy(policy));
   if (options.histories < 2)
     return make_error(Code::invalid_argument, "a simulation needs at least 2 histories for a standard error");
+  if (options.memory_slots == 1)
+    return make_error(Code::invalid_argument, "a ring of memory slots needs at least 2 (a capture and the step before it), got 1");
   if (options.captures % policy.persist_every != 0)
     return make_error(Code::invalid_argument, "captures per history (" + std::to_string(options.captures) +
                                                   ") must be a multiple of persist_every (" + std::to_string(policy.persist_every) + ")");
@@ -770,10 +809,11 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
   const double work = static_cast<double>(out.captures) * policy.memory_interval_seconds;
   // Welford over wall/work per history; the ratio of means, as simulate() (spec/PLAN.md 6.3).
   double mean = 0, m2 = 0;
-  std::uint64_t total_failures = 0, total_persistent = 0;
+  std::uint64_t total_failures = 0, total_persistent = 0, total_skipped = 0;
   for (std::uint64_t h = 0; h < out.histories; ++h) {
-    const double ratio =
-        simulate_tier_history(cost, failures, policy, out.captures, gaps, kinds, total_failures, total_persistent) / work;
+    const double ratio = simulate_tier_history(cost, failures, policy, options, out.captures, gaps, kinds, total_failures,
+                                               total_persistent, total_skipped) /
+                         work;
     const double delta = ratio - mean;
     mean += delta / static_cast<double>(h + 1);
     m2 += delta * (ratio - mean);
@@ -784,6 +824,7 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
   out.model_waste = tier_waste(cost, failures, policy);
   out.mean_failures = static_cast<double>(total_failures) / n;
   out.mean_persistent_restarts = static_cast<double>(total_persistent) / n;
+  out.mean_skipped = static_cast<double>(total_skipped) / n;
   out.tolerance = kAgreementSigmas * out.standard_error + kTierModelTolerance * std::abs(out.model_waste);
   out.agrees = std::abs(out.mean_waste - out.model_waste) <= out.tolerance;
   return out;

@@ -214,10 +214,12 @@ class Bench:
 
         t = self.step_s
         if name in _job.TIERED:
+            # The Monte Carlo follows the checkpointer's own rules (spec/PLAN.md 10.5.1): its ring of KEEP slots and
+            # when_busy "skip" (the TierOptions default), so a promotion that outlasts the ring costs the captures it skips.
             at = plan.tiered(**self._model(name, costs, mtbf), memory_interval=every * t, persist_every=k, simulate=400,
-                             seed=self.args.seed)
+                             seed=self.args.seed, memory_slots=max(_job.KEEP, 2), when_busy="skip")
             return {"waste": at["simulated_waste"] if at.get("simulated_waste") is not None else at["waste"],
-                    "closed_form_waste": at["waste"]}
+                    "closed_form_waste": at["waste"], "predicted_skips_per_capture": at.get("simulated_skips_per_capture")}
         return {"waste": plan.single(**self._model(name, costs, mtbf), interval=every * t)["waste"]}
 
     def _goodput_of(self, waste: Optional[float]) -> Optional[float]:

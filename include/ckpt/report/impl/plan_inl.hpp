@@ -391,8 +391,12 @@ namespace detail::planning {
     const plan::TierSimulationResult& r = *t.simulation;
     doc["simulated_waste"] = r.mean_waste;
     doc["standard_error"] = r.standard_error;
-    doc["agrees"] = r.agrees;
+    // The closed form models neither the ring nor skips: agreement is only defined without them (10.5.1).
+    doc["agrees"] = t.follows_rules() ? json(nullptr) : json(r.agrees);
     doc["simulation"] = {{"histories", r.histories},
+                         {"memory_slots", t.memory_slots},
+                         {"skip_when_busy", t.skip_when_busy},
+                         {"mean_skipped_per_history", r.mean_skipped},
                          {"captures_per_history", r.captures},
                          {"seed", r.seed},
                          {"model_waste", r.model_waste},
@@ -447,9 +451,14 @@ namespace detail::planning {
                 t.interval_given || t.persist_every_given ? "given" : "optimum", static_cast<unsigned long long>(r.histories),
                 static_cast<unsigned long long>(r.captures), static_cast<unsigned long long>(r.seed), percent_text(r.mean_waste).c_str(),
                 percent_text(r.standard_error).c_str(), percent_text(r.model_waste).c_str(),
-                percent_text(std::abs(r.mean_waste - r.model_waste)).c_str(), r.agrees ? "agrees" : "DISAGREES",
-                percent_text(r.tolerance).c_str(), plan::kAgreementSigmas, 100 * plan::kTierModelTolerance, r.mean_failures,
-                r.mean_persistent_restarts);
+                percent_text(std::abs(r.mean_waste - r.model_waste)).c_str(),
+                t.follows_rules() ? "not checked" : r.agrees ? "agrees" : "DISAGREES", percent_text(r.tolerance).c_str(),
+                plan::kAgreementSigmas, 100 * plan::kTierModelTolerance, r.mean_failures, r.mean_persistent_restarts);
+    if (t.follows_rules())
+      out += format("the simulation follows the checkpointer's rules, which the closed form leaves out (spec/PLAN.md 10.5.1): "
+                    "a ring of %s, %s when busy; %.1f captures skipped per history\n",
+                    t.memory_slots == 0 ? "unbounded slots" : (std::to_string(t.memory_slots) + " slots").c_str(),
+                    t.skip_when_busy ? "skip" : "wait", r.mean_skipped);
   }
   return out;
 }
@@ -551,6 +560,8 @@ namespace detail::planning {
     plan::TierSimulationOptions o;
     o.histories = *q.simulate;
     o.seed = q.seed;
+    o.memory_slots = t.memory_slots = q.memory_slots;
+    o.skip_when_busy = t.skip_when_busy = q.skip_when_busy;
     auto sim = plan::simulate_tiers(t.cost, t.failures, t.planned.policy, o);
     if (!sim.ok()) return usage("--simulate: " + sim.status().message());
     t.simulation = *sim;
@@ -600,7 +611,7 @@ namespace detail::planning {
 }  // namespace detail::planning
 
 CKPT_INLINE int PlanReport::exit_code() const noexcept {
-  bool disagrees = tiers && tiers->simulation && !tiers->simulation->agrees;
+  bool disagrees = tiers && tiers->simulation && !tiers->follows_rules() && !tiers->simulation->agrees;
   for (const auto& p : policies) disagrees = disagrees || (p.simulation && !p.simulation->agrees);
   return disagrees ? kIntegrity : kOk;
 }
