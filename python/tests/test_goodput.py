@@ -207,21 +207,28 @@ def test_calibration_leaves_out_the_rings_first_captures_and_charges_promotions_
     assert single == pytest.approx({"interference": 0.4, "stall": 1.0, "background": 1.0})
 
 
+def _planner(step_s: float, mtbf: float, steps: int, mix: dict):
+    """The benchmark's planner alone (no run): its args, the ideal step and the MTBF the plan is made for."""
+    from types import SimpleNamespace
+
+    from ckpt.goodput.__main__ import Bench
+
+    b = object.__new__(Bench)
+    b.args = SimpleNamespace(seed=1, steps=steps, interval=None, persist_every=None, nodes=2, mix=mix)
+    b.step_s, b.mtbf = step_s, mtbf
+    return b
+
+
 def test_the_plan_picks_whole_steps_by_the_models_timeline_not_its_first_order_form():
     """The tiers as calibrated in an accelerator run (1 s steps, a failure every 3 s): the closed form's
     optimum promotes every second capture, but its timeline (the Monte Carlo) wastes less promoting every
     one, and that policy is chosen. A single save's model is exact: the better of the whole steps around
     its optimum."""
     import math
-    from types import SimpleNamespace
 
     from ckpt import plan
-    from ckpt.goodput.__main__ import Bench
 
-    b = object.__new__(Bench)
-    b.args = SimpleNamespace(seed=1, steps=30, interval=None, persist_every=None, nodes=2,
-                             mix={"crash": 0.6, "node": 0.3, "power": 0.1})
-    b.step_s, b.mtbf = 1.0, 3.0
+    b = _planner(1.0, 3.0, 30, {"crash": 0.6, "node": 0.3, "power": 0.1})
     costs = {"interference": 0.0, "capture_stall": 0.034, "replicate_seconds": 0.21, "persist_stall": 0.002,
              "persist_seconds": 0.56, "persist_interference": 0.0, "restart": 0.6, "persistent_restart": 1.19}
     assert plan.tiered(**b._model("ckpt_tiered", costs, 3.0))["optimum_persist_every"] == 2
@@ -241,15 +248,9 @@ def test_the_tiers_plan_counts_the_captures_a_promotion_outlasting_the_ring_skip
     every step and promoted every third, the capture two after a promoted one would overwrite the slot the
     promotion still reads, and the checkpointer skips it (ring of 2, spec/PLAN.md 10.5.1). The plan's Monte Carlo
     counts those skips, so it predicts more waste than the timeline that takes every capture."""
-    from types import SimpleNamespace
-
     from ckpt import plan
-    from ckpt.goodput.__main__ import Bench
 
-    b = object.__new__(Bench)
-    b.args = SimpleNamespace(seed=1, steps=40, interval=None, persist_every=None, nodes=2,
-                             mix={"crash": 0.4, "node": 0.3, "power": 0.3})
-    b.step_s, b.mtbf = 3.0, 12.9
+    b = _planner(3.0, 12.9, 40, {"crash": 0.4, "node": 0.3, "power": 0.3})
     costs = {"interference": 0.0, "capture_stall": 0.01, "replicate_seconds": 0.9, "persist_stall": 0.0,
              "persist_seconds": 7.0, "persist_interference": 0.0, "restart": 3.0, "persistent_restart": 6.0}
     at = b._waste("ckpt_tiered", costs, 1, 3, 12.9)
