@@ -41,7 +41,7 @@ def tiered(capture_stall: float, replicate_seconds: float, persist_stall: float,
     Keys: ``memory_interval_seconds``, ``persist_every``, ``waste`` (first-order closed form, 10.3),
     ``optimum_memory_interval_seconds``, ``optimum_persist_every``, ``waste_at_optimum``, and, with
     ``simulate`` histories of the seeded Monte Carlo (10.5), ``simulated_waste``, ``standard_error`` and
-    ``simulated_skips_per_capture`` (captures not taken per capture due; else None). The simulation also
+    ``simulated_skips_per_capture`` (captures not taken per capture of the job; else None). The simulation also
     follows the checkpointer's own rules (10.5.1), which the closed form leaves out: ``memory_slots``, its
     ring (``max(memory_keep, 2)``; 0, unbounded), and ``when_busy``, "wait" or "skip" for a capture due
     while the previous one replicates or a promotion still reads the slot it would overwrite."""

@@ -67,7 +67,7 @@ nb::dict plan_tiered(double capture_stall, double replicate_seconds, double pers
   d["waste_at_optimum"] = p.optimum.waste;
   d["simulated_waste"] = sim ? nb::object(nb::float_(sim->mean_waste)) : nb::none();
   d["standard_error"] = sim ? nb::object(nb::float_(sim->standard_error)) : nb::none();
-  // Skipped captures per capture the job keeps (spec/PLAN.md 10.5.1): the report's skips, predicted.
+  // Captures not taken per capture of the job (its n, spec/PLAN.md 10.5.1): the report's skips, predicted.
   d["simulated_skips_per_capture"] =
       sim ? nb::object(nb::float_(sim->mean_skipped / static_cast<double>(sim->captures))) : nb::none();
   return d;
