@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <condition_variable>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <cstring>
 #include <thread>
@@ -367,6 +368,31 @@ TEST_CASE("an uninterrupted run records every tier transition and ends as the re
   auto verified = (*p)->verify_step(8);
   REQUIRE(verified.ok());
   CHECK(verified->ok());
+}
+
+TEST_CASE("each capture's phases come in order: captured, replicating, replicated; a promoted one's then promoting, persisted",
+          "[tiered]") {
+  std::mutex mutex;
+  std::map<std::string, std::map<std::uint64_t, std::vector<std::string>>> seen;  // memory root (one rank each) -> step -> phases
+  Job job{fresh_dir("phases"), kFourNodes, 10, {}, [&](TierOptions& o) {
+            o.on_phase = [&, root = o.memory_root](const char* phase, std::uint64_t step) {
+              std::lock_guard<std::mutex> lock(mutex);
+              seen[root][step].push_back(phase);
+            };
+          }};
+  check_final(run(job), 10);
+  REQUIRE(seen.size() == 4);
+  const std::vector<std::string> captured{"captured", "replicating", "replicated"};
+  std::vector<std::string> promoted = captured;
+  promoted.insert(promoted.end(), {"promoting", "persisted"});
+  for (const auto& [root, steps] : seen) {
+    INFO(root);
+    REQUIRE(steps.size() == 5);  // 2, 4, 6, 8, 10
+    for (const auto& [step, phases] : steps) {
+      INFO("step " << step);
+      CHECK(phases == (step % 4 == 0 ? promoted : captured));
+    }
+  }
 }
 
 TEST_CASE("a capture is copied into its memory store's ring of files: each store holds memory_keep shard files, no more",

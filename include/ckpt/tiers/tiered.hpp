@@ -112,7 +112,8 @@ struct TierOptions {
   SnapshotCopier* device = nullptr;
   StagingMemory staging_memory;
   // Test and fault-injection hook: called on the rank at named points of its work (spec/TIERS.md 9).
-  // Phases: "captured", "encoding" (parity, 12.3), "replicating", "promoting", "resuming", "refilling" (the resume's background refill).
+  // Phases: "captured", "encoding" (parity, 12.3), "replicating", "replicated" (its REPLICATED record durable), "promoting",
+  // "persisted" (its PERSISTED record durable), "resuming", "refilling" (the resume's background refill).
   std::function<void(const char* phase, std::uint64_t step)> on_phase;
   // The SDC canary (spec/TIERS.md 11): called on every rank's background thread for each finding, after its
   // SDC record is durable; the step is then no step of any tier, and the next step() or wait() returns

@@ -926,6 +926,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
       r.copies = static_cast<std::uint32_t>(options_.parity_losses);
       CKPT_TRY(log({r}));
       replicated_ = step;
+    phase("replicated", step);
     }
   }
   // 2. Replicas: this rank's shard to its holders; the shards it holds from their sources.
@@ -998,6 +999,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     r.event = TierEvent::replicated, r.step = step, r.world = world, r.shard = me, r.step_digest = digest, r.copies = fewest;
     CKPT_TRY(log({r}));
     replicated_ = step;
+    phase("replicated", step);
   }
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
   if (options_.persist_every > 0 && step % options_.persist_every == 0) {
@@ -1248,6 +1250,7 @@ CKPT_INLINE Status TieredCheckpointer::promote(std::uint64_t step, StepReader& m
   r.shard_digest = persisted_digest, r.txn = committed->step.txn;  // the persistent shard's content (11.1)
   CKPT_TRY(log({r}));
   persisted_ = step;
+  phase("persisted", step);
   return Status();
 }
 
