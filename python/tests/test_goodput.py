@@ -168,15 +168,20 @@ def test_the_table_names_every_contender_and_the_setting(report):
     assert abs(sum(s["mix"].values()) - 1) < 1e-9
 
 
-def _calibration_events(stalls, computes, waited):
-    """A calibration launch's events: a save after every step, the first `waited` of them waited for."""
+def _calibration_events(stalls, computes, waited, phases=None, skipped=()):
+    """A calibration launch's events: a save after every step, the first `waited` of them waited for, steps one
+    second apart. `phases`: {step: {phase: seconds after that step's save}} for the tiers' ``phase`` events."""
     events = []
     for step, (stall, compute) in enumerate(zip(stalls, computes)):
-        events.append({"ev": "step", "step": step, "compute": compute})
-        save = {"ev": "save", "step": step, "seconds": stall}
+        events.append({"ev": "step", "t": 10.0 * step, "step": step, "compute": compute})
+        save = {"ev": "save", "t": 10.0 * step + stall, "step": step, "seconds": stall}
         if step < waited:
             save["background"] = 2.0 if step % 2 == 0 else 1.0
+        if step in skipped:
+            save["skipped"] = True
         events.append(save)
+        for phase, after in (phases or {}).get(step, {}).items():
+            events.append({"ev": "phase", "t": save["t"] + after, "phase": phase, "step": step})
     return events
 
 
@@ -189,7 +194,7 @@ def test_calibration_leaves_out_the_rings_first_captures_and_charges_promotions_
     per step, every capture would pay 0.6 s and promotions nothing, and the plan promote at every capture."""
     from ckpt.goodput.calibration import save_costs
 
-    stalls = [5.0, 5.0, 0.5, 0.2, 0.5, 0.2] + [0.2] * 6
+    stalls = [5.0, 5.0, 0.5, 0.2, 0.5, 0.2] + [0.5, 0.2] * 3
     for after_promoted, after_capture in ((0.7, 0.2), (0.3, 0.6)):
         slowed = [1.0 + after_promoted, 1.0 + after_capture] * 2 + [1.0 + after_promoted]
         computes = [1.0] * 7 + slowed  # steps 7, 9, 11 follow promoted 6, 8, 10; 8, 10 follow 7, 9
@@ -199,12 +204,33 @@ def test_calibration_leaves_out_the_rings_first_captures_and_charges_promotions_
         assert costs["replicate_seconds"] == pytest.approx(1.0) and costs["persist_seconds"] == pytest.approx(2.0)
         assert costs["interference"] == pytest.approx(0.3)
         assert costs["persist_interference"] == pytest.approx(0.3)
+        assert costs["replicate_seconds_from"] == "waited" and costs["capture_stall_from"] == "overlapped"
     # Too few overlapped saves for a whole cycle: each step charged to the save before it.
     short = save_costs(_calibration_events(stalls[:8], [1.0] * 7 + [1.7], waited=6), 1.0, tiered=True, warmup=2)
     assert short["interference"] == 0.0 and short["persist_interference"] == pytest.approx(0.7)
     # A single save: one kind, every overlapped save's step alike, the first waited save left out.
     single = save_costs(_calibration_events([3.0, 1.0, 1.0, 1.0] + [1.0] * 4, [1.0] * 5 + [1.4] * 3, waited=4), 1.0, tiered=False)
     assert single == pytest.approx({"interference": 0.4, "stall": 1.0, "background": 1.0})
+
+
+def test_calibration_times_the_tiers_background_as_the_run_sees_it():
+    """Waited for, a capture replicates in 1 s and a promotion persists in 2 s; overlapped with training (its
+    ``phase`` events after each overlapped capture's save) they took 3 s and 8 s, and the captures stalled 0.4 s and
+    0.9 s, not 0.2 s and 0.5 s: the plan gets the overlapped figures, the waited ones stay beside them. A skipped
+    capture has no background (its 0.05 s is no stall), and the first phase of a step counts."""
+    from ckpt.goodput.calibration import save_costs
+
+    stalls = [5.0, 5.0, 0.5, 0.2, 0.5, 0.2] + [0.9, 0.4, 0.9, 0.05, 0.9, 0.4]
+    phases = {6: {"replicated": 3.0, "persisted": 8.0}, 7: {"replicated": 3.5}, 8: {"replicated": 2.5, "persisted": 8.0},
+              10: {"replicated": 3.0, "persisted": 9.0}, 11: {"replicated": 2.0}}
+    events = _calibration_events(stalls, [1.0] * 12, waited=6, phases=phases, skipped=(9,))
+    events.append({"ev": "phase", "t": 1000.0, "phase": "replicated", "step": 7})  # a second one (never): the first counts
+    costs = save_costs(events, 1.0, tiered=True, warmup=2)
+    assert costs["capture_stall"] == pytest.approx(0.4) and costs["capture_stall_alone"] == pytest.approx(0.2)
+    assert costs["persist_stall"] == pytest.approx(0.5) and costs["persist_stall_alone"] == pytest.approx(0.3)
+    assert costs["replicate_seconds"] == pytest.approx(3.0) and costs["replicate_seconds_alone"] == pytest.approx(1.0)
+    assert costs["persist_seconds"] == pytest.approx(8.0) and costs["persist_seconds_alone"] == pytest.approx(2.0)
+    assert all(costs[k + "_from"] == "overlapped" for k in ("capture_stall", "replicate_seconds", "persist_stall", "persist_seconds"))
 
 
 def _planner(step_s: float, mtbf: float, steps: int, mix: dict):

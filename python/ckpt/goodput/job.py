@@ -12,7 +12,8 @@ descriptor (a SIGKILL never leaves half a line): ``ready`` (process group and mo
 the restart), ``loaded`` (the resume: what from, how long; the tiers: also what memory and storage held
 just before it, ``tier_evidence``), ``step`` (one per training step, as soon as it is trained: its compute
 seconds), ``saving`` (a save begins), ``save`` (the seconds the save after it blocked; calibration: and the
-seconds until it was durable), ``trained`` and ``done`` (the final state's digest; with ``--storage-gbps``,
+seconds until it was durable), ``phase`` (the tiers' background: a capture ``replicated``, a promotion
+``persisted``, and the phases before them, from the ``on_phase`` hook), ``trained`` and ``done`` (the final state's digest; with ``--storage-gbps``,
 what rank 0 moved across its node's link in this launch). The supervisor
 (``supervisor.py``) writes ``launch`` and ``failure`` to the same log. Times are ``time.monotonic()``,
 one clock for every process of the machine.
@@ -409,9 +410,14 @@ class Tiered(Contender):
     promoted to the persistent store every ``persist_every``; resume agrees on the newest step every shard
     of which verifies, from the nearest copy."""
 
-    def __init__(self, *a):
+    def __init__(self, *a, log: Optional[EventLog] = None):
         super().__init__(*a)
         from ..torch.tiers import TieredCheckpointer
+
+        # Rank 0's log gets the background's phases (`phase` events): when each capture was replicated and each
+        # promotion persisted, as the run saw it (calibration.save_costs; a few calls per capture).
+        def on_phase(phase: str, step: int) -> None:
+            log("phase", phase=phase, step=step)
 
         cfg = self.cfg
         self.tiers = TieredCheckpointer(
@@ -420,7 +426,8 @@ class Tiered(Contender):
             replicas=1 if cfg.nodes > 1 else 0, memory_keep=KEEP, persistent_keep=KEEP,
             topology=[f"n{cfg.node_of(r)}" for r in range(cfg.world)],
             # Parity instead of the replica: the nodes form one group that survives one lost node (spec/TIERS.md 12).
-            parity=(cfg.nodes, 1) if cfg.contender == "ckpt_tiered_parity" and cfg.nodes > 1 else None)
+            parity=(cfg.nodes, 1) if cfg.contender == "ckpt_tiered_parity" and cfg.nodes > 1 else None,
+            on_phase=on_phase if log is not None and log.fd >= 0 else None)
 
     def due(self, step: int) -> bool:
         return self.tiers.action(step) != "none"  # the tiers' own policy: multiples of memory_every
@@ -461,7 +468,7 @@ class Tiered(Contender):
         self.tiers.close()
 
 
-def make_contender(cfg: JobConfig, rank: int, model, optimizer, scheduler) -> Contender:
+def make_contender(cfg: JobConfig, rank: int, model, optimizer, scheduler, log: Optional[EventLog] = None) -> Contender:
     args = (cfg, rank, model, optimizer, scheduler)
     if cfg.contender == "ideal":
         return Ideal(*args)
@@ -474,7 +481,7 @@ def make_contender(cfg: JobConfig, rank: int, model, optimizer, scheduler) -> Co
     if cfg.contender == "ckpt_store":
         return Dcp(*args, use_async=True, ckpt_backend=True)
     if cfg.contender in TIERED:
-        return Tiered(*args)
+        return Tiered(*args, log=log)
     raise ValueError(f"unknown contender {cfg.contender!r}; one of {', '.join(CONTENDERS)}")
 
 
@@ -501,7 +508,7 @@ def run_rank(cfg: JobConfig, rank: int, model: torch.nn.Module) -> None:
         prime_optimizer(model, optimizer)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, cfg.steps))
     built = time.monotonic()
-    contender = make_contender(cfg, rank, model, optimizer, scheduler)
+    contender = make_contender(cfg, rank, model, optimizer, scheduler, log)
     # Where the restart went (rank 0): forked at `entered`, the process group, the model and optimizer, the contender.
     log("ready", entered=entered, group_s=grouped - entered, model_s=built - grouped, contender_s=time.monotonic() - built)
     t = time.monotonic()
