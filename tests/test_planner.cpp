@@ -619,7 +619,8 @@ TEST_CASE("a tier simulation is reproducible and bounded", "[planner][tiers][sim
 // The checkpointer's ring and busy rule (spec/PLAN.md 10.5.1), without failures: a capture every second of
 // compute, every third promoted, each promotion durable 2.5 s after its stall. The capture two after a promoted
 // one finds it still promoting: in a ring of 2 that slot is the promoted step's, in a ring of 3 it is not.
-TEST_CASE("a promotion that outlasts the ring skips or delays the capture that would overwrite its slot", "[planner][tiers][simulate]") {
+TEST_CASE("a promotion that outlasts the ring skips or delays the capture that would overwrite its slot; a skipped promotion "
+          "passes to the next capture", "[planner][tiers][simulate]") {
   const TierCost cost{0.01, 0.1, 0, 2.5};
   const TierFailures none = tier_failures(1e12, 1, 0, 0, 1, 1);
   const TierPolicy policy{1, 3};
@@ -647,6 +648,7 @@ TEST_CASE("a promotion that outlasts the ring skips or delays the capture that w
     REQUIRE(r.ok());
     CHECK(r->mean_failures == 0);
     CHECK(r->mean_skipped == row.skipped);
+    CHECK(r->mean_promotions == 333);  // every multiple of 3: no skipped capture is one
     CHECK(r->mean_waste == Approx(1 - kCaptures / row.wall).epsilon(1e-9));
   }
   // Replication longer than the interval: skipping, every other capture is not taken; waiting, each waits.
@@ -655,6 +657,9 @@ TEST_CASE("a promotion that outlasts the ring skips or delays the capture that w
   auto slow = simulate_tiers(TierCost{0.01, 1.5, 0, 0.5}, none, policy, o);
   REQUIRE(slow.ok());
   CHECK(slow->mean_skipped == 499);  // captures 2, 4, ..., 998; the last one waits
+  // The 167 odd multiples of 3 are promoted, and each skipped even one (6, 12, ..., 996) hands its promotion to
+  // the capture after it (7, 13, ..., 997): 333, as many as without skips.
+  CHECK(slow->mean_promotions == 333);
   CHECK(simulate_tiers(cost, none, policy, [] {
           TierSimulationOptions one = tier_histories(2, 5, kCaptures);
           one.memory_slots = 1;

@@ -1224,6 +1224,7 @@ struct HeldJob {
   std::function<bool(TieredCheckpointer&)> hold_also = [](TieredCheckpointer&) { return true; };
   std::function<void(TieredCheckpointer&, std::uint64_t step)> after_step = [](TieredCheckpointer&, std::uint64_t) {};
   std::function<void(TierOptions&)> tune = [](TierOptions&) {};
+  std::function<void(int rank, std::uint64_t step, const StepOutcome&)> on_outcome = [](int, std::uint64_t, const StepOutcome&) {};
 };
 struct HeldResult {
   bool timed_out = false;
@@ -1271,6 +1272,7 @@ HeldResult run_held(const HeldJob& job) {
         auto step = (*tiers)->step(s, [&](SaveRequest& req) { trainer.fill(req); });
         if (!step.ok()) return fail(step.status());
         if (s % 2 == 0) out.skipped[i].push_back(step->skipped);
+        job.on_outcome(r, s, *step);
         job.after_step(**tiers, s);
         if (s == job.release_after) {
           {
@@ -1344,6 +1346,43 @@ TEST_CASE("a promotion runs beside replication: the next capture replicates mean
   std::vector<std::uint64_t> persisted;
   for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
   CHECK(persisted == std::vector<std::uint64_t>{2, 4, 8});
+}
+
+TEST_CASE("a promoted capture that is skipped hands its promotion to the next capture taken", "[tiered][skip][promotion]") {
+  // spec/TIERS.md 4.6: step 4 (a multiple of persist_every) is skipped while step 2 replicates, so step 6, the next
+  // capture taken, is promoted in its place; step 8 is promoted as a multiple, step 10 is not. Without the rule the
+  // persistent tier would hold step 8 alone, and a power loss before it would go back to the job's start.
+  HeldJob job{fresh_dir("owed"), 10, "replicating", 2, 4};
+  job.tune = [](TierOptions& o) { o.persist_every = 4; };
+  std::mutex m;
+  std::vector<std::pair<std::uint64_t, TierAction>> actions;  // rank 0's outcomes of the captures taken
+  job.after_step = [&](TieredCheckpointer& t, std::uint64_t s) {
+    if (s % 2 == 1 && s > 5) {  // the worker idle before each capture from 8 on: only step 4 is skipped
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (t.captures_in_background() > 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  job.on_outcome = [&](int rank, std::uint64_t s, const StepOutcome& out) {
+    std::lock_guard<std::mutex> lock(m);
+    if (rank == 0 && !out.skipped && out.action != TierAction::none) actions.emplace_back(s, out.action);
+  };
+  const HeldResult r = run_held(job);
+  CHECK_FALSE(r.timed_out);
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    INFO("rank " << i);
+    REQUIRE(r.errors[i].ok());
+    CHECK(r.skipped[i] == std::vector<bool>{false, true, false, false, false});  // 4 skipped
+    CHECK(count(r.records[i], TierEvent::persisted) == 2);
+  }
+  using A = TierAction;
+  CHECK(actions == std::vector<std::pair<std::uint64_t, TierAction>>{{2, A::capture}, {6, A::capture_and_persist},
+                                                                     {8, A::capture_and_persist}, {10, A::capture}});
+  PosixFs fs;
+  auto p = Store::open(fs, (job.dir / "persistent").string(), Access::read_only);
+  REQUIRE(p.ok());
+  std::vector<std::uint64_t> persisted;
+  for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
+  CHECK(persisted == std::vector<std::uint64_t>{6, 8});
 }
 
 TEST_CASE("skipping across ranks without a control communicator is refused at create", "[tiered][skip]") {

@@ -649,6 +649,7 @@ struct TierSimulationResult {
   double mean_failures = 0;           // per history, failures during restarts included
   double mean_persistent_restarts = 0;  // per history, restarts that loaded from persistent storage
   double mean_skipped = 0;            // per history, captures due while busy and not taken (10.5.1)
+  double mean_promotions = 0;         // per history, promotions begun (a skipped one's taken over by the next capture, 10.5.1)
   double tolerance = 0;               // kAgreementSigmas standard errors + kTierModelTolerance * model_waste
   bool agrees = false;                // |mean_waste - model_waste| <= tolerance
 };
@@ -675,11 +676,13 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
 // Wall seconds of one history of `captures` captures: the two-level timeline of spec/PLAN.md 10.2
 // walked event by event, ending when the last capture's persistent copy is durable. Failure gaps
 // come from `gaps` in the order simulate_history() draws them; kinds from `kinds`. With a ring or
-// skips (10.5.1) a capture due while busy waits for what it waits on, or is not taken.
+// skips (10.5.1) a capture due while busy waits for what it waits on, or is not taken, and the next
+// capture taken is promoted in place of a skipped one.
 [[nodiscard]] inline double simulate_tier_history(const TierCost& cost, const TierFailures& failures, const TierPolicy& policy,
                                                   const TierSimulationOptions& rules, std::uint64_t captures,
                                                   std::mt19937_64& gaps, std::mt19937_64& kinds, std::uint64_t& failure_count,
-                                                  std::uint64_t& persistent_restart_count, std::uint64_t& skip_count) {
+                                                  std::uint64_t& persistent_restart_count, std::uint64_t& skip_count,
+                                                  std::uint64_t& promotion_count) {
   const double tau = policy.memory_interval_seconds, m = failures.mtbf_seconds;
   const double dm = cost.capture_stall_seconds, wm = cost.replicate_seconds, dp = cost.persist_stall_seconds, wp = cost.persist_seconds;
   const std::uint64_t k = policy.persist_every;
@@ -720,8 +723,9 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
       if (persistent_at <= failure_at) return persistent_at;
     } else {
       double resume = now, previous_memory = now, previous_persistent = now;
+      bool owed = false;  // a skipped capture's promotion, taken over by the next capture taken (10.5.1)
       for (std::uint64_t j = base + 1; j <= captures; ++j) {
-        const bool promoted = j % k == 0;
+        const bool promoted = j % k == 0 || owed;
         const double due = resume + tau;
         if (due > failure_at) break;
         // What a capture due now waits on: the previous capture's replication; in a ring, each promotion still
@@ -733,9 +737,11 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
             if (recent.size() + 1 >= rules.memory_slots && p.capture < recent.front()) free_at = std::max(free_at, p.persistent_at);
         if (rules.skip_when_busy && free_at > due && j != captures) {  // the last capture waits: the job ends with it
           ++skip_count;
+          owed = promoted;
           resume = due;
           continue;
         }
+        owed = false;
         double stall_start = std::max(due, free_at);
         if (promoted && !rules.skip_when_busy) stall_start = std::max(stall_start, previous_persistent);
         const double stall_end = stall_start + dm + (promoted ? dp : 0.0);
@@ -743,6 +749,7 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
         const double memory_at = stall_end + wm;
         if (memory_at <= failure_at) newest_memory = j;
         if (promoted) {
+          ++promotion_count;
           // Skipping, a promotion queues behind the one before it instead of stalling the capture (4.6);
           // waiting, the stall began after it, so this is stall_end + w_p.
           const double persistent_at = std::max(stall_end, previous_persistent) + wp;
@@ -809,10 +816,10 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
   const double work = static_cast<double>(out.captures) * policy.memory_interval_seconds;
   // Welford over wall/work per history; the ratio of means, as simulate() (spec/PLAN.md 6.3).
   double mean = 0, m2 = 0;
-  std::uint64_t total_failures = 0, total_persistent = 0, total_skipped = 0;
+  std::uint64_t total_failures = 0, total_persistent = 0, total_skipped = 0, total_promotions = 0;
   for (std::uint64_t h = 0; h < out.histories; ++h) {
     const double ratio = simulate_tier_history(cost, failures, policy, options, out.captures, gaps, kinds, total_failures,
-                                               total_persistent, total_skipped) /
+                                               total_persistent, total_skipped, total_promotions) /
                          work;
     const double delta = ratio - mean;
     mean += delta / static_cast<double>(h + 1);
@@ -825,6 +832,7 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
   out.mean_failures = static_cast<double>(total_failures) / n;
   out.mean_persistent_restarts = static_cast<double>(total_persistent) / n;
   out.mean_skipped = static_cast<double>(total_skipped) / n;
+  out.mean_promotions = static_cast<double>(total_promotions) / n;
   out.tolerance = kAgreementSigmas * out.standard_error + kTierModelTolerance * std::abs(out.model_waste);
   out.agrees = std::abs(out.mean_waste - out.model_waste) <= out.tolerance;
   return out;

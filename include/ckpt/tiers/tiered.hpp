@@ -81,7 +81,7 @@ struct TierOptions {
   // MemoryObjects view in tests). Empty with an "s3://" persistent: create() fails, Code::unsupported.
   object::ObjectOpener open_objects;
   std::uint64_t memory_every = 1;                   // capture steps that are multiples of this
-  std::uint64_t persist_every = 0;                  // promote steps that are multiples of this; 0: never
+  std::uint64_t persist_every = 0;                  // promote steps that are multiples of this; 0: never (and 4.6)
   int replicas = 1;                                 // copies of each shard in other failure domains
   // Parity groups instead of replicas (spec/TIERS.md 12): groups of parity_group nodes keep Reed-Solomon parity of
   // each other's shards, so any parity_losses nodes of a group may be lost, for parity_losses/(parity_group -
@@ -129,6 +129,7 @@ enum class TierAction : std::uint8_t { none, capture, capture_and_persist };
 [[nodiscard]] const char* tier_action_name(TierAction a) noexcept;
 
 struct StepOutcome {
+  // capture_and_persist also for a capture that takes over the promotion of a skipped one (spec/TIERS.md 4.6).
   TierAction action = TierAction::none;
   std::chrono::nanoseconds stall{0};  // how long step() blocked the caller (the staging copy)
   bool skipped = false;               // the policy captures this step, but when_busy skip did not take it
@@ -344,6 +345,9 @@ class TieredCheckpointer {
   std::deque<std::uint64_t> recent_;  // the newest ring_steps() - 1 captures: the next capture retires none of them
   std::mutex canary_mutex_;
   std::map<std::uint64_t, std::vector<CanaryTensor>> canary_;  // step() to the worker, by step
+  std::set<std::uint64_t> to_promote_;  // step() to the worker: the captures it promotes (canary_mutex_)
+  // A promoted capture was skipped: the next capture taken is promoted instead (spec/TIERS.md 4.6; training thread).
+  bool promotion_owed_ = false;
   TierOptions options_;
   Topology topology_;
   Placement placement_;

@@ -778,6 +778,9 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     if (!background_failure_.ok()) return std::exchange(background_failure_, Status());
   }
   if (out.action == TierAction::none) return out;
+  // The promotion of a skipped capture moves to the next capture taken (spec/TIERS.md 4.6): every rank skipped it.
+  if (promotion_owed_) out.action = TierAction::capture_and_persist;
+  const bool promoted = out.action == TierAction::capture_and_persist;
   const auto started = std::chrono::steady_clock::now();
   SaveRequest request(step);
   fill(request);
@@ -804,9 +807,10 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
       canary.push_back(std::move(live));
     }
   }
-  if (!canary.empty()) {
-    std::lock_guard<std::mutex> lock(canary_mutex_);
-    canary_[step] = std::move(canary);  // before the save: its worker may look for them at once
+  {
+    std::lock_guard<std::mutex> lock(canary_mutex_);  // before the save: its worker may look for them at once
+    if (!canary.empty()) canary_[step] = std::move(canary);
+    if (promoted) to_promote_.insert(step);
   }
   Encoder state;
   encode_training_state(state, request.state());
@@ -826,6 +830,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
   if (!ticket.ok() || ticket->skipped) {
     std::lock_guard<std::mutex> lock(canary_mutex_);
     canary_.erase(step);
+    to_promote_.erase(step);
   }
   if (!ticket.ok()) {
     // The other ranks' workers would wait for this rank's part of the step: tell them (spec/SHARDING.md 3.4).
@@ -834,6 +839,7 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     return ticket.status();
   }
   out.stall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
+  promotion_owed_ = promoted && ticket->skipped;
   if (ticket->skipped) {
     // Every rank skipped this capture (the saver agreed on control): recorded, never waited for (4.6).
     out.skipped = true;
@@ -1001,8 +1007,15 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     replicated_ = step;
     phase("replicated", step);
   }
-  // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4).
-  if (options_.persist_every > 0 && step % options_.persist_every == 0) {
+  // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4),
+  // for the captures step() marked (a multiple of persist_every, or the first taken after a skipped one: 4.6).
+  bool marked = false;
+  {
+    std::lock_guard<std::mutex> lock(canary_mutex_);
+    marked = to_promote_.count(step) > 0;
+    to_promote_.erase(to_promote_.begin(), to_promote_.upper_bound(step));  // and any a failed sequence left
+  }
+  if (marked) {
     if (!promotion_) {
       CKPT_TRY(promote(step, *mine, my_digest, digest, owners_write));
     } else {
