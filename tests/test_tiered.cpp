@@ -563,6 +563,35 @@ TEST_CASE("a restarted job resumes from its own memory and ends bit-identical", 
   CHECK_FALSE(r.resumed[0].read_persistent);  // memory served: storage was not touched
 }
 
+TEST_CASE("a promotion a failure cut short is owed: the first capture after the resume is promoted", "[tiered][promotion]") {
+  // spec/TIERS.md 4.6. The first job captures 2, 4, 6, 8; the second resumes from 8 and captures 10 and 12
+  // (persist_every 4). A first job whose promotions never became durable (here it had none: what a crash during
+  // each promotion leaves in the logs) owes step 8's, so 10 is promoted (and 12, only 2 after it, is not); one
+  // that persisted 4 and 8 owes nothing, and 12 is promoted.
+  struct Row {
+    const char* what;
+    std::uint64_t first_persist_every;
+    std::vector<std::uint64_t> persisted;
+  };
+  for (const Row& row : {Row{"nothing persisted: step 8's promotion is owed", 0, {10}},
+                         Row{"steps 4 and 8 persisted: nothing is owed", 4, {4, 8, 12}}}) {
+    INFO(row.what);
+    const fsys::path dir = fresh_dir(std::string("owed-") + std::to_string(row.first_persist_every));
+    auto first = run(Job{dir, kFourNodes, 9, {}, [&](TierOptions& o) { o.persist_every = row.first_persist_every; }});
+    INFO(first.first_error());
+    REQUIRE(first.ok());
+    auto r = run(Job{dir, kFourNodes, 12, {}, {}});
+    check_final(r, 12);
+    CHECK(r.resumed[0].step == 8);
+    PosixFs fs;
+    auto p = Store::open(fs, (dir / "persistent").string(), Access::read_only);
+    REQUIRE(p.ok());
+    std::vector<std::uint64_t> persisted;
+    for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
+    CHECK(persisted == row.persisted);
+  }
+}
+
 #if CKPT_TEST_GLOO
 TEST_CASE("over gloo: a job replicates, loses a node and a replica's byte, resumes from copies and ends bit-identical", "[tiered][gloo]") {
   // The same protocol over gloo's TCP transport (rendezvous sends: a send waits for its receiver), so
@@ -1350,8 +1379,9 @@ TEST_CASE("a promotion runs beside replication: the next capture replicates mean
 
 TEST_CASE("a promoted capture that is skipped hands its promotion to the next capture taken", "[tiered][skip][promotion]") {
   // spec/TIERS.md 4.6: step 4 (a multiple of persist_every) is skipped while step 2 replicates, so step 6, the next
-  // capture taken, is promoted in its place; step 8 is promoted as a multiple, step 10 is not. Without the rule the
-  // persistent tier would hold step 8 alone, and a power loss before it would go back to the job's start.
+  // capture taken, is promoted in its place; step 8, a multiple but only 2 after it, passes its promotion on to 10.
+  // Without the rule the persistent tier would hold step 8 alone, and a power loss before it would go back to the
+  // job's start.
   HeldJob job{fresh_dir("owed"), 10, "replicating", 2, 4};
   job.tune = [](TierOptions& o) { o.persist_every = 4; };
   std::mutex m;
@@ -1376,13 +1406,13 @@ TEST_CASE("a promoted capture that is skipped hands its promotion to the next ca
   }
   using A = TierAction;
   CHECK(actions == std::vector<std::pair<std::uint64_t, TierAction>>{{2, A::capture}, {6, A::capture_and_persist},
-                                                                     {8, A::capture_and_persist}, {10, A::capture}});
+                                                                     {8, A::capture}, {10, A::capture_and_persist}});
   PosixFs fs;
   auto p = Store::open(fs, (job.dir / "persistent").string(), Access::read_only);
   REQUIRE(p.ok());
   std::vector<std::uint64_t> persisted;
   for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
-  CHECK(persisted == std::vector<std::uint64_t>{6, 8});
+  CHECK(persisted == std::vector<std::uint64_t>{6, 10});
 }
 
 TEST_CASE("skipping across ranks without a control communicator is refused at create", "[tiered][skip]") {

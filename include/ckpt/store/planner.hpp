@@ -676,8 +676,8 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
 // Wall seconds of one history of `captures` captures: the two-level timeline of spec/PLAN.md 10.2
 // walked event by event, ending when the last capture's persistent copy is durable. Failure gaps
 // come from `gaps` in the order simulate_history() draws them; kinds from `kinds`. With a ring or
-// skips (10.5.1) a capture due while busy waits for what it waits on, or is not taken, and the next
-// capture taken is promoted in place of a skipped one.
+// skips (10.5.1) a capture due while busy waits for what it waits on, or is not taken, and a promotion
+// skipped or cut short passes to the next capture taken k or more after the last one begun.
 [[nodiscard]] inline double simulate_tier_history(const TierCost& cost, const TierFailures& failures, const TierPolicy& policy,
                                                   const TierSimulationOptions& rules, std::uint64_t captures,
                                                   std::mt19937_64& gaps, std::mt19937_64& kinds, std::uint64_t& failure_count,
@@ -723,9 +723,14 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
       if (persistent_at <= failure_at) return persistent_at;
     } else {
       double resume = now, previous_memory = now, previous_persistent = now;
-      bool owed = false;  // a skipped capture's promotion, taken over by the next capture taken (10.5.1)
+      // The checkpointer's rules (10.5.1): a skipped capture's promotion, or one the failure cut short, passes to the
+      // next capture taken at least k after the last promotion begun.
+      const bool follows = rules.memory_slots != 0 || rules.skip_when_busy;
+      bool owed = follows && base / k * k > last_persistent;
+      std::uint64_t last_promoted = last_persistent;
       for (std::uint64_t j = base + 1; j <= captures; ++j) {
-        const bool promoted = j % k == 0 || owed;
+        const bool candidate = j % k == 0 || owed;
+        const bool promoted = follows ? j == captures || (candidate && j >= last_promoted + k) : j % k == 0;
         const double due = resume + tau;
         if (due > failure_at) break;
         // What a capture due now waits on: the previous capture's replication; in a ring, each promotion still
@@ -737,11 +742,12 @@ inline constexpr std::uint64_t kTierKindSeedMix = 0x9E3779B97F4A7C15ull;
             if (recent.size() + 1 >= rules.memory_slots && p.capture < recent.front()) free_at = std::max(free_at, p.persistent_at);
         if (rules.skip_when_busy && free_at > due && j != captures) {  // the last capture waits: the job ends with it
           ++skip_count;
-          owed = promoted;
+          owed = candidate;
           resume = due;
           continue;
         }
-        owed = false;
+        owed = candidate && !promoted;
+        if (promoted) last_promoted = j;
         double stall_start = std::max(due, free_at);
         if (promoted && !rules.skip_when_busy) stall_start = std::max(stall_start, previous_persistent);
         const double stall_end = stall_start + dm + (promoted ? dp : 0.0);

@@ -252,6 +252,8 @@ class TieredCheckpointer {
   [[nodiscard]] Status check_capacity(std::uint64_t bytes);
   // Joins the background refill a resume started, returning its failure (the training thread only).
   [[nodiscard]] Status finish_refill();
+  // The first capture after a resume (collective): owes the promotion a failure cut short (spec/TIERS.md 4.6).
+  [[nodiscard]] Status owe_cut_short_promotion();
   void note(std::string text);
   void after_capture(const SaveOutcome& outcome);  // the saver's worker thread
   [[nodiscard]] Status replicate_and_promote(const SaveOutcome& outcome);
@@ -346,8 +348,10 @@ class TieredCheckpointer {
   std::mutex canary_mutex_;
   std::map<std::uint64_t, std::vector<CanaryTensor>> canary_;  // step() to the worker, by step
   std::set<std::uint64_t> to_promote_;  // step() to the worker: the captures it promotes (canary_mutex_)
-  // A promoted capture was skipped: the next capture taken is promoted instead (spec/TIERS.md 4.6; training thread).
+  // Promotions (spec/TIERS.md 4.6; training thread): one due was skipped, cut short or too close to the last
+  // begun, so the next capture taken persist_every or more after that one is promoted instead.
   bool promotion_owed_ = false;
+  std::optional<std::uint64_t> last_promoted_;  // the last promotion begun (after a resume: the newest persisted)
   TierOptions options_;
   Topology topology_;
   Placement placement_;
@@ -364,6 +368,8 @@ class TieredCheckpointer {
   Status background_failure_;
   std::atomic<std::uint64_t> replicated_{0}, persisted_{0}, skipped_{0};
   bool resumed_ = false;
+  std::optional<std::uint64_t> resumed_step_;     // the step a resume loaded, until the first capture after it
+  std::optional<std::uint64_t> scanned_persisted_;  // rank 0: the newest step a resume found in the persistent store
   bool log_replaced_ = false;  // create() set aside a damaged tier log: a fresh resume keeps unrecorded steps (7.4)
   std::vector<std::string> notes_;
   std::thread refill_;      // a resume's refill of lost replicas (spec/TIERS.md 7.4): uses comm_ until joined

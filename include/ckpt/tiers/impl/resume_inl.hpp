@@ -689,6 +689,7 @@ CKPT_INLINE void TieredCheckpointer::Resume::scan_persistent() {
     }
     detail::Claim claim;
     claim.step = info.step;
+    tiers.scanned_persisted_ = std::max(tiers.scanned_persisted_.value_or(0), info.step);
     for (std::size_t s = 0; s < reader->shard_count(); ++s) claim.shards.push_back(shard_digest(reader->shard(s)));
     claim.digest = step_digest(info.step, claim.shards);
     for (std::uint32_t s = 0; s < claim.shards.size(); ++s) {
@@ -1150,6 +1151,7 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
     return std::move(out);
   }
   out.fresh = false;
+  tiers.resumed_step_ = decision.step;
   out.world = static_cast<std::uint32_t>(decision.shards.size());
   TierRecord r;
   r.event = TierEvent::resumed, r.step = decision.step, r.world = out.world, r.shard = std::min(me, out.world - 1);

@@ -649,6 +649,40 @@ CKPT_INLINE Status TieredCheckpointer::finish_refill() {
   return std::exchange(refill_result_, Status()).with_context("refilling replicas after the resume");
 }
 
+CKPT_INLINE Status TieredCheckpointer::owe_cut_short_promotion() {
+  const std::uint64_t resumed = *std::exchange(resumed_step_, std::nullopt);
+  // The newest step persisted: PERSISTED in this rank's log (a lost node's was wiped) or in the persistent store as
+  // rank 0's resume found it; the newest over the ranks.
+  std::optional<std::uint64_t> newest = scanned_persisted_;
+  for (const auto& r : records())
+    if (r.event == TierEvent::persisted && (!newest || r.step > *newest)) newest = r.step;
+  Encoder mine;
+  mine.u8(newest ? 1 : 0), mine.u64(newest.value_or(0));
+  CKPT_ASSIGN_OR_RETURN(auto all, comm_.gather(std::move(mine.str()), 0));
+  Encoder verdict;
+  if (rank() == 0) {
+    std::optional<std::uint64_t> best;
+    for (const auto& m : all) {
+      Decoder d = wire::decoder(m);
+      std::uint8_t has = 0;
+      std::uint64_t step = 0;
+      if (d.u8(has) && d.u64(step) && has != 0 && (!best || step > *best)) best = step;
+    }
+    // Owed: the last multiple of persist_every at or before the step resumed from, above the job's start, is newer.
+    const std::uint64_t due = resumed / options_.persist_every * options_.persist_every;
+    verdict.u8(due > 0 && (!best || *best < due) ? 1 : 0), verdict.u8(best ? 1 : 0), verdict.u64(best.value_or(0));
+  }
+  std::string bytes = std::move(verdict.str());
+  CKPT_TRY(comm_.broadcast(bytes, 0));
+  Decoder d = wire::decoder(bytes);
+  std::uint8_t owed = 0, has = 0;
+  std::uint64_t best = 0;
+  if (!d.u8(owed) || !d.u8(has) || !d.u64(best)) return make_error(Code::corrupt, "undecodable promotion verdict");
+  promotion_owed_ = owed != 0;
+  if (has != 0) last_promoted_ = best;
+  return Status();
+}
+
 CKPT_INLINE void TieredCheckpointer::note(std::string text) {
   std::lock_guard<std::mutex> lock(failure_mutex_);
   notes_.push_back(std::move(text));
@@ -778,9 +812,15 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     if (!background_failure_.ok()) return std::exchange(background_failure_, Status());
   }
   if (out.action == TierAction::none) return out;
-  // The promotion of a skipped capture moves to the next capture taken (spec/TIERS.md 4.6): every rank skipped it.
-  if (promotion_owed_) out.action = TierAction::capture_and_persist;
-  const bool promoted = out.action == TierAction::capture_and_persist;
+  if (!saver_ && resumed_step_ && options_.persist_every > 0) {
+    CKPT_TRY(finish_refill());  // the refill uses the communicator the agreement needs
+    CKPT_TRY(owe_cut_short_promotion());
+  }
+  // A promotion skipped or cut short by a failure passes to the next capture taken persist_every or more after the
+  // last one begun (spec/TIERS.md 4.6): every rank skipped the same captures and agreed on what was persisted.
+  const bool candidate = out.action == TierAction::capture_and_persist || promotion_owed_;
+  const bool promoted = candidate && (!last_promoted_ || step >= *last_promoted_ + options_.persist_every);
+  out.action = promoted ? TierAction::capture_and_persist : TierAction::capture;
   const auto started = std::chrono::steady_clock::now();
   SaveRequest request(step);
   fill(request);
@@ -839,7 +879,8 @@ CKPT_INLINE Result<StepOutcome> TieredCheckpointer::step(std::uint64_t step, con
     return ticket.status();
   }
   out.stall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
-  promotion_owed_ = promoted && ticket->skipped;
+  promotion_owed_ = candidate && (ticket->skipped || !promoted);
+  if (promoted && !ticket->skipped) last_promoted_ = step;
   if (ticket->skipped) {
     // Every rank skipped this capture (the saver agreed on control): recorded, never waited for (4.6).
     out.skipped = true;
