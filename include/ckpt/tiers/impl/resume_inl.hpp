@@ -558,6 +558,7 @@ struct TieredCheckpointer::Resume {
   detail::MemoryScan scan;
   std::vector<std::unique_ptr<Store>> readers;  // other ranks' stores, read-only
   bool persistent_scanned;
+  std::set<std::uint64_t> persistent_steps;  // rank 0: the steps scan_persistent() found
   // The persistent tier read-only, opened by this rank alone when first needed; it outlives every copy
   // read through it (the loaded steps, the refill).
   std::unique_ptr<PersistentTier> persistent;
@@ -689,7 +690,7 @@ CKPT_INLINE void TieredCheckpointer::Resume::scan_persistent() {
     }
     detail::Claim claim;
     claim.step = info.step;
-    tiers.scanned_persisted_ = std::max(tiers.scanned_persisted_.value_or(0), info.step);
+    persistent_steps.insert(info.step);
     for (std::size_t s = 0; s < reader->shard_count(); ++s) claim.shards.push_back(shard_digest(reader->shard(s)));
     claim.digest = step_digest(info.step, claim.shards);
     for (std::uint32_t s = 0; s < claim.shards.size(); ++s) {
@@ -1152,6 +1153,9 @@ CKPT_INLINE Result<Resumed> TieredCheckpointer::Resume::finish() {
   }
   out.fresh = false;
   tiers.resumed_step_ = decision.step;
+  // The newest persisted step the promotions count from (spec/TIERS.md 4.6): one above the step resumed from did not load.
+  if (auto above = persistent_steps.upper_bound(decision.step); above != persistent_steps.begin())
+    tiers.scanned_persisted_ = *std::prev(above);
   out.world = static_cast<std::uint32_t>(decision.shards.size());
   TierRecord r;
   r.event = TierEvent::resumed, r.step = decision.step, r.world = out.world, r.shard = std::min(me, out.world - 1);
