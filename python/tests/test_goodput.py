@@ -273,7 +273,7 @@ def test_the_tiers_plan_counts_the_captures_a_promotion_outlasting_the_ring_skip
     """The CPU profile's shape (3 s steps, a failure every 13 s, a promotion durable 7 s after its stall): captured
     every step and promoted every third, the capture two after a promoted one would overwrite the slot the
     promotion still reads, and the checkpointer skips it (ring of 2, spec/PLAN.md 10.5.1). The plan's Monte Carlo
-    counts those skips, so it predicts more waste than the timeline that takes every capture."""
+    counts those skips, so it predicts more waste than the same rules with a ring of 3, which takes every capture."""
     from ckpt import plan
 
     b = _planner(3.0, 12.9, 40, {"crash": 0.4, "node": 0.3, "power": 0.3})
@@ -282,7 +282,7 @@ def test_the_tiers_plan_counts_the_captures_a_promotion_outlasting_the_ring_skip
     at = b._waste("ckpt_tiered", costs, 1, 3, 12.9)
     assert at["predicted_skips_per_capture"] > 0.2
     every_capture = plan.tiered(**b._model("ckpt_tiered", costs, 12.9), memory_interval=3.0, persist_every=3, simulate=400,
-                                seed=1)
+                                seed=1, memory_slots=3, when_busy="skip")
     assert every_capture["simulated_skips_per_capture"] == 0
     assert at["waste"] > every_capture["simulated_waste"] + 4 * every_capture["standard_error"]
 
