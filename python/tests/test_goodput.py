@@ -155,6 +155,14 @@ def test_every_contender_has_a_planned_interval_and_a_prediction(report):
             assert costs["background"] > 0, (c["name"], costs)
     tiered = doc["contenders"][-1]
     assert tiered["persist_every_steps"] % tiered["interval_steps"] == 0
+    # The tiers are predicted with the kinds the schedule holds over the predicted run, not --mix's shares.
+    mix = tiered.get("predicted_mix")
+    if tiered["predicted_goodput"] is not None and mix is not None:
+        kinds = [f["kind"] for f in sorted(doc["setting"]["schedule"], key=lambda f: f["at"])]
+        assert any(all(abs(mix[k] - kinds[:n].count(k) / n) < 1e-9 for k in ("crash", "node", "power"))
+                   for n in range(1, len(kinds) + 1)), mix
+    # The tiers' background times are the overlapped captures' where the calibration had any (calibration.py).
+    assert all(tiered["costs"][k + "_from"] in ("overlapped", "waited") for k in ("capture_stall", "replicate_seconds"))
 
 
 def test_the_table_names_every_contender_and_the_setting(report):

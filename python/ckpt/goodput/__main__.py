@@ -193,13 +193,14 @@ class Bench:
         return loaded["t"] - launch["t"]
 
     # --- planning ----------------------------------------------------------------------------------
-    def _model(self, name: str, costs: dict, mtbf: float) -> dict:
-        """ckpt-plan's inputs for a contender: its calibrated costs and the failures' mean interval `mtbf`. A
-        save's stall for the model is its measured stall plus the compute its background work took from
-        training (its interference)."""
+    def _model(self, name: str, costs: dict, mtbf: float, mix: Optional[dict] = None) -> dict:
+        """ckpt-plan's inputs for a contender: its calibrated costs and the failures' mean interval `mtbf` (and
+        shares of the kinds, `mix`; default --mix). A save's stall for the model is its measured stall plus the
+        compute its background work took from training (its interference)."""
         a = self.args
         if name in _job.TIERED:
-            shares = dict(crash_share=a.mix["crash"], node_loss_share=a.mix["node"], power_loss_share=a.mix["power"])
+            mix = mix or a.mix
+            shares = dict(crash_share=mix["crash"], node_loss_share=mix["node"], power_loss_share=mix["power"])
             return dict(capture_stall=max(costs["capture_stall"] + costs["interference"], 1e-6),
                         replicate_seconds=costs["replicate_seconds"],
                         persist_stall=costs["persist_stall"] + costs["persist_interference"],
@@ -208,7 +209,7 @@ class Bench:
         return dict(stall=max(costs["stall"] + costs["interference"], 1e-6), background=costs["background"], mtbf=mtbf,
                     restart=costs["restart"])
 
-    def _waste(self, name: str, costs: dict, every: int, k: Optional[int], mtbf: float) -> dict:
+    def _waste(self, name: str, costs: dict, every: int, k: Optional[int], mtbf: float, mix: Optional[dict] = None) -> dict:
         """ckpt-plan's waste at `every` steps between saves (tiered: and promotions every `k` captures)."""
         from .. import plan
 
@@ -216,7 +217,7 @@ class Bench:
         if name in _job.TIERED:
             # The Monte Carlo follows the checkpointer's own rules (spec/PLAN.md 10.5.1): its ring of KEEP slots and
             # when_busy "skip" (the TierOptions default), so a promotion that outlasts the ring costs the captures it skips.
-            at = plan.tiered(**self._model(name, costs, mtbf), memory_interval=every * t, persist_every=k, simulate=400,
+            at = plan.tiered(**self._model(name, costs, mtbf, mix), memory_interval=every * t, persist_every=k, simulate=400,
                              seed=self.args.seed, memory_slots=max(_job.KEEP, 2), when_busy="skip")
             return {"waste": at["simulated_waste"] if at.get("simulated_waste") is not None else at["waste"],
                     "closed_form_waste": at["waste"], "predicted_skips_per_capture": at.get("simulated_skips_per_capture")}
@@ -230,8 +231,10 @@ class Bench:
     def predict(self, entry: dict, schedule) -> None:
         """The goodput ckpt-plan predicts at the contender's interval, from the failure rate this run's seeded
         schedule has over the predicted run rather than the MTBF it was drawn with (one draw of a few dozen
-        failures can stray from its mean by a fifth): a fixed point, since the predicted wall time decides how many
-        of the schedule's failures fall within it. The interval was chosen with the MTBF alone, as a job would."""
+        failures can stray from its mean by a fifth), and for the tiers the shares of the kinds among those failures
+        rather than --mix (a power loss costs them far more than a crash; the CPU profile's runs met twice the mix's
+        share): a fixed point, since the predicted wall time decides how many of the schedule's failures fall within
+        it. The policy was chosen with the MTBF and --mix alone, as a job would."""
         from ..errors import UnsupportedError
 
         nominal = self._goodput_of(entry["waste"])
@@ -241,16 +244,17 @@ class Bench:
             return
         wall = self.ideal_wall / nominal
         for _ in range(8):
-            count = sum(1 for f in schedule if f.at < wall)
-            mtbf = wall / count if count else 1e9  # no failure within it: only the saves' cost remains
+            within = [f.kind for f in schedule if f.at < wall]
+            mtbf = wall / len(within) if within else 1e9  # no failure within it: only the saves' cost remains
+            mix = {kind: within.count(kind) / len(within) for kind in ("crash", "node", "power")} if within else None
             try:
                 g = self._goodput_of(self._waste(entry["name"], entry["costs"], entry["interval_steps"],
-                                                 entry.get("persist_every_k"), mtbf)["waste"])
+                                                 entry.get("persist_every_k"), mtbf, mix)["waste"])
             except UnsupportedError:
                 return
             if g is None:
                 return
-            entry["predicted_goodput"], entry["predicted_mtbf_s"] = g, mtbf
+            entry["predicted_goodput"], entry["predicted_mtbf_s"], entry["predicted_mix"] = g, mtbf, mix
             if abs(self.ideal_wall / g - wall) < 0.01 * wall:
                 return
             wall = self.ideal_wall / g
@@ -325,6 +329,10 @@ class Bench:
         restart = costs["restart"]
         parts = [f"{m['failures']} failures in {m['wall_s']:.0f} s (the model expects {m['wall_s'] / entry['predicted_mtbf_s']:.1f}, "
                  f"the schedule's rate over the predicted run)"]
+        if tiered and entry.get("predicted_mix"):
+            mix = entry["predicted_mix"]
+            parts.append("predicted with the shares crash/node/power " + "/".join(f"{mix[k]:.2f}" for k in ("crash", "node", "power")) +
+                         ", met " + "/".join(str(m["failures_by_kind"].get(k, 0)) for k in ("crash", "node", "power")))
         if m["mean_to_first_step_s"] is not None:
             parts.append(f"failure to first new step {m['mean_to_first_step_s']:.2f} s on average (planned restart "
                          f"{restart:.2f} s{' from memory' if tiered else ''})")

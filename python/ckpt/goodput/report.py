@@ -211,7 +211,7 @@ def table(doc: dict) -> str:
     rows.append(f"failures: seed {s['seed']}, MTBF {s['mtbf_s']:.1f} s, mix " +
                 ", ".join(f"{k} {v:g}" for k, v in s["mix"].items()) + f"; {s['failures_scheduled']} scheduled")
     rows.append(f"persistent storage: {s['storage']}; memory tier: {s['memory']}")
-    rows.append("goodput = ideal wall time / wall time; plan = ckpt-plan's prediction (ckpt.plan) from the calibrated costs and the schedule's failure rate over the predicted run; "
+    rows.append("goodput = ideal wall time / wall time; plan = ckpt-plan's prediction (ckpt.plan) from the calibrated costs and the schedule's failure rate (tiered: and kinds) over the predicted run; "
                 "interval = steps between saves (tiered: memory/persist); skips = captures not taken, the previous "
                 "still in the background; "
                 "lost c/n/p = most steps one crash / node loss / power loss made the job train again")
