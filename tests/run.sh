@@ -27,7 +27,7 @@ pip_log=$(mktemp)
 "$python" -m pip install --disable-pip-version-check --no-build-isolation --no-deps ./python >"$pip_log" 2>&1 || { cat "$pip_log"; exit 1; }
 rm -f "$pip_log"
 "$python" -c "import ckpt, ckpt.torch.dcp"
-(cd python/tests && CKPT_BIN="$PWD/../../build" "$python" -m pytest -q -p no:cacheprovider .)
+(cd python/tests && CKPT_BIN="$PWD/../../build" "$python" -m pytest -q -p no:cacheprovider --durations=12 .)
 phase "build (ASan+UBSan)"
 # -g1: line tables for the sanitizers' stack traces, without full debug info (less to compile and to link).
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCKPT_SANITIZE=ON -DCKPT_CUDA=OFF -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_TOOLS=ON -DPython3_EXECUTABLE="$python" >/dev/null
