@@ -81,7 +81,7 @@ struct TierOptions {
   // MemoryObjects view in tests). Empty with an "s3://" persistent: create() fails, Code::unsupported.
   object::ObjectOpener open_objects;
   std::uint64_t memory_every = 1;                   // capture steps that are multiples of this
-  std::uint64_t persist_every = 0;                  // promote steps that are multiples of this; 0: never (and 4.6)
+  std::uint64_t persist_every = 0;                  // promote steps that are multiples of this, at least this far apart (4.6); 0: never
   int replicas = 1;                                 // copies of each shard in other failure domains
   // Parity groups instead of replicas (spec/TIERS.md 12): groups of parity_group nodes keep Reed-Solomon parity of
   // each other's shards, so any parity_losses nodes of a group may be lost, for parity_losses/(parity_group -
@@ -129,7 +129,7 @@ enum class TierAction : std::uint8_t { none, capture, capture_and_persist };
 [[nodiscard]] const char* tier_action_name(TierAction a) noexcept;
 
 struct StepOutcome {
-  // capture_and_persist also for a capture that takes over the promotion of a skipped one (spec/TIERS.md 4.6).
+  // What was done: capture_and_persist for the captures promoted, which need not be action()'s (spec/TIERS.md 4.6).
   TierAction action = TierAction::none;
   std::chrono::nanoseconds stall{0};  // how long step() blocked the caller (the staging copy)
   bool skipped = false;               // the policy captures this step, but when_busy skip did not take it

@@ -973,7 +973,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
       r.copies = static_cast<std::uint32_t>(options_.parity_losses);
       CKPT_TRY(log({r}));
       replicated_ = step;
-    phase("replicated", step);
+      phase("replicated", step);
     }
   }
   // 2. Replicas: this rank's shard to its holders; the shards it holds from their sources.
@@ -1049,7 +1049,7 @@ CKPT_INLINE Status TieredCheckpointer::replicate_and_promote(const SaveOutcome& 
     phase("replicated", step);
   }
   // 4. Promotion: the sealed memory shard copied into the persistent store, verified as it is read (spec/TIERS.md 4.4),
-  // for the captures step() marked (a multiple of persist_every, or the first taken after a skipped one: 4.6).
+  // for the captures step() marked (a multiple of persist_every, or one a promotion skipped or cut short passed to: 4.6).
   bool marked = false;
   {
     std::lock_guard<std::mutex> lock(canary_mutex_);
