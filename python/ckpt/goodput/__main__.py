@@ -246,7 +246,8 @@ class Bench:
         for _ in range(8):
             within = [f.kind for f in schedule if f.at < wall]
             mtbf = wall / len(within) if within else 1e9  # no failure within it: only the saves' cost remains
-            mix = {kind: within.count(kind) / len(within) for kind in ("crash", "node", "power")} if within else None
+            tiered = entry["name"] in _job.TIERED  # a single save's model has no kinds: every failure costs it alike
+            mix = {kind: within.count(kind) / len(within) for kind in ("crash", "node", "power")} if within and tiered else None
             try:
                 g = self._goodput_of(self._waste(entry["name"], entry["costs"], entry["interval_steps"],
                                                  entry.get("persist_every_k"), mtbf, mix)["waste"])
@@ -254,7 +255,9 @@ class Bench:
                 return
             if g is None:
                 return
-            entry["predicted_goodput"], entry["predicted_mtbf_s"], entry["predicted_mix"] = g, mtbf, mix
+            entry["predicted_goodput"], entry["predicted_mtbf_s"] = g, mtbf
+            if mix is not None:
+                entry["predicted_mix"] = mix
             if abs(self.ideal_wall / g - wall) < 0.01 * wall:
                 return
             wall = self.ideal_wall / g
