@@ -254,6 +254,16 @@ bool holds_shard_of(const fsys::path& store, std::uint64_t step) {
   return false;
 }
 
+// The steps a job's directory persistent store has committed, in order.
+std::vector<std::uint64_t> persisted_steps(const fsys::path& dir) {
+  PosixFs fs;
+  auto p = Store::open(fs, (dir / "persistent").string(), Access::read_only);
+  REQUIRE(p.ok());
+  std::vector<std::uint64_t> steps;
+  for (const auto& info : (*p)->steps()) steps.push_back(info.step);
+  return steps;
+}
+
 std::size_t count(const std::vector<TierRecord>& records, TierEvent e) {
   std::size_t n = 0;
   for (const auto& r : records) n += r.event == e ? 1 : 0;
@@ -583,12 +593,7 @@ TEST_CASE("a promotion a failure cut short is owed: the first capture after the 
     auto r = run(Job{dir, kFourNodes, 12, {}, {}});
     check_final(r, 12);
     CHECK(r.resumed[0].step == 8);
-    PosixFs fs;
-    auto p = Store::open(fs, (dir / "persistent").string(), Access::read_only);
-    REQUIRE(p.ok());
-    std::vector<std::uint64_t> persisted;
-    for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
-    CHECK(persisted == row.persisted);
+    CHECK(persisted_steps(dir) == row.persisted);
   }
 }
 
@@ -1369,12 +1374,7 @@ TEST_CASE("a promotion runs beside replication: the next capture replicates mean
     CHECK(count(r.records[i], TierEvent::replicated) == 3);
     CHECK(count(r.records[i], TierEvent::persisted) == 3);
   }
-  PosixFs fs;
-  auto p = Store::open(fs, (job.dir / "persistent").string(), Access::read_only);
-  REQUIRE(p.ok());
-  std::vector<std::uint64_t> persisted;
-  for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
-  CHECK(persisted == std::vector<std::uint64_t>{2, 4, 8});
+  CHECK(persisted_steps(job.dir) == std::vector<std::uint64_t>{2, 4, 8});
 }
 
 TEST_CASE("a promoted capture that is skipped hands its promotion to the next capture taken", "[tiered][skip][promotion]") {
@@ -1407,12 +1407,7 @@ TEST_CASE("a promoted capture that is skipped hands its promotion to the next ca
   using A = TierAction;
   CHECK(actions == std::vector<std::pair<std::uint64_t, TierAction>>{{2, A::capture}, {6, A::capture_and_persist},
                                                                      {8, A::capture}, {10, A::capture_and_persist}});
-  PosixFs fs;
-  auto p = Store::open(fs, (job.dir / "persistent").string(), Access::read_only);
-  REQUIRE(p.ok());
-  std::vector<std::uint64_t> persisted;
-  for (const auto& info : (*p)->steps()) persisted.push_back(info.step);
-  CHECK(persisted == std::vector<std::uint64_t>{6, 10});
+  CHECK(persisted_steps(job.dir) == std::vector<std::uint64_t>{6, 10});
 }
 
 TEST_CASE("skipping across ranks without a control communicator is refused at create", "[tiered][skip]") {

@@ -649,7 +649,7 @@ struct TierSimulationResult {
   double mean_failures = 0;           // per history, failures during restarts included
   double mean_persistent_restarts = 0;  // per history, restarts that loaded from persistent storage
   double mean_skipped = 0;            // per history, captures due while busy and not taken (10.5.1)
-  double mean_promotions = 0;         // per history, promotions begun (a skipped one's taken over by the next capture, 10.5.1)
+  double mean_promotions = 0;         // per history, promotions begun (with the rules, some passed on: 10.5.1)
   double tolerance = 0;               // kAgreementSigmas standard errors + kTierModelTolerance * model_waste
   bool agrees = false;                // |mean_waste - model_waste| <= tolerance
 };

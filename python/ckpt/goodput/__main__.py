@@ -243,10 +243,10 @@ class Bench:
         if nominal is None:
             return
         wall = self.ideal_wall / nominal
+        tiered = entry["name"] in _job.TIERED  # a single save's model has no kinds: every failure costs it alike
         for _ in range(8):
             within = [f.kind for f in schedule if f.at < wall]
             mtbf = wall / len(within) if within else 1e9  # no failure within it: only the saves' cost remains
-            tiered = entry["name"] in _job.TIERED  # a single save's model has no kinds: every failure costs it alike
             mix = {kind: within.count(kind) / len(within) for kind in ("crash", "node", "power")} if within and tiered else None
             try:
                 g = self._goodput_of(self._waste(entry["name"], entry["costs"], entry["interval_steps"],

@@ -90,7 +90,7 @@ def _as_the_run_sees_it(events: List[dict], saves: List[dict], promoted, alone: 
     stalls = [e["seconds"] for s, e in ends.items() if not promoted(s)]
     promoted_stalls = [e["seconds"] for s, e in ends.items() if promoted(s)]
     found = {
-        "capture_stall": median(stalls, None) if stalls else None,
+        "capture_stall": median(stalls, None),
         "replicate_seconds": median((done[("replicated", s)] - e["t"] for s, e in ends.items() if ("replicated", s) in done), None),
         "persist_seconds": median((done[("persisted", s)] - e["t"] for s, e in ends.items()
                                    if promoted(s) and ("persisted", s) in done), None),
